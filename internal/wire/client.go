@@ -1,0 +1,343 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// ErrConnClosed is returned for calls on, or pending on, a broken connection.
+var ErrConnClosed = errors.New("wire: connection closed")
+
+// RemoteError is an error response from the peer.
+type RemoteError struct {
+	Op      uint16
+	Status  uint32
+	Message string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("remote op %d: status %d: %s", e.Op, e.Status, e.Message)
+}
+
+// Reply is a successful response. Payload aliases the dst buffer passed to
+// Call when it was large enough, else a new slice.
+type Reply struct {
+	Epoch   uint64
+	Msg     []byte
+	Payload []byte
+}
+
+// ClientConfig configures a client connection.
+type ClientConfig struct {
+	Limits Limits
+	// IOTimeout bounds writing one request and reading one response body.
+	// Default 30s.
+	IOTimeout time.Duration
+}
+
+type call struct {
+	op      uint16
+	dst     []byte
+	reply   Reply
+	err     error
+	done    chan struct{}
+	claimed bool // the reader owns dst; guarded by Client.mu
+}
+
+// Client is one multiplexed connection to a server. Calls are safe for
+// concurrent use. A Client whose connection broke stays broken: Err reports
+// it and a Pool replaces it.
+type Client struct {
+	conn net.Conn
+	cfg  ClientConfig
+
+	wmu sync.Mutex // serializes frame writes
+	whd [HeaderSize]byte
+
+	mu struct {
+		sync.Mutex
+		nextID  uint64
+		pending map[uint64]*call
+		err     error
+	}
+	readerDone chan struct{}
+}
+
+// Dial connects to addr.
+func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("wire: dial %s: %w", addr, err)
+	}
+	return NewClient(c, cfg), nil
+}
+
+// NewClient wraps an established connection and starts its reader.
+func NewClient(c net.Conn, cfg ClientConfig) *Client {
+	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.IOTimeout == 0 {
+		cfg.IOTimeout = 30 * time.Second
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	cl := &Client{conn: c, cfg: cfg, readerDone: make(chan struct{})}
+	cl.mu.pending = make(map[uint64]*call)
+	go cl.readLoop()
+	return cl
+}
+
+// Err returns the error that broke the connection, or nil.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.err
+}
+
+// Close closes the connection, fails pending calls and joins the reader.
+func (c *Client) Close() error {
+	c.fail(ErrConnClosed)
+	err := c.conn.Close()
+	<-c.readerDone
+	return err
+}
+
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.err == nil {
+		c.mu.err = err
+	}
+	for id, cl := range c.mu.pending {
+		if !cl.claimed {
+			delete(c.mu.pending, id)
+			cl.err = c.mu.err
+			close(cl.done)
+		}
+	}
+}
+
+// Call sends a request with msg and payload and waits for the response.
+// When dst is large enough the response payload is read straight into it.
+// An error response is returned as *RemoteError.
+func (c *Client) Call(ctx context.Context, op uint16, epoch uint64, msg, payload, dst []byte) (Reply, error) {
+	if uint32(len(msg)) > c.cfg.Limits.MaxMsg || uint64(len(payload)) > uint64(c.cfg.Limits.MaxPayload) {
+		return Reply{}, fmt.Errorf("wire: op %d: %w", op, ErrTooLarge)
+	}
+	cl := &call{op: op, dst: dst, done: make(chan struct{})}
+	c.mu.Lock()
+	if c.mu.err != nil {
+		err := c.mu.err
+		c.mu.Unlock()
+		return Reply{}, err
+	}
+	c.mu.nextID++
+	id := c.mu.nextID
+	c.mu.pending[id] = cl
+	c.mu.Unlock()
+
+	if err := c.write(ctx, &Header{Kind: KindRequest, Op: op, ID: id, Epoch: epoch, PayloadLen: uint32(len(payload))}, msg, payload); err != nil {
+		c.fail(fmt.Errorf("%w: write: %v", ErrConnClosed, err))
+		c.conn.Close()
+		<-cl.done
+		return Reply{}, cl.err
+	}
+	select {
+	case <-cl.done:
+		return cl.reply, cl.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		if !cl.claimed {
+			delete(c.mu.pending, id)
+			c.mu.Unlock()
+			return Reply{}, fmt.Errorf("wire: op %d: %w", op, ctx.Err())
+		}
+		c.mu.Unlock()
+		// The reader is filling dst; wait so the caller may reuse it.
+		<-cl.done
+		return cl.reply, cl.err
+	}
+}
+
+func (c *Client) write(ctx context.Context, h *Header, msg, payload []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	dl := time.Now().Add(c.cfg.IOTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = c.conn.SetWriteDeadline(dl)
+	PutHeader(c.whd[:], h, msg)
+	bufs := net.Buffers{c.whd[:], msg, payload}
+	_, err := bufs.WriteTo(c.conn)
+	return err
+}
+
+func (c *Client) readLoop() {
+	defer close(c.readerDone)
+	var hdr [HeaderSize]byte
+	for {
+		_ = c.conn.SetReadDeadline(time.Time{})
+		h, msg, err := ReadFrameHeader(c.conn, hdr[:], nil, c.cfg.Limits)
+		if err == nil && h.Kind != KindResponse {
+			err = fmt.Errorf("%w: request frame sent to client", ErrBadFrame)
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("%w: %v", ErrConnClosed, err))
+			c.conn.Close()
+			return
+		}
+		c.mu.Lock()
+		cl := c.mu.pending[h.ID]
+		if cl != nil {
+			cl.claimed = true
+		}
+		c.mu.Unlock()
+		var payload []byte
+		if h.PayloadLen > 0 {
+			_ = c.conn.SetReadDeadline(time.Now().Add(c.cfg.IOTimeout))
+			switch {
+			case cl == nil:
+				_, err = io.CopyN(io.Discard, c.conn, int64(h.PayloadLen))
+			case cap(cl.dst) >= int(h.PayloadLen):
+				payload = cl.dst[:h.PayloadLen]
+				_, err = io.ReadFull(c.conn, payload)
+			default:
+				payload = make([]byte, h.PayloadLen)
+				_, err = io.ReadFull(c.conn, payload)
+			}
+		}
+		if cl != nil {
+			c.mu.Lock()
+			delete(c.mu.pending, h.ID)
+			c.mu.Unlock()
+			switch {
+			case err != nil:
+				cl.err = fmt.Errorf("%w: reading payload: %v", ErrConnClosed, noEOF(err))
+			case h.Status != 0:
+				cl.err = &RemoteError{Op: cl.op, Status: h.Status, Message: string(msg)}
+			default:
+				cl.reply = Reply{Epoch: h.Epoch, Msg: msg, Payload: payload}
+			}
+			close(cl.done)
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("%w: %v", ErrConnClosed, noEOF(err)))
+			c.conn.Close()
+			return
+		}
+	}
+}
+
+// Pool keeps a few multiplexed connections per server address, redialing
+// broken ones.
+type Pool struct {
+	cfg     ClientConfig
+	perAddr int
+	mu      struct {
+		sync.Mutex
+		conns  map[string][]*Client
+		next   map[string]int
+		closed bool
+	}
+}
+
+// NewPool returns a pool keeping up to perAddr connections per address
+// (default 2: one connection's reader is one goroutine, and two let both
+// cores copy bytes).
+func NewPool(cfg ClientConfig, perAddr int) *Pool {
+	if perAddr <= 0 {
+		perAddr = 2
+	}
+	p := &Pool{cfg: cfg, perAddr: perAddr}
+	p.mu.conns = make(map[string][]*Client)
+	p.mu.next = make(map[string]int)
+	return p
+}
+
+// Get returns a healthy connection to addr, dialing if needed.
+func (p *Pool) Get(ctx context.Context, addr string) (*Client, error) {
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		return nil, ErrConnClosed
+	}
+	conns := p.mu.conns[addr]
+	// Drop broken connections.
+	live := conns[:0]
+	var dead []*Client
+	for _, c := range conns {
+		if c.Err() == nil {
+			live = append(live, c)
+		} else {
+			dead = append(dead, c)
+		}
+	}
+	p.mu.conns[addr] = live
+	if len(live) >= p.perAddr {
+		i := p.mu.next[addr] % len(live)
+		p.mu.next[addr]++
+		c := live[i]
+		p.mu.Unlock()
+		closeAll(dead)
+		return c, nil
+	}
+	p.mu.Unlock()
+	closeAll(dead)
+
+	c, err := Dial(ctx, addr, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		go c.Close()
+		return nil, ErrConnClosed
+	}
+	p.mu.conns[addr] = append(p.mu.conns[addr], c)
+	return c, nil
+}
+
+func closeAll(cs []*Client) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// Call is Get followed by Client.Call.
+func (p *Pool) Call(ctx context.Context, addr string, op uint16, epoch uint64, msg, payload, dst []byte) (Reply, error) {
+	c, err := p.Get(ctx, addr)
+	if err != nil {
+		return Reply{}, err
+	}
+	return c.Call(ctx, op, epoch, msg, payload, dst)
+}
+
+// Forget closes and drops the connections to addr (after a server restart,
+// say).
+func (p *Pool) Forget(addr string) {
+	p.mu.Lock()
+	conns := p.mu.conns[addr]
+	delete(p.mu.conns, addr)
+	p.mu.Unlock()
+	closeAll(conns)
+}
+
+// Close closes every connection.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.mu.closed = true
+	all := p.mu.conns
+	p.mu.conns = map[string][]*Client{}
+	p.mu.Unlock()
+	for _, cs := range all {
+		closeAll(cs)
+	}
+}

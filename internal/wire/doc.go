@@ -1,0 +1,37 @@
+// Package wire is Atoll's framed TCP transport for the data path.
+//
+// A connection carries frames in both directions. Many requests may be in
+// flight on one connection: each request carries an id and its response
+// carries the same id, in any order.
+//
+// # Frame format (all integers big-endian)
+//
+//	offset size field
+//	 0     2    magic 0xA7 0x70
+//	 2     1    version (1)
+//	 3     1    kind: 1 request, 2 response
+//	 4     2    op (request) / op echoed (response)
+//	 6     2    flags (reserved, 0)
+//	 8     8    request id
+//	16     8    sender's cluster-map epoch
+//	24     4    status (responses: 0 ok, else an error code; requests: 0)
+//	28     4    message length M (at most Limits.MaxMsg)
+//	32     4    payload length P (at most Limits.MaxPayload)
+//	36     4    CRC32C (Castagnoli) of bytes 0..35 followed by the message
+//	40     M    message: a small structure encoded with Enc/Dec
+//	40+M   P    payload: raw bytes (fragment data), sent and received without
+//	            extra copies
+//
+// The header checksum covers the fixed header and the message, so a
+// corrupted length, op or argument is detected before it is acted on. The
+// payload is not checksummed by the transport: every payload carries its own
+// end-to-end checksums (per-chunk CRC32C on writes, parental checksums on
+// reads), which also cover bytes at rest.
+//
+// A frame that fails any check (magic, version, kind, lengths above the
+// limits, checksum) closes the connection with a logged reason; it never
+// reaches a handler and never crashes the process.
+//
+// An error response has a nonzero status and its message is the UTF-8 error
+// text; the meaning of status codes belongs to the protocol built on top.
+package wire

@@ -1,0 +1,265 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// Request is one decoded request. Msg and Payload are valid only until the
+// handler returns.
+type Request struct {
+	Op         uint16
+	Epoch      uint64
+	Msg        []byte
+	Payload    []byte
+	RemoteAddr string
+}
+
+// Response is a handler's answer. Release, when set, is called once the
+// response has been written (or dropped), so pooled payloads can be reused.
+type Response struct {
+	Msg     []byte
+	Payload []byte
+	Release func()
+}
+
+// Handler serves one request. A non-nil error becomes an error response
+// whose status is ServerConfig.ErrorCode(err) and whose message is the
+// error text.
+type Handler func(ctx context.Context, req *Request) (Response, error)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	Handler Handler
+	Limits  Limits
+	// MaxInflightBytes bounds the payload bytes buffered for requests being
+	// served, across all connections; reading stops while it is reached
+	// (back-pressure instead of unbounded memory). Default 96 MiB.
+	MaxInflightBytes int64
+	// MaxConcurrentPerConn bounds handlers running per connection. Default 32.
+	MaxConcurrentPerConn int
+	// ErrorCode maps a handler error to a nonzero status. Default: 1.
+	ErrorCode func(error) uint32
+	// IOTimeout bounds writing one response and reading one frame body.
+	// Default 30s.
+	IOTimeout time.Duration
+	Logger    *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c *ServerConfig) Validate() error {
+	if c.Handler == nil {
+		return errors.New("wire: server config: nil Handler")
+	}
+	lim := c.Limits.withDefaults()
+	if c.MaxInflightBytes != 0 && c.MaxInflightBytes < int64(lim.MaxPayload) {
+		return fmt.Errorf("wire: server config: MaxInflightBytes %d below MaxPayload %d", c.MaxInflightBytes, lim.MaxPayload)
+	}
+	return nil
+}
+
+// Server serves framed requests on listeners.
+type Server struct {
+	cfg      ServerConfig
+	inflight *semaphore.Weighted
+	log      *slog.Logger
+
+	mu struct {
+		sync.Mutex
+		conns map[net.Conn]struct{}
+	}
+	wg sync.WaitGroup
+}
+
+// NewServer returns a Server for cfg.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.MaxInflightBytes == 0 {
+		cfg.MaxInflightBytes = 96 << 20
+		if int64(cfg.Limits.MaxPayload) > cfg.MaxInflightBytes {
+			cfg.MaxInflightBytes = int64(cfg.Limits.MaxPayload)
+		}
+	}
+	if cfg.MaxConcurrentPerConn == 0 {
+		cfg.MaxConcurrentPerConn = 32
+	}
+	if cfg.ErrorCode == nil {
+		cfg.ErrorCode = func(error) uint32 { return 1 }
+	}
+	if cfg.IOTimeout == 0 {
+		cfg.IOTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, inflight: semaphore.NewWeighted(cfg.MaxInflightBytes), log: cfg.Logger}
+	s.mu.conns = make(map[net.Conn]struct{})
+	return s, nil
+}
+
+// Serve accepts connections on ln until ctx is done, then closes ln and
+// every connection and waits for all handlers to return.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var err error
+	for {
+		var c net.Conn
+		c, err = ln.Accept()
+		if err != nil {
+			break
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+		s.mu.Lock()
+		s.mu.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(ctx, c)
+		}()
+	}
+	s.mu.Lock()
+	for c := range s.mu.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+type serverConn struct {
+	s    *Server
+	c    net.Conn
+	wmu  sync.Mutex
+	hdr  [HeaderSize]byte // write header buffer, guarded by wmu
+	werr error            // first write error, guarded by wmu
+}
+
+func (s *Server) serveConn(ctx context.Context, c net.Conn) {
+	ctx, cancel := context.WithCancel(ctx)
+	var handlers sync.WaitGroup
+	defer func() {
+		cancel()
+		c.Close()
+		handlers.Wait()
+		s.mu.Lock()
+		delete(s.mu.conns, c)
+		s.mu.Unlock()
+	}()
+	sc := &serverConn{s: s, c: c}
+	slots := make(chan struct{}, s.cfg.MaxConcurrentPerConn)
+	var hdr [HeaderSize]byte
+	remote := c.RemoteAddr().String()
+	for {
+		_ = c.SetReadDeadline(time.Time{})
+		h, msg, err := ReadFrameHeader(c, hdr[:], nil, s.cfg.Limits)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("wire: closing connection", "remote", remote, "reason", err)
+			}
+			return
+		}
+		if h.Kind != KindRequest {
+			s.log.Warn("wire: closing connection", "remote", remote, "reason", "response frame sent to server")
+			return
+		}
+		var payload []byte
+		if h.PayloadLen > 0 {
+			if err := s.inflight.Acquire(ctx, int64(h.PayloadLen)); err != nil {
+				return
+			}
+			payload = GetBuf(int(h.PayloadLen))
+			_ = c.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout))
+			if _, err := io.ReadFull(c, payload); err != nil {
+				PutBuf(payload)
+				s.inflight.Release(int64(h.PayloadLen))
+				s.log.Warn("wire: closing connection", "remote", remote, "reason", fmt.Errorf("reading payload: %w", noEOF(err)))
+				return
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			if payload != nil {
+				PutBuf(payload)
+				s.inflight.Release(int64(h.PayloadLen))
+			}
+			return
+		}
+		handlers.Add(1)
+		go func() {
+			defer handlers.Done()
+			defer func() { <-slots }()
+			req := Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote}
+			sc.handle(ctx, h, &req)
+			if payload != nil {
+				PutBuf(payload)
+				s.inflight.Release(int64(h.PayloadLen))
+			}
+		}()
+	}
+}
+
+func (sc *serverConn) handle(ctx context.Context, h Header, req *Request) {
+	resp, err := sc.call(ctx, req)
+	out := Header{Kind: KindResponse, Op: h.Op, ID: h.ID}
+	if err != nil {
+		out.Status = sc.s.cfg.ErrorCode(err)
+		if out.Status == 0 {
+			out.Status = 1
+		}
+		resp = Response{Msg: []byte(truncate(err.Error(), 4096)), Release: resp.Release}
+	}
+	if resp.Release != nil {
+		defer resp.Release()
+	}
+	out.PayloadLen = uint32(len(resp.Payload))
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	if sc.werr != nil {
+		return
+	}
+	PutHeader(sc.hdr[:], &out, resp.Msg)
+	bufs := net.Buffers{sc.hdr[:], resp.Msg, resp.Payload}
+	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.cfg.IOTimeout))
+	if _, err := bufs.WriteTo(sc.c); err != nil {
+		sc.werr = err
+		sc.c.Close() // a half-written frame poisons the stream
+	}
+}
+
+// call runs the handler, turning a panic into an error so that no request
+// can kill the server.
+func (sc *serverConn) call(ctx context.Context, req *Request) (resp Response, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.s.log.Error("wire: handler panic", "op", req.Op, "panic", r)
+			err = fmt.Errorf("wire: internal error serving op %d", req.Op)
+		}
+	}()
+	return sc.s.cfg.Handler(ctx, req)
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
