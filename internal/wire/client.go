@@ -127,7 +127,17 @@ func (c *Client) fail(err error) {
 // When dst is large enough the response payload is read straight into it.
 // An error response is returned as *RemoteError.
 func (c *Client) Call(ctx context.Context, op uint16, epoch uint64, msg, payload, dst []byte) (Reply, error) {
-	if uint32(len(msg)) > c.cfg.Limits.MaxMsg || uint64(len(payload)) > uint64(c.cfg.Limits.MaxPayload) {
+	return c.CallV(ctx, op, epoch, msg, [][]byte{payload}, dst)
+}
+
+// CallV is Call with a payload gathered from several slices, written with
+// one vectored write and no copy.
+func (c *Client) CallV(ctx context.Context, op uint16, epoch uint64, msg []byte, payload [][]byte, dst []byte) (Reply, error) {
+	plen := 0
+	for _, p := range payload {
+		plen += len(p)
+	}
+	if uint32(len(msg)) > c.cfg.Limits.MaxMsg || uint64(plen) > uint64(c.cfg.Limits.MaxPayload) {
 		return Reply{}, fmt.Errorf("wire: op %d: %w", op, ErrTooLarge)
 	}
 	cl := &call{op: op, dst: dst, done: make(chan struct{})}
@@ -142,7 +152,7 @@ func (c *Client) Call(ctx context.Context, op uint16, epoch uint64, msg, payload
 	c.mu.pending[id] = cl
 	c.mu.Unlock()
 
-	if err := c.write(ctx, &Header{Kind: KindRequest, Op: op, ID: id, Epoch: epoch, PayloadLen: uint32(len(payload))}, msg, payload); err != nil {
+	if err := c.write(ctx, &Header{Kind: KindRequest, Op: op, ID: id, Epoch: epoch, PayloadLen: uint32(plen)}, msg, payload); err != nil {
 		c.fail(fmt.Errorf("%w: write: %v", ErrConnClosed, err))
 		c.conn.Close()
 		<-cl.done
@@ -165,7 +175,7 @@ func (c *Client) Call(ctx context.Context, op uint16, epoch uint64, msg, payload
 	}
 }
 
-func (c *Client) write(ctx context.Context, h *Header, msg, payload []byte) error {
+func (c *Client) write(ctx context.Context, h *Header, msg []byte, payload [][]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	dl := time.Now().Add(c.cfg.IOTimeout)
@@ -174,7 +184,9 @@ func (c *Client) write(ctx context.Context, h *Header, msg, payload []byte) erro
 	}
 	_ = c.conn.SetWriteDeadline(dl)
 	PutHeader(c.whd[:], h, msg)
-	bufs := net.Buffers{c.whd[:], msg, payload}
+	bufs := make(net.Buffers, 0, 2+len(payload))
+	bufs = append(bufs, c.whd[:], msg)
+	bufs = append(bufs, payload...)
 	_, err := bufs.WriteTo(c.conn)
 	return err
 }
@@ -313,11 +325,16 @@ func closeAll(cs []*Client) {
 
 // Call is Get followed by Client.Call.
 func (p *Pool) Call(ctx context.Context, addr string, op uint16, epoch uint64, msg, payload, dst []byte) (Reply, error) {
+	return p.CallV(ctx, addr, op, epoch, msg, [][]byte{payload}, dst)
+}
+
+// CallV is Get followed by Client.CallV.
+func (p *Pool) CallV(ctx context.Context, addr string, op uint16, epoch uint64, msg []byte, payload [][]byte, dst []byte) (Reply, error) {
 	c, err := p.Get(ctx, addr)
 	if err != nil {
 		return Reply{}, err
 	}
-	return c.Call(ctx, op, epoch, msg, payload, dst)
+	return c.CallV(ctx, op, epoch, msg, payload, dst)
 }
 
 // Forget closes and drops the connections to addr (after a server restart,

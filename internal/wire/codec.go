@@ -127,7 +127,7 @@ func (d *Dec) Bytes() []byte {
 	return d.take(int(n), "bytes")
 }
 
-func (d *Dec) String() string { return string(d.Bytes()) }
+func (d *Dec) Str() string { return string(d.Bytes()) }
 
 // Count reads a uvarint element count and checks that at least min bytes
 // per element remain, so a hostile count cannot force a huge allocation.

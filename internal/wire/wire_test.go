@@ -254,7 +254,7 @@ func TestCodec(t *testing.T) {
 	e.String("héllo")
 	d := NewDec(e.B)
 	if d.U8() != 1 || d.U16() != 2 || d.U32() != 3 || d.U64() != 4 || d.I64() != -5 || d.Uvarint() != 300 ||
-		!d.Bool() || string(d.Bytes()) != "abc" || d.String() != "héllo" {
+		!d.Bool() || string(d.Bytes()) != "abc" || d.Str() != "héllo" {
 		t.Fatal("round trip mismatch")
 	}
 	if err := d.Finish(); err != nil {
@@ -270,7 +270,7 @@ func TestCodec(t *testing.T) {
 		d.Uvarint()
 		d.Bool()
 		d.Bytes()
-		d.String()
+		d.Str()
 		if !errors.Is(d.Finish(), ErrMalformed) {
 			t.Fatalf("truncated at %d: no error", i)
 		}
@@ -322,7 +322,7 @@ func FuzzDec(f *testing.F) {
 			case 4:
 				d.Bool()
 			case 5:
-				d.String()
+				d.Str()
 			}
 		}
 	})

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/bench"
+)
+
+func newBenchCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "bench", Short: "Run benchmarks side by side with the local filesystem"}
+	cmd.AddCommand(newBenchDataCmd(g))
+	return cmd
+}
+
+func newBenchDataCmd(g *globalFlags) *cobra.Command {
+	var cfg bench.DataConfig
+	var size, cluster string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "data [--servers 5] [--policy ec:4+1] [--size 1GiB] [--json]",
+		Short: "Data path: write, read, degraded read, small blocks, vs a local file",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			if cfg.Size, err = parseSize64(size, "--size"); err != nil {
+				return err
+			}
+			if cluster != "" {
+				cfg.Cluster = strings.Split(cluster, ",")
+			}
+			if cfg.Exe, err = os.Executable(); err != nil {
+				return err
+			}
+			progress := os.Stdout
+			if asJSON {
+				progress = os.Stderr
+			}
+			res, err := bench.RunData(cmd.Context(), cfg, progress)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				b, _ := json.Marshal(res)
+				fmt.Println(string(b))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Servers, "servers", 5, "storage servers to start in temporary directories")
+	f.StringVar(&cfg.Policy, "policy", "ec:4+1", "redundancy policy")
+	f.StringVar(&size, "size", "1GiB", "bytes to write and read")
+	f.IntVar(&cfg.SmallBlocks, "small-blocks", 100000, "4 KiB blocks in the small-block phase")
+	f.IntVar(&cfg.ReadWorkers, "read-workers", 16, "concurrent block reads")
+	f.StringVar(&cluster, "cluster", "", "use running storage servers (comma-separated, slot i = i-th address)")
+	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
+	return cmd
+}

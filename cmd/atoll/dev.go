@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/devcluster"
+)
+
+func newDevCmd(g *globalFlags) *cobra.Command {
+	var cfg devcluster.Config
+	cmd := &cobra.Command{
+		Use:   "dev [--data DIR]",
+		Short: "Run a whole local cluster (each role a child process) for a first try",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Exe, err = os.Executable(); err != nil {
+				return err
+			}
+			cfg.Out = os.Stdout
+			cfg.LogLevel = g.logLevel
+			d, err := devcluster.New(cfg)
+			if err != nil {
+				return err
+			}
+			return d.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data", "atoll-data", "data directory (kept across restarts)")
+	f.IntVar(&cfg.Storage, "storage", 5, "storage servers")
+	f.StringVar(&cfg.StorageListen, "storage-listen", "127.0.0.1:7400", "address of the first storage server; the others take the next ports")
+	return cmd
+}

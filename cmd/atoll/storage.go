@@ -1,0 +1,61 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/faults"
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/storage"
+)
+
+func newStorageCmd(g *globalFlags) *cobra.Command {
+	var cfg storage.ServerConfig
+	var slot uint16
+	var capacity, scrubRate, addrFile string
+	cmd := &cobra.Command{
+		Use:   "storage --dir DIR --listen ADDR --slot N",
+		Short: "Run a storage server (fragment store) holding one storage slot",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger, cfg.Slot = log, slot
+			if cfg.CapacityBytes, err = parseSize64(capacity, "--capacity"); err != nil {
+				return err
+			}
+			if cfg.ScrubBytesPerSec, err = parseSize64(scrubRate, "--scrub-rate"); err != nil {
+				return err
+			}
+			if cfg.Faults, err = faults.FromEnv(); err != nil {
+				return err
+			}
+			srv, err := storage.NewServer(cfg)
+			if err != nil {
+				return err
+			}
+			if err := writeAddrFile(addrFile, srv.Addr()); err != nil {
+				return err
+			}
+			return srv.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Dir, "dir", "", "data directory (created if absent)")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7400", "address to serve on")
+	f.Uint16Var(&slot, "slot", 0, "storage slot this server holds (stable identity)")
+	f.StringVar(&capacity, "capacity", "0", "cap on stored bytes, e.g. 10GiB (0: filesystem free space)")
+	f.StringVar(&scrubRate, "scrub-rate", "16MiB", "scrubber verification rate per second (0: off)")
+	f.DurationVar(&cfg.ScrubPause, "scrub-pause", 0, "pause between scrub passes (default 1m)")
+	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
+	return cmd
+}
+
+func parseSize64(s, flag string) (int64, error) {
+	n, err := layout.ParseSize(s)
+	if err != nil {
+		return 0, usageErr(flag, err)
+	}
+	return int64(n), nil
+}

@@ -1,0 +1,376 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+
+	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Log is one client's append-only log for one policy class. Blocks of many
+// files are packed into its stripes; a stripe is written when it is full or
+// when Flush seals it short. Up to Config.Pipeline stripes are written at
+// once, so the next stripe fills while earlier ones travel.
+type Log struct {
+	c   *Client
+	pol layout.Policy
+	id  uint64
+	sem chan struct{} // one token per stripe being written
+
+	mu struct {
+		sync.Mutex
+		seq   uint64 // sequence number of the open stripe
+		open  bool
+		buf   []byte // data of the open stripe; cap K*F
+		place layout.Placement
+	}
+	errMu sync.Mutex
+	errs  []error // stripes that failed since the last Flush
+	wg    sync.WaitGroup
+}
+
+// Log returns this client's log for the policy class of pol, opening it on
+// first use. A log continues after the newest stripe any server holds for
+// it (a restarted client with the same ClientID never reuses a stripe id).
+func (c *Client) Log(ctx context.Context, pol layout.Policy) (*Log, error) {
+	if err := pol.Validate(len(c.cfg.Slots)); err != nil {
+		return nil, err
+	}
+	key := pol.String()
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if l, ok := c.mu.logs[key]; ok {
+		c.mu.Unlock()
+		return l, nil
+	}
+	c.mu.Unlock()
+
+	id := logID(c.cfg.ClientID, pol)
+	next, err := c.resumeSeq(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{c: c, pol: pol, id: id, sem: make(chan struct{}, c.cfg.Pipeline)}
+	l.mu.seq = next
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev, ok := c.mu.logs[key]; ok {
+		return prev, nil
+	}
+	c.mu.logs[key] = l
+	return l, nil
+}
+
+// resumeSeq finds the first unused stripe sequence number of a log by
+// asking every reachable server for its newest fragment of it.
+func (c *Client) resumeSeq(ctx context.Context, log uint64) (uint64, error) {
+	type res struct {
+		seq   uint64
+		found bool
+		err   error
+	}
+	ch := make(chan res, len(c.cfg.Slots))
+	for _, s := range c.cfg.Slots {
+		go func(slot uint16) {
+			seq, found, err := c.newestSeq(ctx, slot, log)
+			ch <- res{seq, found, err}
+		}(s.ID)
+	}
+	var next uint64
+	reached := 0
+	for range c.cfg.Slots {
+		r := <-ch
+		if r.err != nil {
+			continue
+		}
+		reached++
+		if r.found && r.seq+1 > next {
+			next = r.seq + 1
+		}
+	}
+	if reached == 0 {
+		return 0, fmt.Errorf("client: open log %016x: no storage server reachable: %w", log, fragment.ErrUnavailable)
+	}
+	// A server that was unreachable may hold a newer stripe of this log;
+	// skipping ahead keeps ids unique in that case too.
+	if reached < len(c.cfg.Slots) {
+		next += 1 << 20
+	}
+	return next, nil
+}
+
+// Policy returns the log's policy.
+func (l *Log) Policy() layout.Policy { return l.pol }
+
+// ID returns the log id.
+func (l *Log) ID() uint64 { return l.id }
+
+// Append copies data into the log as blocks of at most the policy's block
+// size and returns their pointers. The blocks are durable only once Flush
+// returns nil (or their stripe filled and was written).
+func (l *Log) Append(ctx context.Context, data []byte) ([]layout.Pointer, error) {
+	ptrs := make([]layout.Pointer, 0, len(data)/l.pol.BlockSize+1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(data) > 0 {
+		if !l.mu.open {
+			if err := l.openLocked(); err != nil {
+				return ptrs, err
+			}
+		}
+		buf, full := l.mu.buf, l.pol.StripeData()
+		n := min(len(data), l.pol.BlockSize, full-len(buf))
+		off := len(buf)
+		buf = append(buf, data[:n]...)
+		l.mu.buf = buf
+		ptrs = append(ptrs, layout.Pointer{
+			Kind: l.pol.Kind, K: uint8(l.pol.K), M: uint8(l.pol.M),
+			Stripe: fragment.StripeID{Log: l.id, Seq: l.mu.seq},
+			Shard:  uint32(l.pol.FragmentSize),
+			Offset: uint32(off), Length: uint32(n),
+			CRC:   crc32.Checksum(buf[off:off+n], castagnoli),
+			Slots: l.mu.place.Slots,
+		})
+		data = data[n:]
+		if len(buf) == full {
+			if err := l.sealLocked(ctx); err != nil {
+				return ptrs, err
+			}
+		}
+	}
+	return ptrs, nil
+}
+
+func (l *Log) openLocked() error {
+	pl, err := layout.Place(l.pol, l.id, l.mu.seq, l.c.Slots())
+	if err != nil {
+		return fmt.Errorf("client: log %016x stripe %d: %w", l.id, l.mu.seq, err)
+	}
+	l.mu.place = pl
+	l.mu.buf = wire.GetBuf(l.pol.StripeData())[:0]
+	l.mu.open = true
+	return nil
+}
+
+// sealLocked hands the open stripe to a writer goroutine, waiting for a
+// pipeline slot first.
+func (l *Log) sealLocked(ctx context.Context) error {
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s := &stripe{
+		id:    fragment.StripeID{Log: l.id, Seq: l.mu.seq},
+		pol:   l.pol,
+		data:  l.mu.buf,
+		place: l.mu.place,
+	}
+	l.mu.open = false
+	l.mu.buf = nil
+	l.mu.seq++
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		defer func() { <-l.sem }()
+		if err := l.c.writeStripe(l.c.ctx, s); err != nil {
+			l.errMu.Lock()
+			l.errs = append(l.errs, err)
+			l.errMu.Unlock()
+		}
+	}()
+	return nil
+}
+
+// Flush writes the open stripe (short if need be) and waits until every
+// stripe appended so far is durable. It returns the errors of stripes that
+// failed since the previous Flush; their blocks must be appended again.
+func (l *Log) Flush(ctx context.Context) error {
+	l.mu.Lock()
+	if l.mu.open && len(l.mu.buf) > 0 {
+		if err := l.sealLocked(ctx); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+	}
+	l.mu.Unlock()
+	l.wait()
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	err := errors.Join(l.errs...)
+	l.errs = nil
+	return err
+}
+
+func (l *Log) wait() { l.wg.Wait() }
+
+// stripe is a sealed stripe on its way to the servers.
+type stripe struct {
+	id    fragment.StripeID
+	pol   layout.Policy
+	data  []byte // L bytes of log data, from wire.GetBuf
+	place layout.Placement
+}
+
+// writeStripe computes parity and puts every fragment in parallel. It
+// succeeds when the stripe is readable (at least K fragments durable);
+// fragments that could not be written are recorded as degraded.
+func (c *Client) writeStripe(ctx context.Context, s *stripe) error {
+	defer wire.PutBuf(s.data)
+	pol, L, F := s.pol, len(s.data), s.pol.FragmentSize
+	tr := fragment.Trailer{Kind: uint8(pol.Kind), K: uint8(pol.K), M: uint8(pol.M), FragSize: uint32(F), DataLen: uint64(L)}.Append(nil)
+
+	contents := make([][]byte, pol.Width())
+	switch pol.Kind {
+	case layout.EC:
+		plen := min(L, F)
+		shards := make([][]byte, pol.Width())
+		var temps [][]byte
+		for i := 0; i < pol.K; i++ {
+			lo, hi := min(i*F, L), min(i*F+plen, L)
+			contents[i] = s.data[lo:hi]
+			shards[i] = contents[i]
+			if hi-lo < plen { // zero-pad the tail shards for encoding only
+				t := wire.GetBuf(plen)
+				copy(t, s.data[lo:hi])
+				clear(t[hi-lo:])
+				shards[i] = t
+				temps = append(temps, t)
+			}
+		}
+		for i := pol.K; i < pol.Width(); i++ {
+			t := wire.GetBuf(plen)
+			shards[i], contents[i] = t, t
+			temps = append(temps, t)
+		}
+		defer func() {
+			for _, t := range temps {
+				wire.PutBuf(t)
+			}
+		}()
+		if plen > 0 {
+			enc, err := c.encoder(pol.K, pol.M)
+			if err != nil {
+				return err
+			}
+			if err := enc.Encode(shards); err != nil {
+				return fmt.Errorf("%w: stripe %s: encode: %v", ErrStripeFailed, s.id, err)
+			}
+		}
+	default: // mirror copies and the single fragment of "none" are all the data
+		for i := range contents {
+			contents[i] = s.data
+		}
+	}
+
+	missing := append([]int(nil), s.place.Missing...)
+	skip := map[int]bool{}
+	for _, m := range missing {
+		skip[m] = true
+	}
+	errs := make([]error, pol.Width())
+	var wg sync.WaitGroup
+	for i := range contents {
+		if skip[i] {
+			continue
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = c.putFragmentV(ctx, s.place.Slots[i], s.id.Fragment(i), contents[i], tr)
+		}(i)
+	}
+	wg.Wait()
+	var failures []error
+	for i, err := range errs {
+		if err != nil {
+			missing = append(missing, i)
+			failures = append(failures, err)
+		}
+	}
+	written := pol.Width() - len(missing)
+	if written < pol.K || (pol.Kind == layout.EC && !dataOrEnough(pol, missing)) {
+		return fmt.Errorf("%w: stripe %s: %d of %d fragments written: %w", ErrStripeFailed, s.id, written, pol.Width(), errors.Join(failures...))
+	}
+	c.stats.stripes.Add(1)
+	c.stats.bytes.Add(uint64(L))
+	if len(missing) > 0 {
+		c.stats.degradedStripes.Add(1)
+		c.recordDegraded(s.id, s.place.Slots, missing)
+		c.log.Warn("client: stripe written degraded", "stripe", s.id.String(), "missing", missing, "errors", errors.Join(failures...))
+	}
+	return nil
+}
+
+// dataOrEnough reports whether an erasure-coded stripe with the given
+// fragments missing can still be decoded (at least K of K+M present).
+func dataOrEnough(pol layout.Policy, missing []int) bool {
+	return pol.Width()-len(missing) >= pol.K
+}
+
+// putFragmentV puts content followed by the trailer without joining them.
+func (c *Client) putFragmentV(ctx context.Context, slot uint16, id fragment.ID, content, trailer []byte) error {
+	if err := c.cfg.Faults.Hit("client.put.before"); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
+	defer cancel()
+	crcs := chunkCRCsV(content, trailer)
+	req := &fragment.PutReq{ID: id, ChunkSize: chunkSize, CRCs: crcs}
+	addr, ok := c.addr[slot]
+	if !ok {
+		return fmt.Errorf("put %s: %w: %d", id, ErrUnknownSlot, slot)
+	}
+	_, err := c.pool.CallV(ctx, addr, fragment.OpPut, 0, fragment.Marshal(req), [][]byte{content, trailer}, nil)
+	if err == nil {
+		return nil
+	}
+	var re *wire.RemoteError
+	if !errors.As(err, &re) {
+		c.markFailed(slot)
+		return fmt.Errorf("put %s: slot %d (%s): %w: %v", id, slot, addr, fragment.ErrUnavailable, err)
+	}
+	err = fragment.RemoteErr(err)
+	if errors.Is(err, fragment.ErrExists) {
+		// A retried put whose first reply was lost: fine if identical.
+		if info, ierr := c.infoFragment(ctx, slot, id); ierr == nil && int(info.Length) == len(content)+len(trailer) && equalCRCs(info, crcs) {
+			return nil
+		}
+	}
+	return fmt.Errorf("put %s: slot %d (%s): %w", id, slot, addr, err)
+}
+
+// chunkCRCsV computes per-chunk CRCs of the concatenation of parts.
+func chunkCRCsV(parts ...[]byte) []uint32 {
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	out := make([]uint32, 0, (total+chunkSize-1)/chunkSize)
+	var crc uint32
+	fill := 0
+	for _, p := range parts {
+		for len(p) > 0 {
+			n := min(len(p), chunkSize-fill)
+			crc = crc32.Update(crc, castagnoli, p[:n])
+			fill += n
+			p = p[n:]
+			if fill == chunkSize {
+				out = append(out, crc)
+				crc, fill = 0, 0
+			}
+		}
+	}
+	if fill > 0 {
+		out = append(out, crc)
+	}
+	return out
+}

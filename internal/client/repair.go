@@ -1,0 +1,220 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+type repairMode int
+
+const (
+	// repairRewrite rewrites a corrupt fragment in place with identical
+	// bytes; the server checks them against its recorded checksums.
+	repairRewrite repairMode = iota
+	// repairRecreate puts a fragment that is missing from a live server.
+	repairRecreate
+)
+
+type repairJob struct {
+	stripe fragment.StripeID
+	slots  []uint16
+	frag   int
+	mode   repairMode
+}
+
+func (c *Client) enqueueRepair(j repairJob) {
+	id := j.stripe.Fragment(j.frag)
+	c.repairMu.Lock()
+	if c.repairSeen[id] {
+		c.repairMu.Unlock()
+		return
+	}
+	c.repairSeen[id] = true
+	c.repairMu.Unlock()
+	select {
+	case c.repairQ <- j:
+	default: // queue full: the stripe stays degraded for the repair service
+		c.recordDegraded(j.stripe, j.slots, []int{j.frag})
+		c.forget(id)
+	}
+}
+
+func (c *Client) forget(id fragment.ID) {
+	c.repairMu.Lock()
+	delete(c.repairSeen, id)
+	c.repairMu.Unlock()
+}
+
+func (c *Client) repairLoop() {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case j := <-c.repairQ:
+			err := c.repairFragment(c.ctx, j.stripe, j.slots, j.frag, j.mode)
+			if err != nil {
+				c.stats.repairFail.Add(1)
+				c.recordDegraded(j.stripe, j.slots, []int{j.frag})
+				c.log.Warn("client: repair failed", "fragment", j.stripe.Fragment(j.frag).String(), "err", err)
+			}
+			c.forget(j.stripe.Fragment(j.frag))
+		}
+	}
+}
+
+// RepairDegraded tries to rebuild every missing fragment of the stripes
+// listed by DegradedStripes (after their servers returned). It returns how
+// many fragments it restored.
+func (c *Client) RepairDegraded(ctx context.Context) (int, error) {
+	var errs []error
+	n := 0
+	for _, d := range c.DegradedStripes() {
+		for _, f := range d.Missing {
+			if err := c.repairFragment(ctx, d.Stripe, d.Slots, f, repairRecreate); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// repairFragment rebuilds fragment f of a stripe from the others and
+// writes it back to its slot (slot identity is stable, so no pointer
+// changes).
+func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slots []uint16, f int, mode repairMode) error {
+	id := sid.Fragment(f)
+	w := len(slots)
+	tr, err := c.stripeTrailer(ctx, sid, slots, f)
+	if err != nil {
+		return fmt.Errorf("client: repair %s: %w", id, err)
+	}
+	if int(tr.K)+int(tr.M) != w {
+		return fmt.Errorf("client: repair %s: trailer says %d+%d, stripe has %d slots", id, tr.K, tr.M, w)
+	}
+	ec := uint8(layout.EC)
+	var content []byte
+	if tr.Kind != ec {
+		content, err = c.readContentFromAny(ctx, sid, slots, f, tr)
+		if err != nil {
+			return fmt.Errorf("client: repair %s: %w", id, err)
+		}
+	} else {
+		plen := int(min(int64(tr.DataLen), int64(tr.FragSize)))
+		shards := make([][]byte, w)
+		have := 0
+		for j := 0; j < w; j++ {
+			if j == f {
+				continue
+			}
+			b, err := c.readContent(ctx, slots[j], sid.Fragment(j), tr.ContentLen(j, ec))
+			if err != nil {
+				continue
+			}
+			shards[j] = append(b, make([]byte, plen-len(b))...)
+			have++
+		}
+		if have < int(tr.K) {
+			return fmt.Errorf("client: repair %s: %w: %d of %d fragments readable", id, ErrUnrecoverable, have, tr.K)
+		}
+		enc, err := c.encoder(int(tr.K), int(tr.M))
+		if err != nil {
+			return err
+		}
+		if err := enc.Reconstruct(shards); err != nil {
+			return fmt.Errorf("client: repair %s: %w: %v", id, ErrUnrecoverable, err)
+		}
+		if ok, err := enc.Verify(shards); err != nil || !ok {
+			return fmt.Errorf("client: repair %s: %w: surviving fragments disagree", id, ErrUnrecoverable)
+		}
+		content = shards[f][:tr.ContentLen(f, ec)]
+	}
+	data := tr.Append(append([]byte(nil), content...))
+	if err := c.putFragment(ctx, slots[f], id, data, mode == repairRewrite); err != nil {
+		if mode == repairRecreate && errors.Is(err, fragment.ErrExists) {
+			// It was there after all (a server that came back): rewrite it
+			// in place in case it is damaged, which checks identity too.
+			err = c.putFragment(ctx, slots[f], id, data, true)
+		}
+		if err != nil {
+			return fmt.Errorf("client: repair %s: %w", id, err)
+		}
+	}
+	c.stats.repairs.Add(1)
+	c.clearDegraded(sid, f)
+	c.log.Info("client: fragment repaired", "fragment", id.String(), "slot", slots[f])
+	return nil
+}
+
+// stripeTrailer reads the trailer from any fragment other than skip.
+func (c *Client) stripeTrailer(ctx context.Context, sid fragment.StripeID, slots []uint16, skip int) (fragment.Trailer, error) {
+	var errs []error
+	for j := range slots {
+		if j == skip {
+			continue
+		}
+		id := sid.Fragment(j)
+		info, err := c.infoFragment(ctx, slots[j], id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if info.Length < fragment.TrailerSize {
+			errs = append(errs, fmt.Errorf("%s: %d bytes", id, info.Length))
+			continue
+		}
+		b := make([]byte, fragment.TrailerSize)
+		n, _, err := c.readFragment(ctx, slots[j], id, int64(info.Length)-fragment.TrailerSize, b)
+		if err != nil || n != len(b) {
+			errs = append(errs, fmt.Errorf("%s: trailer read: %v", id, err))
+			continue
+		}
+		tr, err := fragment.DecodeTrailer(b)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return tr, nil
+	}
+	return fragment.Trailer{}, fmt.Errorf("%w: no fragment with a readable trailer: %w", ErrUnrecoverable, errors.Join(errs...))
+}
+
+// readContent reads a fragment's whole content (n bytes).
+func (c *Client) readContent(ctx context.Context, slot uint16, id fragment.ID, n int64) ([]byte, error) {
+	b := make([]byte, n)
+	if n == 0 {
+		return b, nil
+	}
+	buf := wire.GetBuf(int(n))
+	defer wire.PutBuf(buf)
+	got, _, err := c.readFragment(ctx, slot, id, 0, buf)
+	if err != nil {
+		return nil, err
+	}
+	if got != int(n) {
+		return nil, fmt.Errorf("%s: %w: %d of %d bytes", id, fragment.ErrCorrupt, got, n)
+	}
+	copy(b, buf)
+	return b, nil
+}
+
+func (c *Client) readContentFromAny(ctx context.Context, sid fragment.StripeID, slots []uint16, skip int, tr fragment.Trailer) ([]byte, error) {
+	var errs []error
+	for j := range slots {
+		if j == skip {
+			continue
+		}
+		b, err := c.readContent(ctx, slots[j], sid.Fragment(j), int64(tr.DataLen))
+		if err == nil {
+			return b, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("%w: no readable copy: %w", ErrUnrecoverable, errors.Join(errs...))
+}

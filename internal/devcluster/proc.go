@@ -1,0 +1,150 @@
+package devcluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Child is one role running as a child process of this one.
+type Child struct {
+	Name    string
+	Addr    string // the address the child reported in its addr file
+	cmd     *exec.Cmd
+	done    chan struct{}
+	exitErr error
+	mu      sync.Mutex
+	peakRSS int64 // bytes, sampled from /proc/PID/status VmHWM
+}
+
+// ChildSpec describes how to start a child.
+type ChildSpec struct {
+	Name     string
+	Exe      string   // the atoll binary
+	Args     []string // subcommand and flags; "--addr-file" is appended
+	AddrFile string   // where the child writes its listening address
+	Env      []string // extra environment (e.g. ATOLL_FAILPOINTS=...)
+	Output   io.Writer
+	// ReadyTimeout bounds waiting for the addr file (default 30s).
+	ReadyTimeout time.Duration
+}
+
+// Start runs the child and waits until it has written its address.
+func Start(ctx context.Context, spec ChildSpec) (*Child, error) {
+	if spec.ReadyTimeout == 0 {
+		spec.ReadyTimeout = 30 * time.Second
+	}
+	_ = os.Remove(spec.AddrFile)
+	args := append(append([]string(nil), spec.Args...), "--addr-file", spec.AddrFile)
+	cmd := exec.Command(spec.Exe, args...)
+	cmd.Env = append(os.Environ(), spec.Env...)
+	// Own process group: a Ctrl-C to the parent's terminal reaches the
+	// parent only, which then stops children in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.Output != nil {
+		pr, pw := io.Pipe()
+		cmd.Stdout, cmd.Stderr = pw, pw
+		go prefixLines(pr, spec.Output, spec.Name)
+		return startCmd(ctx, cmd, spec, func() { pw.Close() })
+	}
+	return startCmd(ctx, cmd, spec, func() {})
+}
+
+func startCmd(ctx context.Context, cmd *exec.Cmd, spec ChildSpec, onExit func()) (*Child, error) {
+	if err := cmd.Start(); err != nil {
+		onExit()
+		return nil, fmt.Errorf("devcluster: start %s: %w", spec.Name, err)
+	}
+	c := &Child{Name: spec.Name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		c.exitErr = cmd.Wait()
+		onExit()
+		close(c.done)
+	}()
+	deadline := time.Now().Add(spec.ReadyTimeout)
+	for {
+		if b, err := os.ReadFile(spec.AddrFile); err == nil && strings.HasSuffix(string(b), "\n") {
+			c.Addr = strings.TrimSpace(string(b))
+			return c, nil
+		}
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("devcluster: %s exited before serving: %v", spec.Name, c.exitErr)
+		case <-ctx.Done():
+			c.Kill()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			c.Kill()
+			return nil, fmt.Errorf("devcluster: %s not serving after %s", spec.Name, spec.ReadyTimeout)
+		}
+	}
+}
+
+func prefixLines(r io.Reader, w io.Writer, name string) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fmt.Fprintf(w, "[%s] %s\n", name, sc.Text())
+	}
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// PID returns the child's process id.
+func (c *Child) PID() int { return c.cmd.Process.Pid }
+
+// Done is closed when the child has exited.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Kill sends SIGKILL and waits for the exit.
+func (c *Child) Kill() {
+	c.SampleRSS()
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+// Stop sends SIGTERM and waits up to grace for a clean exit, then kills.
+func (c *Child) Stop(grace time.Duration) error {
+	c.SampleRSS()
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+		var ee *exec.ExitError
+		if errors.As(c.exitErr, &ee) {
+			return fmt.Errorf("devcluster: %s: %w", c.Name, c.exitErr)
+		}
+		return nil
+	case <-time.After(grace):
+		c.Kill()
+		return fmt.Errorf("devcluster: %s did not stop within %s; killed", c.Name, grace)
+	}
+}
+
+// SampleRSS reads the child's peak resident set (VmHWM) and remembers the
+// largest value seen; it returns that value in bytes.
+func (c *Child) SampleRSS() int64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.PID()), "status"))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb*1024 > c.peakRSS {
+					c.peakRSS = kb * 1024
+				}
+			}
+		}
+	}
+	return c.peakRSS
+}

@@ -1,0 +1,305 @@
+package fragment
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Storage RPC operations (the wire frame's op field).
+const (
+	OpPut    uint16 = 1 // PutReq + payload -> empty
+	OpAppend uint16 = 2 // IDReq + payload -> AppendResp
+	OpRead   uint16 = 3 // ReadReq -> ReadResp + payload (short only at end of fragment)
+	OpDelete uint16 = 4 // IDReq -> empty
+	OpInfo   uint16 = 5 // IDReq -> Info
+	OpList   uint16 = 6 // ListReq -> ListResp
+	OpNewest uint16 = 7 // LogReq -> NewestResp
+	OpVerify uint16 = 8 // IDReq -> VerifyResp
+	OpStat   uint16 = 9 // empty -> Stats
+)
+
+// Status codes of error responses, and the sentinels a client sees for them.
+const (
+	StatusInternal       uint32 = 1
+	StatusNotFound       uint32 = 2
+	StatusExists         uint32 = 3
+	StatusCorrupt        uint32 = 4
+	StatusOutOfRange     uint32 = 5
+	StatusNoSpace        uint32 = 6
+	StatusBadData        uint32 = 7
+	StatusRepairMismatch uint32 = 8
+	StatusBadRequest     uint32 = 9
+	StatusUnavailable    uint32 = 10
+)
+
+// Errors as seen by a storage client.
+var (
+	ErrNotFound       = errors.New("fragment not found")
+	ErrExists         = errors.New("fragment already exists")
+	ErrCorrupt        = errors.New("fragment corrupt")
+	ErrOutOfRange     = errors.New("read beyond end of fragment")
+	ErrNoSpace        = errors.New("storage server out of space")
+	ErrBadData        = errors.New("fragment data does not match its checksums")
+	ErrRepairMismatch = errors.New("repair bytes differ from the fragment")
+	ErrBadRequest     = errors.New("malformed storage request")
+	ErrUnavailable    = errors.New("storage server unavailable")
+	ErrInternal       = errors.New("storage server internal error")
+)
+
+var statusErr = map[uint32]error{
+	StatusInternal:       ErrInternal,
+	StatusNotFound:       ErrNotFound,
+	StatusExists:         ErrExists,
+	StatusCorrupt:        ErrCorrupt,
+	StatusOutOfRange:     ErrOutOfRange,
+	StatusNoSpace:        ErrNoSpace,
+	StatusBadData:        ErrBadData,
+	StatusRepairMismatch: ErrRepairMismatch,
+	StatusBadRequest:     ErrBadRequest,
+	StatusUnavailable:    ErrUnavailable,
+}
+
+// RemoteErr turns a *wire.RemoteError into an error wrapping the sentinel
+// for its status, keeping the server's text. Other errors pass through.
+func RemoteErr(err error) error {
+	var re *wire.RemoteError
+	if !errors.As(err, &re) {
+		return err
+	}
+	s, ok := statusErr[re.Status]
+	if !ok {
+		s = ErrInternal
+	}
+	return &StatusError{Sentinel: s, Message: re.Message}
+}
+
+// StatusError carries a server's error text and the sentinel it maps to.
+type StatusError struct {
+	Sentinel error
+	Message  string
+}
+
+func (e *StatusError) Error() string { return e.Message }
+func (e *StatusError) Unwrap() error { return e.Sentinel }
+
+// PutReq asks to store a fragment. Repair rewrites an existing fragment
+// with identical bytes. CRCs are the sender's CRC32C per ChunkSize chunk
+// of the payload; the server refuses data that does not match them.
+type PutReq struct {
+	ID        ID
+	Repair    bool
+	ChunkSize uint32
+	CRCs      []uint32
+}
+
+func (r *PutReq) Encode(e *wire.Enc) {
+	e.B = r.ID.AppendBinary(e.B)
+	e.Bool(r.Repair)
+	e.U32(r.ChunkSize)
+	e.Uvarint(uint64(len(r.CRCs)))
+	for _, c := range r.CRCs {
+		e.U32(c)
+	}
+}
+
+func decodeID(d *wire.Dec) ID {
+	var id ID
+	id.Log, id.Seq, id.Index = d.U64(), d.U64(), d.U16()
+	return id
+}
+
+func (r *PutReq) Decode(d *wire.Dec) {
+	r.ID = decodeID(d)
+	r.Repair = d.Bool()
+	r.ChunkSize = d.U32()
+	n := d.Count(4)
+	r.CRCs = make([]uint32, n)
+	for i := range r.CRCs {
+		r.CRCs[i] = d.U32()
+	}
+}
+
+// IDReq names one fragment.
+type IDReq struct{ ID ID }
+
+func (r *IDReq) Encode(e *wire.Enc) { e.B = r.ID.AppendBinary(e.B) }
+func (r *IDReq) Decode(d *wire.Dec) { r.ID = decodeID(d) }
+
+// AppendResp returns a fragment's length after an append.
+type AppendResp struct{ Length uint64 }
+
+func (r *AppendResp) Encode(e *wire.Enc) { e.U64(r.Length) }
+func (r *AppendResp) Decode(d *wire.Dec) { r.Length = d.U64() }
+
+// ReadReq reads Len bytes at Off.
+type ReadReq struct {
+	ID  ID
+	Off uint64
+	Len uint32
+}
+
+func (r *ReadReq) Encode(e *wire.Enc) { e.B = r.ID.AppendBinary(e.B); e.U64(r.Off); e.U32(r.Len) }
+func (r *ReadReq) Decode(d *wire.Dec) { r.ID = decodeID(d); r.Off = d.U64(); r.Len = d.U32() }
+
+// ReadResp accompanies read bytes with the fragment's total length, so a
+// reader can tell where the stripe trailer starts without another round trip.
+type ReadResp struct{ Length uint64 }
+
+func (r *ReadResp) Encode(e *wire.Enc) { e.U64(r.Length) }
+func (r *ReadResp) Decode(d *wire.Dec) { r.Length = d.U64() }
+
+// Info describes one stored fragment.
+type Info struct {
+	ID        ID
+	Length    uint64
+	ChunkSize uint32
+	Created   time.Time
+	CRCs      []uint32
+}
+
+func (r *Info) Encode(e *wire.Enc) {
+	e.B = r.ID.AppendBinary(e.B)
+	e.U64(r.Length)
+	e.U32(r.ChunkSize)
+	e.I64(r.Created.UnixNano())
+	e.Uvarint(uint64(len(r.CRCs)))
+	for _, c := range r.CRCs {
+		e.U32(c)
+	}
+}
+
+func (r *Info) Decode(d *wire.Dec) {
+	r.ID = decodeID(d)
+	r.Length = d.U64()
+	r.ChunkSize = d.U32()
+	r.Created = time.Unix(0, d.I64())
+	n := d.Count(4)
+	r.CRCs = make([]uint32, n)
+	for i := range r.CRCs {
+		r.CRCs[i] = d.U32()
+	}
+}
+
+// ListReq lists fragments of Log from stripe FromSeq on.
+type ListReq struct {
+	Log     uint64
+	FromSeq uint64
+	Limit   uint32
+}
+
+func (r *ListReq) Encode(e *wire.Enc) { e.U64(r.Log); e.U64(r.FromSeq); e.U32(r.Limit) }
+func (r *ListReq) Decode(d *wire.Dec) { r.Log = d.U64(); r.FromSeq = d.U64(); r.Limit = d.U32() }
+
+// ListResp holds (id, length) pairs in (Seq, Index) order.
+type ListResp struct {
+	IDs     []ID
+	Lengths []uint64
+}
+
+func (r *ListResp) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.IDs)))
+	for i, id := range r.IDs {
+		e.B = id.AppendBinary(e.B)
+		e.U64(r.Lengths[i])
+	}
+}
+
+func (r *ListResp) Decode(d *wire.Dec) {
+	n := d.Count(EncodedLen + 8)
+	r.IDs = make([]ID, n)
+	r.Lengths = make([]uint64, n)
+	for i := range r.IDs {
+		r.IDs[i] = decodeID(d)
+		r.Lengths[i] = d.U64()
+	}
+}
+
+// LogReq names a client log.
+type LogReq struct{ Log uint64 }
+
+func (r *LogReq) Encode(e *wire.Enc) { e.U64(r.Log) }
+func (r *LogReq) Decode(d *wire.Dec) { r.Log = d.U64() }
+
+// NewestResp is the highest stripe sequence number stored for a log.
+type NewestResp struct {
+	Found bool
+	Seq   uint64
+}
+
+func (r *NewestResp) Encode(e *wire.Enc) { e.Bool(r.Found); e.U64(r.Seq) }
+func (r *NewestResp) Decode(d *wire.Dec) { r.Found = d.Bool(); r.Seq = d.U64() }
+
+// Range is a byte range of a fragment.
+type Range struct{ Off, Len uint64 }
+
+// VerifyResp lists the sick ranges of a fragment (empty when healthy).
+type VerifyResp struct{ Sick []Range }
+
+func (r *VerifyResp) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Sick)))
+	for _, s := range r.Sick {
+		e.U64(s.Off)
+		e.U64(s.Len)
+	}
+}
+
+func (r *VerifyResp) Decode(d *wire.Dec) {
+	n := d.Count(16)
+	r.Sick = make([]Range, n)
+	for i := range r.Sick {
+		r.Sick[i] = Range{d.U64(), d.U64()}
+	}
+}
+
+// Stats is a storage server's state.
+type Stats struct {
+	Slot          uint16
+	CapacityBytes uint64
+	UsedBytes     uint64
+	FreeBytes     uint64
+	Fragments     uint64
+	ScrubPasses   uint64
+	ScrubBytes    uint64 // scanned in the current pass
+	CorruptFound  uint64 // corrupt chunks detected (reads and scrubs)
+	Repairs       uint64
+}
+
+func (r *Stats) Encode(e *wire.Enc) {
+	e.U16(r.Slot)
+	for _, v := range []uint64{r.CapacityBytes, r.UsedBytes, r.FreeBytes, r.Fragments, r.ScrubPasses, r.ScrubBytes, r.CorruptFound, r.Repairs} {
+		e.U64(v)
+	}
+}
+
+func (r *Stats) Decode(d *wire.Dec) {
+	r.Slot = d.U16()
+	for _, p := range []*uint64{&r.CapacityBytes, &r.UsedBytes, &r.FreeBytes, &r.Fragments, &r.ScrubPasses, &r.ScrubBytes, &r.CorruptFound, &r.Repairs} {
+		*p = d.U64()
+	}
+}
+
+// Message is implemented by every request and response structure.
+type Message interface {
+	Encode(*wire.Enc)
+	Decode(*wire.Dec)
+}
+
+// Unmarshal decodes a whole message, failing on short or trailing bytes.
+func Unmarshal(b []byte, m Message) error {
+	d := wire.NewDec(b)
+	m.Decode(d)
+	if err := d.Finish(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// Marshal encodes a message.
+func Marshal(m Message) []byte {
+	var e wire.Enc
+	m.Encode(&e)
+	return e.B
+}

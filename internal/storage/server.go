@@ -1,0 +1,295 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/atoll-fs/atoll/internal/faults"
+	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// ServerConfig configures a storage server: a Store served over
+// internal/wire with the fragment protocol.
+type ServerConfig struct {
+	Dir    string
+	Listen string // host:port; ":0" picks a port
+	Slot   uint16
+	// CapacityBytes caps stored bytes (0: the filesystem's free space).
+	CapacityBytes int64
+	// ScrubBytesPerSec is the scrubber's rate (0: scrubber off).
+	ScrubBytesPerSec int64
+	// ScrubPause is the pause between scrub passes (default 1 minute).
+	ScrubPause time.Duration
+	FS         vfs.FS
+	Faults     *faults.Set
+	Logger     *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c *ServerConfig) Validate() error {
+	if c.Dir == "" {
+		return errors.New("storage: server config: --dir is required")
+	}
+	if c.Listen == "" {
+		return errors.New("storage: server config: --listen is required")
+	}
+	if c.ScrubBytesPerSec < 0 {
+		return errors.New("storage: server config: negative scrub rate")
+	}
+	return nil
+}
+
+// Server serves one Store on a TCP listener.
+type Server struct {
+	cfg   ServerConfig
+	store *Store
+	ln    net.Listener
+	srv   *wire.Server
+	log   *slog.Logger
+}
+
+// NewServer opens the store (running crash recovery) and binds the listener.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ScrubPause == 0 {
+		cfg.ScrubPause = time.Minute
+	}
+	log := cfg.Logger.With("slot", cfg.Slot)
+	st, err := Open(Config{Dir: cfg.Dir, FS: cfg.FS, CapacityBytes: cfg.CapacityBytes, Faults: cfg.Faults, Logger: log,
+		OnCorrupt: func(id fragment.ID, r CorruptRange) {
+			log.Warn("storage: corrupt range detected", "fragment", id.String(), "range", r.String())
+		}})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: st, log: log}
+	s.srv, err = wire.NewServer(wire.ServerConfig{
+		Handler:   s.handle,
+		Logger:    log,
+		ErrorCode: statusOf,
+		Limits:    wire.Limits{MaxPayload: MaxFragmentSize + 1<<20},
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("storage: listen %s: %w", cfg.Listen, err)
+	}
+	s.ln = ln
+	return s, nil
+}
+
+// Addr is the listening address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Store returns the underlying store.
+func (s *Server) Store() *Store { return s.store }
+
+// Run serves until ctx is done, then stops the scrubber, waits for
+// in-flight requests and closes the store.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	if s.cfg.ScrubBytesPerSec > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.store.Scrub(ctx, s.cfg.ScrubBytesPerSec, s.cfg.ScrubPause); err != nil && ctx.Err() == nil {
+				s.log.Error("storage: scrubber stopped", "err", err)
+			}
+		}()
+	}
+	s.log.Info("storage: serving", "addr", s.Addr(), "dir", s.cfg.Dir)
+	err := s.srv.Serve(ctx, s.ln)
+	cancel()
+	wg.Wait()
+	if cerr := s.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// statusTable maps store sentinels to protocol status codes (one table, at
+// the edge).
+var statusTable = []struct {
+	err    error
+	status uint32
+}{
+	{ErrNotFound, fragment.StatusNotFound},
+	{ErrExists, fragment.StatusExists},
+	{ErrCorrupt, fragment.StatusCorrupt},
+	{ErrOutOfRange, fragment.StatusOutOfRange},
+	{ErrNoSpace, fragment.StatusNoSpace},
+	{ErrBadData, fragment.StatusBadData},
+	{ErrRepairMismatch, fragment.StatusRepairMismatch},
+	{fragment.ErrBadRequest, fragment.StatusBadRequest},
+	{ErrClosed, fragment.StatusUnavailable},
+}
+
+func statusOf(err error) uint32 {
+	for _, e := range statusTable {
+		if errors.Is(err, e.err) {
+			return e.status
+		}
+	}
+	return fragment.StatusInternal
+}
+
+
+func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, error) {
+	switch req.Op {
+	case fragment.OpPut:
+		var m fragment.PutReq
+		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		if err := checkCRCs(req.Payload, m.ChunkSize, m.CRCs); err != nil {
+			return wire.Response{}, fmt.Errorf("storage: put %s: %w", m.ID, err)
+		}
+		if m.Repair {
+			return wire.Response{}, s.store.Repair(ctx, m.ID, req.Payload)
+		}
+		return wire.Response{}, s.store.Put(ctx, m.ID, req.Payload, nil)
+	case fragment.OpAppend:
+		var m fragment.IDReq
+		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		n, err := s.store.Append(ctx, m.ID, req.Payload)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		return wire.Response{Msg: fragment.Marshal(&fragment.AppendResp{Length: uint64(n)})}, nil
+	case fragment.OpRead:
+		var m fragment.ReadReq
+		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		if m.Len > MaxFragmentSize || m.Off > MaxFragmentSize {
+			return wire.Response{}, fmt.Errorf("storage: read %s: %w: range [%d,+%d)", m.ID, fragment.ErrBadRequest, m.Off, m.Len)
+		}
+		info, err := s.store.Info(ctx, m.ID)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		buf := wire.GetBuf(int(m.Len))
+		n, err := s.store.Read(ctx, m.ID, int64(m.Off), buf)
+		if err != nil {
+			wire.PutBuf(buf)
+			return wire.Response{}, err
+		}
+		return wire.Response{
+			Msg:     fragment.Marshal(&fragment.ReadResp{Length: uint64(info.Length)}),
+			Payload: buf[:n],
+			Release: func() { wire.PutBuf(buf) },
+		}, nil
+	case fragment.OpDelete:
+		var m fragment.IDReq
+		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		return wire.Response{}, s.store.Delete(ctx, m.ID)
+	case fragment.OpInfo:
+		var m fragment.IDReq
+		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		info, err := s.store.Info(ctx, m.ID)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		return wire.Response{Msg: fragment.Marshal(&fragment.Info{ID: info.ID, Length: uint64(info.Length),
+			ChunkSize: uint32(info.ChunkSize), Created: info.Created, CRCs: info.CRCs})}, nil
+	case fragment.OpList:
+		var m fragment.ListReq
+		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		limit := int(min(m.Limit, 10000))
+		if limit == 0 {
+			limit = 1000
+		}
+		infos, err := s.store.List(ctx, m.Log, m.FromSeq, limit)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		var r fragment.ListResp
+		for _, in := range infos {
+			r.IDs = append(r.IDs, in.ID)
+			r.Lengths = append(r.Lengths, uint64(in.Length))
+		}
+		return wire.Response{Msg: fragment.Marshal(&r)}, nil
+	case fragment.OpNewest:
+		var m fragment.LogReq
+		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		seq, ok, err := s.store.Newest(ctx, m.Log)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		return wire.Response{Msg: fragment.Marshal(&fragment.NewestResp{Found: ok, Seq: seq})}, nil
+	case fragment.OpVerify:
+		var m fragment.IDReq
+		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		sick, err := s.store.Verify(ctx, m.ID)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		var r fragment.VerifyResp
+		for _, c := range sick {
+			r.Sick = append(r.Sick, fragment.Range{Off: uint64(c.Off), Len: uint64(c.Len)})
+		}
+		return wire.Response{Msg: fragment.Marshal(&r)}, nil
+	case fragment.OpStat:
+		st := s.store.Stat()
+		return wire.Response{Msg: fragment.Marshal(&fragment.Stats{
+			Slot: s.cfg.Slot, CapacityBytes: uint64(st.CapacityBytes), UsedBytes: uint64(st.UsedBytes),
+			FreeBytes: uint64(st.FreeBytes), Fragments: uint64(st.Fragments),
+			ScrubPasses: uint64(st.Scrub.Passes), ScrubBytes: uint64(st.Scrub.PassBytes),
+			CorruptFound: uint64(st.CorruptDetected), Repairs: uint64(st.Repairs),
+		})}, nil
+	}
+	return wire.Response{}, fmt.Errorf("storage: %w: unknown op %d", fragment.ErrBadRequest, req.Op)
+}
+
+// checkCRCs verifies the sender's per-chunk checksums over the payload, so
+// bytes damaged between the client's memory and ours are refused.
+func checkCRCs(data []byte, chunk uint32, crcs []uint32) error {
+	if chunk == 0 {
+		if len(crcs) != 0 {
+			return fmt.Errorf("%w: checksums without a chunk size", ErrBadData)
+		}
+		return nil
+	}
+	want := (len(data) + int(chunk) - 1) / int(chunk)
+	if len(crcs) != want {
+		return fmt.Errorf("%w: %d checksums for %d chunks", ErrBadData, len(crcs), want)
+	}
+	for i := range crcs {
+		lo := i * int(chunk)
+		if checksum(data[lo:min(lo+int(chunk), len(data))]) != crcs[i] {
+			return fmt.Errorf("%w: chunk %d checksum mismatch", ErrBadData, i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/storage"
+)
+
+var (
+	buildOnce sync.Once
+	atollBin  string
+	buildErr  error
+)
+
+// atoll builds the atoll binary once per test run.
+func atoll(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "atoll-test-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		atollBin = filepath.Join(dir, "atoll")
+		out, err := exec.Command("go", "build", "-o", atollBin, "github.com/atoll-fs/atoll/cmd/atoll").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return atollBin
+}
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("ATOLL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// server is an in-process storage server that can be stopped and
+// restarted on the same directory and address.
+type server struct {
+	t      *testing.T
+	slot   uint16
+	dir    string
+	addr   string
+	cap    int64
+	srv    *storage.Server
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	listen := s.addr
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	var srv *storage.Server
+	var err error
+	// A just-closed port can linger briefly; retry the bind.
+	for i := 0; i < 50; i++ {
+		srv, err = storage.NewServer(storage.ServerConfig{Dir: s.dir, Listen: listen, Slot: s.slot, CapacityBytes: s.cap, Logger: quietLogger()})
+		if err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.srv, s.addr = srv, srv.Addr()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan error, 1)
+	go func() { s.done <- srv.Run(ctx) }()
+}
+
+// stop shuts the server down (connections are closed, like a crash as far
+// as clients can tell; the store is closed cleanly).
+func (s *server) stop() {
+	s.t.Helper()
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	if err := <-s.done; err != nil {
+		s.t.Errorf("slot %d: run: %v", s.slot, err)
+	}
+	s.cancel = nil
+}
+
+func startServers(t *testing.T, n int) []*server {
+	t.Helper()
+	var out []*server
+	for i := 0; i < n; i++ {
+		s := &server{t: t, slot: uint16(i), dir: t.TempDir()}
+		s.start()
+		out = append(out, s)
+		t.Cleanup(s.stop)
+	}
+	return out
+}
+
+func slotsOf(servers []*server) []client.SlotAddr {
+	var out []client.SlotAddr
+	for _, s := range servers {
+		out = append(out, client.SlotAddr{ID: s.slot, Addr: s.addr})
+	}
+	return out
+}
+
+func newClient(t *testing.T, servers []*server, mod func(*client.Config)) *client.Client {
+	t.Helper()
+	cfg := client.Config{Slots: slotsOf(servers), Logger: quietLogger(), ReadTimeout: time.Second, DownFor: 200 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// childServer runs `atoll storage` as a child process.
+type childServer struct {
+	t    *testing.T
+	slot int
+	dir  string
+	addr string
+	c    *devcluster.Child
+}
+
+func (s *childServer) start(env ...string) {
+	s.t.Helper()
+	listen := s.addr
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	var c *devcluster.Child
+	var err error
+	for i := 0; i < 20; i++ {
+		c, err = devcluster.Start(context.Background(), devcluster.ChildSpec{
+			Name: "storage" + strconv.Itoa(s.slot), Exe: atoll(s.t),
+			Args:     []string{"storage", "--dir", s.dir, "--listen", listen, "--slot", strconv.Itoa(s.slot), "--log-level", "warn"},
+			AddrFile: filepath.Join(s.dir+".addr"),
+			Env:      env,
+			Output:   os.Stderr,
+		})
+		if err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.c, s.addr = c, c.Addr
+}
+
+func startChild(t *testing.T, slot int, env ...string) *childServer {
+	s := &childServer{t: t, slot: slot, dir: filepath.Join(t.TempDir(), "s")}
+	s.start(env...)
+	t.Cleanup(func() {
+		if s.c != nil {
+			s.c.Kill()
+		}
+	})
+	return s
+}
