@@ -158,7 +158,7 @@ func (s *childServer) start(env ...string) {
 		c, err = devcluster.Start(context.Background(), devcluster.ChildSpec{
 			Name: "storage" + strconv.Itoa(s.slot), Exe: atoll(s.t),
 			Args:     []string{"storage", "--dir", s.dir, "--listen", listen, "--slot", strconv.Itoa(s.slot), "--log-level", "warn"},
-			AddrFile: filepath.Join(s.dir+".addr"),
+			AddrFile: filepath.Join(s.dir + ".addr"),
 			Env:      env,
 			Output:   os.Stderr,
 		})

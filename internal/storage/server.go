@@ -152,7 +152,6 @@ func statusOf(err error) uint32 {
 	return fragment.StatusInternal
 }
 
-
 func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, error) {
 	switch req.Op {
 	case fragment.OpPut:
