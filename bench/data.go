@@ -85,7 +85,7 @@ func RunData(ctx context.Context, cfg DataConfig, progress io.Writer) (DataResul
 		return DataResult{}, err
 	}
 	if cfg.ReadWorkers == 0 {
-		cfg.ReadWorkers = 16
+		cfg.ReadWorkers = 4
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -315,12 +315,28 @@ func (s *source) fill(off int64, b []byte) {
 	}
 }
 
-// readAll reads every pointer with workers goroutines and compares bytes.
+// readAll reads the pointers as a sequential reader with read-ahead
+// would: windows of 4 MiB, several in flight, and compares every byte.
 func readAll(ctx context.Context, cl *client.Client, ptrs []layout.Pointer, src *source, workers int) error {
-	// Offsets of each pointer in the written stream.
-	offs := make([]int64, len(ptrs)+1)
-	for i, p := range ptrs {
-		offs[i+1] = offs[i] + int64(p.Length)
+	const window = 4 * mib
+	type job struct {
+		lo, hi int
+		off    int64
+	}
+	var jobs []job
+	var off int64
+	for i := 0; i < len(ptrs); {
+		j, n := i, 0
+		for j < len(ptrs) && n+int(ptrs[j].Length) <= window {
+			n += int(ptrs[j].Length)
+			j++
+		}
+		if j == i {
+			j, n = i+1, int(ptrs[i].Length)
+		}
+		jobs = append(jobs, job{i, j, off})
+		off += int64(n)
+		i = j
 	}
 	var next int64 = -1
 	var mu sync.Mutex
@@ -330,25 +346,27 @@ func readAll(ctx context.Context, cl *client.Client, ptrs []layout.Pointer, src 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, layout.MaxFragmentSize)
-			want := make([]byte, layout.MaxFragmentSize)
+			buf := make([]byte, window+layout.MaxFragmentSize)
+			want := make([]byte, len(buf))
 			for {
 				mu.Lock()
 				next++
 				i := next
 				stop := firstErr != nil
 				mu.Unlock()
-				if stop || i >= int64(len(ptrs)) {
+				if stop || i >= int64(len(jobs)) {
 					return
 				}
-				p := &ptrs[i]
-				b := buf[:p.Length]
-				err := cl.Read(ctx, p, b)
+				jb := jobs[i]
+				n := 0
+				for k := jb.lo; k < jb.hi; k++ {
+					n += int(ptrs[k].Length)
+				}
+				err := cl.ReadBlocks(ctx, ptrs[jb.lo:jb.hi], buf[:n])
 				if err == nil {
-					w := want[:p.Length]
-					src.fill(offs[i], w)
-					if !bytes.Equal(b, w) {
-						err = fmt.Errorf("block %d at %d: bytes differ from what was written", i, offs[i])
+					src.fill(jb.off, want[:n])
+					if !bytes.Equal(buf[:n], want[:n]) {
+						err = fmt.Errorf("bytes at %d..%d differ from what was written", jb.off, jb.off+int64(n))
 					}
 				}
 				if err != nil {

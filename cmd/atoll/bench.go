@@ -60,7 +60,7 @@ func newBenchDataCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.Policy, "policy", "ec:4+1", "redundancy policy")
 	f.StringVar(&size, "size", "1GiB", "bytes to write and read")
 	f.IntVar(&cfg.SmallBlocks, "small-blocks", 100000, "4 KiB blocks in the small-block phase")
-	f.IntVar(&cfg.ReadWorkers, "read-workers", 16, "concurrent block reads")
+	f.IntVar(&cfg.ReadWorkers, "read-workers", 4, "4 MiB read-ahead windows in flight")
 	f.StringVar(&cluster, "cluster", "", "use running storage servers (comma-separated, slot i = i-th address)")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")

@@ -33,6 +33,10 @@ func (c *Client) Read(ctx context.Context, p *layout.Pointer, dst []byte) error 
 		if s.Frag >= int(p.K) {
 			return fmt.Errorf("client: read %s: %w", p.Stripe, layout.ErrBadPointer)
 		}
+		if c.isDown(p.Slots[s.Frag]) {
+			bad[s.Frag] = fmt.Errorf("slot %d is down", p.Slots[s.Frag])
+			continue
+		}
 		wg.Add(1)
 		go func(s layout.Span) {
 			defer wg.Done()
@@ -101,6 +105,9 @@ func (c *Client) degradedRead(ctx context.Context, p *layout.Pointer, spans []la
 		k := rangeKey{frag, off, n}
 		if v, ok := cache[k]; ok {
 			return v.b, v.err
+		}
+		if c.isDown(p.Slots[frag]) {
+			return nil, fmt.Errorf("slot %d is down", p.Slots[frag])
 		}
 		b := wire.GetBuf(n)
 		err := c.readSpan(ctx, p, frag, off, b)

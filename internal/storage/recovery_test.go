@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -397,5 +398,54 @@ func TestENOSPC(t *testing.T) {
 	}
 	if err := s.Put(bg, id, []byte("now it fits"), nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTornAppendRealDir cuts a torn tail with the OS file's Truncate.
+func TestTornAppendRealDir(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, vfs.Default, func(c *Config) { c.Dir = dir })
+	id := fid(8, 8, 8)
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	if err := s.Put(bg, id, data, nil); err != nil {
+		t.Fatal(err)
+	}
+	path := s.fragPath(id)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 12345)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s2 := openStore(t, vfs.Default, func(c *Config) { c.Dir = dir })
+	if rep := s2.Recovery(); rep.Truncated != 1 || rep.Records != 1 || rep.TempRemoved != 0 {
+		t.Fatalf("Recovery = %+v", rep)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != HeaderSize+int64(len(data)) {
+		t.Fatalf("size after recovery: %v, %v", fi, err)
+	}
+	if got := readAll(t, s2, id); !bytes.Equal(got, data) {
+		t.Fatal("data differs")
+	}
+}
+
+// TestFreshStoreSurvivesCrash: the directories Open creates (including new
+// ancestors of Dir) are synced, so a crash right after Open loses nothing.
+func TestFreshStoreSurvivesCrash(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s := openStore(t, fs, func(c *Config) { c.Dir = "/data/node1/store" })
+	id := fid(1, 1, 1)
+	if err := s.Put(bg, id, []byte("durable"), nil); err != nil {
+		t.Fatal(err)
+	}
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	s2 := openStore(t, crashed, func(c *Config) { c.Dir = "/data/node1/store" })
+	if got := readAll(t, s2, id); string(got) != "durable" {
+		t.Fatalf("read %q after crash", got)
 	}
 }

@@ -196,13 +196,30 @@ func Open(cfg Config) (*Store, error) {
 func (s *Store) makeDirs() error {
 	dir := s.cfg.Dir
 	frags := s.fs.PathJoin(dir, "frags")
-	created, err := s.ensureDir(dir)
-	if err != nil {
-		return err
-	}
-	if created {
-		if err := s.syncDir(s.fs.PathDir(dir)); err != nil {
+	// Find the ancestors that MkdirAll will create: each one's parent must
+	// be synced, or a crash could lose the whole tree.
+	var missing []string
+	for p := dir; ; {
+		if _, err := s.fs.Stat(p); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("storage: open %s: %w", dir, err)
+		}
+		missing = append(missing, p)
+		parent := s.fs.PathDir(p)
+		if parent == p {
+			break
+		}
+		p = parent
+	}
+	if len(missing) > 0 {
+		if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("storage: open %s: %w", dir, err)
+		}
+		for _, p := range missing {
+			if err := s.syncDir(s.fs.PathDir(p)); err != nil {
+				return fmt.Errorf("storage: open %s: %w", dir, err)
+			}
 		}
 	}
 	dirChanged := false
@@ -396,6 +413,10 @@ func (s *Store) truncate(path string, size int64) error {
 	}
 	return s.syncDir(s.fs.PathDir(path))
 }
+
+// ChunkSize is the chunk size of fragments this store creates; Put's crcs
+// argument must be per chunk of this size.
+func (s *Store) ChunkSize() int { return int(s.chunkSize) }
 
 // Recovery returns what Open found and fixed.
 func (s *Store) Recovery() RecoveryReport { return s.recovery }

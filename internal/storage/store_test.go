@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -273,8 +274,23 @@ func TestPutErrors(t *testing.T) {
 		t.Fatalf("Stat after bad puts = %+v", st)
 	}
 
+	// A leftover file without a record (crash debris) is replaced.
+	leftover, err := fs.Create(s.fragPath(id), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leftover.Write(bytes.Repeat([]byte{0xAA}, 20000)); err != nil {
+		t.Fatal(err)
+	}
+	leftover.Close()
 	if err := s.Put(bg, id, data, nil); err != nil {
 		t.Fatal(err)
+	}
+	if fi, err := fs.Stat(s.fragPath(id)); err != nil || fi.Size() != HeaderSize+int64(len(data)) {
+		t.Fatalf("file after put over leftover: %v, %v", fi, err)
+	}
+	if s.ChunkSize() != 4096 {
+		t.Fatalf("ChunkSize() = %d", s.ChunkSize())
 	}
 	other := randBytes(r, 500)
 	if err := s.Put(bg, id, other, nil); !errors.Is(err, ErrExists) {
@@ -446,7 +462,8 @@ func TestCorruptionRealDir(t *testing.T) {
 			continue
 		}
 		var ce *CorruptError
-		if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Range != *tc.bad || ce.ID != id {
+		if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Range != *tc.bad || ce.ID != id ||
+			!strings.Contains(err.Error(), id.String()) || !strings.Contains(err.Error(), tc.bad.String()) {
 			t.Errorf("Read(%d,%d) = %v, want CorruptError %v", tc.off, tc.n, err, *tc.bad)
 		}
 		if n != 0 || !bytes.Equal(dst, make([]byte, tc.n)) {
