@@ -1,0 +1,109 @@
+package metawire
+
+import "github.com/atoll-fs/atoll/internal/wire"
+
+// File type bits of Attr.Mode (POSIX S_IFMT values).
+const (
+	ModeType  = 0o170000
+	ModeDir   = 0o040000
+	ModeFile  = 0o100000
+	ModeLink  = 0o120000
+	ModeFIFO  = 0o010000
+	ModeSock  = 0o140000
+	ModeChar  = 0o020000
+	ModeBlock = 0o060000
+	ModePerm  = 0o7777 // permission, setuid, setgid and sticky bits
+)
+
+// Limits enforced by islands.
+const (
+	MaxNameLen    = 255
+	MaxPathLen    = 4096
+	MaxSymlinkLen = 4096
+	MaxXattrName  = 255
+	MaxXattrValue = 64 << 10
+	MaxLinks      = 65000
+)
+
+// Cred is the caller's identity used for permission checks.
+type Cred struct {
+	UID, GID uint32
+	Groups   []uint32
+}
+
+// Root is the superuser credential.
+var Root = Cred{}
+
+func (c *Cred) Encode(e *wire.Enc) {
+	e.U32(c.UID)
+	e.U32(c.GID)
+	e.Uvarint(uint64(len(c.Groups)))
+	for _, g := range c.Groups {
+		e.U32(g)
+	}
+}
+
+func (c *Cred) Decode(d *wire.Dec) {
+	c.UID, c.GID = d.U32(), d.U32()
+	n := d.Count(4)
+	c.Groups = make([]uint32, n)
+	for i := range c.Groups {
+		c.Groups[i] = d.U32()
+	}
+}
+
+// Attr are a file's attributes.
+type Attr struct {
+	Ino     uint64
+	Gen     uint32 // generation: bumped when an inode number is reused
+	Mode    uint32 // type and permission bits
+	Nlink   uint32
+	UID     uint32
+	GID     uint32
+	Rdev    uint32
+	Size    uint64
+	Blocks  uint64 // 512-byte units allocated (for stat)
+	Atime   int64  // nanoseconds since the epoch
+	Mtime   int64
+	Ctime   int64
+	Version uint64 // bumped by every data change; caches compare it
+	// BlockSize is the file's block size (from its policy) for data files.
+	BlockSize uint32
+	// Policy is the file's redundancy policy text (files) or the policy
+	// new files inherit (directories; "" = cluster default).
+	Policy string
+	Inline bool // data lives in the inode
+}
+
+func (a *Attr) IsDir() bool     { return a.Mode&ModeType == ModeDir }
+func (a *Attr) IsRegular() bool { return a.Mode&ModeType == ModeFile }
+func (a *Attr) IsSymlink() bool { return a.Mode&ModeType == ModeLink }
+
+func (a *Attr) Encode(e *wire.Enc) {
+	e.U64(a.Ino)
+	e.U32(a.Gen)
+	e.U32(a.Mode)
+	e.U32(a.Nlink)
+	e.U32(a.UID)
+	e.U32(a.GID)
+	e.U32(a.Rdev)
+	e.U64(a.Size)
+	e.U64(a.Blocks)
+	e.I64(a.Atime)
+	e.I64(a.Mtime)
+	e.I64(a.Ctime)
+	e.U64(a.Version)
+	e.U32(a.BlockSize)
+	e.String(a.Policy)
+	e.Bool(a.Inline)
+}
+
+func (a *Attr) Decode(d *wire.Dec) {
+	a.Ino, a.Gen, a.Mode, a.Nlink = d.U64(), d.U32(), d.U32(), d.U32()
+	a.UID, a.GID, a.Rdev = d.U32(), d.U32(), d.U32()
+	a.Size, a.Blocks = d.U64(), d.U64()
+	a.Atime, a.Mtime, a.Ctime = d.I64(), d.I64(), d.I64()
+	a.Version, a.BlockSize = d.U64(), d.U32()
+	a.Policy = d.Str()
+	a.Inline = d.Bool()
+}

@@ -1,0 +1,545 @@
+package metawire
+
+import (
+	"fmt"
+
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Operations (the wire frame's op field). Client operations first, then
+// island-to-island ones.
+const (
+	OpLookup      uint16 = 1  // NameReq -> AttrResp
+	OpGetAttr     uint16 = 2  // InoReq -> AttrResp
+	OpSetAttr     uint16 = 3  // SetAttrReq -> AttrResp
+	OpCreate      uint16 = 4  // CreateReq -> CreateResp (regular files, fifos, sockets, devices)
+	OpMkdir       uint16 = 5  // CreateReq -> CreateResp
+	OpSymlink     uint16 = 6  // CreateReq (Target) -> CreateResp
+	OpReadlink    uint16 = 7  // InoReq -> ReadlinkResp
+	OpUnlink      uint16 = 8  // NameReq -> Empty
+	OpRmdir       uint16 = 9  // NameReq -> Empty
+	OpRename      uint16 = 10 // RenameReq -> Empty
+	OpLink        uint16 = 11 // LinkReq -> AttrResp
+	OpReaddir     uint16 = 12 // ReaddirReq -> ReaddirResp
+	OpGetXattr    uint16 = 13 // XattrReq -> XattrResp
+	OpSetXattr    uint16 = 14 // XattrReq -> Empty
+	OpListXattr   uint16 = 15 // InoReq -> XattrResp (Names)
+	OpRemoveXattr uint16 = 16 // XattrReq -> Empty
+	OpReadMap     uint16 = 17 // ReadMapReq -> ReadMapResp
+	OpCommit      uint16 = 18 // CommitReq -> CommitResp
+	OpClean       uint16 = 19 // CleanReq -> CleanResp
+	OpStatFS      uint16 = 20 // Empty -> StatFSResp
+	OpAccess      uint16 = 21 // AccessReq -> Empty
+
+	OpPrepare uint16 = 64 // PrepareReq -> Empty (participant prepared)
+	OpDecide  uint16 = 65 // DecideReq -> Empty (commit or abort a prepared tx)
+	OpOutcome uint16 = 66 // TxReq -> OutcomeResp (asked of a coordinator)
+	OpFsck    uint16 = 67 // FsckReq -> FsckResp (one page of an island's records)
+)
+
+// Message is implemented by every request and response.
+type Message interface {
+	Encode(*wire.Enc)
+	Decode(*wire.Dec)
+}
+
+// Marshal encodes a message.
+func Marshal(m Message) []byte {
+	var e wire.Enc
+	m.Encode(&e)
+	return e.B
+}
+
+// Unmarshal decodes a whole message strictly.
+func Unmarshal(b []byte, m Message) error {
+	d := wire.NewDec(b)
+	m.Decode(d)
+	if err := d.Finish(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// Empty is a message with no fields.
+type Empty struct{}
+
+func (Empty) Encode(*wire.Enc) {}
+func (Empty) Decode(*wire.Dec) {}
+
+// InoReq names one inode.
+type InoReq struct {
+	Cred Cred
+	Ino  uint64
+}
+
+func (r *InoReq) Encode(e *wire.Enc) { r.Cred.Encode(e); e.U64(r.Ino) }
+func (r *InoReq) Decode(d *wire.Dec) { r.Cred.Decode(d); r.Ino = d.U64() }
+
+// NameReq names an entry of a directory.
+type NameReq struct {
+	Cred Cred
+	Dir  uint64
+	Name string
+}
+
+func (r *NameReq) Encode(e *wire.Enc) { r.Cred.Encode(e); e.U64(r.Dir); e.String(r.Name) }
+func (r *NameReq) Decode(d *wire.Dec) { r.Cred.Decode(d); r.Dir = d.U64(); r.Name = d.Str() }
+
+// AttrResp returns attributes.
+type AttrResp struct{ Attr Attr }
+
+func (r *AttrResp) Encode(e *wire.Enc) { r.Attr.Encode(e) }
+func (r *AttrResp) Decode(d *wire.Dec) { r.Attr.Decode(d) }
+
+// SetAttr validity bits.
+const (
+	SetMode uint32 = 1 << iota
+	SetUID
+	SetGID
+	SetSize
+	SetAtime
+	SetAtimeNow
+	SetMtime
+	SetMtimeNow
+	SetCtime
+)
+
+// SetAttrReq changes attributes selected by Valid. Truncation (SetSize)
+// releases the blocks past the new size.
+type SetAttrReq struct {
+	Cred         Cred
+	Ino          uint64
+	Valid        uint32
+	Mode         uint32
+	UID, GID     uint32
+	Size         uint64
+	Atime, Mtime int64
+	Ctime        int64
+}
+
+func (r *SetAttrReq) Encode(e *wire.Enc) {
+	r.Cred.Encode(e)
+	e.U64(r.Ino)
+	e.U32(r.Valid)
+	e.U32(r.Mode)
+	e.U32(r.UID)
+	e.U32(r.GID)
+	e.U64(r.Size)
+	e.I64(r.Atime)
+	e.I64(r.Mtime)
+	e.I64(r.Ctime)
+}
+
+func (r *SetAttrReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	r.Ino, r.Valid, r.Mode, r.UID, r.GID = d.U64(), d.U32(), d.U32(), d.U32(), d.U32()
+	r.Size, r.Atime, r.Mtime, r.Ctime = d.U64(), d.I64(), d.I64(), d.I64()
+}
+
+// CreateReq creates Name in Dir: a regular file or special file (OpCreate,
+// Mode's type bits choose; Rdev for devices), a directory (OpMkdir) or a
+// symbolic link to Target (OpSymlink). Exclusive fails with ErrExists if
+// the name exists; otherwise an existing regular file is returned with
+// Existed set. Verf is the NFS exclusive-create verifier: a retried
+// exclusive create with the same Verf succeeds.
+type CreateReq struct {
+	Cred      Cred
+	Dir       uint64
+	Name      string
+	Mode      uint32
+	Rdev      uint32
+	Exclusive bool
+	Verf      uint64
+	Target    string
+}
+
+func (r *CreateReq) Encode(e *wire.Enc) {
+	r.Cred.Encode(e)
+	e.U64(r.Dir)
+	e.String(r.Name)
+	e.U32(r.Mode)
+	e.U32(r.Rdev)
+	e.Bool(r.Exclusive)
+	e.U64(r.Verf)
+	e.String(r.Target)
+}
+
+func (r *CreateReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	r.Dir, r.Name, r.Mode, r.Rdev = d.U64(), d.Str(), d.U32(), d.U32()
+	r.Exclusive, r.Verf, r.Target = d.Bool(), d.U64(), d.Str()
+}
+
+// CreateResp returns the new (or existing) entry's attributes and the
+// parent directory's attributes after the change (NFS wcc data).
+type CreateResp struct {
+	Attr    Attr
+	DirAttr Attr
+	Existed bool
+}
+
+func (r *CreateResp) Encode(e *wire.Enc) { r.Attr.Encode(e); r.DirAttr.Encode(e); e.Bool(r.Existed) }
+func (r *CreateResp) Decode(d *wire.Dec) { r.Attr.Decode(d); r.DirAttr.Decode(d); r.Existed = d.Bool() }
+
+// ReadlinkResp returns a symlink's target.
+type ReadlinkResp struct{ Target string }
+
+func (r *ReadlinkResp) Encode(e *wire.Enc) { e.String(r.Target) }
+func (r *ReadlinkResp) Decode(d *wire.Dec) { r.Target = d.Str() }
+
+// Rename flags.
+const (
+	RenameNoReplace uint32 = 1 << iota
+	RenameExchange
+)
+
+// RenameReq moves SrcDir/SrcName to DstDir/DstName with POSIX semantics.
+type RenameReq struct {
+	Cred    Cred
+	SrcDir  uint64
+	SrcName string
+	DstDir  uint64
+	DstName string
+	Flags   uint32
+}
+
+func (r *RenameReq) Encode(e *wire.Enc) {
+	r.Cred.Encode(e)
+	e.U64(r.SrcDir)
+	e.String(r.SrcName)
+	e.U64(r.DstDir)
+	e.String(r.DstName)
+	e.U32(r.Flags)
+}
+
+func (r *RenameReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	r.SrcDir, r.SrcName, r.DstDir, r.DstName, r.Flags = d.U64(), d.Str(), d.U64(), d.Str(), d.U32()
+}
+
+// LinkReq makes Dir/Name a new hard link to Ino.
+type LinkReq struct {
+	Cred Cred
+	Ino  uint64
+	Dir  uint64
+	Name string
+}
+
+func (r *LinkReq) Encode(e *wire.Enc) { r.Cred.Encode(e); e.U64(r.Ino); e.U64(r.Dir); e.String(r.Name) }
+func (r *LinkReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	r.Ino, r.Dir, r.Name = d.U64(), d.U64(), d.Str()
+}
+
+// ReaddirReq reads entries of Dir after Cookie (0 = from the start).
+// Cookies are stable: an entry keeps its cookie for its lifetime, so a
+// listing resumed after concurrent changes neither repeats nor skips
+// entries that stayed. "." and ".." are included with cookies 1 and 2.
+type ReaddirReq struct {
+	Cred       Cred
+	Dir        uint64
+	Cookie     uint64
+	MaxEntries uint32
+	Plus       bool // include attributes of entries held by this island
+}
+
+func (r *ReaddirReq) Encode(e *wire.Enc) {
+	r.Cred.Encode(e)
+	e.U64(r.Dir)
+	e.U64(r.Cookie)
+	e.U32(r.MaxEntries)
+	e.Bool(r.Plus)
+}
+
+func (r *ReaddirReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	r.Dir, r.Cookie, r.MaxEntries, r.Plus = d.U64(), d.U64(), d.U32(), d.Bool()
+}
+
+// Dirent is one directory entry.
+type Dirent struct {
+	Name    string
+	Ino     uint64
+	Type    uint32 // Mode type bits
+	Cookie  uint64
+	HasAttr bool
+	Attr    Attr
+}
+
+// ReaddirResp is one page of a listing.
+type ReaddirResp struct {
+	DirAttr Attr
+	Entries []Dirent
+	EOF     bool
+}
+
+func (r *ReaddirResp) Encode(e *wire.Enc) {
+	r.DirAttr.Encode(e)
+	e.Uvarint(uint64(len(r.Entries)))
+	for i := range r.Entries {
+		en := &r.Entries[i]
+		e.String(en.Name)
+		e.U64(en.Ino)
+		e.U32(en.Type)
+		e.U64(en.Cookie)
+		e.Bool(en.HasAttr)
+		if en.HasAttr {
+			en.Attr.Encode(e)
+		}
+	}
+	e.Bool(r.EOF)
+}
+
+func (r *ReaddirResp) Decode(d *wire.Dec) {
+	r.DirAttr.Decode(d)
+	n := d.Count(22)
+	r.Entries = make([]Dirent, n)
+	for i := range r.Entries {
+		en := &r.Entries[i]
+		en.Name, en.Ino, en.Type, en.Cookie, en.HasAttr = d.Str(), d.U64(), d.U32(), d.U64(), d.Bool()
+		if en.HasAttr {
+			en.Attr.Decode(d)
+		}
+	}
+	r.EOF = d.Bool()
+}
+
+// Xattr flags (setxattr).
+const (
+	XattrCreate  uint32 = 1
+	XattrReplace uint32 = 2
+)
+
+// XattrReq gets, sets or removes attribute Name of Ino. Only the "user."
+// namespace is stored; "user.atoll.policy" is the redundancy policy.
+type XattrReq struct {
+	Cred  Cred
+	Ino   uint64
+	Name  string
+	Value []byte
+	Flags uint32
+}
+
+func (r *XattrReq) Encode(e *wire.Enc) {
+	r.Cred.Encode(e)
+	e.U64(r.Ino)
+	e.String(r.Name)
+	e.Bytes(r.Value)
+	e.U32(r.Flags)
+}
+
+func (r *XattrReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	r.Ino, r.Name, r.Value, r.Flags = d.U64(), d.Str(), append([]byte(nil), d.Bytes()...), d.U32()
+}
+
+// XattrResp returns a value (get) or names (list).
+type XattrResp struct {
+	Value []byte
+	Names []string
+}
+
+func (r *XattrResp) Encode(e *wire.Enc) {
+	e.Bytes(r.Value)
+	e.Uvarint(uint64(len(r.Names)))
+	for _, n := range r.Names {
+		e.String(n)
+	}
+}
+
+func (r *XattrResp) Decode(d *wire.Dec) {
+	r.Value = append([]byte(nil), d.Bytes()...)
+	n := d.Count(1)
+	r.Names = make([]string, n)
+	for i := range r.Names {
+		r.Names[i] = d.Str()
+	}
+}
+
+// AccessReq checks access (R=4, W=2, X=1 bits in Mask) for Cred.
+type AccessReq struct {
+	Cred Cred
+	Ino  uint64
+	Mask uint32
+}
+
+func (r *AccessReq) Encode(e *wire.Enc) { r.Cred.Encode(e); e.U64(r.Ino); e.U32(r.Mask) }
+func (r *AccessReq) Decode(d *wire.Dec) { r.Cred.Decode(d); r.Ino, r.Mask = d.U64(), d.U32() }
+
+// Block is one entry of a file's block map: block Index holds the encoded
+// layout.Pointer Ptr (empty Ptr = hole).
+type Block struct {
+	Index uint64
+	Ptr   []byte
+}
+
+func encodeBlocks(e *wire.Enc, bs []Block) {
+	e.Uvarint(uint64(len(bs)))
+	for _, b := range bs {
+		e.U64(b.Index)
+		e.Bytes(b.Ptr)
+	}
+}
+
+func decodeBlocks(d *wire.Dec) []Block {
+	n := d.Count(9)
+	bs := make([]Block, n)
+	for i := range bs {
+		bs[i].Index = d.U64()
+		bs[i].Ptr = append([]byte(nil), d.Bytes()...)
+	}
+	return bs
+}
+
+// ReadMapReq asks for the attributes and the block map of Ino for blocks
+// [First, First+Count) (Count 0 = all).
+type ReadMapReq struct {
+	Cred  Cred
+	Ino   uint64
+	First uint64
+	Count uint64
+}
+
+func (r *ReadMapReq) Encode(e *wire.Enc) { r.Cred.Encode(e); e.U64(r.Ino); e.U64(r.First); e.U64(r.Count) }
+func (r *ReadMapReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	r.Ino, r.First, r.Count = d.U64(), d.U64(), d.U64()
+}
+
+// ReadMapResp returns the inline data (when Attr.Inline) or the blocks.
+type ReadMapResp struct {
+	Attr   Attr
+	Inline []byte
+	Blocks []Block
+}
+
+func (r *ReadMapResp) Encode(e *wire.Enc) { r.Attr.Encode(e); e.Bytes(r.Inline); encodeBlocks(e, r.Blocks) }
+func (r *ReadMapResp) Decode(d *wire.Dec) {
+	r.Attr.Decode(d)
+	r.Inline = append([]byte(nil), d.Bytes()...)
+	r.Blocks = decodeBlocks(d)
+}
+
+// FileWrite is one file's delta in a commit: the new size, the data
+// (inline bytes, or blocks whose pointers replace the old ones), and the
+// modification time. SetInline with empty Inline and no Blocks truncates
+// inline data; an inline file that gets Blocks stops being inline.
+type FileWrite struct {
+	Ino       uint64
+	Size      uint64
+	Mtime     int64
+	SetInline bool
+	Inline    []byte
+	Blocks    []Block
+}
+
+// CommitReq applies a batch of file deltas atomically (all inodes belong
+// to this island). Pointers must be durable before the commit is sent.
+type CommitReq struct {
+	Cred   Cred
+	Writes []FileWrite
+}
+
+func (r *CommitReq) Encode(e *wire.Enc) {
+	r.Cred.Encode(e)
+	e.Uvarint(uint64(len(r.Writes)))
+	for i := range r.Writes {
+		w := &r.Writes[i]
+		e.U64(w.Ino)
+		e.U64(w.Size)
+		e.I64(w.Mtime)
+		e.Bool(w.SetInline)
+		e.Bytes(w.Inline)
+		encodeBlocks(e, w.Blocks)
+	}
+}
+
+func (r *CommitReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	n := d.Count(27)
+	r.Writes = make([]FileWrite, n)
+	for i := range r.Writes {
+		w := &r.Writes[i]
+		w.Ino, w.Size, w.Mtime, w.SetInline = d.U64(), d.U64(), d.I64(), d.Bool()
+		w.Inline = append([]byte(nil), d.Bytes()...)
+		w.Blocks = decodeBlocks(d)
+	}
+}
+
+// CommitResp returns each written file's attributes after the commit.
+type CommitResp struct{ Attrs []Attr }
+
+func (r *CommitResp) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Attrs)))
+	for i := range r.Attrs {
+		r.Attrs[i].Encode(e)
+	}
+}
+
+func (r *CommitResp) Decode(d *wire.Dec) {
+	n := d.Count(60)
+	r.Attrs = make([]Attr, n)
+	for i := range r.Attrs {
+		r.Attrs[i].Decode(d)
+	}
+}
+
+// CleanDelta moves block Index of Ino from Old to New only if the block
+// still points at Old (Zebra's conditional update).
+type CleanDelta struct {
+	Ino   uint64
+	Index uint64
+	Old   []byte
+	New   []byte
+}
+
+// CleanReq is a batch of cleaner deltas.
+type CleanReq struct{ Deltas []CleanDelta }
+
+func (r *CleanReq) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Deltas)))
+	for _, c := range r.Deltas {
+		e.U64(c.Ino)
+		e.U64(c.Index)
+		e.Bytes(c.Old)
+		e.Bytes(c.New)
+	}
+}
+
+func (r *CleanReq) Decode(d *wire.Dec) {
+	n := d.Count(18)
+	r.Deltas = make([]CleanDelta, n)
+	for i := range r.Deltas {
+		c := &r.Deltas[i]
+		c.Ino, c.Index = d.U64(), d.U64()
+		c.Old = append([]byte(nil), d.Bytes()...)
+		c.New = append([]byte(nil), d.Bytes()...)
+	}
+}
+
+// CleanResp says which deltas were applied (false: rejected, the copy is dead).
+type CleanResp struct{ Applied []bool }
+
+func (r *CleanResp) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Applied)))
+	for _, a := range r.Applied {
+		e.Bool(a)
+	}
+}
+
+func (r *CleanResp) Decode(d *wire.Dec) {
+	n := d.Count(1)
+	r.Applied = make([]bool, n)
+	for i := range r.Applied {
+		r.Applied[i] = d.Bool()
+	}
+}
+
+// StatFSResp reports an island's inode usage.
+type StatFSResp struct {
+	Inodes uint64
+	Bytes  uint64 // logical bytes of files held
+}
+
+func (r *StatFSResp) Encode(e *wire.Enc) { e.U64(r.Inodes); e.U64(r.Bytes) }
+func (r *StatFSResp) Decode(d *wire.Dec) { r.Inodes, r.Bytes = d.U64(), d.U64() }
