@@ -400,7 +400,12 @@ type ReadMapReq struct {
 	Count uint64
 }
 
-func (r *ReadMapReq) Encode(e *wire.Enc) { r.Cred.Encode(e); e.U64(r.Ino); e.U64(r.First); e.U64(r.Count) }
+func (r *ReadMapReq) Encode(e *wire.Enc) {
+	r.Cred.Encode(e)
+	e.U64(r.Ino)
+	e.U64(r.First)
+	e.U64(r.Count)
+}
 func (r *ReadMapReq) Decode(d *wire.Dec) {
 	r.Cred.Decode(d)
 	r.Ino, r.First, r.Count = d.U64(), d.U64(), d.U64()
@@ -413,7 +418,11 @@ type ReadMapResp struct {
 	Blocks []Block
 }
 
-func (r *ReadMapResp) Encode(e *wire.Enc) { r.Attr.Encode(e); e.Bytes(r.Inline); encodeBlocks(e, r.Blocks) }
+func (r *ReadMapResp) Encode(e *wire.Enc) {
+	r.Attr.Encode(e)
+	e.Bytes(r.Inline)
+	encodeBlocks(e, r.Blocks)
+}
 func (r *ReadMapResp) Decode(d *wire.Dec) {
 	r.Attr.Decode(d)
 	r.Inline = append([]byte(nil), d.Bytes()...)

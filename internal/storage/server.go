@@ -159,13 +159,20 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
 			return wire.Response{}, err
 		}
-		if err := checkCRCs(req.Payload, m.ChunkSize, m.CRCs); err != nil {
-			return wire.Response{}, fmt.Errorf("storage: put %s: %w", m.ID, err)
+		if m.Repair || int(m.ChunkSize) != s.store.ChunkSize() {
+			if err := checkCRCs(req.Payload, m.ChunkSize, m.CRCs); err != nil {
+				return wire.Response{}, fmt.Errorf("storage: put %s: %w", m.ID, err)
+			}
 		}
 		if m.Repair {
 			return wire.Response{}, s.store.Repair(ctx, m.ID, req.Payload)
 		}
-		return wire.Response{}, s.store.Put(ctx, m.ID, req.Payload, nil)
+		if int(m.ChunkSize) == s.store.ChunkSize() {
+			// The store checks the sender's checksums as it computes its
+			// own: one pass over the bytes instead of two.
+			return wire.Response{}, s.store.Put(ctx, m.ID, req.Payload, m.CRCs)
+		}
+		return wire.Response{}, s.store.Put(ctx, m.ID, req.Payload, nil) // checked above
 	case fragment.OpAppend:
 		var m fragment.IDReq
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
@@ -260,6 +267,9 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 		}
 		return wire.Response{Msg: fragment.Marshal(&r)}, nil
 	case fragment.OpStat:
+		if len(req.Msg) != 0 {
+			return wire.Response{}, fmt.Errorf("storage: stat: %w: %d unexpected message bytes", fragment.ErrBadRequest, len(req.Msg))
+		}
 		st := s.store.Stat()
 		return wire.Response{Msg: fragment.Marshal(&fragment.Stats{
 			Slot: s.cfg.Slot, CapacityBytes: uint64(st.CapacityBytes), UsedBytes: uint64(st.UsedBytes),
@@ -275,10 +285,9 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 // bytes damaged between the client's memory and ours are refused.
 func checkCRCs(data []byte, chunk uint32, crcs []uint32) error {
 	if chunk == 0 {
-		if len(crcs) != 0 {
-			return fmt.Errorf("%w: checksums without a chunk size", ErrBadData)
-		}
-		return nil
+		// Every put carries checksums: bytes crossing the network are
+		// checked end to end, never taken on trust.
+		return fmt.Errorf("%w: no chunk checksums sent", ErrBadData)
 	}
 	want := (len(data) + int(chunk) - 1) / int(chunk)
 	if len(crcs) != want {
