@@ -1,0 +1,431 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/metawire"
+)
+
+// blockMap is a cached copy of a file's block map at one data version.
+type blockMap struct {
+	version uint64
+	inline  []byte
+	ptrs    map[uint64]layout.Pointer
+}
+
+// readMap returns the block map of ino at its current version.
+func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, version uint64) (*blockMap, error) {
+	f.cache.Lock()
+	if bm := f.cache.blocks[ino]; bm != nil && bm.version == version {
+		f.cache.hits++
+		f.cache.Unlock()
+		return bm, nil
+	}
+	f.cache.misses++
+	f.cache.Unlock()
+	var resp metawire.ReadMapResp
+	if err := f.call(ctx, ino, metawire.OpReadMap, &metawire.ReadMapReq{Cred: cred, Ino: ino}, &resp); err != nil {
+		return nil, err
+	}
+	bm := &blockMap{version: resp.Attr.Version, inline: resp.Inline, ptrs: make(map[uint64]layout.Pointer, len(resp.Blocks))}
+	for _, b := range resp.Blocks {
+		if len(b.Ptr) == 0 {
+			continue
+		}
+		p, rest, err := layout.DecodePointer(b.Ptr)
+		if err != nil || len(rest) != 0 {
+			return nil, fmt.Errorf("client: inode %x block %d: %w", ino, b.Index, metawire.ErrIO)
+		}
+		bm.ptrs[b.Index] = p
+	}
+	f.cacheAttr(resp.Attr)
+	f.cache.Lock()
+	f.cache.blocks[ino] = bm
+	f.cache.Unlock()
+	return bm, nil
+}
+
+// File is an open regular file with a write-back cache: writes collect in
+// memory (at most FSConfig.DirtyMax bytes) and reach the cluster on Flush,
+// Fsync or Close, which return only once the data is durable and committed
+// to the island (close-to-open consistency). Reads see this File's own
+// unflushed writes. It is safe for concurrent use.
+type File struct {
+	fs   *FS
+	ino  uint64
+	cred metawire.Cred
+
+	mu struct {
+		sync.Mutex
+		attr     metawire.Attr // as of open or the last commit
+		pol      layout.Policy
+		bs       int
+		size     uint64
+		inline   bool
+		inl      []byte            // whole content while inline
+		dirty    map[uint64][]byte // block index -> block buffer (len bs)
+		dirtyN   int
+		modified bool
+		// read-ahead window of clean data
+		raOff  uint64
+		raData []byte
+		raNext uint64 // where the last read ended, to detect sequential reads
+	}
+}
+
+// Open opens a regular file. Attributes are fetched fresh (close-to-open).
+func (f *FS) Open(ctx context.Context, cred metawire.Cred, ino uint64) (*File, error) {
+	a, err := f.GetAttrFresh(ctx, cred, ino)
+	if err != nil {
+		return nil, err
+	}
+	if a.IsDir() {
+		return nil, fmt.Errorf("client: open %x: %w", ino, metawire.ErrIsDir)
+	}
+	if !a.IsRegular() {
+		return nil, fmt.Errorf("client: open %x: %w", ino, metawire.ErrInvalid)
+	}
+	ps := a.Policy
+	if ps == "" {
+		ps = f.cfg.Map.DefaultPolicy()
+	}
+	pol, err := layout.Parse(ps)
+	if err != nil {
+		return nil, fmt.Errorf("client: open %x: policy %q: %w", ino, ps, metawire.ErrIO)
+	}
+	fh := &File{fs: f, ino: ino, cred: cred}
+	fh.mu.attr, fh.mu.pol, fh.mu.size = a, pol, a.Size
+	fh.mu.bs = int(a.BlockSize)
+	if fh.mu.bs == 0 {
+		fh.mu.bs = pol.BlockSize
+	}
+	fh.mu.dirty = map[uint64][]byte{}
+	if a.Inline || a.Size == 0 {
+		fh.mu.inline = true
+		if a.Size > 0 {
+			bm, err := f.readMap(ctx, cred, ino, a.Version)
+			if err != nil {
+				return nil, err
+			}
+			fh.mu.inl = append([]byte(nil), bm.inline...)
+		}
+	}
+	return fh, nil
+}
+
+// Ino returns the file's inode id.
+func (h *File) Ino() uint64 { return h.ino }
+
+// Size returns the file's size including unflushed writes.
+func (h *File) Size() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.size
+}
+
+// Attr returns the attributes as of the last open or commit, with the
+// size of unflushed writes.
+func (h *File) Attr() metawire.Attr {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a := h.mu.attr
+	a.Size = h.mu.size
+	return a
+}
+
+// WriteAt writes p at off into the cache.
+func (h *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("client: write %x: %w: negative offset", h.ino, metawire.ErrInvalid)
+	}
+	if uint64(off)+uint64(len(p)) > 1<<50 {
+		return 0, fmt.Errorf("client: write %x: %w", h.ino, metawire.ErrFileTooBig)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	end := uint64(off) + uint64(len(p))
+	h.mu.modified = true
+	h.mu.raData = nil
+	if h.mu.inline {
+		if end <= uint64(h.fs.cfg.InlineMax) {
+			if uint64(len(h.mu.inl)) < end {
+				h.mu.inl = append(h.mu.inl, make([]byte, end-uint64(len(h.mu.inl)))...)
+			}
+			copy(h.mu.inl[off:], p)
+			h.mu.size = max(h.mu.size, end)
+			return len(p), nil
+		}
+		h.leaveInlineLocked()
+	}
+	bs := uint64(h.mu.bs)
+	pos := uint64(off)
+	for len(p) > 0 {
+		idx, in := pos/bs, pos%bs
+		n := min(uint64(len(p)), bs-in)
+		buf, err := h.blockForWriteLocked(ctx, idx, in == 0 && (n == bs || pos+n >= h.mu.size))
+		if err != nil {
+			return int(pos - uint64(off)), err
+		}
+		copy(buf[in:], p[:n])
+		p, pos = p[n:], pos+n
+	}
+	h.mu.size = max(h.mu.size, end)
+	if h.mu.dirtyN >= h.fs.cfg.DirtyMax {
+		if err := h.flushLocked(ctx); err != nil {
+			return len(p), err
+		}
+	}
+	return int(end - uint64(off)), nil
+}
+
+// leaveInlineLocked turns inline content into dirty blocks.
+func (h *File) leaveInlineLocked() {
+	bs := h.mu.bs
+	for i := 0; i < len(h.mu.inl); i += bs {
+		b := make([]byte, bs)
+		copy(b, h.mu.inl[i:min(i+bs, len(h.mu.inl))])
+		h.mu.dirty[uint64(i/bs)] = b
+		h.mu.dirtyN += bs
+	}
+	h.mu.inline, h.mu.inl = false, nil
+}
+
+// blockForWriteLocked returns the dirty buffer of block idx, reading the
+// old contents first unless the write replaces everything that matters.
+func (h *File) blockForWriteLocked(ctx context.Context, idx uint64, whole bool) ([]byte, error) {
+	if b, ok := h.mu.dirty[idx]; ok {
+		return b, nil
+	}
+	b := make([]byte, h.mu.bs)
+	if !whole && idx*uint64(h.mu.bs) < h.mu.attr.Size {
+		if err := h.readCleanLocked(ctx, b, idx*uint64(h.mu.bs)); err != nil {
+			return nil, err
+		}
+	}
+	h.mu.dirty[idx] = b
+	h.mu.dirtyN += len(b)
+	return b, nil
+}
+
+// ReadAt reads into p at off; it returns io.EOF-free short counts at the
+// end of the file (n < len(p) only at EOF).
+func (h *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("client: read %x: %w: negative offset", h.ino, metawire.ErrInvalid)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if uint64(off) >= h.mu.size {
+		return 0, nil
+	}
+	n := min(uint64(len(p)), h.mu.size-uint64(off))
+	p = p[:n]
+	if h.mu.inline {
+		clear(p)
+		if uint64(off) < uint64(len(h.mu.inl)) {
+			copy(p, h.mu.inl[off:])
+		}
+		return int(n), nil
+	}
+	bs := uint64(h.mu.bs)
+	pos := uint64(off)
+	for len(p) > 0 {
+		idx, in := pos/bs, pos%bs
+		k := min(uint64(len(p)), bs-in)
+		if b, ok := h.mu.dirty[idx]; ok {
+			copy(p[:k], b[in:])
+		} else if err := h.readCleanLocked(ctx, p[:k], pos); err != nil {
+			return int(pos - uint64(off)), err
+		}
+		p, pos = p[k:], pos+k
+	}
+	return int(n), nil
+}
+
+// readAhead is the window a sequential reader prefetches (many blocks read
+// as one range per storage server).
+const readAhead = 8 << 20
+
+// readCleanLocked fills p with committed data at off (not dirty blocks),
+// through the read-ahead window.
+func (h *File) readCleanLocked(ctx context.Context, p []byte, off uint64) error {
+	end := off + uint64(len(p))
+	if ra := h.mu.raData; ra != nil && off >= h.mu.raOff && end <= h.mu.raOff+uint64(len(ra)) {
+		copy(p, ra[off-h.mu.raOff:])
+		h.mu.raNext = end
+		return nil
+	}
+	bs := uint64(h.mu.bs)
+	lo := off / bs * bs
+	hi := (end + bs - 1) / bs * bs
+	if off == h.mu.raNext || off == 0 {
+		hi = max(hi, lo+readAhead)
+	}
+	committed := h.mu.attr.Size
+	hi = min(hi, (committed+bs-1)/bs*bs)
+	if hi <= lo {
+		clear(p)
+		return nil
+	}
+	buf := make([]byte, hi-lo)
+	if err := h.fetchLocked(ctx, buf, lo); err != nil {
+		return err
+	}
+	h.mu.raOff, h.mu.raData = lo, buf
+	if off >= lo && end <= hi {
+		copy(p, buf[off-lo:])
+	} else {
+		clear(p)
+		copy(p, buf[off-lo:])
+	}
+	h.mu.raNext = end
+	return nil
+}
+
+// fetchLocked reads committed blocks covering [lo, lo+len(buf)) (lo block
+// aligned); holes and bytes past a short block read as zeros.
+func (h *File) fetchLocked(ctx context.Context, buf []byte, lo uint64) error {
+	bm, err := h.fs.readMap(ctx, h.cred, h.ino, h.mu.attr.Version)
+	if err != nil {
+		return err
+	}
+	clear(buf)
+	bs := uint64(h.mu.bs)
+	var ptrs []layout.Pointer
+	var starts []int
+	for pos := uint64(0); pos < uint64(len(buf)); pos += bs {
+		p, ok := bm.ptrs[(lo+pos)/bs]
+		if !ok {
+			continue
+		}
+		if uint64(p.Length) > bs {
+			return fmt.Errorf("client: inode %x: block longer than the block size: %w", h.ino, metawire.ErrIO)
+		}
+		ptrs = append(ptrs, p)
+		starts = append(starts, int(pos))
+	}
+	// Blocks that sit back to back in buf are read together, as one range
+	// per storage server where they also follow each other in a stripe.
+	for i := 0; i < len(ptrs); {
+		j, total := i+1, int(ptrs[i].Length)
+		for j < len(ptrs) && starts[j] == starts[i]+total {
+			total += int(ptrs[j].Length)
+			j++
+		}
+		start := starts[i]
+		var err error
+		if start+total <= len(buf) {
+			err = h.fs.data.ReadBlocks(ctx, ptrs[i:j], buf[start:start+total])
+		} else {
+			tmp := make([]byte, total)
+			if err = h.fs.data.ReadBlocks(ctx, ptrs[i:j], tmp); err == nil {
+				copy(buf[start:], tmp)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("client: read %x: %w: %v", h.ino, metawire.ErrIO, err)
+		}
+		i = j
+	}
+	return nil
+}
+
+// Flush writes dirty data back: durable on the storage servers, then
+// committed to the island. It returns only when both happened.
+func (h *File) Flush(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.flushLocked(ctx)
+}
+
+// Fsync is Flush (every flush is synchronous).
+func (h *File) Fsync(ctx context.Context) error { return h.Flush(ctx) }
+
+// Close flushes.
+func (h *File) Close(ctx context.Context) error { return h.Flush(ctx) }
+
+func (h *File) flushLocked(ctx context.Context) error {
+	if !h.mu.modified {
+		return nil
+	}
+	w := metawire.FileWrite{Ino: h.ino, Size: h.mu.size, Mtime: time.Now().UnixNano()}
+	if h.mu.inline {
+		w.SetInline, w.Inline = true, h.mu.inl
+	} else if len(h.mu.dirty) > 0 {
+		log, err := h.fs.data.Log(ctx, h.mu.pol)
+		if err != nil {
+			return fmt.Errorf("client: flush %x: %w", h.ino, err)
+		}
+		idxs := make([]uint64, 0, len(h.mu.dirty))
+		for idx := range h.mu.dirty {
+			idxs = append(idxs, idx)
+		}
+		sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+		bs := uint64(h.mu.bs)
+		for _, idx := range idxs {
+			b := h.mu.dirty[idx]
+			if idx*bs >= h.mu.size {
+				continue // truncated away
+			}
+			b = b[:min(bs, h.mu.size-idx*bs)]
+			ptrs, err := log.Append(ctx, b)
+			if err != nil {
+				return fmt.Errorf("client: flush %x: %w: %v", h.ino, metawire.ErrIO, err)
+			}
+			if len(ptrs) != 1 {
+				return fmt.Errorf("client: flush %x: block split into %d pointers", h.ino, len(ptrs))
+			}
+			w.Blocks = append(w.Blocks, metawire.Block{Index: idx, Ptr: ptrs[0].AppendBinary(nil)})
+		}
+		if err := log.Flush(ctx); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return err
+			}
+			return fmt.Errorf("client: flush %x: %w: %v", h.ino, metawire.ErrIO, err)
+		}
+	}
+	var resp metawire.CommitResp
+	if err := h.fs.call(ctx, h.ino, metawire.OpCommit, &metawire.CommitReq{Cred: h.cred, Writes: []metawire.FileWrite{w}}, &resp); err != nil {
+		return err
+	}
+	if len(resp.Attrs) == 1 {
+		h.mu.attr = resp.Attrs[0]
+		h.fs.cacheAttr(resp.Attrs[0])
+	}
+	h.mu.dirty = map[uint64][]byte{}
+	h.mu.dirtyN = 0
+	h.mu.modified = false
+	h.mu.raData = nil
+	return nil
+}
+
+// Truncate flushes and then sets the size.
+func (h *File) Truncate(ctx context.Context, size uint64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.flushLocked(ctx); err != nil {
+		return err
+	}
+	a, err := h.fs.SetAttr(ctx, metawire.SetAttrReq{Cred: h.cred, Ino: h.ino, Valid: metawire.SetSize, Size: size})
+	if err != nil {
+		return err
+	}
+	h.mu.attr, h.mu.size, h.mu.raData = a, a.Size, nil
+	if h.mu.inline {
+		if size <= uint64(len(h.mu.inl)) {
+			h.mu.inl = h.mu.inl[:size]
+		} else {
+			h.mu.inl = append(h.mu.inl, make([]byte, size-uint64(len(h.mu.inl)))...)
+		}
+	}
+	if a.Inline != h.mu.inline && !a.Inline {
+		h.mu.inline, h.mu.inl = false, nil
+	}
+	return nil
+}

@@ -1,0 +1,432 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// MapView is what the naming layer needs of the cluster map. It is declared
+// here, where it is used; StaticMapView is the in-memory version and the
+// cluster-map client provides the real one.
+type MapView interface {
+	Epoch() uint64
+	// IslandAddr returns the address of the island owning bucket.
+	IslandAddr(bucket uint32) (string, bool)
+	// Refresh fetches a newer map (after a stale-epoch or wrong-island reply).
+	Refresh(ctx context.Context) error
+	// DefaultPolicy is the cluster's policy for files without one.
+	DefaultPolicy() string
+}
+
+// StaticMapView is a fixed map: a table and island addresses.
+type StaticMapView struct {
+	MapEpoch uint64
+	Table    namespace.Table
+	Addrs    map[namespace.IslandID]string
+	Policy   string
+}
+
+func (m *StaticMapView) Epoch() uint64                     { return m.MapEpoch }
+func (m *StaticMapView) Refresh(ctx context.Context) error { return nil }
+func (m *StaticMapView) DefaultPolicy() string {
+	if m.Policy == "" {
+		return layout.Default().String()
+	}
+	return m.Policy
+}
+func (m *StaticMapView) IslandAddr(bucket uint32) (string, bool) {
+	a, ok := m.Addrs[m.Table.Lookup(bucket)]
+	return a, ok
+}
+
+// FSConfig configures the naming and cache layers.
+type FSConfig struct {
+	Data *Client // the logical/physical layers
+	Map  MapView
+	// AttrTTL is how long attributes and name lookups are cached. Changes
+	// made through this FS invalidate them at once; other clients' changes
+	// are seen after at most AttrTTL, and file data is revalidated on open
+	// (close-to-open consistency). Default 1s.
+	AttrTTL time.Duration
+	// InlineMax is the size below which file data lives in the inode.
+	// Default 16 KiB; must match the islands' setting.
+	InlineMax int
+	// DirtyMax bounds the dirty bytes buffered per open file before they
+	// are written back. Default 64 MiB.
+	DirtyMax int
+	Logger   *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c *FSConfig) Validate() error {
+	if c.Data == nil || c.Map == nil {
+		return errors.New("client: fs config: Data and Map are required")
+	}
+	if c.AttrTTL < 0 || c.InlineMax < 0 || c.DirtyMax < 0 {
+		return errors.New("client: fs config: negative duration or size")
+	}
+	return nil
+}
+
+// FS is the naming and cache layers: an inode-based file system API over
+// the metadata islands and the data path, shared by the FUSE adapter, the
+// NFS gateway and the CLI. It is safe for concurrent use.
+type FS struct {
+	cfg   FSConfig
+	data  *Client
+	pool  *wire.Pool
+	log   *slog.Logger
+	cache struct {
+		sync.Mutex
+		attrs  map[uint64]cachedAttr
+		dentry map[dentryKey]cachedDentry
+		blocks map[uint64]*blockMap // per inode, valid for one data version
+		hits   uint64
+		misses uint64
+	}
+}
+
+type cachedAttr struct {
+	attr    metawire.Attr
+	expires time.Time
+}
+
+type dentryKey struct {
+	dir  uint64
+	name string
+}
+
+type cachedDentry struct {
+	ino     uint64
+	expires time.Time
+}
+
+// NewFS returns an FS.
+func NewFS(cfg FSConfig) (*FS, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.AttrTTL == 0 {
+		cfg.AttrTTL = time.Second
+	}
+	if cfg.InlineMax == 0 {
+		cfg.InlineMax = 16 << 10
+	}
+	if cfg.DirtyMax == 0 {
+		cfg.DirtyMax = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	f := &FS{cfg: cfg, data: cfg.Data, pool: wire.NewPool(wire.ClientConfig{}, 2), log: cfg.Logger}
+	f.cache.attrs = map[uint64]cachedAttr{}
+	f.cache.dentry = map[dentryKey]cachedDentry{}
+	f.cache.blocks = map[uint64]*blockMap{}
+	return f, nil
+}
+
+// Close closes the island connections (not the data client).
+func (f *FS) Close() error {
+	f.pool.Close()
+	return nil
+}
+
+// Data returns the data-path client.
+func (f *FS) Data() *Client { return f.data }
+
+// call sends one request to the island owning route's bucket, refreshing
+// the map and retrying on stale-epoch and wrong-island answers and backing
+// off on busy ones.
+func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawire.Message) error {
+	msg := metawire.Marshal(req)
+	backoff := 5 * time.Millisecond
+	var last error
+	for attempt := 0; attempt < 12; attempt++ {
+		addr, ok := f.cfg.Map.IslandAddr(namespace.Ino(route).Bucket())
+		if !ok {
+			last = fmt.Errorf("client: no island for inode %s: %w", namespace.Ino(route), metawire.ErrUnavailable)
+		} else {
+			rep, err := f.pool.Call(ctx, addr, op, f.cfg.Map.Epoch(), msg, nil, nil)
+			if err == nil {
+				if resp == nil {
+					return nil
+				}
+				return metawire.Unmarshal(rep.Msg, resp)
+			}
+			err = metawire.RemoteErr(err)
+			var re *metawire.StatusError
+			if !errors.As(err, &re) {
+				// Transport failure: the island may be restarting or moved.
+				err = fmt.Errorf("%w: island %s: %v", metawire.ErrUnavailable, addr, err)
+			}
+			switch {
+			case errors.Is(err, metawire.ErrStaleEpoch), errors.Is(err, metawire.ErrWrongIsland), errors.Is(err, metawire.ErrUnavailable):
+				if rerr := f.cfg.Map.Refresh(ctx); rerr != nil {
+					f.log.Debug("client: map refresh failed", "err", rerr)
+				}
+			case errors.Is(err, metawire.ErrBusy):
+			default:
+				return err
+			}
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+	return last
+}
+
+func (f *FS) cacheAttr(a metawire.Attr) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	f.cache.attrs[a.Ino] = cachedAttr{a, time.Now().Add(f.cfg.AttrTTL)}
+	if bm := f.cache.blocks[a.Ino]; bm != nil && bm.version != a.Version {
+		delete(f.cache.blocks, a.Ino)
+	}
+}
+
+func (f *FS) cacheDentry(dir uint64, name string, ino uint64) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	f.cache.dentry[dentryKey{dir, name}] = cachedDentry{ino, time.Now().Add(f.cfg.AttrTTL)}
+}
+
+// Invalidate drops everything cached about ino (and, with a name, the
+// dentry dir/name).
+func (f *FS) Invalidate(ino uint64) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	delete(f.cache.attrs, ino)
+	delete(f.cache.blocks, ino)
+}
+
+func (f *FS) invalidateDentry(dir uint64, name string) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	delete(f.cache.dentry, dentryKey{dir, name})
+	delete(f.cache.attrs, dir)
+}
+
+// CacheStats returns attribute/name cache hits and misses.
+func (f *FS) CacheStats() (hits, misses uint64) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	return f.cache.hits, f.cache.misses
+}
+
+// Lookup resolves name in dir.
+func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name string) (metawire.Attr, error) {
+	now := time.Now()
+	f.cache.Lock()
+	if d, ok := f.cache.dentry[dentryKey{dir, name}]; ok && now.Before(d.expires) {
+		if a, ok := f.cache.attrs[d.ino]; ok && now.Before(a.expires) && cred.UID == 0 {
+			f.cache.hits++
+			f.cache.Unlock()
+			return a.attr, nil
+		}
+	}
+	f.cache.misses++
+	f.cache.Unlock()
+	var resp metawire.AttrResp
+	if err := f.call(ctx, dir, metawire.OpLookup, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, &resp); err != nil {
+		return metawire.Attr{}, err
+	}
+	f.cacheAttr(resp.Attr)
+	f.cacheDentry(dir, name, resp.Attr.Ino)
+	return resp.Attr, nil
+}
+
+// GetAttr returns ino's attributes, from the cache when fresh enough.
+func (f *FS) GetAttr(ctx context.Context, cred metawire.Cred, ino uint64) (metawire.Attr, error) {
+	f.cache.Lock()
+	if a, ok := f.cache.attrs[ino]; ok && time.Now().Before(a.expires) {
+		f.cache.hits++
+		f.cache.Unlock()
+		return a.attr, nil
+	}
+	f.cache.misses++
+	f.cache.Unlock()
+	return f.GetAttrFresh(ctx, cred, ino)
+}
+
+// GetAttrFresh asks the island, bypassing the cache.
+func (f *FS) GetAttrFresh(ctx context.Context, cred metawire.Cred, ino uint64) (metawire.Attr, error) {
+	var resp metawire.AttrResp
+	if err := f.call(ctx, ino, metawire.OpGetAttr, &metawire.InoReq{Cred: cred, Ino: ino}, &resp); err != nil {
+		return metawire.Attr{}, err
+	}
+	f.cacheAttr(resp.Attr)
+	return resp.Attr, nil
+}
+
+// SetAttr changes attributes (see metawire.SetAttrReq). Truncation of a
+// file with dirty cached data must go through the open File instead.
+func (f *FS) SetAttr(ctx context.Context, req metawire.SetAttrReq) (metawire.Attr, error) {
+	var resp metawire.AttrResp
+	f.Invalidate(req.Ino)
+	if err := f.call(ctx, req.Ino, metawire.OpSetAttr, &req, &resp); err != nil {
+		return metawire.Attr{}, err
+	}
+	f.cacheAttr(resp.Attr)
+	return resp.Attr, nil
+}
+
+func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (metawire.CreateResp, error) {
+	var resp metawire.CreateResp
+	f.invalidateDentry(req.Dir, req.Name)
+	if err := f.call(ctx, req.Dir, op, &req, &resp); err != nil {
+		return resp, err
+	}
+	f.cacheAttr(resp.Attr)
+	f.cacheAttr(resp.DirAttr)
+	f.cacheDentry(req.Dir, req.Name, resp.Attr.Ino)
+	return resp, nil
+}
+
+// Create makes a regular or special file.
+func (f *FS) Create(ctx context.Context, req metawire.CreateReq) (metawire.CreateResp, error) {
+	if req.Mode&metawire.ModeType == 0 {
+		req.Mode |= metawire.ModeFile
+	}
+	return f.create(ctx, metawire.OpCreate, req)
+}
+
+// Mkdir makes a directory.
+func (f *FS) Mkdir(ctx context.Context, req metawire.CreateReq) (metawire.CreateResp, error) {
+	req.Mode = req.Mode&metawire.ModePerm | metawire.ModeDir
+	return f.create(ctx, metawire.OpMkdir, req)
+}
+
+// Symlink makes a symbolic link to req.Target.
+func (f *FS) Symlink(ctx context.Context, req metawire.CreateReq) (metawire.CreateResp, error) {
+	req.Mode = 0o777 | metawire.ModeLink
+	return f.create(ctx, metawire.OpSymlink, req)
+}
+
+// Readlink returns a symlink's target.
+func (f *FS) Readlink(ctx context.Context, cred metawire.Cred, ino uint64) (string, error) {
+	var resp metawire.ReadlinkResp
+	if err := f.call(ctx, ino, metawire.OpReadlink, &metawire.InoReq{Cred: cred, Ino: ino}, &resp); err != nil {
+		return "", err
+	}
+	return resp.Target, nil
+}
+
+func (f *FS) remove(ctx context.Context, op uint16, cred metawire.Cred, dir uint64, name string) error {
+	// The victim's cached attributes (nlink) change too.
+	f.cache.Lock()
+	if d, ok := f.cache.dentry[dentryKey{dir, name}]; ok {
+		delete(f.cache.attrs, d.ino)
+	}
+	f.cache.Unlock()
+	f.invalidateDentry(dir, name)
+	return f.call(ctx, dir, op, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, nil)
+}
+
+// Unlink removes a non-directory entry.
+func (f *FS) Unlink(ctx context.Context, cred metawire.Cred, dir uint64, name string) error {
+	return f.remove(ctx, metawire.OpUnlink, cred, dir, name)
+}
+
+// Rmdir removes an empty directory.
+func (f *FS) Rmdir(ctx context.Context, cred metawire.Cred, dir uint64, name string) error {
+	return f.remove(ctx, metawire.OpRmdir, cred, dir, name)
+}
+
+// Rename moves an entry with POSIX semantics.
+func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
+	f.cache.Lock()
+	for _, k := range []dentryKey{{req.SrcDir, req.SrcName}, {req.DstDir, req.DstName}} {
+		if d, ok := f.cache.dentry[k]; ok {
+			delete(f.cache.attrs, d.ino)
+		}
+		delete(f.cache.dentry, k)
+	}
+	delete(f.cache.attrs, req.SrcDir)
+	delete(f.cache.attrs, req.DstDir)
+	f.cache.Unlock()
+	return f.call(ctx, req.SrcDir, metawire.OpRename, &req, nil)
+}
+
+// Link makes a hard link.
+func (f *FS) Link(ctx context.Context, req metawire.LinkReq) (metawire.Attr, error) {
+	f.invalidateDentry(req.Dir, req.Name)
+	f.Invalidate(req.Ino)
+	var resp metawire.AttrResp
+	if err := f.call(ctx, req.Dir, metawire.OpLink, &req, &resp); err != nil {
+		return metawire.Attr{}, err
+	}
+	f.cacheAttr(resp.Attr)
+	return resp.Attr, nil
+}
+
+// Readdir returns one page of dir's entries after cookie. With plus, every
+// entry carries attributes (fetched from other islands when needed).
+func (f *FS) Readdir(ctx context.Context, cred metawire.Cred, dir, cookie uint64, max uint32, plus bool) (metawire.ReaddirResp, error) {
+	var resp metawire.ReaddirResp
+	if err := f.call(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, Cookie: cookie, MaxEntries: max, Plus: plus}, &resp); err != nil {
+		return resp, err
+	}
+	f.cacheAttr(resp.DirAttr)
+	for i := range resp.Entries {
+		e := &resp.Entries[i]
+		if e.HasAttr {
+			f.cacheAttr(e.Attr)
+		} else if plus && e.Name != "." && e.Name != ".." {
+			a, err := f.GetAttr(ctx, cred, e.Ino)
+			if err != nil {
+				continue // raced with a removal; the entry goes without attributes
+			}
+			e.Attr, e.HasAttr = a, true
+		}
+		if e.Name != "." && e.Name != ".." {
+			f.cacheDentry(dir, e.Name, e.Ino)
+		}
+	}
+	return resp, nil
+}
+
+// GetXattr, SetXattr, ListXattr and RemoveXattr manage extended attributes.
+func (f *FS) GetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string) ([]byte, error) {
+	var resp metawire.XattrResp
+	if err := f.call(ctx, ino, metawire.OpGetXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Value, nil
+}
+
+func (f *FS) SetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string, value []byte, flags uint32) error {
+	f.Invalidate(ino)
+	return f.call(ctx, ino, metawire.OpSetXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name, Value: value, Flags: flags}, nil)
+}
+
+func (f *FS) ListXattr(ctx context.Context, cred metawire.Cred, ino uint64) ([]string, error) {
+	var resp metawire.XattrResp
+	if err := f.call(ctx, ino, metawire.OpListXattr, &metawire.InoReq{Cred: cred, Ino: ino}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Names, nil
+}
+
+func (f *FS) RemoveXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string) error {
+	f.Invalidate(ino)
+	return f.call(ctx, ino, metawire.OpRemoveXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name}, nil)
+}
+
+// Access checks permission bits (4 read, 2 write, 1 execute).
+func (f *FS) Access(ctx context.Context, cred metawire.Cred, ino uint64, mask uint32) error {
+	return f.call(ctx, ino, metawire.OpAccess, &metawire.AccessReq{Cred: cred, Ino: ino, Mask: mask}, nil)
+}
