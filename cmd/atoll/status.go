@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/cluster"
+)
+
+// defaultCluster is the manager address used when neither --cluster nor
+// $ATOLL_CLUSTER is set: where `atoll dev` and a default `atoll manager`
+// listen.
+const defaultCluster = "127.0.0.1:7300"
+
+// clusterAddrs resolves the manager addresses: the flag, else
+// $ATOLL_CLUSTER, else defaultCluster. Several may be comma-separated.
+func clusterAddrs(flag string) []string {
+	s := flag
+	if s == "" {
+		s = os.Getenv("ATOLL_CLUSTER")
+	}
+	if s == "" {
+		s = defaultCluster
+	}
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func newStatusCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--cluster ADDR] [--json]",
+		Short: "Show the cluster map: managers, members, islands, hash table, default policy",
+		Long: `Show the cluster map as the leading manager sees it: the epoch, the manager
+group (leader, voters, term), every member with its state and last heartbeat,
+the islands with their share of the namespace hash table, and the default
+policy.
+
+The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster + `
+(comma-separate several; any manager will do, followers redirect to the leader).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			addrs := clusterAddrs(addr)
+			cl := cluster.NewClient(addrs, log)
+			defer cl.Close()
+			cl.CallTimeout, cl.LeaderWait = 3*time.Second, 3*time.Second
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			st, err := cl.Status(ctx)
+			if err != nil {
+				if errors.Is(err, cluster.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("cannot reach the manager at %s: %s (is `atoll dev` running? set ATOLL_CLUSTER)", strings.Join(addrs, ","), rootCause(err))
+				}
+				return err
+			}
+			if asJSON {
+				return writeStatusJSON(cmd.OutOrStdout(), st, time.Now())
+			}
+			return writeStatus(cmd.OutOrStdout(), st, time.Now())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// rootCause shortens a connection failure to its system error
+// ("connect: connection refused"); other errors keep their full text.
+func rootCause(err error) string {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return err.Error()
+}
+
+type statusJSON struct {
+	Epoch         uint64       `json:"epoch"`
+	Leader        string       `json:"leader"`
+	LeaderID      string       `json:"leader_id"`
+	Term          uint64       `json:"term"`
+	Voters        []voterJSON  `json:"voters"`
+	Members       []memberJSON `json:"members"`
+	Islands       []islandJSON `json:"islands"`
+	Table         tableJSON    `json:"table"`
+	DefaultPolicy string       `json:"default_policy"`
+	PolicyPinned  bool         `json:"policy_pinned"`
+	Formatted     bool         `json:"formatted"`
+	AnsweredBy    string       `json:"answered_by"`
+	RaftState     string       `json:"raft_state"`
+}
+
+type voterJSON struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	Addr     string `json:"addr"`
+	Voter    bool   `json:"voter"`
+}
+
+type memberJSON struct {
+	Kind   string `json:"kind"`
+	ID     uint32 `json:"id"`
+	Addr   string `json:"addr"`
+	State  string `json:"state"`
+	PID    int    `json:"pid"`
+	LastHB string `json:"last_heartbeat,omitempty"` // RFC 3339, absent when unknown
+	// HeartbeatAgeMS is the age of the last heartbeat, -1 when unknown
+	// (never seen by this leader).
+	HeartbeatAgeMS int64  `json:"heartbeat_age_ms"`
+	CapacityBytes  uint64 `json:"capacity_bytes,omitempty"`
+	UsedBytes      uint64 `json:"used_bytes,omitempty"`
+	Degraded       uint64 `json:"degraded,omitempty"`
+}
+
+type islandJSON struct {
+	ID      uint32  `json:"id"`
+	Addr    string  `json:"addr"`
+	State   string  `json:"state"`
+	Entries int     `json:"entries"`
+	Share   float64 `json:"share"` // fraction of table entries, 0..1
+}
+
+type tableJSON struct {
+	Depth   uint8    `json:"depth"`
+	Entries []uint32 `json:"entries"`
+}
+
+func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
+	m := st.Map
+	out := statusJSON{
+		Epoch: m.Epoch, Leader: st.Leader, LeaderID: st.LeaderID, Term: st.Term,
+		DefaultPolicy: m.DefaultPolicy, PolicyPinned: m.PolicyPinned, Formatted: m.Formatted,
+		AnsweredBy: st.Self, RaftState: st.RaftState,
+		Voters: []voterJSON{}, Members: []memberJSON{}, Islands: []islandJSON{},
+		Table: tableJSON{Depth: m.Table.Depth, Entries: m.Table.Entries},
+	}
+	if out.Table.Entries == nil {
+		out.Table.Entries = []uint32{}
+	}
+	for _, v := range st.Voters {
+		out.Voters = append(out.Voters, voterJSON{ID: v.RaftID, RaftAddr: v.RaftAddr, Addr: v.ClientAddr, Voter: v.Voter})
+	}
+	for _, v := range m.Members() {
+		mj := memberJSON{Kind: v.Kind.String(), ID: v.ID, Addr: v.Addr, State: v.State.String(), PID: v.PID, HeartbeatAgeMS: -1,
+			CapacityBytes: v.CapacityBytes, UsedBytes: v.UsedBytes, Degraded: v.Degraded}
+		if !v.LastHeartbeat.IsZero() {
+			mj.LastHB = v.LastHeartbeat.UTC().Format(time.RFC3339Nano)
+			mj.HeartbeatAgeMS = max(now.Sub(v.LastHeartbeat).Milliseconds(), 0)
+		}
+		out.Members = append(out.Members, mj)
+	}
+	shares := m.Table.Shares()
+	for _, is := range m.Islands {
+		ij := islandJSON{ID: is.ID, Addr: is.Addr, State: is.State.String(), Entries: shares[is.ID]}
+		if n := len(m.Table.Entries); n > 0 {
+			ij.Share = float64(ij.Entries) / float64(n)
+		}
+		out.Islands = append(out.Islands, ij)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
+	m := st.Map
+	bw := &errWriter{w: w}
+	formatted := "not formatted (no namespace table yet)"
+	if m.Formatted {
+		formatted = "formatted"
+	}
+	policy := m.DefaultPolicy
+	if !m.PolicyPinned {
+		policy += " (automatic for the number of storage slots)"
+	}
+	bw.printf("epoch %d, %s\n", m.Epoch, formatted)
+	bw.printf("default policy: %s\n", policy)
+	leader := st.Leader
+	if leader == "" {
+		leader = "none (election under way, or no quorum); answered by " + st.Self
+	}
+	bw.printf("leader: %s  (term %d)\n", leader, st.Term)
+
+	bw.printf("\nmanagers (%d):\n", len(st.Voters))
+	tw := tabwriter.NewWriter(bw, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ID\tADDRESS\tRAFT ADDRESS\tROLE")
+	for _, v := range st.Voters {
+		role := "voter"
+		if !v.Voter {
+			role = "non-voter"
+		}
+		if v.RaftID == st.LeaderID {
+			role = "leader"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", v.RaftID, orDash(v.ClientAddr), v.RaftAddr, role)
+	}
+	tw.Flush()
+
+	members := m.Members()
+	bw.printf("\nmembers (%d):\n", len(members))
+	if len(members) == 0 {
+		bw.printf("  none registered\n")
+	} else {
+		tw = tabwriter.NewWriter(bw, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  KIND\tID\tADDRESS\tSTATE\tPID\tHEARTBEAT\tCAPACITY\tUSED")
+		for _, v := range members {
+			hb := "-"
+			if !v.LastHeartbeat.IsZero() {
+				hb = fmtAge(now.Sub(v.LastHeartbeat)) + " ago"
+			}
+			capacity, used := "", ""
+			if v.Kind == cluster.KindStorage {
+				capacity, used = fmtBytes(v.CapacityBytes), fmtBytes(v.UsedBytes)
+				if v.CapacityBytes == 0 && v.UsedBytes == 0 {
+					capacity, used = "-", "-"
+				}
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", v.Kind, v.ID, v.Addr, v.State, v.PID, hb, capacity, used)
+		}
+		tw.Flush()
+	}
+
+	bw.printf("\nislands (%d), hash table depth %d, %d entries:\n", len(m.Islands), m.Table.Depth, len(m.Table.Entries))
+	if len(m.Islands) == 0 {
+		bw.printf("  none registered\n")
+	} else {
+		shares := m.Table.Shares()
+		ids := make([]uint32, 0, len(m.Islands))
+		for _, is := range m.Islands {
+			ids = append(ids, is.ID)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		tw = tabwriter.NewWriter(bw, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ISLAND\tSTATE\tENTRIES\tSHARE")
+		for _, id := range ids {
+			is, _ := m.Island(id)
+			share := "-"
+			if n := len(m.Table.Entries); n > 0 {
+				share = fmt.Sprintf("%.1f%%", 100*float64(shares[id])/float64(n))
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", id, is.State, shares[id], share)
+		}
+		tw.Flush()
+	}
+	return bw.err
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func fmtAge(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}
+
+func fmtBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := uint64(unit), 0
+	for v := n / unit; v >= unit && exp < 5; v /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

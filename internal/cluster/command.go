@@ -1,0 +1,352 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// cmdType is the type of a raft command (see the package doc).
+type cmdType uint8
+
+const (
+	cmdRegister  cmdType = 1
+	cmdMarkDown  cmdType = 2
+	cmdMarkUp    cmdType = 3
+	cmdSetState  cmdType = 4
+	cmdSetTable  cmdType = 5
+	cmdSetPolicy cmdType = 6
+	cmdFormat    cmdType = 7
+	cmdManager   cmdType = 8
+
+	cmdVersion uint8 = 1
+
+	// maxMarkDown bounds the members one markDown command names.
+	maxMarkDown = 1 << 16
+)
+
+func (t cmdType) String() string {
+	switch t {
+	case cmdRegister:
+		return "register"
+	case cmdMarkDown:
+		return "mark-down"
+	case cmdMarkUp:
+		return "mark-up"
+	case cmdSetState:
+		return "set-state"
+	case cmdSetTable:
+		return "set-table"
+	case cmdSetPolicy:
+		return "set-policy"
+	case cmdFormat:
+		return "format"
+	case cmdManager:
+		return "manager"
+	}
+	return fmt.Sprintf("cmd(%d)", uint8(t))
+}
+
+// command is one raft log entry. Only the fields of its type are encoded.
+type command struct {
+	Type    cmdType
+	Key     MemberKey   // register, mark-up, set-state
+	Keys    []MemberKey // mark-down
+	Addr    string      // register
+	PID     int         // register
+	State   State       // set-state
+	Table   Table       // set-table
+	Policy  string      // set-policy
+	Islands []uint32    // format
+	Manager ManagerNode // manager
+}
+
+func encodeKey(e *wire.Enc, k MemberKey) { e.U8(uint8(k.Kind)); e.U32(k.ID) }
+func decodeKey(d *wire.Dec) MemberKey    { return MemberKey{Kind(d.U8()), d.U32()} }
+
+func (c *command) encode() []byte {
+	var e wire.Enc
+	e.U8(cmdVersion)
+	e.U8(uint8(c.Type))
+	switch c.Type {
+	case cmdRegister:
+		encodeKey(&e, c.Key)
+		e.String(c.Addr)
+		e.I64(int64(c.PID))
+	case cmdMarkDown:
+		e.Uvarint(uint64(len(c.Keys)))
+		for _, k := range c.Keys {
+			encodeKey(&e, k)
+		}
+	case cmdMarkUp:
+		encodeKey(&e, c.Key)
+	case cmdSetState:
+		encodeKey(&e, c.Key)
+		e.U8(uint8(c.State))
+	case cmdSetTable:
+		encodeTable(&e, c.Table)
+	case cmdSetPolicy:
+		e.String(c.Policy)
+	case cmdFormat:
+		e.Uvarint(uint64(len(c.Islands)))
+		for _, id := range c.Islands {
+			e.U32(id)
+		}
+	case cmdManager:
+		e.String(c.Manager.RaftID)
+		e.String(c.Manager.RaftAddr)
+		e.String(c.Manager.ClientAddr)
+	}
+	return e.B
+}
+
+func decodeCommand(b []byte) (*command, error) {
+	d := wire.NewDec(b)
+	if v := d.U8(); d.Err() == nil && v != cmdVersion {
+		return nil, fmt.Errorf("%w: raft command version %d", ErrBadRequest, v)
+	}
+	c := &command{Type: cmdType(d.U8())}
+	switch c.Type {
+	case cmdRegister:
+		c.Key = decodeKey(d)
+		c.Addr = d.Str()
+		c.PID = int(d.I64())
+	case cmdMarkDown:
+		if n := d.Count(5); n > 0 {
+			c.Keys = make([]MemberKey, n)
+			for i := range c.Keys {
+				c.Keys[i] = decodeKey(d)
+			}
+		}
+	case cmdMarkUp:
+		c.Key = decodeKey(d)
+	case cmdSetState:
+		c.Key = decodeKey(d)
+		c.State = State(d.U8())
+	case cmdSetTable:
+		c.Table = decodeTable(d)
+	case cmdSetPolicy:
+		c.Policy = d.Str()
+	case cmdFormat:
+		if n := d.Count(4); n > 0 {
+			c.Islands = make([]uint32, n)
+			for i := range c.Islands {
+				c.Islands[i] = d.U32()
+			}
+		}
+	case cmdManager:
+		c.Manager = ManagerNode{RaftID: d.Str(), RaftAddr: d.Str(), ClientAddr: d.Str()}
+	default:
+		if d.Err() == nil {
+			return nil, fmt.Errorf("%w: unknown raft command %d", ErrBadRequest, uint8(c.Type))
+		}
+	}
+	if err := d.Finish(); err != nil {
+		return nil, fmt.Errorf("%w: raft command %s: %v", ErrBadRequest, c.Type, err)
+	}
+	return c, nil
+}
+
+// validateKey checks a member key from a request.
+func validateKey(k MemberKey) error {
+	if !k.Kind.Valid() {
+		return fmt.Errorf("%w: unknown member kind %d", ErrBadRequest, uint8(k.Kind))
+	}
+	if k.Kind == KindStorage && k.ID > 0xFFFF {
+		return fmt.Errorf("%w: storage slot %d above 65535", ErrBadRequest, k.ID)
+	}
+	return nil
+}
+
+// apply performs c on m. It is deterministic (no clock, no randomness): every
+// manager applies the same log to the same state. On error m is unchanged.
+// changed reports whether the map changed, in which case the epoch was
+// increased by one.
+func (m *Map) apply(c *command) (changed bool, err error) {
+	switch c.Type {
+	case cmdRegister:
+		changed, err = m.applyRegister(c.Key, c.Addr, c.PID)
+	case cmdMarkDown:
+		for _, k := range c.Keys {
+			if f, ok := m.fields(k); ok && *f.state == StateUp {
+				*f.state = StateDown
+				changed = true
+			}
+		}
+	case cmdMarkUp:
+		f, ok := m.fields(c.Key)
+		if !ok {
+			return false, fmt.Errorf("%w: %s", ErrUnknownMember, c.Key)
+		}
+		if *f.state == StateDown {
+			*f.state = StateUp
+			changed = true
+		}
+	case cmdSetState:
+		changed, err = m.applySetState(c.Key, c.State)
+	case cmdSetTable:
+		changed, err = m.applySetTable(c.Table)
+	case cmdSetPolicy:
+		changed, err = m.applySetPolicy(c.Policy)
+	case cmdFormat:
+		changed, err = m.applyFormat(c.Islands)
+	case cmdManager:
+		changed, err = m.applyManager(c.Manager)
+	default:
+		return false, fmt.Errorf("%w: unknown raft command %d", ErrBadRequest, uint8(c.Type))
+	}
+	if err != nil || !changed {
+		return false, err
+	}
+	if !m.PolicyPinned {
+		m.DefaultPolicy = DefaultPolicyFor(m.activeStorage())
+	}
+	m.Epoch++
+	return true, nil
+}
+
+func (m *Map) applyRegister(k MemberKey, addr string, pid int) (bool, error) {
+	if err := validateKey(k); err != nil {
+		return false, err
+	}
+	if err := validateAddr(k.String(), addr); err != nil {
+		return false, err
+	}
+	if pid < 0 {
+		return false, fmt.Errorf("%w: %s: negative pid %d", ErrBadRequest, k, pid)
+	}
+	f, ok := m.fields(k)
+	if !ok {
+		m.insert(k, addr, pid, StateUp)
+		return true, nil
+	}
+	st := *f.state
+	if st == StateDown {
+		st = StateUp
+	}
+	if *f.addr == addr && *f.pid == pid && *f.state == st {
+		return false, nil
+	}
+	*f.addr, *f.pid, *f.state = addr, pid, st
+	return true, nil
+}
+
+func (m *Map) applySetState(k MemberKey, st State) (bool, error) {
+	if err := validateKey(k); err != nil {
+		return false, err
+	}
+	switch st {
+	case StateUp, StateDraining, StateOut:
+	default:
+		return false, fmt.Errorf("%w: %s: state %s cannot be set (want up, draining or out)", ErrBadRequest, k, st)
+	}
+	f, ok := m.fields(k)
+	if !ok {
+		return false, fmt.Errorf("%w: %s", ErrUnknownMember, k)
+	}
+	if *f.state == st {
+		return false, nil
+	}
+	*f.state = st
+	return true, nil
+}
+
+func (m *Map) applySetTable(t Table) (bool, error) {
+	if !m.Formatted {
+		return false, ErrNotFormatted
+	}
+	if err := validateTable(t); err != nil {
+		return false, err
+	}
+	if len(t.Entries) == 0 {
+		return false, fmt.Errorf("%w: empty table", ErrBadRequest)
+	}
+	for _, id := range t.Entries {
+		if _, ok := m.Island(id); !ok {
+			return false, fmt.Errorf("%w: table names island %d", ErrUnknownMember, id)
+		}
+	}
+	if m.Table.Equal(t) {
+		return false, nil
+	}
+	m.Table = t.Clone()
+	return true, nil
+}
+
+func (m *Map) applySetPolicy(text string) (bool, error) {
+	if strings.TrimSpace(text) == "" {
+		// Unpin: follow the number of storage slots again.
+		if !m.PolicyPinned {
+			return false, nil
+		}
+		m.PolicyPinned = false
+		return true, nil
+	}
+	if len(text) > maxPolicyLen {
+		return false, fmt.Errorf("%w: policy too long", ErrBadRequest)
+	}
+	p, err := layout.Parse(text)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if n := m.activeStorage(); p.Width() > n {
+		return false, fmt.Errorf("%w: policy %s needs %d storage slots, the cluster has %d", ErrBadRequest, p, p.Width(), n)
+	}
+	canon := p.String()
+	if m.PolicyPinned && m.DefaultPolicy == canon {
+		return false, nil
+	}
+	m.PolicyPinned, m.DefaultPolicy = true, canon
+	return true, nil
+}
+
+func (m *Map) applyFormat(islands []uint32) (bool, error) {
+	if m.Formatted {
+		return false, ErrFormatted
+	}
+	ids := slices.Clone(islands)
+	if len(ids) == 0 {
+		for _, is := range m.Islands {
+			if is.State != StateOut {
+				ids = append(ids, is.ID)
+			}
+		}
+		if len(ids) == 0 {
+			return false, fmt.Errorf("%w: format: no islands registered", ErrBadRequest)
+		}
+	}
+	for _, id := range ids {
+		if _, ok := m.Island(id); !ok {
+			return false, fmt.Errorf("%w: format: island %d", ErrUnknownMember, id)
+		}
+	}
+	m.Table = InitialTable(ids)
+	m.Formatted = true
+	return true, nil
+}
+
+func (m *Map) applyManager(n ManagerNode) (bool, error) {
+	if n.RaftID == "" || len(n.RaftID) > maxRaftIDLen {
+		return false, fmt.Errorf("%w: manager raft id %q", ErrBadRequest, n.RaftID)
+	}
+	if err := validateAddr("manager raft", n.RaftAddr); err != nil {
+		return false, err
+	}
+	if err := validateAddr("manager client", n.ClientAddr); err != nil {
+		return false, err
+	}
+	if old, ok := m.Manager(n.RaftID); ok && old == n {
+		return false, nil
+	}
+	// A manager that rejoins under a new id at the same address replaces
+	// the old entry.
+	m.Managers = slices.DeleteFunc(m.Managers, func(o ManagerNode) bool {
+		return o.RaftID == n.RaftID || o.RaftAddr == n.RaftAddr
+	})
+	m.Managers = append(m.Managers, n)
+	slices.SortFunc(m.Managers, func(a, b ManagerNode) int { return strings.Compare(a.RaftID, b.RaftID) })
+	return true, nil
+}

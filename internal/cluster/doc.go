@@ -1,0 +1,155 @@
+// Package cluster is Atoll's cluster manager: the cluster map, the raft
+// group that replicates it, the heartbeat monitor, and the client side that
+// members (storage servers, islands, gateways) and the CLI use.
+//
+// # The cluster map
+//
+// A Map lists the storage slots, metadata islands and gateways with their
+// address, pid and state (up, down, draining, out), the managers (raft id,
+// raft address, client address), the namespace's extendible hash table
+// (Table: entry i is the island owning the buckets whose top Depth bits
+// are i), the default redundancy policy and whether the cluster is
+// formatted (the table exists).
+//
+// Invariants:
+//
+//   - The map changes only through raft commands, applied deterministically
+//     (no clock, no randomness) by every manager. A command that changes the
+//     map increases Epoch by exactly one; a command that changes nothing
+//     (a repeated registration, marking down a member already down) or fails
+//     (an unknown member, a second format) leaves map and epoch untouched,
+//     identically on every manager.
+//   - Heartbeat times and usage statistics (LastHeartbeat, CapacityBytes,
+//     UsedBytes, Degraded) are never replicated and never move the epoch.
+//     The leader keeps them in memory and overlays them on the maps it
+//     serves; a follower serves zeros.
+//   - Members are sorted by id without duplicates; Formatted holds exactly
+//     when the table has entries; every table entry names a registered
+//     island; len(Entries) == 2^Depth, Depth <= 16.
+//   - Draining and out are operator states: a restart (re-registration)
+//     keeps them, and the monitor does not mark such members down. Down is
+//     the monitor's: it is set only for up members that stopped
+//     heartbeating, and cleared by a heartbeat or a registration.
+//   - Unless an operator pinned it (SetPolicy), DefaultPolicy follows the
+//     number of storage slots that are not out: ec:4+1 capped to what the
+//     slots allow (DefaultPolicyFor).
+//
+// # Epochs
+//
+// Every change a member must observe is a new epoch. Members learn of a
+// newer map from the epoch in each heartbeat reply and fetch it
+// (RunMember). Servers stamp their requests with their map epoch and apply
+// CheckEpoch: an older epoch than the server's is answered ErrStaleEpoch
+// (the sender refreshes and retries); a newer one gives ErrNeedRefresh, and
+// the server fetches a map of at least that epoch (Client.Map(ctx, epoch))
+// before serving.
+//
+// # Managers and raft
+//
+// Each manager is a hashicorp/raft voter. Its directory holds raft.db
+// (raft-boltdb: log and stable store), snapshots/ (file snapshot store,
+// two retained), node-id (the raft server id, random, made on first start,
+// so the identity does not depend on addresses) and LOCK (flock: one
+// manager per directory). The raft transport listens on its own port
+// (default: the client port + 1).
+//
+// The first start without Join bootstraps a one-voter group. With Join, a
+// new manager asks any manager (over the wire protocol, following
+// redirects) to AddVoter it; the leader also records the joiner's client
+// address in the map. A manager that restarts with the same directory
+// recovers the map from its snapshot and log and ignores Join. When a
+// manager becomes leader it first applies a barrier (its map then holds
+// every committed command), records its own addresses in the map if they
+// changed, and resets the heartbeat table; only then does it accept
+// writes (before that it answers ErrUnavailable and clients wait). On
+// shutdown a leader hands leadership to another voter when there is one.
+//
+// The raft timeouts default to 500ms (heartbeat, election) and 250ms
+// (leader lease), shorter than hashicorp/raft's 1s so that a laptop
+// cluster fails over in about a second.
+//
+// # Heartbeats and the monitor
+//
+// Members heartbeat the leader (Interval, default 1s). The leader's
+// monitor (one goroutine owned by the Manager, ticking every DownAfter/5)
+// marks down, in one command and so one new epoch, every up member not
+// heard from for DownAfter (default 5s). The clock of each member starts
+// no earlier than the moment this manager became leader, so after a leader
+// change every member has a fresh grace period of DownAfter: heartbeats
+// sent to the old leader were never seen by the new one. A heartbeat from
+// a down member marks it up again (new epoch) before it is answered, so
+// the reply carries the epoch in which the member is up.
+//
+// # Map binary format (integers big-endian, strings uvarint-length-prefixed)
+//
+//	u32 magic "ATMP" (0x41544D50)
+//	u8  version (1)
+//	u64 epoch
+//	u8  formatted (0/1)
+//	u8  policy pinned (0/1)
+//	str default policy
+//	uvarint n, then n storage: u16 slot, str addr, u8 state, i64 pid,
+//	        i64 last heartbeat (unix ns, 0 = unknown), u64 capacity,
+//	        u64 used, u64 degraded
+//	uvarint n, then n islands:  u32 id, str addr, u8 state, i64 pid, i64 last heartbeat
+//	uvarint n, then n gateways: u32 id, str addr, u8 state, i64 pid, i64 last heartbeat
+//	uvarint n, then n managers: str raft id, str raft addr, str client addr
+//	u8  table depth, uvarint n, then n u32 island ids
+//	u32 CRC32C (Castagnoli) of every byte above
+//
+// States are 1 up, 2 down, 3 draining, 4 out; kinds are 1 storage,
+// 2 island, 3 gateway. DecodeMap checks the checksum, then every field and
+// the invariants above; anything else is ErrBadRequest. The same encoding
+// is the raft snapshot (with the heartbeat fields zero) and the reply of
+// GetMap, Register and Format.
+//
+// # Raft command encoding
+//
+//	u8 version (1), u8 type, then by type:
+//	1 register   u8 kind, u32 id, str addr, i64 pid
+//	2 mark-down  uvarint n, then n × (u8 kind, u32 id)
+//	3 mark-up    u8 kind, u32 id
+//	4 set-state  u8 kind, u32 id, u8 state (up, draining or out)
+//	5 set-table  u8 depth, uvarint n, n × u32 island id
+//	6 set-policy str policy (layout syntax; "" = back to automatic)
+//	7 format     uvarint n, n × u32 island id (none: every island not out);
+//	             the FSM builds InitialTable itself
+//	8 manager    str raft id, str raft addr, str client addr (upsert;
+//	             replaces an entry with the same raft address)
+//
+// # Wire protocol
+//
+// Managers serve internal/wire frames; messages are encoded with wire.Enc
+// (see proto.go for each layout). Operations:
+//
+//	1 GetMap    {min epoch}                  -> map      any manager
+//	2 Register  {kind, id, addr, pid}        -> map      leader
+//	3 Heartbeat {kind, id, epoch, stats}     -> {epoch, state}  leader
+//	4 SetState  {kind, id, state}            -> {epoch}  leader
+//	5 Format    {islands}                    -> map      leader
+//	6 Join      {raft id, raft addr, client addr} -> {epoch}  leader
+//	7 Status    {}                           -> {map, raft view}  leader when known
+//	8 SetTable  {table}                      -> {epoch}  leader
+//	9 SetPolicy {policy}                     -> {epoch}  leader
+//
+// Error responses carry a status and the error text:
+//
+//	1 internal  2 bad request  3 not leader  4 stale epoch  5 not formatted
+//	6 unknown member  7 already formatted  8 unavailable
+//
+// A follower answers leader operations with status 3 and the text
+// "...; leader=HOST:PORT" (the leader's client address) or "...; no
+// leader known". Client follows the redirect, waits out elections
+// (LeaderWait, default 10s), skips unreachable managers and learns every
+// manager address from the maps it receives. A GetMap that a manager
+// cannot satisfy because its map is older than the requested epoch gets
+// status 4; the client retries, preferring the leader. Malformed
+// messages, unknown operations and invalid kinds, states, addresses or
+// tables get status 2 and change nothing; a malformed frame closes only
+// its connection.
+//
+// Writes are at-least-once: a command whose leader is lost before it
+// answers may have been committed, and the client retries it elsewhere.
+// Every command is idempotent except Format, whose retry then reports
+// ErrFormatted.
+package cluster

@@ -1,0 +1,119 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// maxSnapshotBytes bounds a snapshot read back by Restore.
+const maxSnapshotBytes = 256 << 20
+
+// applyResult is what fsm.Apply returns through raft's ApplyFuture.
+type applyResult struct {
+	Epoch   uint64
+	Changed bool
+	Err     error
+}
+
+// fsm is the raft state machine: the cluster map.
+type fsm struct {
+	mu struct {
+		sync.RWMutex
+		m *Map
+	}
+}
+
+func newFSM() *fsm {
+	f := &fsm{}
+	f.mu.m = &Map{DefaultPolicy: DefaultPolicyFor(0)}
+	return f
+}
+
+// Map returns a copy of the current map.
+func (f *fsm) Map() *Map {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mu.m.Clone()
+}
+
+// Epoch returns the current epoch.
+func (f *fsm) Epoch() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mu.m.Epoch
+}
+
+// member looks one member up without copying the map, and returns the
+// epoch with it.
+func (f *fsm) member(k MemberKey) (MemberView, uint64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	v, ok := f.mu.m.Member(k)
+	return v, f.mu.m.Epoch, ok
+}
+
+// manager looks a manager up by raft id without copying the map.
+func (f *fsm) manager(raftID string) (ManagerNode, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mu.m.Manager(raftID)
+}
+
+// Apply implements raft.FSM. A command that fails (an unknown member, a
+// second format) fails identically on every manager and changes nothing.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return &applyResult{Epoch: f.Epoch()}
+	}
+	c, err := decodeCommand(l.Data)
+	if err != nil {
+		return &applyResult{Epoch: f.Epoch(), Err: err}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	changed, err := f.mu.m.apply(c)
+	return &applyResult{Epoch: f.mu.m.Epoch, Changed: changed, Err: err}
+}
+
+// Snapshot implements raft.FSM: the whole map in its binary form.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return &fsmSnapshot{data: EncodeMap(f.mu.m)}, nil
+}
+
+// Restore implements raft.FSM.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxSnapshotBytes+1))
+	if err != nil {
+		return fmt.Errorf("cluster: restore snapshot: %w", err)
+	}
+	if len(b) > maxSnapshotBytes {
+		return fmt.Errorf("cluster: restore snapshot: larger than %d bytes", maxSnapshotBytes)
+	}
+	m, err := DecodeMap(b)
+	if err != nil {
+		return fmt.Errorf("cluster: restore snapshot: %w", err)
+	}
+	m.stripLive()
+	f.mu.Lock()
+	f.mu.m = m
+	f.mu.Unlock()
+	return nil
+}
+
+type fsmSnapshot struct{ data []byte }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.data); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("cluster: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

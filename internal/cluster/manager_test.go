@@ -1,0 +1,673 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// testWriter sends log lines to t.Log until the test ends.
+type testWriter struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	lvl := slog.LevelWarn
+	if os.Getenv("ATOLL_TEST_DEBUG") != "" {
+		lvl = slog.LevelDebug
+	}
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
+}
+
+// testNode is a manager running in this process.
+type testNode struct {
+	*Manager
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func (n *testNode) stop(t testing.TB) {
+	n.once.Do(func() {
+		n.cancel()
+		select {
+		case err := <-n.done:
+			if err != nil {
+				t.Errorf("manager %s: Run: %v", n.ID(), err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("manager %s did not stop", n.ID())
+		}
+	})
+}
+
+func testConfig(t testing.TB, dir string) Config {
+	return Config{
+		Dir:                dir,
+		Listen:             "127.0.0.1:0",
+		RaftListen:         "127.0.0.1:0",
+		DownAfter:          time.Minute,
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		LeaderLeaseTimeout: 150 * time.Millisecond,
+		ApplyTimeout:       5 * time.Second,
+		Logger:             testLogger(t),
+	}
+}
+
+func startNode(t testing.TB, cfg Config) *testNode {
+	t.Helper()
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &testNode{Manager: m, cancel: cancel, done: make(chan error, 1)}
+	go func() { n.done <- m.Run(ctx) }()
+	t.Cleanup(func() { n.stop(t) })
+	return n
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitLeader(t testing.TB, nodes ...*testNode) *testNode {
+	t.Helper()
+	var leader *testNode
+	waitFor(t, 15*time.Second, "a leader", func() bool {
+		for _, n := range nodes {
+			if n.IsLeader() {
+				leader = n
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestSingleVoterRegisterFormatRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	n := startNode(t, cfg)
+	waitLeader(t, n)
+	ctx := ctxT(t, 30*time.Second)
+	cl := NewClient([]string{n.Addr()}, testLogger(t))
+	defer cl.Close()
+
+	for slot := range 3 {
+		if _, err := cl.Register(ctx, KindStorage, uint32(slot), "127.0.0.1:"+itoa(7400+slot), 1000+slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []uint32{7, 3} {
+		if _, err := cl.Register(ctx, KindIsland, id, "127.0.0.1:"+itoa(7500+int(id)), 2000+int(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cl.Register(ctx, KindGateway, 1, "127.0.0.1:2049", 3000); err != nil {
+		t.Fatal(err)
+	}
+	m, err := cl.Map(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Formatted || len(m.Storage) != 3 || len(m.Islands) != 2 || len(m.Gateways) != 1 || m.DefaultPolicy != "ec:2+1" {
+		t.Fatalf("before format: %+v", m)
+	}
+	if m.Islands[0].ID != 3 || m.Storage[2].Addr != "127.0.0.1:7402" || m.Storage[2].PID != 1002 || m.Storage[2].State != StateUp {
+		t.Fatalf("members: %+v", m.Members())
+	}
+	if len(m.Managers) != 1 || m.Managers[0].ClientAddr != n.Addr() {
+		t.Fatalf("managers: %+v", m.Managers)
+	}
+	fm, err := cl.Format(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fm.Formatted || fm.Epoch != m.Epoch+1 || fm.Table.Depth != 5 || len(fm.Table.Entries) != 32 {
+		t.Fatalf("after format: epoch %d (was %d), table depth %d", fm.Epoch, m.Epoch, fm.Table.Depth)
+	}
+	if sh := fm.Table.Shares(); sh[3] != 16 || sh[7] != 16 {
+		t.Fatalf("shares %v", sh)
+	}
+	// Re-registering unchanged is not a new epoch.
+	if rm, err := cl.Register(ctx, KindStorage, 1, "127.0.0.1:7401", 1001); err != nil || rm.Epoch != fm.Epoch {
+		t.Fatalf("re-register: epoch %v, %v", rm, err)
+	}
+	// A snapshot, then more commands on top of it: restart must replay
+	// both.
+	if err := n.raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if _, err := cl.SetState(ctx, KindStorage, 2, StateDraining); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.SetPolicy(ctx, "mirror:3"); err != nil {
+		t.Fatal(err)
+	}
+	want, err := cl.Map(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, raftAddr := n.Addr(), n.RaftAddr()
+	n.stop(t)
+
+	// Restart on the same directory and addresses.
+	cfg2 := testConfig(t, dir)
+	cfg2.Listen, cfg2.RaftListen = addr, raftAddr
+	n2 := startNode(t, cfg2)
+	waitLeader(t, n2)
+	cl2 := NewClient([]string{n2.Addr()}, testLogger(t))
+	defer cl2.Close()
+	got, err := cl2.Map(ctx, want.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.SameContent(want) {
+		t.Fatalf("map after restart differs:\n got %+v\nwant %+v", got, want)
+	}
+	if st, _ := got.StorageSlot(2); st.State != StateDraining || got.DefaultPolicy != "mirror:3" {
+		t.Fatalf("after restart: %+v", got)
+	}
+
+	// A second manager on the same directory is refused.
+	if _, err := New(cfg2); err == nil || !strings.Contains(err.Error(), "lock") {
+		t.Fatalf("second manager on one dir: %v", err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
+
+func TestHeartbeatsMarkDownAndUp(t *testing.T) {
+	const downAfter = 500 * time.Millisecond
+	cfg := testConfig(t, t.TempDir())
+	cfg.DownAfter = downAfter
+	n := startNode(t, cfg)
+	waitLeader(t, n)
+	ctx := ctxT(t, 30*time.Second)
+	cl := NewClient([]string{n.Addr()}, testLogger(t))
+	defer cl.Close()
+
+	// A member that registers and never heartbeats is marked down.
+	start := time.Now()
+	m0, err := cl.Register(ctx, KindIsland, 9, "127.0.0.1:9999", 99)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var downEpoch uint64
+	waitFor(t, 5*time.Second, "island 9 down", func() bool {
+		m := n.Map()
+		is, _ := m.Island(9)
+		downEpoch = m.Epoch
+		return is.State == StateDown
+	})
+	if el := time.Since(start); el < downAfter || el > downAfter+time.Second {
+		t.Fatalf("marked down after %s (DownAfter %s)", el, downAfter)
+	}
+	if downEpoch <= m0.Epoch {
+		t.Fatalf("down without a new epoch: %d <= %d", downEpoch, m0.Epoch)
+	}
+
+	// A member run by RunMember stays up while it heartbeats.
+	var mu sync.Mutex
+	var maps []*Map
+	runMember := func() (stop func()) {
+		mctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- RunMember(mctx, MemberConfig{
+				Managers: []string{n.Addr()}, Kind: KindStorage, ID: 4, Addr: "127.0.0.1:7404", PID: 44,
+				Interval: 100 * time.Millisecond,
+				Stats:    func() MemberStats { return MemberStats{CapacityBytes: 1000, UsedBytes: 10} },
+				OnMap: func(m *Map) {
+					mu.Lock()
+					maps = append(maps, m)
+					mu.Unlock()
+				},
+				Logger: testLogger(t),
+			})
+		}()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("RunMember: %v", err)
+			}
+		}
+	}
+	memberState := func() (State, uint64) {
+		m := n.Map()
+		s, _ := m.StorageSlot(4)
+		return s.State, m.Epoch
+	}
+	stop := runMember()
+	waitFor(t, 5*time.Second, "storage 4 registered", func() bool { s, _ := memberState(); return s == StateUp })
+	time.Sleep(3 * downAfter)
+	if s, _ := memberState(); s != StateUp {
+		t.Fatalf("heartbeating member is %s", s)
+	}
+	if s, _ := n.Map().StorageSlot(4); s.CapacityBytes != 1000 || s.UsedBytes != 10 || time.Since(s.LastHeartbeat) > time.Second {
+		t.Fatalf("heartbeat data not in the leader's map: %+v", s)
+	}
+	// Heartbeats do not change the epoch.
+	_, e1 := memberState()
+	time.Sleep(300 * time.Millisecond)
+	if _, e2 := memberState(); e2 != e1 {
+		t.Fatalf("epoch moved from %d to %d with heartbeats only", e1, e2)
+	}
+
+	// It stops: down in a new epoch.
+	stop()
+	stopped := time.Now()
+	var epDown uint64
+	waitFor(t, 5*time.Second, "storage 4 down", func() bool {
+		s, e := memberState()
+		epDown = e
+		return s == StateDown
+	})
+	if el := time.Since(stopped); el > downAfter+time.Second {
+		t.Fatalf("marked down %s after the last heartbeat", el)
+	}
+	if epDown <= e1 {
+		t.Fatal("down without a new epoch")
+	}
+	mu.Lock()
+	nmaps := len(maps)
+	mu.Unlock()
+
+	// It comes back: up in a newer epoch, and OnMap sees that map.
+	stop = runMember()
+	defer stop()
+	waitFor(t, 5*time.Second, "OnMap with storage 4 up in a newer epoch", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range maps[nmaps:] {
+			if s, _ := m.StorageSlot(4); s.State == StateUp && m.Epoch > epDown {
+				return true
+			}
+		}
+		return false
+	})
+	// OnMap also saw island 9's down-marking while the member was running.
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(maps); i++ {
+		if maps[i].Epoch < maps[i-1].Epoch && maps[i].Epoch != 0 {
+			// A re-registration may deliver the same epoch again, never an older one.
+			t.Fatalf("OnMap epochs went backwards: %d then %d", maps[i-1].Epoch, maps[i].Epoch)
+		}
+	}
+}
+
+// TestMemberNoticesNewEpoch: a change made by someone else reaches a
+// member through its heartbeat reply.
+func TestMemberNoticesNewEpoch(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	n := startNode(t, cfg)
+	waitLeader(t, n)
+	ctx := ctxT(t, 20*time.Second)
+	got := make(chan *Map, 64)
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunMember(mctx, MemberConfig{
+			Managers: []string{n.Addr()}, Kind: KindGateway, ID: 1, Addr: "127.0.0.1:2049",
+			Interval: 50 * time.Millisecond, Logger: testLogger(t),
+			OnMap: func(m *Map) {
+				select {
+				case got <- m:
+				default:
+				}
+			},
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	first := <-got
+	cl := NewClient([]string{n.Addr()}, testLogger(t))
+	defer cl.Close()
+	if _, err := cl.Register(ctx, KindStorage, 0, "127.0.0.1:7400", 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m.Epoch <= first.Epoch || len(m.Storage) != 1 {
+			t.Fatalf("new map: epoch %d (first %d), storage %v", m.Epoch, first.Epoch, m.Storage)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("member never saw the new epoch")
+	}
+}
+
+func TestThreeVoters(t *testing.T) {
+	c1 := testConfig(t, t.TempDir())
+	c1.DownAfter = time.Second
+	n1 := startNode(t, c1)
+	waitLeader(t, n1)
+	nodes := []*testNode{n1}
+	for range 2 {
+		c := testConfig(t, t.TempDir())
+		c.DownAfter = time.Second
+		c.Join = n1.Addr()
+		nodes = append(nodes, startNode(t, c))
+	}
+	ctx := ctxT(t, 60*time.Second)
+	cl := NewClient([]string{n1.Addr()}, testLogger(t))
+	defer cl.Close()
+	waitFor(t, 20*time.Second, "three voters with addresses", func() bool {
+		st, err := cl.Status(ctx)
+		if err != nil {
+			return false
+		}
+		ok := len(st.Voters) == 3
+		for _, v := range st.Voters {
+			ok = ok && v.Voter && v.ClientAddr != ""
+		}
+		return ok && len(st.Map.Managers) == 3
+	})
+
+	// Writes through a follower are redirected to the leader.
+	var follower *testNode
+	for _, n := range nodes[1:] {
+		if !n.IsLeader() {
+			follower = n
+		}
+	}
+	fcl := NewClient([]string{follower.Addr()}, testLogger(t))
+	defer fcl.Close()
+	for slot := range 3 {
+		if _, err := fcl.Register(ctx, KindStorage, uint32(slot), "127.0.0.1:"+itoa(7400+slot), 10+slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fcl.Register(ctx, KindIsland, 1, "127.0.0.1:7500", 20); err != nil {
+		t.Fatal(err)
+	}
+	fm, err := fcl.Format(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fcl.Leader() == follower.Addr() || fcl.Leader() == "" {
+		t.Fatalf("client leader hint %q", fcl.Leader())
+	}
+	// Every manager's own map reaches the epoch.
+	for _, n := range nodes {
+		waitFor(t, 5*time.Second, "replication to "+n.ID(), func() bool { return n.fsm.Epoch() >= fm.Epoch })
+	}
+	// A follower serves reads, and refuses an epoch it does not have.
+	raw, err := wire.Dial(ctx, follower.Addr(), wire.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if rep, err := raw.Call(ctx, OpGetMap, 0, Marshal(&GetMapReq{MinEpoch: fm.Epoch}), nil, nil); err != nil {
+		t.Fatalf("follower read: %v", err)
+	} else if m, err := DecodeMap(rep.Msg); err != nil || m.Epoch < fm.Epoch {
+		t.Fatalf("follower map: %v %v", m, err)
+	}
+	if _, err := raw.Call(ctx, OpGetMap, 0, Marshal(&GetMapReq{MinEpoch: fm.Epoch + 100}), nil, nil); !errors.Is(RemoteErr(err), ErrStaleEpoch) {
+		t.Fatalf("follower with an older map: %v", err)
+	}
+	var nl *NotLeaderError
+	if _, err := raw.Call(ctx, OpSetState, 0, Marshal(&SetStateReq{KindStorage, 0, StateDraining}), nil, nil); !errors.As(RemoteErr(err), &nl) || nl.Leader == "" {
+		t.Fatalf("follower write: %v", err)
+	}
+
+	// A member heartbeating through the whole failover is never marked down.
+	mctx, mcancel := context.WithCancel(ctx)
+	mdone := make(chan error, 1)
+	go func() {
+		mdone <- RunMember(mctx, MemberConfig{
+			Managers: []string{follower.Addr()}, Kind: KindStorage, ID: 0, Addr: "127.0.0.1:7400", PID: 10,
+			Interval: 100 * time.Millisecond, Logger: testLogger(t),
+		})
+	}()
+	defer func() {
+		mcancel()
+		if err := <-mdone; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	// Stop the leader.
+	old := waitLeader(t, nodes...)
+	old.stop(t)
+	var rest []*testNode
+	var addrs []string
+	for _, n := range nodes {
+		if n != old {
+			rest = append(rest, n)
+			addrs = append(addrs, n.Addr())
+		}
+	}
+	nl2 := waitLeader(t, rest...)
+	scl := NewClient(append([]string{old.Addr()}, addrs...), testLogger(t))
+	defer scl.Close()
+	rm, err := scl.Register(ctx, KindStorage, 3, "127.0.0.1:7403", 13)
+	if err != nil {
+		t.Fatalf("register after failover: %v", err)
+	}
+	m, err := scl.Map(ctx, rm.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Formatted || len(m.Storage) != 4 || len(m.Islands) != 1 || m.Epoch <= fm.Epoch {
+		t.Fatalf("map after failover: %+v", m)
+	}
+	// Grace: slots 1, 2 and island 1 never heartbeat and go down after
+	// DownAfter on the new leader; slot 0 (heartbeating) stays up.
+	waitFor(t, 5*time.Second, "silent members down on the new leader", func() bool {
+		mm := nl2.Map()
+		s1, _ := mm.StorageSlot(1)
+		is, _ := mm.Island(1)
+		return s1.State == StateDown && is.State == StateDown
+	})
+	time.Sleep(c1.DownAfter)
+	if s0, _ := nl2.Map().StorageSlot(0); s0.State != StateUp {
+		t.Fatalf("heartbeating member is %s after failover", s0.State)
+	}
+	st, err := scl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Leader != nl2.Addr() || st.RaftState != "Leader" || len(st.Voters) != 3 || st.Term == 0 {
+		t.Fatalf("status after failover: %+v", st)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	n := startNode(t, cfg)
+	waitLeader(t, n)
+	ctx := ctxT(t, 30*time.Second)
+	raw, err := wire.Dial(ctx, n.Addr(), wire.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	expect := func(what string, op uint16, msg []byte, want error) {
+		t.Helper()
+		_, err := raw.Call(ctx, op, 0, msg, nil, nil)
+		if err = RemoteErr(err); !errors.Is(err, want) {
+			t.Errorf("%s: got %v, want %v", what, err, want)
+		}
+	}
+	for op := OpGetMap; op <= OpSetPolicy; op++ {
+		if op != OpStatus {
+			expect("short message", op, []byte{1}, ErrBadRequest)
+		}
+		expect("trailing bytes", op, append(Marshal(&RegisterReq{Kind: KindStorage, Addr: "127.0.0.1:1"}), make([]byte, 200)...), ErrBadRequest)
+	}
+	expect("unknown op", 999, nil, ErrBadRequest)
+	expect("unknown op 0", 0, nil, ErrBadRequest)
+	expect("wrong kind", OpRegister, Marshal(&RegisterReq{Kind: 9, ID: 1, Addr: "127.0.0.1:1"}), ErrBadRequest)
+	expect("kind zero", OpHeartbeat, Marshal(&HeartbeatReq{Kind: 0, ID: 1}), ErrBadRequest)
+	expect("slot too big", OpRegister, Marshal(&RegisterReq{Kind: KindStorage, ID: 70000, Addr: "127.0.0.1:1"}), ErrBadRequest)
+	expect("bad address", OpRegister, Marshal(&RegisterReq{Kind: KindStorage, ID: 1, Addr: "no port"}), ErrBadRequest)
+	expect("negative pid", OpRegister, Marshal(&RegisterReq{Kind: KindStorage, ID: 1, Addr: "127.0.0.1:1", PID: -5}), ErrBadRequest)
+	expect("huge count", OpFormat, []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, ErrBadRequest)
+	expect("format without islands", OpFormat, Marshal(&FormatReq{}), ErrBadRequest)
+	expect("set table unformatted", OpSetTable, Marshal(&SetTableReq{Table: Table{Entries: []uint32{1}}}), ErrNotFormatted)
+	expect("bad table", OpSetTable, Marshal(&SetTableReq{Table: Table{Depth: 3, Entries: []uint32{1}}}), ErrBadRequest)
+	expect("set state unknown", OpSetState, Marshal(&SetStateReq{KindStorage, 5, StateOut}), ErrUnknownMember)
+	expect("set state down", OpSetState, Marshal(&SetStateReq{KindStorage, 5, StateDown}), ErrBadRequest)
+	expect("set state garbage", OpSetState, Marshal(&SetStateReq{KindStorage, 5, 77}), ErrBadRequest)
+	expect("heartbeat unknown", OpHeartbeat, Marshal(&HeartbeatReq{Kind: KindIsland, ID: 5}), ErrUnknownMember)
+	expect("future epoch", OpGetMap, Marshal(&GetMapReq{MinEpoch: 1 << 60}), ErrStaleEpoch)
+	expect("bad policy", OpSetPolicy, Marshal(&SetPolicyReq{Policy: "raid5"}), ErrBadRequest)
+	expect("join without id", OpJoin, Marshal(&JoinReq{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}), ErrBadRequest)
+	expect("join bad addr", OpJoin, Marshal(&JoinReq{RaftID: "x", RaftAddr: "nope", ClientAddr: "127.0.0.1:2"}), ErrBadRequest)
+	expect("format unknown island", OpFormat, Marshal(&FormatReq{Islands: []uint32{4}}), ErrUnknownMember)
+
+	// Random messages for every op never crash the manager.
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := newRand(seed)
+	for i := range 400 {
+		op := uint16(1 + i%9)
+		if op == OpJoin {
+			continue // a random but valid join would add a voter that never answers
+		}
+		b := make([]byte, rng.IntN(40))
+		for j := range b {
+			b[j] = byte(rng.UintN(256))
+		}
+		_, err := raw.Call(ctx, op, 0, b, nil, nil)
+		var re *wire.RemoteError
+		if err != nil && !errors.As(err, &re) {
+			t.Fatalf("op %d random message: transport error %v", op, err)
+		}
+	}
+
+	// A garbage frame closes that connection only.
+	c, err := net.Dial("tcp", n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Write([]byte("GET / HTTP/1.0\r\n\r\n" + strings.Repeat("x", 100)))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("garbage frame: connection not closed: %v", err)
+		}
+	}
+	c.Close()
+
+	// The manager still serves, and formatting twice is refused.
+	cl := NewClient([]string{n.Addr()}, testLogger(t))
+	defer cl.Close()
+	if _, err := cl.Register(ctx, KindIsland, 1, "127.0.0.1:7500", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Format(ctx, []uint32{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Format(ctx, nil); !errors.Is(err, ErrFormatted) {
+		t.Fatalf("second format: %v", err)
+	}
+	if _, err := cl.SetState(ctx, KindIsland, 42, StateDraining); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("set state of an unknown member: %v", err)
+	}
+	if _, err := cl.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClientUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cl := NewClient([]string{addr}, testLogger(t))
+	defer cl.Close()
+	start := time.Now()
+	_, err = cl.Status(ctxT(t, 10*time.Second))
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Fatalf("took %s to give up on a refused address", el)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{
+		{Listen: "127.0.0.1:7300"},
+		{Dir: "d"},
+		{Dir: "d", Listen: "nope"},
+		{Dir: "d", Listen: ":7300"},
+		{Dir: "d", Listen: "0.0.0.0:7300"},
+		{Dir: "d", Listen: "127.0.0.1:65535"},
+		{Dir: "d", Listen: "127.0.0.1:7300", RaftListen: "x"},
+		{Dir: "d", Listen: "127.0.0.1:7300", Join: "x"},
+		{Dir: "d", Listen: "127.0.0.1:7300", DownAfter: -1},
+		{Dir: "d", Listen: "127.0.0.1:7300", DownAfter: time.Microsecond},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v: accepted", c)
+		}
+	}
+	c := Config{Dir: "d", Listen: "127.0.0.1:7300"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.raftListen(); r != "127.0.0.1:7301" {
+		t.Fatalf("default raft listen %q", r)
+	}
+	c.Listen = "127.0.0.1:0"
+	if r, _ := c.raftListen(); r != "127.0.0.1:0" {
+		t.Fatalf("default raft listen for port 0: %q", r)
+	}
+}

@@ -1,0 +1,277 @@
+package cluster
+
+import (
+	"fmt"
+
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Manager RPC operations (the wire frame's op field). "Leader" ops are
+// answered by the leader only; a follower answers *NotLeaderError.
+const (
+	OpGetMap    uint16 = 1 // GetMapReq -> map (any manager; ErrStaleEpoch if its map is older than MinEpoch)
+	OpRegister  uint16 = 2 // RegisterReq -> map (leader)
+	OpHeartbeat uint16 = 3 // HeartbeatReq -> HeartbeatResp (leader)
+	OpSetState  uint16 = 4 // SetStateReq -> EpochResp (leader)
+	OpFormat    uint16 = 5 // FormatReq -> map (leader)
+	OpJoin      uint16 = 6 // JoinReq -> EpochResp (leader)
+	OpStatus    uint16 = 7 // empty -> StatusResp (leader if one is known, else any manager)
+	OpSetTable  uint16 = 8 // SetTableReq -> EpochResp (leader)
+	OpSetPolicy uint16 = 9 // SetPolicyReq -> EpochResp (leader)
+)
+
+// opName names an operation in error messages.
+func opName(op uint16) string {
+	switch op {
+	case OpGetMap:
+		return "get-map"
+	case OpRegister:
+		return "register"
+	case OpHeartbeat:
+		return "heartbeat"
+	case OpSetState:
+		return "set-state"
+	case OpFormat:
+		return "format"
+	case OpJoin:
+		return "join"
+	case OpStatus:
+		return "status"
+	case OpSetTable:
+		return "set-table"
+	case OpSetPolicy:
+		return "set-policy"
+	}
+	return fmt.Sprintf("op %d", op)
+}
+
+// Message is implemented by every request and response structure.
+type Message interface {
+	Encode(*wire.Enc)
+	Decode(*wire.Dec)
+}
+
+// Marshal encodes a message.
+func Marshal(m Message) []byte {
+	var e wire.Enc
+	m.Encode(&e)
+	return e.B
+}
+
+// Unmarshal decodes a whole message, failing on short or trailing bytes.
+func Unmarshal(b []byte, m Message) error {
+	d := wire.NewDec(b)
+	m.Decode(d)
+	if err := d.Finish(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// GetMapReq asks for a map of at least MinEpoch.
+type GetMapReq struct{ MinEpoch uint64 }
+
+func (r *GetMapReq) Encode(e *wire.Enc) { e.U64(r.MinEpoch) }
+func (r *GetMapReq) Decode(d *wire.Dec) { r.MinEpoch = d.U64() }
+
+// RegisterReq adds a member, or updates its address and pid after a
+// restart. A down member that registers is up again; draining and out are
+// operator states and survive a restart.
+type RegisterReq struct {
+	Kind Kind
+	ID   uint32
+	Addr string
+	PID  int
+}
+
+func (r *RegisterReq) Encode(e *wire.Enc) {
+	e.U8(uint8(r.Kind))
+	e.U32(r.ID)
+	e.String(r.Addr)
+	e.I64(int64(r.PID))
+}
+
+func (r *RegisterReq) Decode(d *wire.Dec) {
+	r.Kind = Kind(d.U8())
+	r.ID = d.U32()
+	r.Addr = d.Str()
+	r.PID = int(d.I64())
+}
+
+// MemberStats is what a member reports with each heartbeat. Only storage
+// servers fill it; it is kept in the leader's memory, never in raft.
+type MemberStats struct {
+	CapacityBytes uint64
+	UsedBytes     uint64
+	Degraded      uint64
+}
+
+// HeartbeatReq tells the leader a member is alive. Epoch is the member's
+// map epoch (informational).
+type HeartbeatReq struct {
+	Kind  Kind
+	ID    uint32
+	Epoch uint64
+	Stats MemberStats
+}
+
+func (r *HeartbeatReq) Encode(e *wire.Enc) {
+	e.U8(uint8(r.Kind))
+	e.U32(r.ID)
+	e.U64(r.Epoch)
+	e.U64(r.Stats.CapacityBytes)
+	e.U64(r.Stats.UsedBytes)
+	e.U64(r.Stats.Degraded)
+}
+
+func (r *HeartbeatReq) Decode(d *wire.Dec) {
+	r.Kind = Kind(d.U8())
+	r.ID = d.U32()
+	r.Epoch = d.U64()
+	r.Stats = MemberStats{CapacityBytes: d.U64(), UsedBytes: d.U64(), Degraded: d.U64()}
+}
+
+// HeartbeatResp carries the current epoch, so a member notices a newer
+// map, and the member's own state in it.
+type HeartbeatResp struct {
+	Epoch uint64
+	State State
+}
+
+func (r *HeartbeatResp) Encode(e *wire.Enc) { e.U64(r.Epoch); e.U8(uint8(r.State)) }
+func (r *HeartbeatResp) Decode(d *wire.Dec) { r.Epoch = d.U64(); r.State = State(d.U8()) }
+
+// SetStateReq sets an operator state: up, draining or out.
+type SetStateReq struct {
+	Kind  Kind
+	ID    uint32
+	State State
+}
+
+func (r *SetStateReq) Encode(e *wire.Enc) { e.U8(uint8(r.Kind)); e.U32(r.ID); e.U8(uint8(r.State)) }
+func (r *SetStateReq) Decode(d *wire.Dec) {
+	r.Kind = Kind(d.U8())
+	r.ID = d.U32()
+	r.State = State(d.U8())
+}
+
+// EpochResp is the map epoch after a write.
+type EpochResp struct{ Epoch uint64 }
+
+func (r *EpochResp) Encode(e *wire.Enc) { e.U64(r.Epoch) }
+func (r *EpochResp) Decode(d *wire.Dec) { r.Epoch = d.U64() }
+
+// FormatReq creates the namespace table over Islands (empty: every
+// registered island that is not out).
+type FormatReq struct{ Islands []uint32 }
+
+func (r *FormatReq) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Islands)))
+	for _, id := range r.Islands {
+		e.U32(id)
+	}
+}
+
+func (r *FormatReq) Decode(d *wire.Dec) {
+	if n := d.Count(4); n > 0 {
+		r.Islands = make([]uint32, n)
+		for i := range r.Islands {
+			r.Islands[i] = d.U32()
+		}
+	}
+}
+
+// JoinReq asks the leader to add a manager as a raft voter.
+type JoinReq struct {
+	RaftID     string
+	RaftAddr   string
+	ClientAddr string
+}
+
+func (r *JoinReq) Encode(e *wire.Enc) {
+	e.String(r.RaftID)
+	e.String(r.RaftAddr)
+	e.String(r.ClientAddr)
+}
+func (r *JoinReq) Decode(d *wire.Dec) {
+	r.RaftID = d.Str()
+	r.RaftAddr = d.Str()
+	r.ClientAddr = d.Str()
+}
+
+// SetTableReq replaces the namespace table (rebalancing).
+type SetTableReq struct{ Table Table }
+
+func (r *SetTableReq) Encode(e *wire.Enc) { encodeTable(e, r.Table) }
+func (r *SetTableReq) Decode(d *wire.Dec) { r.Table = decodeTable(d) }
+
+// SetPolicyReq sets (and pins) the default policy.
+type SetPolicyReq struct{ Policy string }
+
+func (r *SetPolicyReq) Encode(e *wire.Enc) { e.String(r.Policy) }
+func (r *SetPolicyReq) Decode(d *wire.Dec) { r.Policy = d.Str() }
+
+// Voter is one raft server of the manager group.
+type Voter struct {
+	RaftID     string
+	RaftAddr   string
+	ClientAddr string // from the map; empty if not recorded yet
+	Voter      bool   // false for a non-voter
+}
+
+// Status is the map plus the answering manager's raft view.
+type Status struct {
+	Map          *Map
+	Self         string // raft id of the answering manager
+	RaftState    string // Leader, Follower, Candidate, Shutdown
+	LeaderID     string
+	Leader       string // the leader's client address
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	Voters       []Voter
+}
+
+// StatusResp is the wire form of Status: the map travels in its own
+// checksummed encoding.
+type StatusResp struct {
+	MapBytes []byte // EncodeMap
+	Status          // Map is ignored here
+}
+
+func (r *StatusResp) Encode(e *wire.Enc) {
+	s := &r.Status
+	e.Bytes(r.MapBytes)
+	e.String(s.Self)
+	e.String(s.RaftState)
+	e.String(s.LeaderID)
+	e.String(s.Leader)
+	e.U64(s.Term)
+	e.U64(s.CommitIndex)
+	e.U64(s.AppliedIndex)
+	e.Uvarint(uint64(len(s.Voters)))
+	for _, v := range s.Voters {
+		e.String(v.RaftID)
+		e.String(v.RaftAddr)
+		e.String(v.ClientAddr)
+		e.Bool(v.Voter)
+	}
+}
+
+func (r *StatusResp) Decode(d *wire.Dec) {
+	s := &r.Status
+	r.MapBytes = d.Bytes()
+	s.Self = d.Str()
+	s.RaftState = d.Str()
+	s.LeaderID = d.Str()
+	s.Leader = d.Str()
+	s.Term = d.U64()
+	s.CommitIndex = d.U64()
+	s.AppliedIndex = d.U64()
+	if n := d.Count(4); n > 0 {
+		s.Voters = make([]Voter, n)
+		for i := range s.Voters {
+			s.Voters[i] = Voter{RaftID: d.Str(), RaftAddr: d.Str(), ClientAddr: d.Str(), Voter: d.Bool()}
+		}
+	}
+}
