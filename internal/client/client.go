@@ -112,8 +112,8 @@ type Client struct {
 	cfg  Config
 	log  *slog.Logger
 	pool *wire.Pool
-	addr map[uint16]string
-	down map[uint16]*atomic.Int64 // unix nanos until which the slot is avoided
+	// slots is replaced whole when the cluster map changes (SetSlots).
+	slots atomic.Pointer[slotTable]
 
 	encMu sync.Mutex
 	encs  map[[2]int]reedsolomon.Encoder
@@ -165,16 +165,11 @@ func New(cfg Config) (*Client, error) {
 		cfg:        cfg,
 		log:        cfg.Logger,
 		pool:       wire.NewPool(wire.ClientConfig{}, cfg.ConnsPerServer),
-		addr:       map[uint16]string{},
-		down:       map[uint16]*atomic.Int64{},
 		encs:       map[[2]int]reedsolomon.Encoder{},
 		repairQ:    make(chan repairJob, 1024),
 		repairSeen: map[fragment.ID]bool{},
 	}
-	for _, s := range cfg.Slots {
-		c.addr[s.ID] = s.Addr
-		c.down[s.ID] = new(atomic.Int64)
-	}
+	c.slots.Store(newSlotTable(cfg.Slots, nil))
 	c.mu.logs = map[string]*Log{}
 	c.mu.degraded = map[fragment.StripeID]*DegradedStripe{}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -216,9 +211,10 @@ func (c *Client) ClientID() uint64 { return c.cfg.ClientID }
 // recent request failed or SetDown marked them.
 func (c *Client) Slots() []layout.Slot {
 	now := time.Now().UnixNano()
-	out := make([]layout.Slot, 0, len(c.cfg.Slots))
-	for _, s := range c.cfg.Slots {
-		out = append(out, layout.Slot{ID: s.ID, Up: c.down[s.ID].Load() <= now})
+	t := c.slots.Load()
+	out := make([]layout.Slot, 0, len(t.list))
+	for _, s := range t.list {
+		out = append(out, layout.Slot{ID: s.ID, Up: t.down[s.ID].Load() <= now})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -227,7 +223,7 @@ func (c *Client) Slots() []layout.Slot {
 // SetDown marks a slot down (or up again) for new stripes, as a cluster
 // map update would.
 func (c *Client) SetDown(slot uint16, down bool) {
-	if d, ok := c.down[slot]; ok {
+	if d, ok := c.slots.Load().down[slot]; ok {
 		if down {
 			d.Store(1 << 62)
 		} else {
@@ -237,12 +233,62 @@ func (c *Client) SetDown(slot uint16, down bool) {
 }
 
 func (c *Client) markFailed(slot uint16) {
-	if d, ok := c.down[slot]; ok {
+	if d, ok := c.slots.Load().down[slot]; ok {
 		until := time.Now().Add(c.cfg.DownFor).UnixNano()
 		if d.Load() < until {
 			d.Store(until)
 		}
 	}
+}
+
+// slotTable is an immutable view of the storage slots.
+type slotTable struct {
+	list []SlotAddr
+	addr map[uint16]string
+	down map[uint16]*atomic.Int64 // unix nanos until which the slot is avoided
+}
+
+func newSlotTable(slots []SlotAddr, prev *slotTable) *slotTable {
+	t := &slotTable{list: append([]SlotAddr(nil), slots...), addr: map[uint16]string{}, down: map[uint16]*atomic.Int64{}}
+	sort.Slice(t.list, func(i, j int) bool { return t.list[i].ID < t.list[j].ID })
+	for _, s := range t.list {
+		t.addr[s.ID] = s.Addr
+		if prev != nil && prev.down[s.ID] != nil {
+			t.down[s.ID] = prev.down[s.ID] // keep failure memory across map updates
+		} else {
+			t.down[s.ID] = new(atomic.Int64)
+		}
+	}
+	return t
+}
+
+// SetSlots installs the storage slots of a new cluster map: their
+// addresses, and which are down (not Up) for placement.
+func (c *Client) SetSlots(slots []SlotAddr, down []uint16) error {
+	cfg := Config{Slots: slots}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	prev := c.slots.Load()
+	t := newSlotTable(slots, prev)
+	for _, s := range slots {
+		if old, ok := prev.addr[s.ID]; ok && old != s.Addr {
+			c.pool.Forget(old) // a replacement server took over the slot
+		}
+	}
+	c.slots.Store(t)
+	isDown := map[uint16]bool{}
+	for _, d := range down {
+		isDown[d] = true
+	}
+	for _, s := range t.list {
+		if isDown[s.ID] {
+			c.SetDown(s.ID, true)
+		} else if t.down[s.ID].Load() == 1<<62 {
+			c.SetDown(s.ID, false) // was marked down by a map; now up
+		}
+	}
+	return nil
 }
 
 // Stats returns the data-path counters.

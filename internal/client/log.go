@@ -38,7 +38,7 @@ type Log struct {
 // first use. A log continues after the newest stripe any server holds for
 // it (a restarted client with the same ClientID never reuses a stripe id).
 func (c *Client) Log(ctx context.Context, pol layout.Policy) (*Log, error) {
-	if err := pol.Validate(len(c.cfg.Slots)); err != nil {
+	if err := pol.Validate(len(c.slots.Load().list)); err != nil {
 		return nil, err
 	}
 	key := pol.String()
@@ -77,8 +77,9 @@ func (c *Client) resumeSeq(ctx context.Context, log uint64) (uint64, error) {
 		found bool
 		err   error
 	}
-	ch := make(chan res, len(c.cfg.Slots))
-	for _, s := range c.cfg.Slots {
+	slots := c.slots.Load().list
+	ch := make(chan res, len(slots))
+	for _, s := range slots {
 		go func(slot uint16) {
 			seq, found, err := c.newestSeq(ctx, slot, log)
 			ch <- res{seq, found, err}
@@ -86,7 +87,7 @@ func (c *Client) resumeSeq(ctx context.Context, log uint64) (uint64, error) {
 	}
 	var next uint64
 	reached := 0
-	for range c.cfg.Slots {
+	for range slots {
 		r := <-ch
 		if r.err != nil {
 			continue
@@ -101,7 +102,7 @@ func (c *Client) resumeSeq(ctx context.Context, log uint64) (uint64, error) {
 	}
 	// A server that was unreachable may hold a newer stripe of this log;
 	// skipping ahead keeps ids unique in that case too.
-	if reached < len(c.cfg.Slots) {
+	if reached < len(slots) {
 		next += 1 << 20
 	}
 	return next, nil
@@ -325,7 +326,7 @@ func (c *Client) putFragmentV(ctx context.Context, slot uint16, id fragment.ID, 
 	defer cancel()
 	crcs := chunkCRCsV(content, trailer)
 	req := &fragment.PutReq{ID: id, ChunkSize: chunkSize, CRCs: crcs}
-	addr, ok := c.addr[slot]
+	addr, ok := c.slots.Load().addr[slot]
 	if !ok {
 		return fmt.Errorf("put %s: %w: %d", id, ErrUnknownSlot, slot)
 	}

@@ -29,7 +29,7 @@ func chunkCRCs(b []byte) []uint32 {
 }
 
 func (c *Client) call(ctx context.Context, slot uint16, op uint16, msg fragment.Message, payload, dst []byte) (wire.Reply, error) {
-	addr, ok := c.addr[slot]
+	addr, ok := c.slots.Load().addr[slot]
 	if !ok {
 		return wire.Reply{}, fmt.Errorf("%w: %d", ErrUnknownSlot, slot)
 	}

@@ -167,6 +167,6 @@ func (c *Client) readRun(ctx context.Context, ptrs []layout.Pointer, out []byte)
 }
 
 func (c *Client) isDown(slot uint16) bool {
-	d, ok := c.down[slot]
+	d, ok := c.slots.Load().down[slot]
 	return ok && d.Load() > time.Now().UnixNano()
 }

@@ -1,0 +1,127 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// View is a member's or client's cached copy of the cluster map. Readers
+// get the current map without a round trip; Refresh (after a stale-epoch
+// or wrong-island answer) and Update (from RunMember's OnMap) move it
+// forward, never back.
+type View struct {
+	c  *Client
+	mu struct {
+		sync.RWMutex
+		m           *Map
+		lastRefresh time.Time
+	}
+	// MinRefreshGap rate-limits Refresh so a storm of stale answers does
+	// not become a storm of map fetches. Default 50ms.
+	MinRefreshGap time.Duration
+	subs          []func(*Map)
+}
+
+// NewView fetches the current map through c.
+func NewView(ctx context.Context, c *Client) (*View, error) {
+	m, err := c.Map(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	v := &View{c: c, MinRefreshGap: 50 * time.Millisecond}
+	v.mu.m = m
+	return v, nil
+}
+
+// Map returns the current map (do not modify it).
+func (v *View) Map() *Map {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.mu.m
+}
+
+// Epoch returns the current map's epoch.
+func (v *View) Epoch() uint64 { return v.Map().Epoch }
+
+// OnChange registers fn to be called with every newer map (set up before
+// sharing the View).
+func (v *View) OnChange(fn func(*Map)) { v.subs = append(v.subs, fn) }
+
+// Update installs m if it is newer.
+func (v *View) Update(m *Map) {
+	v.mu.Lock()
+	if m == nil || m.Epoch <= v.mu.m.Epoch {
+		v.mu.Unlock()
+		return
+	}
+	v.mu.m = m
+	v.mu.Unlock()
+	for _, fn := range v.subs {
+		fn(m)
+	}
+}
+
+// Refresh fetches a map newer than the current one, if the managers have
+// one.
+func (v *View) Refresh(ctx context.Context) error {
+	v.mu.Lock()
+	if time.Since(v.mu.lastRefresh) < v.MinRefreshGap {
+		v.mu.Unlock()
+		return nil
+	}
+	v.mu.lastRefresh = time.Now()
+	v.mu.Unlock()
+	m, err := v.c.Map(ctx, 0)
+	if err != nil {
+		return fmt.Errorf("cluster: refresh map: %w", err)
+	}
+	v.Update(m)
+	return nil
+}
+
+// DefaultPolicy is the cluster's default redundancy policy.
+func (v *View) DefaultPolicy() string { return v.Map().DefaultPolicy }
+
+// IslandForBucket returns the id and address of the island owning bucket.
+func (v *View) IslandForBucket(bucket uint32) (uint32, string, bool) {
+	m := v.Map()
+	id, ok := m.Table.Owner(bucket)
+	if !ok {
+		return 0, "", false
+	}
+	is, ok := m.Island(id)
+	if !ok {
+		return id, "", false
+	}
+	return id, is.Addr, true
+}
+
+// IslandAddr returns the address of the island owning bucket (the client
+// naming layer's view of the map).
+func (v *View) IslandAddr(bucket uint32) (string, bool) {
+	_, addr, ok := v.IslandForBucket(bucket)
+	return addr, ok && addr != ""
+}
+
+// StorageSlots returns every storage slot's address and the slots that
+// are not Up (so new stripes avoid them).
+func (v *View) StorageSlots() (slots []SlotInfo, down []uint16) {
+	for _, s := range v.Map().Storage {
+		if s.State == StateOut {
+			continue
+		}
+		slots = append(slots, SlotInfo{Slot: s.Slot, Addr: s.Addr})
+		if s.State != StateUp {
+			down = append(down, s.Slot)
+		}
+	}
+	return slots, down
+}
+
+// SlotInfo is a storage slot and its server's address.
+type SlotInfo struct {
+	Slot uint16
+	Addr string
+}
