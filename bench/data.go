@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/layout"
 )
@@ -25,7 +26,7 @@ type DataConfig struct {
 	Policy      string
 	Size        int64    // bytes written and read
 	SmallBlocks int      // number of 4 KiB blocks in the small-block phase
-	Cluster     []string // existing storage servers (slot i at Cluster[i]); empty: start Servers children
+	Cluster     []string // manager addresses of a running cluster; empty: start Servers children
 	Dir         string   // scratch directory (default: a new temp dir)
 	Exe         string   // atoll binary used to start storage servers
 	ReadWorkers int      // concurrent block reads (default 16)
@@ -47,11 +48,10 @@ func (c *DataConfig) Validate() error {
 	if err != nil {
 		return err
 	}
-	n := c.Servers
 	if len(c.Cluster) > 0 {
-		n = len(c.Cluster)
+		return nil // checked against the cluster's slots once known
 	}
-	return p.Validate(n)
+	return p.Validate(c.Servers)
 }
 
 // DataResult holds the figures; JSON names are stable.
@@ -108,8 +108,19 @@ func RunData(ctx context.Context, cfg DataConfig, progress io.Writer) (DataResul
 	var children []*devcluster.Child
 	var slots []client.SlotAddr
 	if len(cfg.Cluster) > 0 {
-		for i, a := range cfg.Cluster {
-			slots = append(slots, client.SlotAddr{ID: uint16(i), Addr: a})
+		mc := cluster.NewClient(cfg.Cluster, cfg.Logger)
+		m, err := mc.Map(ctx, 0)
+		mc.Close()
+		if err != nil {
+			return res, fmt.Errorf("bench: cannot reach the manager at %v: %w", cfg.Cluster, err)
+		}
+		for _, s := range m.Storage {
+			if s.State == cluster.StateUp {
+				slots = append(slots, client.SlotAddr{ID: s.Slot, Addr: s.Addr})
+			}
+		}
+		if err := pol.Validate(len(slots)); err != nil {
+			return res, err
 		}
 	} else {
 		defer func() {

@@ -61,7 +61,7 @@ func newBenchDataCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&size, "size", "1GiB", "bytes to write and read")
 	f.IntVar(&cfg.SmallBlocks, "small-blocks", 100000, "4 KiB blocks in the small-block phase")
 	f.IntVar(&cfg.ReadWorkers, "read-workers", 4, "4 MiB read-ahead windows in flight")
-	f.StringVar(&cluster, "cluster", "", "use running storage servers (comma-separated, slot i = i-th address)")
+	f.StringVar(&cluster, "cluster", "", "use a running cluster: manager address(es), comma-separated")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
 	return cmd

@@ -31,6 +31,9 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data", "atoll-data", "data directory (kept across restarts)")
 	f.IntVar(&cfg.Storage, "storage", 5, "storage servers")
+	f.IntVar(&cfg.Islands, "islands", 0, "metadata islands (0 until the namespace tier is enabled)")
+	f.StringVar(&cfg.ManagerListen, "manager-listen", "127.0.0.1:7300", "manager address")
 	f.StringVar(&cfg.StorageListen, "storage-listen", "127.0.0.1:7400", "address of the first storage server; the others take the next ports")
+	f.StringVar(&cfg.IslandListen, "island-listen", "127.0.0.1:7500", "address of the first island; the others take the next ports")
 	return cmd
 }

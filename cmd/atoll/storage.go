@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/storage"
@@ -11,7 +14,7 @@ import (
 func newStorageCmd(g *globalFlags) *cobra.Command {
 	var cfg storage.ServerConfig
 	var slot uint16
-	var capacity, scrubRate, addrFile string
+	var capacity, scrubRate, addrFile, managers string
 	cmd := &cobra.Command{
 		Use:   "storage --dir DIR --listen ADDR --slot N",
 		Short: "Run a storage server (fragment store) holding one storage slot",
@@ -38,7 +41,17 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 			if err := writeAddrFile(addrFile, srv.Addr()); err != nil {
 				return err
 			}
-			return srv.Run(cmd.Context())
+			if managers == "" {
+				return srv.Run(cmd.Context())
+			}
+			return runWithMember(cmd.Context(), srv.Run, cluster.MemberConfig{
+				Managers: splitList(managers), Kind: cluster.KindStorage, ID: uint32(slot),
+				Addr: srv.Addr(), PID: os.Getpid(), Logger: log,
+				Stats: func() cluster.MemberStats {
+					st := srv.Store().Stat()
+					return cluster.MemberStats{CapacityBytes: uint64(st.CapacityBytes), UsedBytes: uint64(st.UsedBytes)}
+				},
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -49,6 +62,7 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&scrubRate, "scrub-rate", "16MiB", "scrubber verification rate per second (0: off)")
 	f.DurationVar(&cfg.ScrubPause, "scrub-pause", 0, "pause between scrub passes (default 1m)")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
+	f.StringVar(&managers, "manager", "", "manager address(es), comma-separated: register and heartbeat (empty: standalone)")
 	return cmd
 }
 

@@ -5,20 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/cluster"
 )
 
 // Config configures a local development cluster.
 type Config struct {
 	DataDir       string
-	Storage       int    // number of storage servers
+	Storage       int    // storage servers
+	Islands       int    // metadata islands (0: data plane only)
+	ManagerListen string // host:port of the manager
 	StorageListen string // host:port of slot 0; slot i listens on port+i
+	IslandListen  string // host:port of island 1; island i on port+i-1
 	Exe           string // the atoll binary
 	LogLevel      string
 	Out           io.Writer
@@ -32,8 +37,13 @@ func (c *Config) Validate() error {
 	if c.Storage < 1 || c.Storage > 64 {
 		return errors.New("dev: --storage must be 1..64")
 	}
-	if _, _, err := splitPort(c.StorageListen); err != nil {
-		return fmt.Errorf("dev: --storage-listen: %w", err)
+	if c.Islands < 0 || c.Islands > 32 {
+		return errors.New("dev: --islands must be 0..32")
+	}
+	for flag, a := range map[string]string{"--manager-listen": c.ManagerListen, "--storage-listen": c.StorageListen, "--island-listen": c.IslandListen} {
+		if _, _, err := splitPort(a); err != nil {
+			return fmt.Errorf("dev: %s: %w", flag, err)
+		}
 	}
 	if c.Exe == "" {
 		return errors.New("dev: no atoll binary")
@@ -82,44 +92,74 @@ func New(cfg Config) (*Dev, error) {
 	return &Dev{cfg: cfg, lock: f}, nil
 }
 
-// Run starts every role, prints the endpoints, and stops them all when ctx
-// is done. A role that dies is reported; the others keep serving.
+func portFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
+func nthAddr(base string, i int) string {
+	host, port, _ := splitPort(base)
+	return net.JoinHostPort(host, strconv.Itoa(port+i))
+}
+
+// Run starts every role, prints the endpoints, and stops them all (in
+// reverse order) when ctx is done. A role that dies is reported; the
+// others keep serving.
 func (d *Dev) Run(ctx context.Context) error {
 	defer d.lock.Close()
-	host, port, _ := splitPort(d.cfg.StorageListen)
 	var children []*Child
 	defer func() {
 		for i := len(children) - 1; i >= 0; i-- {
 			_ = children[i].Stop(10 * time.Second)
 		}
 	}()
-	var addrs []string
-	for i := 0; i < d.cfg.Storage; i++ {
-		listen := net.JoinHostPort(host, strconv.Itoa(port+i))
-		if ln, err := net.Listen("tcp", listen); err != nil {
-			return fmt.Errorf("dev: storage slot %d: port in use: %w", i, err)
-		} else {
-			ln.Close()
+	start := func(name, listen string, args ...string) (*Child, error) {
+		if err := portFree(listen); err != nil {
+			return nil, fmt.Errorf("dev: %s: address %s in use: %w", name, listen, err)
 		}
-		dir := filepath.Join(d.cfg.DataDir, "storage", strconv.Itoa(i))
 		c, err := Start(ctx, ChildSpec{
-			Name: fmt.Sprintf("storage%d", i), Exe: d.cfg.Exe,
-			Args:     []string{"storage", "--dir", dir, "--listen", listen, "--slot", strconv.Itoa(i), "--log-level", d.cfg.LogLevel},
-			AddrFile: filepath.Join(d.cfg.DataDir, "storage", strconv.Itoa(i)+".addr"),
+			Name: name, Exe: d.cfg.Exe,
+			Args:     append(args, "--listen", listen, "--log-level", d.cfg.LogLevel),
+			AddrFile: filepath.Join(d.cfg.DataDir, name+".addr"),
 			Output:   d.cfg.Out,
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		children = append(children, c)
-		addrs = append(addrs, c.Addr)
+		return c, nil
 	}
-	fmt.Fprintf(d.cfg.Out, "atoll dev ready: %d storage servers\n", len(children))
-	for i, c := range children {
-		fmt.Fprintf(d.cfg.Out, "  storage slot %d  %s  pid %d\n", i, c.Addr, c.PID())
+	mgr, err := start("manager", d.cfg.ManagerListen, "manager", "--dir", filepath.Join(d.cfg.DataDir, "manager"), "--down-after", "3s")
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(d.cfg.Out, "  try: atoll bench data --cluster %s --size 256MiB\n", strings.Join(addrs, ","))
-	fmt.Fprintln(d.cfg.Out, "  (metadata islands, manager, NFS gateway, FUSE mount and dashboard arrive with the namespace and access tiers)")
+	for i := 0; i < d.cfg.Storage; i++ {
+		if _, err := start(fmt.Sprintf("storage%d", i), nthAddr(d.cfg.StorageListen, i), "storage",
+			"--dir", filepath.Join(d.cfg.DataDir, "storage", strconv.Itoa(i)), "--slot", strconv.Itoa(i), "--manager", mgr.Addr); err != nil {
+			return err
+		}
+	}
+	for i := 1; i <= d.cfg.Islands; i++ {
+		if _, err := start(fmt.Sprintf("island%d", i), nthAddr(d.cfg.IslandListen, i-1), "meta",
+			"--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--id", strconv.Itoa(i), "--manager", mgr.Addr); err != nil {
+			return err
+		}
+	}
+	cl := cluster.NewClient([]string{mgr.Addr}, slog.New(slog.DiscardHandler))
+	defer cl.Close()
+	m, err := d.waitRegistered(ctx, cl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(d.cfg.Out, "atoll dev ready: manager %s, %d storage servers, %d islands (epoch %d)\n", mgr.Addr, d.cfg.Storage, d.cfg.Islands, m.Epoch)
+	for _, c := range children {
+		fmt.Fprintf(d.cfg.Out, "  %-10s %-21s pid %d\n", c.Name, c.Addr, c.PID())
+	}
+	fmt.Fprintf(d.cfg.Out, "  status:    ATOLL_CLUSTER=%s atoll status\n", mgr.Addr)
+	fmt.Fprintf(d.cfg.Out, "  benchmark: atoll bench data --cluster %s --size 256MiB\n", mgr.Addr)
 	reported := map[*Child]bool{}
 	for {
 		select {
@@ -131,13 +171,51 @@ func (d *Dev) Run(ctx context.Context) error {
 		for _, c := range children {
 			select {
 			case <-c.Done():
-				// Report once; keep serving with the others.
 				if !reported[c] {
 					reported[c] = true
-					fmt.Fprintf(d.cfg.Out, "atoll dev: %s (pid %d) exited\n", c.Name, c.PID())
+					fmt.Fprintf(d.cfg.Out, "atoll dev: %s (pid %d) exited; the others keep serving\n", c.Name, c.PID())
 				}
 			default:
 			}
+		}
+	}
+}
+
+// waitRegistered waits until every role has registered with the manager
+// and formats the namespace on first start.
+func (d *Dev) waitRegistered(ctx context.Context, cl *cluster.Client) (*cluster.Map, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		m, err := cl.Map(ctx, 0)
+		if err == nil {
+			up := 0
+			for _, s := range m.Storage {
+				if s.State == cluster.StateUp {
+					up++
+				}
+			}
+			islands := 0
+			for _, is := range m.Islands {
+				if is.State == cluster.StateUp {
+					islands++
+				}
+			}
+			if up >= d.cfg.Storage && islands >= d.cfg.Islands {
+				if d.cfg.Islands > 0 && !m.Formatted {
+					if m, err = cl.Format(ctx, nil); err != nil {
+						return nil, fmt.Errorf("dev: format namespace: %w", err)
+					}
+				}
+				return m, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("dev: roles did not register with the manager within 60s (last error: %v)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
