@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
 // View is a member's or client's cached copy of the cluster map. Readers
@@ -124,4 +126,25 @@ func (v *View) StorageSlots() (slots []SlotInfo, down []uint16) {
 type SlotInfo struct {
 	Slot uint16
 	Addr string
+}
+
+// IslandMap adapts a View to what a metadata island needs of the map: the
+// namespace table and other islands' addresses by id.
+type IslandMap struct{ *View }
+
+// Table returns the namespace table of the current map (empty before the
+// namespace is formatted: every lookup then finds no island).
+func (m IslandMap) Table() namespace.Table {
+	mp := m.Map()
+	t := namespace.Table{Depth: mp.Table.Depth, Epoch: mp.Epoch}
+	for _, e := range mp.Table.Entries {
+		t.Entries = append(t.Entries, namespace.IslandID(e))
+	}
+	return t
+}
+
+// IslandAddr returns the address of island id.
+func (m IslandMap) IslandAddr(id namespace.IslandID) (string, bool) {
+	is, ok := m.Map().Island(uint32(id))
+	return is.Addr, ok && is.Addr != ""
 }

@@ -1,0 +1,272 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/meta"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// fsCluster is storage servers plus islands, all in-process on 127.0.0.1.
+type fsCluster struct {
+	t       *testing.T
+	storage []*server
+	islands []*meta.Island
+	smap    *meta.StaticMap
+	view    *client.StaticMapView
+}
+
+func startFSCluster(t *testing.T, nStorage, nIslands int) *fsCluster {
+	t.Helper()
+	fc := &fsCluster{t: t, storage: startServers(t, nStorage)}
+	var ids []namespace.IslandID
+	for i := 1; i <= nIslands; i++ {
+		ids = append(ids, namespace.IslandID(i))
+	}
+	tab, err := namespace.NewTable(ids, namespace.DepthFor(len(ids)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab.Epoch = 1
+	fc.smap = meta.NewStaticMap(tab, nil)
+	addrs := map[namespace.IslandID]string{}
+	for _, id := range ids {
+		is, err := meta.New(meta.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", ID: uint32(id), Map: fc.smap, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.smap.SetAddr(id, is.Addr())
+		addrs[id] = is.Addr()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- is.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("island: %v", err)
+			}
+		})
+		fc.islands = append(fc.islands, is)
+	}
+	fc.view = &client.StaticMapView{MapEpoch: 1, Table: tab, Addrs: addrs, Policy: "ec:4+1"}
+	return fc
+}
+
+func (fc *fsCluster) newFS(t *testing.T) *client.FS {
+	t.Helper()
+	data := newClient(t, fc.storage, nil)
+	fs, err := client.NewFS(client.FSConfig{Data: data, Map: fc.view, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	return fs
+}
+
+var root = metawire.Root
+
+func TestFSCloseToOpenAcrossClients(t *testing.T) {
+	fc := startFSCluster(t, 5, 3)
+	a, b := fc.newFS(t), fc.newFS(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(20, 20))
+	if _, err := a.MkdirAll(ctx, root, "/projects/alpha/data", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{
+		"/projects/alpha/empty":       {},
+		"/projects/alpha/small.txt":   []byte("hello, atoll\n"),
+		"/projects/alpha/inline-edge": randBytes(r, 16<<10),
+		"/projects/alpha/data/blocks": randBytes(r, 16<<10+1),
+		"/projects/alpha/data/big":    randBytes(r, 9<<20+12345),
+	}
+	for p, d := range files {
+		if err := a.WriteFile(ctx, root, p, d, 0o644); err != nil {
+			t.Fatalf("write %s: %v", p, err)
+		}
+	}
+	for p, d := range files {
+		got, err := b.ReadFile(ctx, root, p)
+		if err != nil {
+			t.Fatalf("read %s: %v", p, err)
+		}
+		if !bytes.Equal(got, d) {
+			t.Fatalf("%s: %d bytes read, %d written, equal=%v", p, len(got), len(d), bytes.Equal(got, d))
+		}
+	}
+	// Overwrite a middle range of the big file through one client; the
+	// other sees it after close (read-modify-write of partial blocks).
+	big := files["/projects/alpha/data/big"]
+	fh, err := a.OpenPath(ctx, root, "/projects/alpha/data/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := randBytes(r, 100000)
+	if _, err := fh.WriteAt(ctx, patch, 3<<20+777); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	copy(big[3<<20+777:], patch)
+	got, err := b.ReadFile(ctx, root, "/projects/alpha/data/big")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("after patch: err=%v equal=%v", err, bytes.Equal(got, big))
+	}
+	// Grow an inline file past the threshold, then truncate it.
+	fh, err = a.OpenPath(ctx, root, "/projects/alpha/small.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := randBytes(r, 70000)
+	if _, err := fh.WriteAt(ctx, tail, 13); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte("hello, atoll\n"), tail...)
+	if got, err := b.ReadFile(ctx, root, "/projects/alpha/small.txt"); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("grown inline file: err=%v equal=%v len=%d", err, bytes.Equal(got, want), len(got))
+	}
+	fh, err = b.OpenPath(ctx, root, "/projects/alpha/small.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Truncate(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.ReadFile(ctx, root, "/projects/alpha/small.txt"); err != nil || string(got) != "hello" {
+		t.Fatalf("truncated: %q %v", got, err)
+	}
+	// A sparse file: holes read as zeros.
+	fh, err = a.CreateFile(ctx, root, "/projects/alpha/sparse", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt(ctx, []byte("end"), 5<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err = b.ReadFile(ctx, root, "/projects/alpha/sparse")
+	if err != nil || len(got) != 5<<20+3 || string(got[5<<20:]) != "end" || !bytes.Equal(got[:5<<20], make([]byte, 5<<20)) {
+		t.Fatalf("sparse: len %d err %v", len(got), err)
+	}
+}
+
+func TestFSErrnos(t *testing.T) {
+	fc := startFSCluster(t, 3, 3)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	if err := fs.WriteFile(ctx, root, "/f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.MkdirAll(ctx, root, "/d/e", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rootIno := uint64(namespace.RootIno)
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"lookup missing", func() error { _, err := fs.Lookup(ctx, root, rootIno, "nope"); return err }(), metawire.ErrNotFound},
+		{"rmdir non-empty", fs.Rmdir(ctx, root, rootIno, "d"), metawire.ErrNotEmpty},
+		{"unlink dir", fs.Unlink(ctx, root, rootIno, "d"), metawire.ErrIsDir},
+		{"rmdir file", fs.Rmdir(ctx, root, rootIno, "f"), metawire.ErrNotDir},
+		{"create exclusive existing", func() error {
+			_, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: rootIno, Name: "f", Mode: 0o644, Exclusive: true})
+			return err
+		}(), metawire.ErrExists},
+		{"long name", func() error {
+			_, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: rootIno, Name: string(bytes.Repeat([]byte("n"), 256)), Mode: 0o644})
+			return err
+		}(), metawire.ErrNameTooLong},
+		{"slash in name", func() error {
+			_, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: rootIno, Name: "a/b", Mode: 0o644})
+			return err
+		}(), metawire.ErrInvalid},
+		{"rename dir into itself", func() error {
+			d, _ := fs.Resolve(ctx, root, "/d/e")
+			return fs.Rename(ctx, metawire.RenameReq{Cred: root, SrcDir: rootIno, SrcName: "d", DstDir: d.Ino, DstName: "x"})
+		}(), metawire.ErrInvalid},
+		{"unknown inode", func() error { _, err := fs.GetAttrFresh(ctx, root, uint64(namespace.MakeIno(namespace.RootIno.Bucket(), 999999))); return err }(), metawire.ErrStale},
+		{"non-root write into root", func() error {
+			_, err := fs.Create(ctx, metawire.CreateReq{Cred: metawire.Cred{UID: 1000, GID: 1000}, Dir: rootIno, Name: "g", Mode: 0o644})
+			return err
+		}(), metawire.ErrAccess},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+}
+
+func TestFSConcurrentClientsCreateAndRename(t *testing.T) {
+	fc := startFSCluster(t, 3, 3)
+	ctx := context.Background()
+	setup := fc.newFS(t)
+	for _, d := range []string{"/a", "/b", "/c"} {
+		if _, err := setup.MkdirAll(ctx, root, d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const clients, files = 4, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			fs := fc.newFS(t)
+			dirs := []string{"/a", "/b", "/c"}
+			for i := 0; i < files; i++ {
+				name := fmt.Sprintf("c%d-f%d", c, i)
+				src := dirs[i%3] + "/" + name
+				if err := fs.WriteFile(ctx, root, src, []byte(name), 0o644); err != nil {
+					errs <- fmt.Errorf("write %s: %w", src, err)
+					return
+				}
+				sd, _ := fs.Resolve(ctx, root, dirs[i%3])
+				dd, _ := fs.Resolve(ctx, root, dirs[(i+1)%3])
+				if err := fs.Rename(ctx, metawire.RenameReq{Cred: root, SrcDir: sd.Ino, SrcName: name, DstDir: dd.Ino, DstName: name}); err != nil {
+					errs <- fmt.Errorf("rename %s: %w", src, err)
+					return
+				}
+			}
+		}(c)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(120 * time.Second):
+		t.Fatal("deadlock: clients did not finish")
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	check := fc.newFS(t)
+	dirs := []string{"/a", "/b", "/c"}
+	for c := 0; c < clients; c++ {
+		for i := 0; i < files; i++ {
+			name := fmt.Sprintf("c%d-f%d", c, i)
+			got, err := check.ReadFile(ctx, root, dirs[(i+1)%3]+"/"+name)
+			if err != nil || string(got) != name {
+				t.Fatalf("%s: %q %v", name, got, err)
+			}
+		}
+	}
+}
