@@ -1,0 +1,184 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/atoll-fs/atoll/internal/faults"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// DefaultInlineMax is the default inline threshold.
+const DefaultInlineMax = 16 << 10
+
+// MaxInlineMax bounds Config.InlineMax (inline data lives in the inode
+// record and travels in one message).
+const MaxInlineMax = 256 << 10
+
+// MapSource gives an island the cluster map: the extendible hash table
+// that says which island owns a bucket, the map epoch and the islands'
+// addresses. Refresh fetches a newer map (a request carried a newer
+// epoch). Implementations are safe for concurrent use.
+type MapSource interface {
+	Epoch() uint64
+	Table() namespace.Table
+	IslandAddr(id namespace.IslandID) (string, bool)
+	Refresh(ctx context.Context) error
+}
+
+// Config configures an island.
+type Config struct {
+	// Dir holds the island's pebble database; created if absent.
+	Dir string
+	// FS is the filesystem all I/O goes through (default vfs.Default).
+	FS vfs.FS
+	// Listen is the address Run serves on (":0" picks a port). Empty:
+	// no listener; the island is used in-process through Handle.
+	Listen string
+	// ID is this island's id in the cluster map (not 0).
+	ID uint32
+	// Map is the cluster map.
+	Map MapSource
+	// Peer reaches other islands. Nil: over internal/wire at the
+	// addresses Map gives.
+	Peer Peer
+	// InlineMax is the largest inline file data (default DefaultInlineMax).
+	InlineMax int
+	// Faults holds failpoints; nil in production.
+	Faults *faults.Set
+	// Logger receives the island's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Validate reports the first problem with c.
+func (c *Config) Validate() error {
+	switch {
+	case c.Dir == "":
+		return errors.New("meta: config: Dir is empty")
+	case c.ID == uint32(namespace.NoIsland):
+		return errors.New("meta: config: ID must not be 0")
+	case c.Map == nil:
+		return errors.New("meta: config: Map is nil")
+	case c.InlineMax < 0 || c.InlineMax > MaxInlineMax:
+		return fmt.Errorf("meta: config: InlineMax %d not in [0, %d]", c.InlineMax, MaxInlineMax)
+	}
+	if err := c.Map.Table().Validate(); err != nil {
+		return fmt.Errorf("meta: config: map: %w", err)
+	}
+	return nil
+}
+
+// StaticMap is a MapSource that changes only when told (tests, the CLI's
+// --static-map). Refresh is a no-op.
+type StaticMap struct {
+	mu struct {
+		sync.RWMutex
+		table namespace.Table
+		addrs map[namespace.IslandID]string
+	}
+}
+
+// NewStaticMap returns a map with table t (whose Epoch is the map epoch)
+// and the given addresses (may be nil).
+func NewStaticMap(t namespace.Table, addrs map[namespace.IslandID]string) *StaticMap {
+	m := &StaticMap{}
+	m.mu.table = t.Clone()
+	m.mu.addrs = map[namespace.IslandID]string{}
+	for k, v := range addrs {
+		m.mu.addrs[k] = v
+	}
+	return m
+}
+
+func (m *StaticMap) Epoch() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.mu.table.Epoch
+}
+
+func (m *StaticMap) Table() namespace.Table {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.mu.table
+}
+
+func (m *StaticMap) IslandAddr(id namespace.IslandID) (string, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	a, ok := m.mu.addrs[id]
+	return a, ok
+}
+
+func (m *StaticMap) Refresh(context.Context) error { return nil }
+
+// Set replaces the table (and epoch).
+func (m *StaticMap) Set(t namespace.Table) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mu.table = t.Clone()
+}
+
+// SetAddr records the address of island id.
+func (m *StaticMap) SetAddr(id namespace.IslandID, addr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mu.addrs[id] = addr
+}
+
+// mapFile is the JSON form read by LoadMapFile.
+type mapFile struct {
+	Epoch   uint64            `json:"epoch"`
+	Depth   uint8             `json:"depth"`
+	Entries []uint32          `json:"entries"`
+	Islands map[string]string `json:"islands"`
+}
+
+// ParseMapJSON parses a static cluster map:
+//
+//	{"epoch": 1, "depth": 2, "entries": [1, 1, 2, 3],
+//	 "islands": {"1": "127.0.0.1:7500", "2": "127.0.0.1:7501", "3": "127.0.0.1:7502"}}
+//
+// entries has 1<<depth island ids (table entry i owns the buckets whose
+// top depth bits are i); islands maps island ids to wire addresses. The
+// epoch must not be 0.
+func ParseMapJSON(b []byte) (*StaticMap, error) {
+	var f mapFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("meta: map file: %w", err)
+	}
+	if f.Epoch == 0 {
+		return nil, errors.New("meta: map file: epoch must not be 0")
+	}
+	t := namespace.Table{Depth: f.Depth, Epoch: f.Epoch, Entries: make([]namespace.IslandID, len(f.Entries))}
+	for i, e := range f.Entries {
+		t.Entries[i] = namespace.IslandID(e)
+	}
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("meta: map file: %w", err)
+	}
+	addrs := map[namespace.IslandID]string{}
+	for k, v := range f.Islands {
+		id, err := strconv.ParseUint(k, 10, 32)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("meta: map file: bad island id %q", k)
+		}
+		addrs[namespace.IslandID(id)] = v
+	}
+	return NewStaticMap(t, addrs), nil
+}
+
+// LoadMapFile reads a static map from a JSON file (see ParseMapJSON).
+func LoadMapFile(path string) (*StaticMap, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("meta: map file: %w", err)
+	}
+	return ParseMapJSON(b)
+}

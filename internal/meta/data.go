@@ -1,0 +1,308 @@
+package meta
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// MaxMapBlocks bounds the blocks one ReadMap answer carries; a client
+// asks again from the next index for more.
+const MaxMapBlocks = 8192
+
+// decodePointer decodes an encoded layout.Pointer that must fill p.
+func decodePointer(p []byte) (layout.Pointer, []byte, error) {
+	ptr, rest, err := layout.DecodePointer(p)
+	if err != nil {
+		return ptr, nil, err
+	}
+	if len(rest) != 0 {
+		return ptr, nil, fmt.Errorf("%w: %d trailing bytes", layout.ErrBadPointer, len(rest))
+	}
+	return ptr, nil, nil
+}
+
+func (i *Island) readMap(ctx context.Context, r *metawire.ReadMapReq) (*metawire.ReadMapResp, error) {
+	ino := namespace.Ino(r.Ino)
+	if err := i.checkIno("readmap", ino); err != nil {
+		return nil, err
+	}
+	if err := i.locks.waitReadable(ctx, ino, i.timing.readWait); err != nil {
+		return nil, err
+	}
+	snap := i.db.NewSnapshot()
+	defer snap.Close()
+	n, err := readInode(snap, ino)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, fmt.Errorf("readmap %v: %w", ino, metawire.ErrStale)
+	}
+	switch {
+	case n.isDir():
+		return nil, fmt.Errorf("readmap %v: %w", ino, metawire.ErrIsDir)
+	case !n.isReg():
+		return nil, fmt.Errorf("readmap %v: not a regular file: %w", ino, metawire.ErrInvalid)
+	}
+	resp := &metawire.ReadMapResp{Attr: n.attr()}
+	if n.inline {
+		resp.Inline = n.data
+		return resp, nil
+	}
+	count := r.Count
+	if count == 0 || count > MaxMapBlocks {
+		count = MaxMapBlocks
+	}
+	lo := blockKey(ino, r.First)
+	hi := prefixEnd(blockPrefix(ino))
+	if r.First+count > r.First {
+		hi = blockKey(ino, r.First+count)
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		p, err := decodeBytes(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("readmap %v: %w", ino, err)
+		}
+		k := it.Key()
+		resp.Blocks = append(resp.Blocks, metawire.Block{
+			Index: binary.BigEndian.Uint64(k[len(k)-8:]),
+			Ptr:   append([]byte(nil), p...),
+		})
+	}
+	return resp, it.Error()
+}
+
+// commit applies a batch of file deltas atomically. Islands do not check
+// permissions on commits: clients check them when a file is opened.
+func (i *Island) commit(ctx context.Context, r *metawire.CommitReq) (*metawire.CommitResp, error) {
+	var inos []namespace.Ino
+	for k := range r.Writes {
+		w := &r.Writes[k]
+		ino := namespace.Ino(w.Ino)
+		if err := i.checkIno("commit", ino); err != nil {
+			return nil, err
+		}
+		inos = append(inos, ino)
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("commit %v: "+format+": %w", append(append([]any{ino}, args...), metawire.ErrInvalid)...)
+		}
+		switch {
+		case w.SetInline && len(w.Blocks) > 0:
+			return nil, bad("inline data and blocks together")
+		case w.SetInline && len(w.Inline) > i.cfg.InlineMax:
+			return nil, fmt.Errorf("commit %v: %d inline bytes (max %d): %w", ino, len(w.Inline), i.cfg.InlineMax, metawire.ErrFileTooBig)
+		case !w.SetInline && len(w.Inline) > 0:
+			return nil, bad("inline bytes without SetInline")
+		case w.SetInline && w.Size < uint64(len(w.Inline)):
+			return nil, bad("size %d below inline data of %d bytes", w.Size, len(w.Inline))
+		case w.Size > MaxFileSize:
+			return nil, fmt.Errorf("commit %v: size %d: %w", ino, w.Size, metawire.ErrFileTooBig)
+		}
+		for _, blk := range w.Blocks {
+			if len(blk.Ptr) == 0 {
+				continue
+			}
+			if _, _, err := decodePointer(blk.Ptr); err != nil {
+				return nil, bad("block %d: %v", blk.Index, err)
+			}
+		}
+	}
+	slices.Sort(inos)
+	inos = slices.Compact(inos)
+	var resp metawire.CommitResp
+	err := i.retry(ctx, func() error {
+		resp.Attrs = resp.Attrs[:0]
+		return i.withInodes(ctx, inos, func(b *pebble.Batch) error {
+			var d deltas
+			for k := range r.Writes {
+				a, err := i.applyWrite(b, &r.Cred, &r.Writes[k], &d)
+				if err != nil {
+					return err
+				}
+				resp.Attrs = append(resp.Attrs, a)
+			}
+			return d.write(b)
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (i *Island) applyWrite(b *pebble.Batch, c *metawire.Cred, w *metawire.FileWrite, d *deltas) (metawire.Attr, error) {
+	ino := namespace.Ino(w.Ino)
+	n, err := readInode(b, ino)
+	if err != nil {
+		return metawire.Attr{}, err
+	}
+	switch {
+	case n == nil:
+		return metawire.Attr{}, fmt.Errorf("commit %v: %w", ino, metawire.ErrStale)
+	case n.isDir():
+		return metawire.Attr{}, fmt.Errorf("commit %v: %w", ino, metawire.ErrIsDir)
+	case !n.isReg():
+		return metawire.Attr{}, fmt.Errorf("commit %v: not a regular file: %w", ino, metawire.ErrInvalid)
+	}
+	for _, blk := range w.Blocks {
+		if len(blk.Ptr) == 0 {
+			continue
+		}
+		ptr, _, _ := decodePointer(blk.Ptr)
+		if n.blockSize != 0 && ptr.Length > n.blockSize {
+			return metawire.Attr{}, fmt.Errorf("commit %v: block %d of %d bytes (block size %d): %w",
+				ino, blk.Index, ptr.Length, n.blockSize, metawire.ErrInvalid)
+		}
+	}
+	now := i.now()
+	if w.SetInline {
+		if err := releaseBlocks(b, n, 0, d); err != nil {
+			return metawire.Attr{}, err
+		}
+		n.inline = true
+		n.data = append([]byte(nil), w.Inline...)
+		if len(n.data) == 0 {
+			n.data = nil
+		}
+	}
+	if len(w.Blocks) > 0 && n.inline {
+		n.inline, n.data = false, nil
+	}
+	for _, blk := range w.Blocks {
+		if _, err := setBlock(b, n, blk.Index, blk.Ptr, d); err != nil {
+			return metawire.Attr{}, err
+		}
+	}
+	d.bytes += int64(w.Size) - int64(n.size)
+	n.size = w.Size
+	n.mtime = w.Mtime
+	if n.mtime == 0 {
+		n.mtime = now
+	}
+	n.ctime = now
+	n.version++
+	if !isRoot(c) {
+		killSUID(n)
+	}
+	if err := putInode(b, n); err != nil {
+		return metawire.Attr{}, err
+	}
+	return n.attr(), nil
+}
+
+// clean applies cleaner deltas: each moves a block only if it still
+// points at the old pointer (Zebra's conditional update).
+func (i *Island) clean(ctx context.Context, r *metawire.CleanReq) (*metawire.CleanResp, error) {
+	var inos []namespace.Ino
+	for _, c := range r.Deltas {
+		ino := namespace.Ino(c.Ino)
+		if err := i.checkIno("clean", ino); err != nil {
+			return nil, err
+		}
+		if len(c.Old) == 0 {
+			return nil, fmt.Errorf("clean %v block %d: empty old pointer: %w", ino, c.Index, metawire.ErrInvalid)
+		}
+		if _, _, err := decodePointer(c.New); err != nil {
+			return nil, fmt.Errorf("clean %v block %d: %v: %w", ino, c.Index, err, metawire.ErrInvalid)
+		}
+		inos = append(inos, ino)
+	}
+	slices.Sort(inos)
+	inos = slices.Compact(inos)
+	resp := &metawire.CleanResp{Applied: make([]bool, len(r.Deltas))}
+	err := i.retry(ctx, func() error {
+		clear(resp.Applied)
+		return i.withInodes(ctx, inos, func(b *pebble.Batch) error {
+			var d deltas
+			for k, c := range r.Deltas {
+				ino := namespace.Ino(c.Ino)
+				n, err := readInode(b, ino)
+				if err != nil {
+					return err
+				}
+				if n == nil || !n.isReg() || n.inline {
+					continue
+				}
+				v, ok, err := get(b, blockKey(ino, c.Index))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+				cur, err := decodeBytes(v)
+				if err != nil {
+					return fmt.Errorf("clean %v block %d: %w", ino, c.Index, err)
+				}
+				if !sameBytes(cur, c.Old) {
+					continue
+				}
+				if _, err := setBlock(b, n, c.Index, c.New, &d); err != nil {
+					return err
+				}
+				if err := putInode(b, n); err != nil {
+					return err
+				}
+				resp.Applied[k] = true
+			}
+			return d.write(b)
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (i *Island) statFS() (*metawire.StatFSResp, error) {
+	v, ok, err := get(i.db, globalKey(gStats))
+	if err != nil || !ok {
+		return &metawire.StatFSResp{}, err
+	}
+	xs, err := decodeCounters(v)
+	if err != nil || len(xs) < 2 {
+		return nil, fmt.Errorf("statfs: %w", errCorrupt)
+	}
+	return &metawire.StatFSResp{Inodes: uint64(max(xs[0], 0)), Bytes: uint64(max(xs[1], 0))}, nil
+}
+
+// LiveBytes returns the live-byte count of every stripe this island's
+// block pointers reference (zero counts included), for the cleaner.
+func (i *Island) LiveBytes() (map[fragment.StripeID]int64, error) {
+	if err := i.enter(); err != nil {
+		return nil, err
+	}
+	defer i.leave()
+	p := globalKey(gLive)
+	it, err := i.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	out := map[fragment.StripeID]int64{}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(p)+16 {
+			continue
+		}
+		xs, err := decodeCounters(it.Value())
+		if err != nil || len(xs) != 1 {
+			return nil, fmt.Errorf("live bytes: %w", errCorrupt)
+		}
+		out[fragment.StripeID{Log: binary.BigEndian.Uint64(k[len(p):]), Seq: binary.BigEndian.Uint64(k[len(p)+8:])}] = xs[0]
+	}
+	return out, it.Error()
+}

@@ -1,0 +1,431 @@
+package meta
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Island is one metadata island. Its methods are safe for concurrent use.
+type Island struct {
+	cfg   Config
+	id    namespace.IslandID
+	fs    vfs.FS
+	log   *slog.Logger
+	db    *pebble.DB
+	peer  Peer
+	pool  *wire.Pool // the default wire peer's pool, closed with the island
+	locks *lockTable
+	ln    net.Listener
+	srv   *wire.Server
+
+	// state guards closing: every request holds it shared.
+	state struct {
+		sync.RWMutex
+		closed bool
+	}
+
+	seq struct {
+		sync.Mutex
+		last map[uint32]uint32 // bucket -> last allocated sequence
+	}
+
+	tx struct {
+		sync.Mutex
+		prepared map[metawire.TxID]*preparedTx // participant side
+		notify   map[metawire.TxID]*notifyTx   // coordinator side: decisions to deliver
+	}
+
+	resolveMu sync.Mutex // one resolver pass at a time
+
+	lastNow atomic.Int64
+
+	bgCancel context.CancelFunc
+	bgDone   chan struct{}
+
+	timing timing
+}
+
+// timing holds the island's waits and retry pacing (tests shorten them).
+type timing struct {
+	lockWait     time.Duration // an operation waiting for inode locks
+	prepareWait  time.Duration // a participant waiting for locks at prepare
+	readWait     time.Duration // a reader waiting for an undecided transaction
+	callTimeout  time.Duration // one island-to-island call
+	resolveAfter time.Duration // a prepared transaction's age before asking its coordinator
+	resolveEvery time.Duration // background resolver period
+	maxAttempts  int           // operation attempts on conflicts
+}
+
+func defaultTiming() timing {
+	return timing{
+		lockWait:     500 * time.Millisecond,
+		prepareWait:  100 * time.Millisecond,
+		readWait:     2 * time.Second,
+		callTimeout:  5 * time.Second,
+		resolveAfter: 2 * time.Second,
+		resolveEvery: 250 * time.Millisecond,
+		maxAttempts:  12,
+	}
+}
+
+// New opens (creating if needed) the island's database, resolves every
+// open intent and prepared transaction it can (see the package doc),
+// creates the root directory if this island owns its bucket, and binds
+// the listener. It does not serve until Run; Handle works at once.
+func New(cfg Config) (*Island, error) {
+	return newIsland(cfg, defaultTiming())
+}
+
+func newIsland(cfg Config, tm timing) (*Island, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.InlineMax == 0 {
+		cfg.InlineMax = DefaultInlineMax
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	i := &Island{
+		cfg:    cfg,
+		id:     namespace.IslandID(cfg.ID),
+		fs:     cfg.FS,
+		log:    cfg.Logger.With("island", cfg.ID),
+		locks:  newLockTable(),
+		timing: tm,
+	}
+	i.seq.last = map[uint32]uint32{}
+	i.tx.prepared = map[metawire.TxID]*preparedTx{}
+	i.tx.notify = map[metawire.TxID]*notifyTx{}
+	i.peer = cfg.Peer
+	if i.peer == nil {
+		i.pool = wire.NewPool(wire.ClientConfig{}, 1)
+		i.peer = &WirePeer{Pool: i.pool, Map: cfg.Map}
+	}
+	if err := makeDirDurable(i.fs, cfg.Dir); err != nil {
+		i.closePool()
+		return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
+	}
+	opts := &pebble.Options{
+		FS: i.fs,
+		// Metadata records are small; keep pebble's memory modest.
+		CacheSize:                   8 << 20,
+		MemTableSize:                4 << 20,
+		MemTableStopWritesThreshold: 2,
+		MaxOpenFiles:                256,
+		FormatMajorVersion:          pebble.FormatNewest,
+		Merger:                      counterMerger,
+		Logger:                      pebbleLogger{i.log},
+	}
+	db, err := pebble.Open(i.fs.PathJoin(cfg.Dir, "db"), opts)
+	if err != nil {
+		i.closePool()
+		return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
+	}
+	i.db = db
+	if err := i.start(); err != nil {
+		_ = db.Close()
+		i.closePool()
+		return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
+	}
+	if cfg.Listen != "" {
+		i.srv, err = wire.NewServer(wire.ServerConfig{
+			Handler:   i.serveWire,
+			Logger:    i.log,
+			ErrorCode: metawire.StatusOf,
+		})
+		if err == nil {
+			i.ln, err = net.Listen("tcp", cfg.Listen)
+		}
+		if err != nil {
+			i.Close()
+			return nil, fmt.Errorf("meta: listen %s: %w", cfg.Listen, err)
+		}
+	}
+	return i, nil
+}
+
+// start checks the island's identity, recovers transactions, creates the
+// root and starts the background resolver.
+func (i *Island) start() error {
+	v, ok, err := get(i.db, globalKey(gMeta))
+	if err != nil {
+		return err
+	}
+	if ok {
+		id, format, err := decodeMeta(v)
+		if err != nil {
+			return fmt.Errorf("island record: %w", err)
+		}
+		if id != i.cfg.ID {
+			return fmt.Errorf("directory belongs to island %d, not %d", id, i.cfg.ID)
+		}
+		if format != formatVersion {
+			return fmt.Errorf("format version %d, want %d", format, formatVersion)
+		}
+	} else if err := i.db.Set(globalKey(gMeta), encodeMeta(i.cfg.ID), pebble.Sync); err != nil {
+		return err
+	}
+	if err := i.recoverTx(); err != nil {
+		return err
+	}
+	if err := i.ensureRoot(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	i.bgCancel, i.bgDone = cancel, make(chan struct{})
+	// One synchronous pass delivers what it can before serving.
+	pass, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	i.resolveOnce(pass, true)
+	pcancel()
+	go i.background(ctx)
+	return nil
+}
+
+// ensureRoot creates the root directory if this island owns its bucket
+// and it does not exist.
+func (i *Island) ensureRoot() error {
+	if !i.owns(namespace.RootIno) {
+		return nil
+	}
+	n, err := readInode(i.db, namespace.RootIno)
+	if err != nil || n != nil {
+		return err
+	}
+	now := i.now()
+	root := &inode{
+		ino: namespace.RootIno, gen: 1, mode: metawire.ModeDir | 0o755, nlink: 2,
+		atime: now, mtime: now, ctime: now, version: 1,
+		parent: namespace.RootIno, path: "/", nextCookie: firstCookie,
+	}
+	b := i.db.NewBatch()
+	defer b.Close()
+	if err := putInode(b, root); err != nil {
+		return err
+	}
+	if err := b.Merge(globalKey(gStats), encodeCounters(1, 0), nil); err != nil {
+		return err
+	}
+	i.log.Info("meta: created root directory", "ino", namespace.RootIno)
+	return b.Commit(pebble.Sync)
+}
+
+// Addr is the listening address ("" without a listener).
+func (i *Island) Addr() string {
+	if i.ln == nil {
+		return ""
+	}
+	return i.ln.Addr().String()
+}
+
+// ID is the island's id.
+func (i *Island) ID() namespace.IslandID { return i.id }
+
+// Run serves on the listener until ctx is done, then closes the island.
+// Without a listener it waits for ctx and closes.
+func (i *Island) Run(ctx context.Context) error {
+	var err error
+	if i.srv != nil {
+		i.log.Info("meta: serving", "addr", i.Addr(), "dir", i.cfg.Dir)
+		err = i.srv.Serve(ctx, i.ln)
+	} else {
+		<-ctx.Done()
+	}
+	if cerr := i.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Close stops the background work, waits for requests in flight and
+// closes the database. Prepared transactions and intents stay on disk.
+func (i *Island) Close() error {
+	if i.bgCancel != nil {
+		i.bgCancel()
+		<-i.bgDone
+	}
+	i.state.Lock()
+	defer i.state.Unlock()
+	if i.state.closed {
+		return nil
+	}
+	i.state.closed = true
+	if i.ln != nil {
+		i.ln.Close()
+	}
+	i.closePool()
+	return i.db.Close()
+}
+
+func (i *Island) closePool() {
+	if i.pool != nil {
+		i.pool.Close()
+	}
+}
+
+// enter marks a request in flight; it fails once the island is closed.
+func (i *Island) enter() error {
+	i.state.RLock()
+	if i.state.closed {
+		i.state.RUnlock()
+		return fmt.Errorf("%w: island %d is closed", metawire.ErrUnavailable, i.id)
+	}
+	return nil
+}
+
+func (i *Island) leave() { i.state.RUnlock() }
+
+// now returns a strictly increasing wall-clock time in nanoseconds, so
+// that every change moves ctime.
+func (i *Island) now() int64 {
+	for {
+		t := time.Now().UnixNano()
+		last := i.lastNow.Load()
+		if t <= last {
+			t = last + 1
+		}
+		if i.lastNow.CompareAndSwap(last, t) {
+			return t
+		}
+	}
+}
+
+func (i *Island) newTxID() metawire.TxID {
+	var t metawire.TxID
+	binary.BigEndian.PutUint32(t[:4], uint32(i.id))
+	_, _ = rand.Read(t[4:])
+	return t
+}
+
+// owns reports whether this island owns ino's bucket in the current map.
+func (i *Island) owns(ino namespace.Ino) bool {
+	return i.cfg.Map.Table().Lookup(ino.Bucket()) == i.id
+}
+
+// islandOf returns the island owning ino's bucket.
+func (i *Island) islandOf(ino namespace.Ino) namespace.IslandID {
+	return i.cfg.Map.Table().Lookup(ino.Bucket())
+}
+
+// checkIno fails with ErrStale for an invalid inode id and with
+// ErrWrongIsland for one this island does not own.
+func (i *Island) checkIno(op string, ino namespace.Ino) error {
+	if !ino.Valid() {
+		return fmt.Errorf("%s %v: %w", op, ino, metawire.ErrStale)
+	}
+	if !i.owns(ino) {
+		return fmt.Errorf("%s %v: %w (bucket %08x is island %d's)", op, ino, metawire.ErrWrongIsland, ino.Bucket(), i.islandOf(ino))
+	}
+	return nil
+}
+
+// allocIno allocates a fresh inode id in bucket. The counter is written
+// at once, in allocation order, so it never goes backwards; with sync the
+// write is durable before allocIno returns, otherwise it becomes durable
+// with the synced batch that uses the id.
+func (i *Island) allocIno(bucket uint32, sync bool) (namespace.Ino, error) {
+	i.seq.Lock()
+	defer i.seq.Unlock()
+	last, ok := i.seq.last[bucket]
+	if !ok {
+		v, found, err := get(i.db, seqKey(bucket))
+		if err != nil {
+			return 0, err
+		}
+		last = namespace.RootSeq
+		if found {
+			if last, err = decodeU32(v); err != nil {
+				return 0, fmt.Errorf("sequence of bucket %08x: %w", bucket, err)
+			}
+		}
+	}
+	if last == ^uint32(0) {
+		return 0, fmt.Errorf("%w: bucket %08x has no inode numbers left", metawire.ErrNoSpace, bucket)
+	}
+	next := last + 1
+	opt := pebble.NoSync
+	if sync {
+		opt = pebble.Sync
+	}
+	if err := i.db.Set(seqKey(bucket), encodeU32(next), opt); err != nil {
+		return 0, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	}
+	i.seq.last[bucket] = next
+	return namespace.MakeIno(bucket, next), nil
+}
+
+// makeDirDurable creates dir and its missing ancestors, syncing the
+// parent of each one created so that the tree survives a crash.
+func makeDirDurable(fs vfs.FS, dir string) error {
+	var missing []string
+	for p := dir; ; {
+		if _, err := fs.Stat(p); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, p)
+		parent := fs.PathDir(p)
+		if parent == p {
+			break
+		}
+		p = parent
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range missing {
+		d, err := fs.OpenDir(fs.PathDir(p))
+		if err != nil {
+			return err
+		}
+		err = d.Sync()
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pebbleLogger routes pebble's logs to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	if p.l.Enabled(context.Background(), slog.LevelDebug) {
+		p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+	}
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := "pebble: " + fmt.Sprintf(format, args...)
+	p.l.Error(msg)
+	panic(msg)
+}

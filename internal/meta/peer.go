@@ -1,0 +1,136 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Peer reaches other islands: island-to-island calls (two-phase commit,
+// remote attributes and entries during cross-island operations, inode
+// allocation). Errors wrap the metawire sentinels; an island that cannot
+// be reached is ErrUnavailable.
+type Peer interface {
+	Call(ctx context.Context, island namespace.IslandID, op uint16, epoch uint64, msg []byte) ([]byte, error)
+}
+
+// WirePeer calls islands over internal/wire at the addresses of a map.
+type WirePeer struct {
+	Pool *wire.Pool
+	Map  MapSource
+}
+
+func (p *WirePeer) Call(ctx context.Context, island namespace.IslandID, op uint16, epoch uint64, msg []byte) ([]byte, error) {
+	addr, ok := p.Map.IslandAddr(island)
+	if !ok {
+		return nil, fmt.Errorf("%w: no address for island %d", metawire.ErrUnavailable, island)
+	}
+	reply, err := p.Pool.Call(ctx, addr, op, epoch, msg, nil, nil)
+	if err != nil {
+		var re *wire.RemoteError
+		if errors.As(err, &re) {
+			return nil, metawire.RemoteErr(err)
+		}
+		return nil, fmt.Errorf("%w: island %d at %s: %v", metawire.ErrUnavailable, island, addr, err)
+	}
+	return reply.Msg, nil
+}
+
+// LocalNet connects islands of one process (tests, single-process
+// clusters). An island marked down neither receives nor sends calls.
+// Errors cross it the way they cross the wire: reduced to their status.
+type LocalNet struct {
+	mu struct {
+		sync.RWMutex
+		islands map[namespace.IslandID]*Island
+		down    map[namespace.IslandID]bool
+	}
+}
+
+// NewLocalNet returns an empty network.
+func NewLocalNet() *LocalNet {
+	n := &LocalNet{}
+	n.mu.islands = map[namespace.IslandID]*Island{}
+	n.mu.down = map[namespace.IslandID]bool{}
+	return n
+}
+
+// Peer returns the Peer island from uses (Config.Peer).
+func (n *LocalNet) Peer(from namespace.IslandID) Peer { return &localPeer{n: n, from: from} }
+
+// Attach makes isl reachable (replacing an earlier island of its id) and
+// marks it up.
+func (n *LocalNet) Attach(isl *Island) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.mu.islands[isl.id] = isl
+	delete(n.mu.down, isl.id)
+}
+
+// SetDown marks island id down (a crashed process) or up.
+func (n *LocalNet) SetDown(id namespace.IslandID, down bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if down {
+		n.mu.down[id] = true
+	} else {
+		delete(n.mu.down, id)
+	}
+}
+
+type localPeer struct {
+	n    *LocalNet
+	from namespace.IslandID
+}
+
+func (p *localPeer) Call(ctx context.Context, island namespace.IslandID, op uint16, epoch uint64, msg []byte) ([]byte, error) {
+	p.n.mu.RLock()
+	isl := p.n.mu.islands[island]
+	down := p.n.mu.down[island] || p.n.mu.down[p.from]
+	p.n.mu.RUnlock()
+	if isl == nil || down {
+		return nil, fmt.Errorf("%w: island %d is down", metawire.ErrUnavailable, island)
+	}
+	out, err := isl.Handle(ctx, op, epoch, msg)
+	if err != nil {
+		return nil, asRemote(err)
+	}
+	return out, nil
+}
+
+// asRemote reduces err to what the wire carries: its status and text.
+func asRemote(err error) error {
+	st := metawire.StatusOf(err)
+	for _, e := range metawire.Table {
+		if e.Status == st {
+			return &metawire.StatusError{Sentinel: e.Err, Message: err.Error()}
+		}
+	}
+	return &metawire.StatusError{Sentinel: metawire.ErrInternal, Message: err.Error()}
+}
+
+// call sends req to island and decodes the answer into resp (if not nil).
+func (i *Island) call(ctx context.Context, island namespace.IslandID, op uint16, req, resp metawire.Message) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.timing.callTimeout)
+	defer cancel()
+	out, err := i.peer.Call(ctx, island, op, i.cfg.Map.Epoch(), metawire.Marshal(req))
+	if err != nil {
+		if errors.Is(err, metawire.ErrStaleEpoch) {
+			if rerr := i.cfg.Map.Refresh(ctx); rerr != nil {
+				i.log.Warn("meta: refreshing the cluster map", "err", rerr)
+			}
+		}
+		return nil, err
+	}
+	if resp != nil {
+		if err := metawire.Unmarshal(out, resp); err != nil {
+			return nil, fmt.Errorf("%w: reply of island %d to op %d: %v", metawire.ErrInternal, island, op, err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,148 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// serveWire adapts Handle to internal/wire.
+func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Response, error) {
+	if len(req.Payload) != 0 {
+		return wire.Response{}, fmt.Errorf("%w: unexpected payload", metawire.ErrBadRequest)
+	}
+	out, err := i.Handle(ctx, req.Op, req.Epoch, req.Msg)
+	if err != nil {
+		return wire.Response{}, err
+	}
+	return wire.Response{Msg: out}, nil
+}
+
+// checkEpoch applies the epoch rule: a request with an older map (or no
+// epoch, 0) is refused; a newer one makes the island refresh first.
+func (i *Island) checkEpoch(ctx context.Context, epoch uint64) error {
+	cur := i.cfg.Map.Epoch()
+	switch {
+	case epoch == 0 || epoch < cur:
+		return fmt.Errorf("%w: request epoch %d, island has %d", metawire.ErrStaleEpoch, epoch, cur)
+	case epoch > cur:
+		if err := i.cfg.Map.Refresh(ctx); err != nil {
+			return fmt.Errorf("%w: refreshing the cluster map to epoch %d: %v", metawire.ErrUnavailable, epoch, err)
+		}
+	}
+	return nil
+}
+
+// Handle serves one request: op and the encoded request msg, as carried
+// by a wire frame with the sender's map epoch. It returns the encoded
+// response. Errors wrap the metawire sentinels.
+func (i *Island) Handle(ctx context.Context, op uint16, epoch uint64, msg []byte) ([]byte, error) {
+	if err := i.enter(); err != nil {
+		return nil, err
+	}
+	defer i.leave()
+	switch op {
+	case metawire.OpStatFS, metawire.OpDecide, metawire.OpOutcome, metawire.OpFsck:
+		// Decisions and recovery must flow whatever the maps say; StatFS
+		// and fsck are not tied to buckets.
+	default:
+		if err := i.checkEpoch(ctx, epoch); err != nil {
+			return nil, err
+		}
+	}
+	switch op {
+	case metawire.OpLookup:
+		return serve(msg, &metawire.NameReq{}, func(r *metawire.NameReq) (metawire.Message, error) { return i.lookup(ctx, r) })
+	case metawire.OpGetAttr:
+		return serve(msg, &metawire.InoReq{}, func(r *metawire.InoReq) (metawire.Message, error) { return i.getAttr(ctx, r) })
+	case metawire.OpSetAttr:
+		return serve(msg, &metawire.SetAttrReq{}, func(r *metawire.SetAttrReq) (metawire.Message, error) { return i.setAttr(ctx, r) })
+	case metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink:
+		return serve(msg, &metawire.CreateReq{}, func(r *metawire.CreateReq) (metawire.Message, error) { return i.create(ctx, op, r) })
+	case metawire.OpReadlink:
+		return serve(msg, &metawire.InoReq{}, func(r *metawire.InoReq) (metawire.Message, error) { return i.readlink(ctx, r) })
+	case metawire.OpUnlink, metawire.OpRmdir:
+		return serve(msg, &metawire.NameReq{}, func(r *metawire.NameReq) (metawire.Message, error) {
+			return metawire.Empty{}, i.remove(ctx, op == metawire.OpRmdir, r)
+		})
+	case metawire.OpRename:
+		return serve(msg, &metawire.RenameReq{}, func(r *metawire.RenameReq) (metawire.Message, error) {
+			return metawire.Empty{}, i.rename(ctx, r)
+		})
+	case metawire.OpLink:
+		return serve(msg, &metawire.LinkReq{}, func(r *metawire.LinkReq) (metawire.Message, error) { return i.link(ctx, r) })
+	case metawire.OpReaddir:
+		return serve(msg, &metawire.ReaddirReq{}, func(r *metawire.ReaddirReq) (metawire.Message, error) { return i.readdir(ctx, r) })
+	case metawire.OpGetXattr:
+		return serve(msg, &metawire.XattrReq{}, func(r *metawire.XattrReq) (metawire.Message, error) { return i.getXattr(ctx, r) })
+	case metawire.OpSetXattr:
+		return serve(msg, &metawire.XattrReq{}, func(r *metawire.XattrReq) (metawire.Message, error) {
+			return metawire.Empty{}, i.setXattr(ctx, r)
+		})
+	case metawire.OpListXattr:
+		return serve(msg, &metawire.InoReq{}, func(r *metawire.InoReq) (metawire.Message, error) { return i.listXattr(ctx, r) })
+	case metawire.OpRemoveXattr:
+		return serve(msg, &metawire.XattrReq{}, func(r *metawire.XattrReq) (metawire.Message, error) {
+			return metawire.Empty{}, i.removeXattr(ctx, r)
+		})
+	case metawire.OpReadMap:
+		return serve(msg, &metawire.ReadMapReq{}, func(r *metawire.ReadMapReq) (metawire.Message, error) { return i.readMap(ctx, r) })
+	case metawire.OpCommit:
+		return serve(msg, &metawire.CommitReq{}, func(r *metawire.CommitReq) (metawire.Message, error) { return i.commit(ctx, r) })
+	case metawire.OpClean:
+		return serve(msg, &metawire.CleanReq{}, func(r *metawire.CleanReq) (metawire.Message, error) { return i.clean(ctx, r) })
+	case metawire.OpStatFS:
+		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) { return i.statFS() })
+	case metawire.OpAccess:
+		return serve(msg, &metawire.AccessReq{}, func(r *metawire.AccessReq) (metawire.Message, error) {
+			return metawire.Empty{}, i.access(ctx, r)
+		})
+	case metawire.OpPrepare:
+		return serve(msg, &metawire.PrepareReq{}, func(r *metawire.PrepareReq) (metawire.Message, error) {
+			return metawire.Empty{}, i.prepare(ctx, r)
+		})
+	case metawire.OpDecide:
+		return serve(msg, &metawire.DecideReq{}, func(r *metawire.DecideReq) (metawire.Message, error) {
+			return metawire.Empty{}, i.decide(r.TxID, r.Commit)
+		})
+	case metawire.OpOutcome:
+		return serve(msg, &metawire.TxReq{}, func(r *metawire.TxReq) (metawire.Message, error) {
+			st, err := i.outcome(r.TxID)
+			return &metawire.OutcomeResp{State: st}, err
+		})
+	case metawire.OpAllocIno:
+		return serve(msg, &metawire.AllocInoReq{}, func(r *metawire.AllocInoReq) (metawire.Message, error) {
+			return i.allocRemote(r)
+		})
+	case metawire.OpFsck:
+		return serve(msg, &metawire.FsckReq{}, func(r *metawire.FsckReq) (metawire.Message, error) { return i.fsckPage(r) })
+	}
+	return nil, fmt.Errorf("%w: unknown op %d", metawire.ErrBadRequest, op)
+}
+
+// serve decodes msg into req, runs f and encodes its response.
+func serve[R metawire.Message](msg []byte, req R, f func(R) (metawire.Message, error)) ([]byte, error) {
+	if err := metawire.Unmarshal(msg, req); err != nil {
+		return nil, err
+	}
+	resp, err := f(req)
+	if err != nil {
+		return nil, err
+	}
+	return metawire.Marshal(resp), nil
+}
+
+// allocRemote serves OpAllocIno: a durable fresh inode id in a bucket
+// this island owns.
+func (i *Island) allocRemote(r *metawire.AllocInoReq) (*metawire.AllocInoResp, error) {
+	if i.cfg.Map.Table().Lookup(r.Bucket) != i.id {
+		return nil, fmt.Errorf("alloc ino in bucket %08x: %w", r.Bucket, metawire.ErrWrongIsland)
+	}
+	ino, err := i.allocIno(r.Bucket, true)
+	if err != nil {
+		return nil, err
+	}
+	return &metawire.AllocInoResp{Ino: uint64(ino)}, nil
+}
