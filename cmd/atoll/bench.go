@@ -13,7 +13,7 @@ import (
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Run benchmarks side by side with the local filesystem"}
-	cmd.AddCommand(newBenchDataCmd(g))
+	cmd.AddCommand(newBenchDataCmd(g), newBenchMetaCmd(g))
 	return cmd
 }
 
@@ -62,6 +62,50 @@ func newBenchDataCmd(g *globalFlags) *cobra.Command {
 	f.IntVar(&cfg.SmallBlocks, "small-blocks", 100000, "4 KiB blocks in the small-block phase")
 	f.IntVar(&cfg.ReadWorkers, "read-workers", 4, "4 MiB read-ahead windows in flight")
 	f.StringVar(&cluster, "cluster", "", "use a running cluster: manager address(es), comma-separated")
+	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
+	return cmd
+}
+
+func newBenchMetaCmd(g *globalFlags) *cobra.Command {
+	var cfg bench.MetaConfig
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "meta [--islands 1|3] [--json]",
+		Short: "Metadata: mkdir, create, stat, readdir, small files, unlink; imbalance and cross-island share",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			if cfg.Exe, err = os.Executable(); err != nil {
+				return err
+			}
+			progress := os.Stdout
+			if asJSON {
+				progress = os.Stderr
+			}
+			res, err := bench.RunMeta(cmd.Context(), cfg, progress)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				b, _ := json.Marshal(res)
+				fmt.Println(string(b))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Islands, "islands", 1, "metadata islands")
+	f.IntVar(&cfg.Storage, "storage", 3, "storage servers")
+	f.IntVar(&cfg.Dirs, "dirs", 2000, "directories in the generated tree")
+	f.IntVar(&cfg.Files, "files", 20000, "empty files in the tree")
+	f.IntVar(&cfg.SmallFiles, "small-files", 10000, "4 KiB files created, written and closed")
+	f.IntVar(&cfg.Clients, "clients", 16, "concurrent clients")
+	f.IntVar(&cfg.BasePort, "base-port", 17300, "first port of the benchmark cluster")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
 	return cmd

@@ -105,15 +105,38 @@ func nthAddr(base string, i int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port+i))
 }
 
-// Run starts every role, prints the endpoints, and stops them all (in
-// reverse order) when ctx is done. A role that dies is reported; the
-// others keep serving.
-func (d *Dev) Run(ctx context.Context) error {
-	defer d.lock.Close()
-	var children []*Child
+// Cluster is a started local cluster.
+type Cluster struct {
+	Manager  string // manager address
+	Map      *cluster.Map
+	Children []*Child
+}
+
+// Stop stops every role in reverse start order.
+func (c *Cluster) Stop() {
+	for i := len(c.Children) - 1; i >= 0; i-- {
+		_ = c.Children[i].Stop(10 * time.Second)
+	}
+}
+
+// Child returns the child with the given name, or nil.
+func (c *Cluster) Child(name string) *Child {
+	for _, ch := range c.Children {
+		if ch.Name == name {
+			return ch
+		}
+	}
+	return nil
+}
+
+// Start starts every role and returns once all have registered with the
+// manager and the namespace is formatted. On error, whatever started is
+// stopped.
+func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
+	cl := &Cluster{}
 	defer func() {
-		for i := len(children) - 1; i >= 0; i-- {
-			_ = children[i].Stop(10 * time.Second)
+		if err != nil {
+			cl.Stop()
 		}
 	}()
 	start := func(name, listen string, args ...string) (*Child, error) {
@@ -129,37 +152,50 @@ func (d *Dev) Run(ctx context.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		children = append(children, c)
+		cl.Children = append(cl.Children, c)
 		return c, nil
 	}
 	mgr, err := start("manager", d.cfg.ManagerListen, "manager", "--dir", filepath.Join(d.cfg.DataDir, "manager"), "--down-after", "3s")
 	if err != nil {
-		return err
+		return nil, err
 	}
+	cl.Manager = mgr.Addr
 	for i := 0; i < d.cfg.Storage; i++ {
 		if _, err := start(fmt.Sprintf("storage%d", i), nthAddr(d.cfg.StorageListen, i), "storage",
 			"--dir", filepath.Join(d.cfg.DataDir, "storage", strconv.Itoa(i)), "--slot", strconv.Itoa(i), "--manager", mgr.Addr); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for i := 1; i <= d.cfg.Islands; i++ {
 		if _, err := start(fmt.Sprintf("island%d", i), nthAddr(d.cfg.IslandListen, i-1), "meta",
 			"--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--id", strconv.Itoa(i), "--manager", mgr.Addr); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	cl := cluster.NewClient([]string{mgr.Addr}, slog.New(slog.DiscardHandler))
-	defer cl.Close()
-	m, err := d.waitRegistered(ctx, cl)
+	mc := cluster.NewClient([]string{mgr.Addr}, slog.New(slog.DiscardHandler))
+	defer mc.Close()
+	if cl.Map, err = d.waitRegistered(ctx, mc); err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+// Run starts every role, prints the endpoints, and stops them all (in
+// reverse order) when ctx is done. A role that dies is reported; the
+// others keep serving.
+func (d *Dev) Run(ctx context.Context) error {
+	defer d.lock.Close()
+	cl, err := d.Start(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(d.cfg.Out, "atoll dev ready: manager %s, %d storage servers, %d islands (epoch %d)\n", mgr.Addr, d.cfg.Storage, d.cfg.Islands, m.Epoch)
-	for _, c := range children {
+	defer cl.Stop()
+	fmt.Fprintf(d.cfg.Out, "atoll dev ready: manager %s, %d storage servers, %d islands (epoch %d)\n", cl.Manager, d.cfg.Storage, d.cfg.Islands, cl.Map.Epoch)
+	for _, c := range cl.Children {
 		fmt.Fprintf(d.cfg.Out, "  %-10s %-21s pid %d\n", c.Name, c.Addr, c.PID())
 	}
-	fmt.Fprintf(d.cfg.Out, "  status:    ATOLL_CLUSTER=%s atoll status\n", mgr.Addr)
-	fmt.Fprintf(d.cfg.Out, "  benchmark: atoll bench data --cluster %s --size 256MiB\n", mgr.Addr)
+	fmt.Fprintf(d.cfg.Out, "  status:    ATOLL_CLUSTER=%s atoll status\n", cl.Manager)
+	fmt.Fprintf(d.cfg.Out, "  benchmark: atoll bench data --cluster %s --size 256MiB\n", cl.Manager)
 	reported := map[*Child]bool{}
 	for {
 		select {
@@ -168,7 +204,7 @@ func (d *Dev) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(500 * time.Millisecond):
 		}
-		for _, c := range children {
+		for _, c := range cl.Children {
 			select {
 			case <-c.Done():
 				if !reported[c] {
@@ -180,6 +216,9 @@ func (d *Dev) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Close releases the data directory lock (Run does it itself).
+func (d *Dev) Close() error { return d.lock.Close() }
 
 // waitRegistered waits until every role has registered with the manager
 // and formats the namespace on first start.

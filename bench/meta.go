@@ -1,0 +1,395 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// MetaConfig configures the metadata benchmark.
+type MetaConfig struct {
+	Islands    int
+	Storage    int
+	Dirs       int // directories in the generated tree
+	Files      int // empty files spread over them
+	SmallFiles int // 4 KiB files created, written and closed
+	Clients    int // concurrent clients
+	Dir        string
+	Exe        string
+	BasePort   int // first port of the started cluster
+	Logger     *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c *MetaConfig) Validate() error {
+	switch {
+	case c.Islands < 1 || c.Islands > 16:
+		return fmt.Errorf("bench: --islands must be 1..16")
+	case c.Dirs < 1 || c.Files < 0 || c.SmallFiles < 0:
+		return fmt.Errorf("bench: --dirs must be positive, --files and --small-files not negative")
+	case c.Clients < 1 || c.Clients > 256:
+		return fmt.Errorf("bench: --clients must be 1..256")
+	case c.Exe == "":
+		return fmt.Errorf("bench: no atoll binary")
+	}
+	return nil
+}
+
+// MetaResult holds the figures; JSON names are stable.
+type MetaResult struct {
+	Islands             int     `json:"islands"`
+	Clients             int     `json:"clients"`
+	Dirs                int     `json:"dirs"`
+	Files               int     `json:"files"`
+	MkdirPerS           float64 `json:"mkdir_per_s"`
+	CreatePerS          float64 `json:"create_per_s"`
+	StatPerS            float64 `json:"stat_per_s"`
+	ReaddirEntriesPerS  float64 `json:"readdir_entries_per_s"`
+	UnlinkPerS          float64 `json:"unlink_per_s"`
+	SmallFilesPerS      float64 `json:"small_files_per_s"`
+	CrossIslandFraction float64 `json:"cross_island_fraction"`
+	Imbalance           float64 `json:"imbalance"`
+	EntriesPerIsland    []int   `json:"entries_per_island"`
+	LocalCreatePerS     float64 `json:"local_create_per_s"`
+	LocalStatPerS       float64 `json:"local_stat_per_s"`
+	LocalSmallFilesPerS float64 `json:"local_small_files_per_s"`
+}
+
+// RunMeta starts a cluster (1 manager, Storage servers, Islands islands,
+// each a child process), builds a tree of Dirs directories and Files files
+// with Clients concurrent clients, and measures each operation; then runs
+// the same create/stat/small-file loops on the local filesystem.
+func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return MetaResult{}, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Storage == 0 {
+		cfg.Storage = 3
+	}
+	if cfg.BasePort == 0 {
+		cfg.BasePort = 17300
+	}
+	say := func(format string, a ...any) {
+		if progress != nil {
+			fmt.Fprintf(progress, format+"\n", a...)
+		}
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "atoll-bench-meta-")
+		if err != nil {
+			return MetaResult{}, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	res := MetaResult{Islands: cfg.Islands, Clients: cfg.Clients, Dirs: cfg.Dirs, Files: cfg.Files}
+	dev, err := devcluster.New(devcluster.Config{
+		DataDir: filepath.Join(dir, "cluster"), Storage: cfg.Storage, Islands: cfg.Islands, Exe: cfg.Exe, LogLevel: "warn",
+		ManagerListen: fmt.Sprintf("127.0.0.1:%d", cfg.BasePort),
+		StorageListen: fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+100),
+		IslandListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+200),
+		Out:           os.Stderr,
+	})
+	if err != nil {
+		return res, err
+	}
+	defer dev.Close()
+	cl, err := dev.Start(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer cl.Stop()
+
+	mc := cluster.NewClient([]string{cl.Manager}, cfg.Logger)
+	defer mc.Close()
+	view, err := cluster.NewView(ctx, mc)
+	if err != nil {
+		return res, err
+	}
+	// One FS (with its own caches and connections) per simulated client.
+	fss := make([]*client.FS, cfg.Clients)
+	for i := range fss {
+		slots, _ := view.StorageSlots()
+		var sa []client.SlotAddr
+		for _, s := range slots {
+			sa = append(sa, client.SlotAddr{ID: s.Slot, Addr: s.Addr})
+		}
+		data, err := client.New(client.Config{Slots: sa, Logger: cfg.Logger})
+		if err != nil {
+			return res, err
+		}
+		defer data.Close()
+		fs, err := client.NewFS(client.FSConfig{Data: data, Map: view, Logger: cfg.Logger})
+		if err != nil {
+			return res, err
+		}
+		defer fs.Close()
+		fss[i] = fs
+	}
+	cred := metawire.Root
+
+	// The tree: /b/dNNNN directories, two levels (top-level groups of 50),
+	// files spread round robin.
+	paths := make([]string, cfg.Dirs)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("/b/g%03d/d%05d", i/50, i)
+	}
+	if _, err := fss[0].MkdirAll(ctx, cred, "/b", 0o755); err != nil {
+		return res, err
+	}
+	for g := 0; g*50 < cfg.Dirs; g++ {
+		if _, err := fss[0].MkdirAll(ctx, cred, fmt.Sprintf("/b/g%03d", g), 0o755); err != nil {
+			return res, err
+		}
+	}
+	table := view.Map().Table
+	owner := func(bucket uint32) uint32 { id, _ := table.Owner(bucket); return id }
+	var crossOps, totalOps atomic.Int64
+	dirIno := make([]uint64, cfg.Dirs)
+	parentOf := func(i int) string { return fmt.Sprintf("/b/g%03d", i/50) }
+	parentIno := map[string]uint64{}
+	for g := 0; g*50 < cfg.Dirs; g++ {
+		p := fmt.Sprintf("/b/g%03d", g)
+		a, err := fss[0].Resolve(ctx, cred, p)
+		if err != nil {
+			return res, err
+		}
+		parentIno[p] = a.Ino
+	}
+
+	// mkdir
+	start := time.Now()
+	err = parallel(ctx, cfg.Clients, cfg.Dirs, func(w, i int) error {
+		p := parentIno[parentOf(i)]
+		r, err := fss[w].Mkdir(ctx, metawire.CreateReq{Cred: cred, Dir: p, Name: fmt.Sprintf("d%05d", i), Mode: 0o755})
+		if err != nil {
+			return fmt.Errorf("mkdir %s: %w", paths[i], err)
+		}
+		dirIno[i] = r.Attr.Ino
+		totalOps.Add(1)
+		if owner(namespace.Ino(p).Bucket()) != owner(namespace.Ino(r.Attr.Ino).Bucket()) {
+			crossOps.Add(1)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res.MkdirPerS = float64(cfg.Dirs) / time.Since(start).Seconds()
+	say("  mkdir        %9.0f /s", res.MkdirPerS)
+
+	// create (files live in their directory's bucket: never cross-island)
+	fileIno := make([]uint64, cfg.Files)
+	start = time.Now()
+	err = parallel(ctx, cfg.Clients, cfg.Files, func(w, i int) error {
+		r, err := fss[w].Create(ctx, metawire.CreateReq{Cred: cred, Dir: dirIno[i%cfg.Dirs], Name: fmt.Sprintf("f%06d", i), Mode: 0o644})
+		if err != nil {
+			return fmt.Errorf("create %d: %w", i, err)
+		}
+		fileIno[i] = r.Attr.Ino
+		totalOps.Add(1)
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res.CreatePerS = float64(cfg.Files) / time.Since(start).Seconds()
+	say("  create       %9.0f /s", res.CreatePerS)
+
+	// stat (fresh from the island, not the client cache)
+	start = time.Now()
+	err = parallel(ctx, cfg.Clients, cfg.Files, func(w, i int) error {
+		_, err := fss[w].GetAttrFresh(ctx, cred, fileIno[i])
+		totalOps.Add(1)
+		return err
+	})
+	if err != nil {
+		return res, err
+	}
+	res.StatPerS = float64(cfg.Files) / time.Since(start).Seconds()
+	say("  stat         %9.0f /s", res.StatPerS)
+
+	// readdir with attributes
+	var entries atomic.Int64
+	start = time.Now()
+	err = parallel(ctx, cfg.Clients, cfg.Dirs, func(w, i int) error {
+		var cookie uint64
+		for {
+			r, err := fss[w].Readdir(ctx, cred, dirIno[i], cookie, 256, true)
+			if err != nil {
+				return err
+			}
+			totalOps.Add(1)
+			for _, e := range r.Entries {
+				if e.Name != "." && e.Name != ".." {
+					entries.Add(1)
+				}
+				cookie = e.Cookie
+			}
+			if r.EOF || len(r.Entries) == 0 {
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		return res, err
+	}
+	res.ReaddirEntriesPerS = float64(entries.Load()) / time.Since(start).Seconds()
+	say("  readdir+attr %9.0f entries/s", res.ReaddirEntriesPerS)
+
+	// Entries per island: every directory and file counted where its inode lives.
+	counts := make(map[uint32]int)
+	for _, ino := range dirIno {
+		counts[owner(namespace.Ino(ino).Bucket())]++
+	}
+	for _, ino := range fileIno {
+		counts[owner(namespace.Ino(ino).Bucket())]++
+	}
+	var fl []float64
+	for _, is := range view.Map().Islands {
+		res.EntriesPerIsland = append(res.EntriesPerIsland, counts[is.ID])
+		fl = append(fl, float64(counts[is.ID]))
+	}
+	res.Imbalance = namespace.Imbalance(fl)
+
+	// small files: create + write 4 KiB + close
+	block := make([]byte, 4096)
+	start = time.Now()
+	err = parallel(ctx, cfg.Clients, cfg.SmallFiles, func(w, i int) error {
+		r, err := fss[w].Create(ctx, metawire.CreateReq{Cred: cred, Dir: dirIno[i%cfg.Dirs], Name: fmt.Sprintf("s%06d", i), Mode: 0o644})
+		if err != nil {
+			return err
+		}
+		fh, err := fss[w].Open(ctx, cred, r.Attr.Ino)
+		if err != nil {
+			return err
+		}
+		if _, err := fh.WriteAt(ctx, block, 0); err != nil {
+			return err
+		}
+		totalOps.Add(3)
+		return fh.Close(ctx)
+	})
+	if err != nil {
+		return res, err
+	}
+	res.SmallFilesPerS = float64(cfg.SmallFiles) / time.Since(start).Seconds()
+	say("  small files  %9.0f /s (4 KiB create+write+close)", res.SmallFilesPerS)
+
+	// unlink
+	start = time.Now()
+	err = parallel(ctx, cfg.Clients, cfg.Files, func(w, i int) error {
+		totalOps.Add(1)
+		return fss[w].Unlink(ctx, cred, dirIno[i%cfg.Dirs], fmt.Sprintf("f%06d", i))
+	})
+	if err != nil {
+		return res, err
+	}
+	res.UnlinkPerS = float64(cfg.Files) / time.Since(start).Seconds()
+	say("  unlink       %9.0f /s", res.UnlinkPerS)
+	res.CrossIslandFraction = float64(crossOps.Load()) / float64(totalOps.Load())
+	say("  cross-island %9.4f of operations; imbalance %.3f over %d islands %v", res.CrossIslandFraction, res.Imbalance, cfg.Islands, res.EntriesPerIsland)
+
+	if err := localMeta(ctx, filepath.Join(dir, "local"), cfg, &res); err != nil {
+		return res, err
+	}
+	say("  local fs: create %.0f /s, stat %.0f /s, small files %.0f /s", res.LocalCreatePerS, res.LocalStatPerS, res.LocalSmallFilesPerS)
+	return res, nil
+}
+
+// localMeta runs the create, stat and small-file loops on the local
+// filesystem with the same concurrency.
+func localMeta(ctx context.Context, dir string, cfg MetaConfig, res *MetaResult) error {
+	for i := 0; i < cfg.Dirs; i++ {
+		if err := os.MkdirAll(filepath.Join(dir, fmt.Sprintf("d%05d", i)), 0o755); err != nil {
+			return err
+		}
+	}
+	name := func(i int, p string) string {
+		return filepath.Join(dir, fmt.Sprintf("d%05d", i%cfg.Dirs), fmt.Sprintf("%s%06d", p, i))
+	}
+	start := time.Now()
+	err := parallel(ctx, cfg.Clients, cfg.Files, func(_, i int) error {
+		f, err := os.OpenFile(name(i, "f"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	})
+	if err != nil {
+		return err
+	}
+	res.LocalCreatePerS = float64(cfg.Files) / time.Since(start).Seconds()
+	start = time.Now()
+	err = parallel(ctx, cfg.Clients, cfg.Files, func(_, i int) error {
+		_, err := os.Stat(name(i, "f"))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	res.LocalStatPerS = float64(cfg.Files) / time.Since(start).Seconds()
+	block := make([]byte, 4096)
+	start = time.Now()
+	err = parallel(ctx, cfg.Clients, cfg.SmallFiles, func(_, i int) error {
+		return os.WriteFile(name(i, "s"), block, 0o644)
+	})
+	if err != nil {
+		return err
+	}
+	res.LocalSmallFilesPerS = float64(cfg.SmallFiles) / time.Since(start).Seconds()
+	return nil
+}
+
+// parallel runs fn(worker, i) for i in [0, n) over workers goroutines and
+// returns the first error.
+func parallel(ctx context.Context, workers, n int, fn func(w, i int) error) error {
+	var next atomic.Int64
+	next.Store(-1)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1))
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(w, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					next.Store(math.MaxInt32)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
