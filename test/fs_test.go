@@ -201,7 +201,10 @@ func TestFSErrnos(t *testing.T) {
 			d, _ := fs.Resolve(ctx, root, "/d/e")
 			return fs.Rename(ctx, metawire.RenameReq{Cred: root, SrcDir: rootIno, SrcName: "d", DstDir: d.Ino, DstName: "x"})
 		}(), metawire.ErrInvalid},
-		{"unknown inode", func() error { _, err := fs.GetAttrFresh(ctx, root, uint64(namespace.MakeIno(namespace.RootIno.Bucket(), 999999))); return err }(), metawire.ErrStale},
+		{"unknown inode", func() error {
+			_, err := fs.GetAttrFresh(ctx, root, uint64(namespace.MakeIno(namespace.RootIno.Bucket(), 999999)))
+			return err
+		}(), metawire.ErrStale},
 		{"non-root write into root", func() error {
 			_, err := fs.Create(ctx, metawire.CreateReq{Cred: metawire.Cred{UID: 1000, GID: 1000}, Dir: rootIno, Name: "g", Mode: 0o644})
 			return err

@@ -292,7 +292,7 @@ func Unmarshal(b []byte, m Message) error {
 	d := wire.NewDec(b)
 	m.Decode(d)
 	if err := d.Finish(); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	return nil
 }

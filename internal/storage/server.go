@@ -195,7 +195,13 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 		if err != nil {
 			return wire.Response{}, err
 		}
-		buf := wire.GetBuf(int(m.Len))
+		// Size the buffer by what the fragment can return, not by what was
+		// asked: a huge Len on a small fragment must not cost memory.
+		want := int64(m.Len)
+		if rest := info.Length - int64(m.Off); rest < want {
+			want = max(rest, 0)
+		}
+		buf := wire.GetBuf(int(want))
 		n, err := s.store.Read(ctx, m.ID, int64(m.Off), buf)
 		if err != nil {
 			wire.PutBuf(buf)
