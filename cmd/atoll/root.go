@@ -32,6 +32,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newStorageCmd(g), newDevCmd(g), newBenchCmd(g))
+	root.AddCommand(newMetaCmd(g))
 	root.AddCommand(newManagerCmd(g), newStatusCmd(g))
 	return root
 }

@@ -282,6 +282,9 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas) err
 
 // createInode writes a new inode record from init.
 func (i *Island) createInode(b *pebble.Batch, ino namespace.Ino, init *metawire.InodeInit, d *deltas) error {
+	if err := i.noteSeq(ino); err != nil {
+		return err
+	}
 	n := newInode(ino, init)
 	d.inodes++
 	return putInode(b, n)

@@ -36,8 +36,8 @@ func TestConcurrentCrossIsland(t *testing.T) {
 	for _, id := range w.ids {
 		tops = append(tops, w.dirs[id].Ino)
 	}
-	const workers = 6
-	const ops = 40
+	const workers = 8
+	const ops = 80
 	wdirs := make([]uint64, workers)
 	for k := range workers {
 		wdirs[k] = must(r.mkdir(tops[k%3], fmt.Sprintf("w%d", k), 0o777)).Ino

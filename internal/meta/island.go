@@ -48,6 +48,7 @@ type Island struct {
 		sync.Mutex
 		prepared map[metawire.TxID]*preparedTx // participant side
 		notify   map[metawire.TxID]*notifyTx   // coordinator side: decisions to deliver
+		active   map[metawire.TxID]bool        // coordinator side: transactions being run
 	}
 
 	resolveMu sync.Mutex // one resolver pass at a time
@@ -115,6 +116,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 	i.seq.last = map[uint32]uint32{}
 	i.tx.prepared = map[metawire.TxID]*preparedTx{}
 	i.tx.notify = map[metawire.TxID]*notifyTx{}
+	i.tx.active = map[metawire.TxID]bool{}
 	i.peer = cfg.Peer
 	if i.peer == nil {
 		i.pool = wire.NewPool(wire.ClientConfig{}, 1)
@@ -344,18 +346,9 @@ func (i *Island) checkIno(op string, ino namespace.Ino) error {
 func (i *Island) allocIno(bucket uint32, sync bool) (namespace.Ino, error) {
 	i.seq.Lock()
 	defer i.seq.Unlock()
-	last, ok := i.seq.last[bucket]
-	if !ok {
-		v, found, err := get(i.db, seqKey(bucket))
-		if err != nil {
-			return 0, err
-		}
-		last = namespace.RootSeq
-		if found {
-			if last, err = decodeU32(v); err != nil {
-				return 0, fmt.Errorf("sequence of bucket %08x: %w", bucket, err)
-			}
-		}
+	last, err := i.lastSeqLocked(bucket)
+	if err != nil {
+		return 0, err
 	}
 	if last == ^uint32(0) {
 		return 0, fmt.Errorf("%w: bucket %08x has no inode numbers left", metawire.ErrNoSpace, bucket)
@@ -408,6 +401,46 @@ func makeDirDurable(fs vfs.FS, dir string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// lastSeqLocked returns the last sequence allocated in bucket.
+func (i *Island) lastSeqLocked(bucket uint32) (uint32, error) {
+	if last, ok := i.seq.last[bucket]; ok {
+		return last, nil
+	}
+	v, found, err := get(i.db, seqKey(bucket))
+	if err != nil {
+		return 0, err
+	}
+	last := namespace.RootSeq
+	if found {
+		if last, err = decodeU32(v); err != nil {
+			return 0, fmt.Errorf("sequence of bucket %08x: %w", bucket, err)
+		}
+	}
+	i.seq.last[bucket] = last
+	return last, nil
+}
+
+// noteSeq makes sure the bucket's sequence is at least ino's, so an id
+// created here is never allocated again (ids normally come from allocIno
+// already; this guards against a coordinator that made one up).
+func (i *Island) noteSeq(ino namespace.Ino) error {
+	i.seq.Lock()
+	defer i.seq.Unlock()
+	b := ino.Bucket()
+	last, err := i.lastSeqLocked(b)
+	if err != nil {
+		return err
+	}
+	if ino.Seq() <= last {
+		return nil
+	}
+	if err := i.db.Set(seqKey(b), encodeU32(ino.Seq()), pebble.NoSync); err != nil {
+		return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	}
+	i.seq.last[b] = ino.Seq()
 	return nil
 }
 

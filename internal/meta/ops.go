@@ -547,6 +547,9 @@ func (i *Island) linkOnce(ctx context.Context, r *metawire.LinkReq) (metawire.At
 	if err := i.execute(ctx, as); err != nil {
 		return a, err
 	}
+	if after, err := i.attrOf(ctx, ino); err == nil {
+		return after, nil
+	}
 	a.Nlink++
 	a.Ctime = now
 	return a, nil

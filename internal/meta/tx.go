@@ -173,11 +173,19 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 	}
 	slices.SortFunc(it.parts, func(a, b participant) int { return int(a.island) - int(b.island) })
 	key := intentKey(txid)
+	i.tx.Lock()
+	i.tx.active[txid] = true
+	i.tx.Unlock()
+	defer func() {
+		i.tx.Lock()
+		delete(i.tx.active, txid)
+		i.tx.Unlock()
+	}()
 	if err := i.db.Set(key, it.encode(), pebble.Sync); err != nil {
 		return fmt.Errorf("%w: writing intent: %v", metawire.ErrIO, err)
 	}
 	if err := i.fp(FailTxAfterIntent); err != nil {
-		i.abort(ctx, txid, it)
+		i.abort(ctx, txid, it, release)
 		return err
 	}
 
@@ -194,22 +202,22 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 	}
 	wg.Wait()
 	if err := prepareError(errs); err != nil {
-		i.abort(ctx, txid, it)
+		i.abort(ctx, txid, it, release)
 		return err
 	}
 	if err := i.fp(FailTxAfterPrepare); err != nil {
-		i.abort(ctx, txid, it)
+		i.abort(ctx, txid, it, release)
 		return err
 	}
 
 	// The decision: commit with this island's own actions in one batch.
 	it.state = intentCommitted
 	if err := b.Set(key, it.encode(), nil); err != nil {
-		i.abort(ctx, txid, it)
+		i.abort(ctx, txid, it, release)
 		return err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		i.abort(ctx, txid, it)
+		i.abort(ctx, txid, it, release)
 		return fmt.Errorf("%w: committing decision: %v", metawire.ErrIO, err)
 	}
 	release()
@@ -273,10 +281,11 @@ func prepareError(errs []error) error {
 // abort drops an undecided transaction: the intent goes (presumed abort)
 // and participants are told, best effort; those that do not hear it ask
 // (OpOutcome) and learn it from the missing intent.
-func (i *Island) abort(ctx context.Context, txid metawire.TxID, it *intent) {
+func (i *Island) abort(ctx context.Context, txid metawire.TxID, it *intent, release func()) {
 	if err := i.db.Delete(intentKey(txid), pebble.NoSync); err != nil {
 		i.log.Warn("meta: deleting aborted intent", "tx", txHex(txid), "err", err)
 	}
+	release()
 	n := &notifyTx{pending: map[namespace.IslandID]bool{}}
 	for _, p := range it.parts {
 		n.pending[p.island] = true
@@ -291,7 +300,11 @@ func (i *Island) abort(ctx context.Context, txid metawire.TxID, it *intent) {
 func (i *Island) deliver(ctx context.Context, txid metawire.TxID, n *notifyTx) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	ids := make([]namespace.IslandID, 0, len(n.pending))
 	for id := range n.pending {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -417,6 +430,17 @@ func (i *Island) outcome(txid metawire.TxID) (uint8, error) {
 	}
 	if it.state == intentCommitted {
 		return metawire.TxCommitted, nil
+	}
+	i.tx.Lock()
+	active := i.tx.active[txid]
+	i.tx.Unlock()
+	if !active {
+		// Undecided and nobody is deciding it (an abort whose intent
+		// deletion failed): it is aborted.
+		if err := i.db.Delete(intentKey(txid), pebble.Sync); err != nil {
+			return 0, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+		}
+		return metawire.TxAborted, nil
 	}
 	return metawire.TxPending, nil
 }

@@ -1,0 +1,239 @@
+// Package meta is an Atoll metadata island (Archipelago): a
+// self-contained metadata server on pebble holding the directories,
+// inodes, block maps, inline small files and xattrs of the buckets the
+// cluster map gives it, and its intent log. It serves the protocol of
+// internal/metawire (client operations and island-to-island two-phase
+// commit) over internal/wire, or in-process through Island.Handle.
+//
+// # Running
+//
+// New(Config) opens the island (pebble on Config.FS under Config.Dir,
+// with a small cache), recovers transactions and creates the root
+// directory (mode 0755, uid 0, nlink 2, path "/") if this island owns
+// RootIno's bucket. Run serves Config.Listen over internal/wire; Handle
+// serves a request in-process. The cluster map comes from a MapSource
+// (StaticMap in tests and for the CLI). Other islands are reached through
+// Config.Peer: WirePeer (the default, addresses from the map) or LocalNet
+// (in-process islands, for tests).
+//
+// # Requests
+//
+// Every request but OpStatFS, OpDecide, OpOutcome and OpFsck is checked
+// against the map epoch: a frame epoch of 0 or older than the island's is
+// ErrStaleEpoch; a newer one makes the island call MapSource.Refresh
+// first. A request naming an inode whose bucket this island does not own
+// (Table.Lookup(bucket) != Config.ID) is ErrWrongIsland; an invalid or
+// unknown inode is ErrStale (NFS semantics); a missing name is
+// ErrNotFound. A request goes to the island of the inode it names first
+// (the directory of name operations, the source directory of a rename);
+// a link is accepted by the island of the directory or of the inode.
+// Malformed messages are ErrBadRequest; no input panics (FuzzHandle).
+//
+// # Pebble schema
+//
+// Every namespace key starts with the 4-byte big-endian bucket of the
+// inode it belongs to (for a directory's entries, the directory's), then
+// a tag byte below 0x80, so a bucket's records are one key range and
+// moving buckets first..last is copying [first|0x00, last|0x80)
+// (BucketSpan). Island-wide records live under FF FF FF FF FF, which no
+// namespace key can start with (tag 0xFF is not a namespace tag). All
+// integers are big-endian; ino is the 8-byte inode id
+// (bucket<<32 | seq).
+//
+//	bucket 'i' ino                 inode record
+//	bucket 'd' dir name            directory entry: name is the raw bytes
+//	bucket 'c' dir cookie(8)       cookie index: the entry with that cookie
+//	bucket 'b' ino index(8)        block map: encoded layout.Pointer
+//	bucket 'x' ino name            xattr value (name includes "user.")
+//	bucket 's'                     last inode sequence allocated in bucket
+//	FF FF FF FF FF 'M'             island identity
+//	FF FF FF FF FF 'I' txid(16)    intent (coordinator)
+//	FF FF FF FF FF 'P' txid(16)    prepared transaction (participant)
+//	FF FF FF FF FF 'L' log(8) seq(8)  live bytes of a stripe (merge counter)
+//	FF FF FF FF FF 'S'             island statistics (merge counter)
+//
+// Every value is u8 version (1), a payload, and u32 CRC32C (Castagnoli)
+// of the version and payload; a value failing either is ErrIO. In
+// payloads, "str" and "bytes" are a uvarint length and the bytes, "bool"
+// is one byte 0 or 1 (the internal/wire encoding). Payloads:
+//
+//	inode:    u32 gen, u32 mode, u32 nlink, u32 uid, u32 gid, u32 rdev,
+//	          u64 size, u64 alloc (bytes of referenced blocks),
+//	          i64 atime, i64 mtime, i64 ctime (ns since the epoch),
+//	          u64 version, u32 blocksize, str policy, bool inline,
+//	          u64 parent (dirs), str creation path (dirs),
+//	          u64 next cookie (dirs), str symlink target,
+//	          bytes inline data, u64 exclusive-create verifier
+//	entry:    u64 ino, u32 type (mode type bits), u64 cookie
+//	cookie:   u64 ino, u32 type, str name
+//	block:    the encoded pointer bytes
+//	xattr:    the value bytes
+//	sequence: u32 seq
+//	identity: u32 island id, u32 format version (1)
+//	intent:   u8 state (1 pending, 2 committed), i64 created,
+//	          uvarint n, n × {u32 island, action list}
+//	prepared: u32 coordinator, i64 created, action list
+//	counter:  uvarint n, n × i64
+//
+// Action lists use the metawire encoding (metawire.EncodeActions).
+// Counters are updated with pebble merges (merger
+// "atoll.meta.counters.v1") that add vectors element-wise, so concurrent
+// batches never lose an update: live bytes are [bytes]; statistics are
+// [inodes, logical bytes of regular files]. Live bytes move with every
+// commit, truncation, deletion and applied cleaner delta (the cleaner
+// sums them across islands, LiveBytes); a stripe whose count reaches 0
+// keeps its record.
+//
+// The creation path of a directory is namespace.Join of its parent's
+// creation path and its name; a new subdirectory's bucket is
+// namespace.Bucket of its creation path, computed once and embedded in
+// its inode id, so renames never move a directory. Path limits (4096
+// bytes) apply to creation paths. Files take their directory's bucket.
+// Inode numbers are never reused (the per-bucket sequence only grows;
+// Gen is 1). Readdir cookies are 1 for ".", 2 for "..", and from 3 on a
+// per-directory counter kept in the directory's inode: an entry keeps its
+// cookie for its life (a rename makes a new entry), so a listing resumed
+// from a cookie neither repeats nor skips an entry that survived.
+//
+// # Files
+//
+// A regular file is inline (data in its inode, at most Config.InlineMax)
+// or a block map; missing blocks are holes. Commit applies a batch of
+// FileWrites atomically in one batch (every inode must be this island's,
+// or nothing is applied); SetInline replaces the data and drops all
+// blocks, blocks make an inline file a block file. Size is taken as
+// given (the client does max semantics); commits do not drop blocks.
+// Truncation (SetAttr SetSize) drops the blocks wholly past the new size;
+// the block holding the new end keeps its bytes past it, so a client
+// that truncates to a size inside a block rewrites that block's tail
+// before extending the file again. Growing an inline file stays inline
+// (zero-filled) up to InlineMax; past it an empty inline file becomes a
+// block file of holes, while a non-empty one stays inline with data
+// shorter than its size (the rest reads as zeros) until the client
+// commits blocks. Cleaner deltas apply only when the block still holds
+// the old pointer byte for byte (Zebra's Table 1), without changing the
+// file's version. Islands check no permission on ReadMap and Commit
+// (clients check at open); a commit by a non-root credential clears
+// set-user-id as a write does.
+//
+// An unlinked inode whose link count reaches 0 is deleted at once with
+// its blocks and xattrs: keeping open-unlinked files readable is the
+// client's business (FUSE and NFS clients rename them aside).
+//
+// The redundancy policy is the xattr "user.atoll.policy" (validated with
+// layout.Parse, stored canonically in the inode's Policy, not as an xattr
+// record). New files and directories inherit their directory's policy;
+// a regular file takes its block size from the policy while it has no
+// data. Only "user." xattrs are stored; other namespaces are
+// ErrNotSupported.
+//
+// # Permissions
+//
+// Linux semantics with Cred: uid 0 passes read and write checks, and
+// execute checks on directories or when any execute bit is set. Sticky
+// directories let only the entry's owner, the directory's owner or root
+// remove or rename entries. New inodes take the caller's uid, and the
+// directory's gid when it has set-group-id (subdirectories inherit the
+// bit); a new file keeps set-group-id only if the caller is in its group.
+// chmod needs the owner (set-group-id is dropped if the caller is not in
+// the file's group); changing the uid needs root; the owner may change
+// the gid to one of its groups; chown clears set-user-id (and set-group-
+// id with group execute) of non-directories. Truncation needs write
+// permission; explicit times need the owner, "now" also write
+// permission; every change moves ctime.
+//
+// # Operations as actions
+//
+// Namespace operations (create, mkdir, symlink, unlink, rmdir, rename,
+// link) read what they need without locks (here, or from other islands),
+// check names and permissions in Linux's order, and turn into a list of
+// metawire.Action, each on one inode: CreateInode, DeleteInode
+// (optionally only an empty directory), AdjustNlink (optionally deleting
+// at zero), AddEntry (the name must be free or hold an expected inode),
+// RemoveEntry (the name must hold an expected inode), SetParent, Touch
+// (link count and times of a directory, ctime of a renamed inode) and
+// Check (shared lock on a fact: a rename of a directory into another
+// parent checks every ancestor of the destination up to the root, so no
+// concurrent rename can make a directory its own ancestor). Actions
+// re-verify the facts the operation read; a fact that changed is a
+// conflict, and the operation starts over (ErrBusy to the client only
+// after many attempts).
+//
+// The actions are grouped by the island owning their inode. Actions of
+// one island run in one pebble batch under in-memory inode locks (taken
+// all at once with a bounded wait, so waits never deadlock). SetAttr,
+// xattrs, Commit and Clean take the same locks on their inodes and write
+// one batch.
+//
+// # Cross-island atomicity
+//
+// When actions fall on several islands, the island that received the
+// request coordinates a two-phase commit with presumed abort:
+//
+//  1. It locks and validates its own actions (not yet committed) and
+//     writes the intent (participants and their actions) with Sync.
+//  2. It sends OpPrepare to every participant in parallel. A participant
+//     checks the actions are on its inodes, takes their locks (waiting at
+//     most a short while; ErrBusy otherwise), validates them, writes a
+//     prepared record with Sync and keeps the locks. While prepared,
+//     readers of the locked inodes wait for the decision (ErrBusy after a
+//     bound), so no client sees half an operation.
+//  3. If every participant prepared, the coordinator writes the commit
+//     decision (the intent marked committed) in the same synced batch as
+//     its own actions and releases its locks; otherwise it deletes the
+//     intent (abort) and tells the participants.
+//  4. It sends OpDecide; a participant applies (or drops) the actions
+//     and deletes its prepared record in one synced batch and releases
+//     its locks; deciding an unknown transaction succeeds.
+//  5. When every participant acknowledged, the intent is deleted;
+//     unacknowledged decisions are redelivered in the background.
+//
+// Presumed abort: OpOutcome answers committed (intent committed),
+// pending (intent undecided and being run) or aborted (no intent). A
+// prepared participant asks its coordinator after a while, and at every
+// restart. At open, before serving, an island resolves every open intent:
+// undecided ones are aborted (deleted, participants told in the
+// background) and committed ones are queued for redelivery; prepared
+// records take their locks again. One synchronous resolution pass runs
+// in New; ResolvePending runs one on demand.
+//
+// Inode ids for directories created in another island's bucket come from
+// that island (metawire.OpAllocIno, durably); an id never used is
+// skipped.
+//
+// # Failpoints
+//
+//	meta.tx.afterIntent            coordinator: intent durable, nothing prepared
+//	meta.tx.afterPrepare           coordinator: all prepared, no decision
+//	meta.tx.afterDecision          coordinator: decision and own actions durable, no Decide sent
+//	meta.tx.afterDecide            coordinator: Decide acknowledged, intent not cleared
+//	meta.participant.afterPrepare  participant: prepared record durable, not answered
+//	meta.participant.beforeApply   participant: commit received, not applied
+//	meta.participant.afterApply    participant: applied, not answered
+//	meta.local.beforeCommit        single-island operation validated, not committed
+//
+// An error at a failpoint is handled as a failure of that step (abort
+// before the decision, redelivery after it); crash tests take the
+// island's crash image inside faults.Set.OnCrash and reopen from it.
+//
+// # fsck
+//
+// OpFsck pages through an island's records (inodes with type, nlink and
+// parent; entries with their targets; block pointers' stripes; open
+// intents and prepared transactions; problems the island sees locally:
+// bad records, entries and cookie records out of step, blocks or xattrs
+// of missing inodes, records of buckets it does not own). Fsck combines
+// the pages of all islands and checks that no entry dangles, no inode but
+// the root is orphaned, every directory hangs off the root, link counts
+// match (2 plus subdirectories for directories), entry types match inode
+// types, each directory is named once, by its parent, and no transaction
+// is open. It returns the referenced stripes for the caller to check.
+//
+// # Static cluster map (atoll meta --static-map)
+//
+// Until the manager serves the map, an island reads it from JSON (see
+// ParseMapJSON):
+//
+//	{"epoch": 1, "depth": 2, "entries": [1, 1, 2, 3],
+//	 "islands": {"1": "127.0.0.1:7500", "2": "127.0.0.1:7501", "3": "127.0.0.1:7502"}}
+package meta
