@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/meta"
@@ -14,7 +21,7 @@ import (
 func newMetaCmd(g *globalFlags) *cobra.Command {
 	var cfg meta.Config
 	var id uint32
-	var mapFile, addrFile, inlineMax string
+	var mapFile, addrFile, inlineMax, managers string
 	cmd := &cobra.Command{
 		Use:   "meta --dir DIR --listen ADDR --id N --static-map FILE",
 		Short: "Run a metadata island (directories, inodes, block maps, intents)",
@@ -44,13 +51,22 @@ at epoch 1.`,
 				return usageErr("--inline-max", err)
 			}
 			cfg.InlineMax = n
-			if mapFile != "" {
+			var view *cluster.View
+			switch {
+			case managers != "" && mapFile != "":
+				return usageErr("--manager", errors.New("use either --manager or --static-map"))
+			case managers != "":
+				if view, err = islandView(cmd.Context(), splitList(managers), id, cfg.Listen, log); err != nil {
+					return err
+				}
+				cfg.Map = cluster.IslandMap{View: view}
+			case mapFile != "":
 				m, err := meta.LoadMapFile(mapFile)
 				if err != nil {
 					return usageErr("--static-map", err)
 				}
 				cfg.Map = m
-			} else {
+			default:
 				t, err := namespace.NewTable([]namespace.IslandID{namespace.IslandID(id)}, 0)
 				if err != nil {
 					return err
@@ -69,7 +85,13 @@ at epoch 1.`,
 				isl.Close()
 				return err
 			}
-			return isl.Run(cmd.Context())
+			if view == nil {
+				return isl.Run(cmd.Context())
+			}
+			return runWithMember(cmd.Context(), isl.Run, cluster.MemberConfig{
+				Managers: splitList(managers), Kind: cluster.KindIsland, ID: id,
+				Addr: isl.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update,
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -77,7 +99,39 @@ at epoch 1.`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7500", "address to serve on")
 	f.Uint32Var(&id, "id", 0, "island id in the cluster map")
 	f.StringVar(&mapFile, "static-map", "", "JSON cluster map file (see --help)")
+	f.StringVar(&managers, "manager", "", "manager address(es): register, wait for the namespace to be formatted, follow the map")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
 	f.StringVar(&inlineMax, "inline-max", "16KiB", "largest file kept inline in its inode")
 	return cmd
+}
+
+// islandView registers the island with the managers (so that formatting
+// the namespace includes it) and waits until the map has a namespace table.
+func islandView(ctx context.Context, managers []string, id uint32, listen string, log *slog.Logger) (*cluster.View, error) {
+	if _, port, err := net.SplitHostPort(listen); err != nil || port == "0" {
+		return nil, usageErr("--listen", fmt.Errorf("%q: --manager needs a fixed host:port to register", listen))
+	}
+	mc := cluster.NewClient(managers, log)
+	if _, err := mc.Register(ctx, cluster.KindIsland, id, listen, os.Getpid()); err != nil {
+		return nil, fmt.Errorf("meta: register with the manager at %v: %w", managers, err)
+	}
+	view, err := cluster.NewView(ctx, mc)
+	if err != nil {
+		return nil, err
+	}
+	for logged := false; !view.Map().Formatted; {
+		if !logged {
+			log.Info("meta: waiting for the namespace to be formatted (atoll dev does it once every island registered)")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := view.Refresh(ctx); err != nil {
+			log.Warn("meta: map refresh", "err", err)
+		}
+	}
+	return view, nil
 }

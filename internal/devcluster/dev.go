@@ -148,6 +148,9 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 			Args:     append(args, "--listen", listen, "--log-level", d.cfg.LogLevel),
 			AddrFile: filepath.Join(d.cfg.DataDir, name+".addr"),
 			Output:   d.cfg.Out,
+			// Islands serve only once the namespace is formatted, which
+			// needs every island registered: do not wait for them here.
+			NoWait: args[0] == "meta",
 		})
 		if err != nil {
 			return nil, err
@@ -176,6 +179,13 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 	defer mc.Close()
 	if cl.Map, err = d.waitRegistered(ctx, mc); err != nil {
 		return nil, err
+	}
+	for _, c := range cl.Children {
+		if c.Addr == "" {
+			if err := c.WaitReady(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return cl, nil
 }

@@ -25,6 +25,7 @@ type Child struct {
 	exitErr error
 	mu      sync.Mutex
 	peakRSS int64 // bytes, sampled from /proc/PID/status VmHWM
+	spec    ChildSpec
 }
 
 // ChildSpec describes how to start a child.
@@ -37,6 +38,9 @@ type ChildSpec struct {
 	Output   io.Writer
 	// ReadyTimeout bounds waiting for the addr file (default 30s).
 	ReadyTimeout time.Duration
+	// NoWait returns as soon as the process started; call WaitReady later
+	// (for roles that serve only once other roles are up).
+	NoWait bool
 }
 
 // Start runs the child and waits until it has written its address.
@@ -65,29 +69,41 @@ func startCmd(ctx context.Context, cmd *exec.Cmd, spec ChildSpec, onExit func())
 		onExit()
 		return nil, fmt.Errorf("devcluster: start %s: %w", spec.Name, err)
 	}
-	c := &Child{Name: spec.Name, cmd: cmd, done: make(chan struct{})}
+	c := &Child{Name: spec.Name, cmd: cmd, done: make(chan struct{}), spec: spec}
 	go func() {
 		c.exitErr = cmd.Wait()
 		onExit()
 		close(c.done)
 	}()
-	deadline := time.Now().Add(spec.ReadyTimeout)
+	if spec.NoWait {
+		return c, nil
+	}
+	if err := c.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// WaitReady waits until the child has written its address (ChildSpec.AddrFile).
+// On failure the child is killed.
+func (c *Child) WaitReady(ctx context.Context) error {
+	deadline := time.Now().Add(c.spec.ReadyTimeout)
 	for {
-		if b, err := os.ReadFile(spec.AddrFile); err == nil && strings.HasSuffix(string(b), "\n") {
+		if b, err := os.ReadFile(c.spec.AddrFile); err == nil && strings.HasSuffix(string(b), "\n") {
 			c.Addr = strings.TrimSpace(string(b))
-			return c, nil
+			return nil
 		}
 		select {
 		case <-c.done:
-			return nil, fmt.Errorf("devcluster: %s exited before serving: %v", spec.Name, c.exitErr)
+			return fmt.Errorf("devcluster: %s exited before serving: %v", c.Name, c.exitErr)
 		case <-ctx.Done():
 			c.Kill()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			c.Kill()
-			return nil, fmt.Errorf("devcluster: %s not serving after %s", spec.Name, spec.ReadyTimeout)
+			return fmt.Errorf("devcluster: %s not serving after %s", c.Name, c.spec.ReadyTimeout)
 		}
 	}
 }
