@@ -332,7 +332,7 @@ func deleteInode(b *pebble.Batch, n *inode, d *deltas) error {
 		return err
 	}
 	for _, p := range [][]byte{xattrPrefix(n.ino), direntPrefix(n.ino), cookiePrefix(n.ino)} {
-		if err := b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+		if err := deletePrefix(b, p); err != nil {
 			return err
 		}
 	}
@@ -352,9 +352,8 @@ func releaseBlocks(b *pebble.Batch, n *inode, first uint64, d *deltas) error {
 	if err != nil {
 		return err
 	}
-	any := false
+	var keys [][]byte
 	for ok := it.First(); ok; ok = it.Next() {
-		any = true
 		p, err := decodeBytes(it.Value())
 		if err != nil {
 			it.Close()
@@ -364,14 +363,40 @@ func releaseBlocks(b *pebble.Batch, n *inode, first uint64, d *deltas) error {
 			d.addLive(s, -int64(l))
 			n.alloc -= min(n.alloc, uint64(l))
 		}
+		keys = append(keys, append([]byte(nil), it.Key()...))
 	}
 	if err := it.Close(); err != nil {
 		return err
 	}
-	if !any {
-		return nil
+	return deleteKeys(b, keys)
+}
+
+// deletePrefix deletes every key under prefix p, one point delete each.
+// Range tombstones would be simpler, but every one left in the memtable
+// makes later reads fragment spans; an unlink-heavy workload then slows to
+// a crawl. Most prefixes here hold no key at all.
+func deletePrefix(b *pebble.Batch, p []byte) error {
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return err
 	}
-	return b.DeleteRange(lo, hi, nil)
+	var keys [][]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		keys = append(keys, append([]byte(nil), it.Key()...))
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	return deleteKeys(b, keys)
+}
+
+func deleteKeys(b *pebble.Batch, keys [][]byte) error {
+	for _, k := range keys {
+		if err := b.Delete(k, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // setBlock points block index of n at p (empty: a hole), adjusting live

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -194,9 +195,10 @@ func (c *Client) write(ctx context.Context, h *Header, msg []byte, payload [][]b
 func (c *Client) readLoop() {
 	defer close(c.readerDone)
 	var hdr [HeaderSize]byte
+	br := bufio.NewReaderSize(c.conn, 64<<10)
 	for {
 		_ = c.conn.SetReadDeadline(time.Time{})
-		h, msg, err := ReadFrameHeader(c.conn, hdr[:], nil, c.cfg.Limits)
+		h, msg, err := ReadFrameHeader(br, hdr[:], nil, c.cfg.Limits)
 		if err == nil && h.Kind != KindResponse {
 			err = fmt.Errorf("%w: request frame sent to client", ErrBadFrame)
 		}
@@ -216,13 +218,13 @@ func (c *Client) readLoop() {
 			_ = c.conn.SetReadDeadline(time.Now().Add(c.cfg.IOTimeout))
 			switch {
 			case cl == nil:
-				_, err = io.CopyN(io.Discard, c.conn, int64(h.PayloadLen))
+				_, err = io.CopyN(io.Discard, br, int64(h.PayloadLen))
 			case cap(cl.dst) >= int(h.PayloadLen):
 				payload = cl.dst[:h.PayloadLen]
-				_, err = io.ReadFull(c.conn, payload)
+				_, err = io.ReadFull(br, payload)
 			default:
 				payload = make([]byte, h.PayloadLen)
-				_, err = io.ReadFull(c.conn, payload)
+				_, err = io.ReadFull(br, payload)
 			}
 		}
 		if cl != nil {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -164,12 +165,36 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		s.mu.Unlock()
 	}()
 	sc := &serverConn{s: s, c: c}
-	slots := make(chan struct{}, s.cfg.MaxConcurrentPerConn)
+	// Requests go to a pool of worker goroutines that lives as long as the
+	// connection: a fresh goroutine per request would grow (copy) its
+	// stack on every deep handler call.
+	type job struct {
+		h       Header
+		req     Request
+		payload []byte
+	}
+	jobs := make(chan job)
+	idle := 0 // workers waiting for a job; guarded by being touched only here and via idleCh
+	idleCh := make(chan struct{}, s.cfg.MaxConcurrentPerConn)
+	workers := 0
+	worker := func() {
+		defer handlers.Done()
+		for j := range jobs {
+			sc.handle(ctx, j.h, &j.req)
+			if j.payload != nil {
+				PutBuf(j.payload)
+				s.inflight.Release(int64(j.h.PayloadLen))
+			}
+			idleCh <- struct{}{}
+		}
+	}
+	defer close(jobs)
 	var hdr [HeaderSize]byte
 	remote := c.RemoteAddr().String()
+	br := bufio.NewReaderSize(c, 64<<10) // several small frames per read syscall
 	for {
 		_ = c.SetReadDeadline(time.Time{})
-		h, msg, err := ReadFrameHeader(c, hdr[:], nil, s.cfg.Limits)
+		h, msg, err := ReadFrameHeader(br, hdr[:], nil, s.cfg.Limits)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 				s.log.Warn("wire: closing connection", "remote", remote, "reason", err)
@@ -187,33 +212,42 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			}
 			payload = GetBuf(int(h.PayloadLen))
 			_ = c.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout))
-			if _, err := io.ReadFull(c, payload); err != nil {
+			if _, err := io.ReadFull(br, payload); err != nil {
 				PutBuf(payload)
 				s.inflight.Release(int64(h.PayloadLen))
 				s.log.Warn("wire: closing connection", "remote", remote, "reason", fmt.Errorf("reading payload: %w", noEOF(err)))
 				return
 			}
 		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			if payload != nil {
-				PutBuf(payload)
-				s.inflight.Release(int64(h.PayloadLen))
+		// Take an idle worker, start one while under the limit, or wait.
+		for drained := false; !drained; {
+			select {
+			case <-idleCh:
+				idle++
+			default:
+				drained = true
 			}
-			return
 		}
-		handlers.Add(1)
-		go func() {
-			defer handlers.Done()
-			defer func() { <-slots }()
-			req := Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote}
-			sc.handle(ctx, h, &req)
-			if payload != nil {
-				PutBuf(payload)
-				s.inflight.Release(int64(h.PayloadLen))
+		if idle == 0 && workers < s.cfg.MaxConcurrentPerConn {
+			workers++
+			handlers.Add(1)
+			go worker()
+			idle++
+		}
+		if idle == 0 {
+			select {
+			case <-idleCh:
+				idle++
+			case <-ctx.Done():
+				if payload != nil {
+					PutBuf(payload)
+					s.inflight.Release(int64(h.PayloadLen))
+				}
+				return
 			}
-		}()
+		}
+		idle--
+		jobs <- job{h: h, req: Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote}, payload: payload}
 	}
 }
 

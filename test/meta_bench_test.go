@@ -1,0 +1,92 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// BenchmarkMetaCreateUnlink creates and unlinks files with 16 concurrent
+// clients against one in-process island; run with -cpuprofile.
+func BenchmarkMetaCreateUnlink(b *testing.B) {
+	t := &testing.T{}
+	fc := startFSCluster(t, 3, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	dirs := make([]uint64, 16)
+	for i := range dirs {
+		a, err := fs.MkdirAll(ctx, root, fmt.Sprintf("/d%d", i), 0o755)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dirs[i] = a.Ino
+	}
+	_ = namespace.RootIno
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	per := b.N/16 + 1
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				if _, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dirs[w], Name: fmt.Sprintf("f%d", i), Mode: 0o644}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			if os.Getenv("NOUNLINK") != "" {
+				return
+			}
+			for i := 0; i < per; i++ {
+				if err := fs.Unlink(ctx, root, dirs[w], fmt.Sprintf("f%d", i)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+}
+
+// BenchmarkMetaStat stats files with 16 concurrent clients against one
+// in-process island, bypassing the client cache.
+func BenchmarkMetaStat(b *testing.B) {
+	t := &testing.T{}
+	fc := startFSCluster(t, 3, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	d, err := fs.MkdirAll(ctx, root, "/s", 0o755)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var inos []uint64
+	for i := 0; i < 1000; i++ {
+		r, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: fmt.Sprintf("f%d", i), Mode: 0o644})
+		if err != nil {
+			b.Fatal(err)
+		}
+		inos = append(inos, r.Attr.Ino)
+	}
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	per := b.N/16 + 1
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				if _, err := fs.GetAttrFresh(ctx, root, inos[(w*per+i)%len(inos)]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+}
