@@ -200,7 +200,7 @@ func (c *Client) rebuildRange(p *layout.Pointer, s layout.Span, out []byte, excl
 			c.noteBad(p, f, err)
 			continue
 		}
-		shards[f] = append([]byte(nil), b...) // reconstruction may reslice shards
+		shards[f] = b // present shards are only read by the decoder
 		have++
 	}
 	if have < int(p.K) {
@@ -210,10 +210,14 @@ func (c *Client) rebuildRange(p *layout.Pointer, s layout.Span, out []byte, excl
 	if err != nil {
 		return err
 	}
+	// A zero-length shard with enough capacity is decoded in place.
+	shards[s.Frag] = out[:0:len(out)]
 	if err := enc.ReconstructSome(shards, wantOnly(w, s.Frag)); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrUnrecoverable, p.Stripe, err)
 	}
-	copy(out, shards[s.Frag])
+	if got := shards[s.Frag]; len(got) == len(out) && (len(out) == 0 || &got[0] != &out[0]) {
+		copy(out, got)
+	}
 	return nil
 }
 

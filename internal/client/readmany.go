@@ -93,6 +93,11 @@ func (c *Client) readRun(ctx context.Context, ptrs []layout.Pointer, out []byte)
 	}
 	res := make([]result, len(spans))
 	var wg sync.WaitGroup
+	// Spans on a slot known to be down are rebuilt, so the redundant
+	// fragments' same ranges are fetched in the same wave as the data.
+	var pmu sync.Mutex
+	prefetched := map[rangeKey][]byte{}
+	nextRedundant := int(p0.K)
 	for i, s := range spans {
 		if s.Frag >= int(p0.K) {
 			return fmt.Errorf("client: read %s: %w", p0.Stripe, layout.ErrBadPointer)
@@ -101,6 +106,23 @@ func (c *Client) readRun(ctx context.Context, ptrs []layout.Pointer, out []byte)
 		if c.isDown(p0.Slots[s.Frag]) {
 			// Known down: rebuild instead of waiting on a dead server.
 			res[i].err = fmt.Errorf("slot %d is down", p0.Slots[s.Frag])
+			for nextRedundant < len(p0.Slots) && c.isDown(p0.Slots[nextRedundant]) {
+				nextRedundant++
+			}
+			if p0.Kind == layout.EC && nextRedundant < len(p0.Slots) {
+				f := nextRedundant
+				nextRedundant++
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					b := make([]byte, s.Len)
+					if c.readSpan(ctx, p0, f, s.Off, b) == nil {
+						pmu.Lock()
+						prefetched[rangeKey{f, s.Off, s.Len}] = b
+						pmu.Unlock()
+					}
+				}()
+			}
 			continue
 		}
 		wg.Add(1)
@@ -114,7 +136,7 @@ func (c *Client) readRun(ctx context.Context, ptrs []layout.Pointer, out []byte)
 
 	// Rebuild the spans that failed, reusing the spans that arrived.
 	var failed []layout.Span
-	have := map[rangeKey][]byte{}
+	have := prefetched
 	excluded := map[int]bool{}
 	for _, r := range res {
 		if r.err != nil {
