@@ -34,6 +34,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newStorageCmd(g), newDevCmd(g), newBenchCmd(g))
 	root.AddCommand(newMetaCmd(g))
 	root.AddCommand(newManagerCmd(g), newStatusCmd(g))
+	root.AddCommand(newFsckCmd(g))
 	return root
 }
 
