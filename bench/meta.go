@@ -277,7 +277,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 		if err != nil {
 			return err
 		}
-		fh, err := fss[w].Open(ctx, cred, r.Attr.Ino)
+		fh, err := fss[w].OpenWithAttr(ctx, cred, r.Attr)
 		if err != nil {
 			return err
 		}

@@ -5,13 +5,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 )
 
 // globalFlags are the flags every subcommand shares.
 type globalFlags struct {
-	logLevel string
+	logLevel   string
+	cpuProfile string
+	profFile   *os.File
 }
 
 func (g *globalFlags) logger() (*slog.Logger, error) {
@@ -31,6 +34,24 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to FILE (for performance work)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(g.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		g.profFile = f
+		return pprof.StartCPUProfile(f)
+	}
+	root.PersistentPostRun = func(*cobra.Command, []string) {
+		if g.profFile != nil {
+			pprof.StopCPUProfile()
+			g.profFile.Close()
+		}
+	}
 	root.AddCommand(newStorageCmd(g), newDevCmd(g), newBenchCmd(g))
 	root.AddCommand(newMetaCmd(g))
 	root.AddCommand(newManagerCmd(g), newStatusCmd(g))

@@ -85,6 +85,13 @@ func (f *FS) Open(ctx context.Context, cred metawire.Cred, ino uint64) (*File, e
 	if err != nil {
 		return nil, err
 	}
+	return f.OpenWithAttr(ctx, cred, a)
+}
+
+// OpenWithAttr opens a regular file whose attributes the caller just got
+// from the island (a create's reply), saving the round trip of Open.
+func (f *FS) OpenWithAttr(ctx context.Context, cred metawire.Cred, a metawire.Attr) (*File, error) {
+	ino := a.Ino
 	if a.IsDir() {
 		return nil, fmt.Errorf("client: open %x: %w", ino, metawire.ErrIsDir)
 	}

@@ -130,7 +130,7 @@ func (f *FS) CreateFile(ctx context.Context, cred metawire.Cred, path string, mo
 	if err != nil {
 		return nil, err
 	}
-	fh, err := f.Open(ctx, cred, r.Attr.Ino)
+	fh, err := f.OpenWithAttr(ctx, cred, r.Attr)
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,9 @@ type Island struct {
 	seq struct {
 		sync.Mutex
 		last map[uint32]uint32 // bucket -> last allocated sequence
+		// high is the persisted reservation: every sequence up to it may
+		// have been handed out, so a restart continues above it.
+		high map[uint32]uint32
 	}
 
 	tx struct {
@@ -115,6 +118,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 		timing: tm,
 	}
 	i.seq.last = map[uint32]uint32{}
+	i.seq.high = map[uint32]uint32{}
 	i.tx.prepared = map[metawire.TxID]*preparedTx{}
 	i.tx.notify = map[metawire.TxID]*notifyTx{}
 	i.tx.active = map[metawire.TxID]bool{}
@@ -362,16 +366,27 @@ func (i *Island) allocIno(bucket uint32, sync bool) (namespace.Ino, error) {
 		return 0, fmt.Errorf("%w: bucket %08x has no inode numbers left", metawire.ErrNoSpace, bucket)
 	}
 	next := last + 1
-	opt := pebble.NoSync
-	if sync {
-		opt = pebble.Sync
-	}
-	if err := i.db.Set(seqKey(bucket), encodeU32(next), opt); err != nil {
-		return 0, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	if next > i.seq.high[bucket] {
+		// Reserve a run of numbers with one write instead of writing the
+		// counter for every inode (it was a second pebble commit per
+		// create). A crash skips the unused rest of the run: numbers are
+		// never reused, they may be skipped.
+		high := uint32(min(uint64(next)+seqReserve-1, uint64(^uint32(0))))
+		opt := pebble.NoSync
+		if sync {
+			opt = pebble.Sync
+		}
+		if err := i.db.Set(seqKey(bucket), encodeU32(high), opt); err != nil {
+			return 0, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+		}
+		i.seq.high[bucket] = high
 	}
 	i.seq.last[bucket] = next
 	return namespace.MakeIno(bucket, next), nil
 }
+
+// seqReserve is how many inode numbers one counter write reserves.
+const seqReserve = 1024
 
 // makeDirDurable creates dir and its missing ancestors, syncing the
 // parent of each one created so that the tree survives a crash.
@@ -428,6 +443,7 @@ func (i *Island) lastSeqLocked(bucket uint32) (uint32, error) {
 		}
 	}
 	i.seq.last[bucket] = last
+	i.seq.high[bucket] = last
 	return last, nil
 }
 
@@ -445,8 +461,11 @@ func (i *Island) noteSeq(ino namespace.Ino) error {
 	if ino.Seq() <= last {
 		return nil
 	}
-	if err := i.db.Set(seqKey(b), encodeU32(ino.Seq()), pebble.NoSync); err != nil {
-		return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	if ino.Seq() > i.seq.high[b] {
+		if err := i.db.Set(seqKey(b), encodeU32(ino.Seq()), pebble.NoSync); err != nil {
+			return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+		}
+		i.seq.high[b] = ino.Seq()
 	}
 	i.seq.last[b] = ino.Seq()
 	return nil
