@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/metawire"
+)
+
+// The file CLI verbs: they talk to the cluster through the client library
+// as root. Paths inside Atoll are absolute ("/dir/file"); in `cp`, a path
+// prefixed with "atoll:" is inside Atoll, anything else is local.
+
+func dialFS(cmd *cobra.Command, g *globalFlags, addr string) (*connect.Conn, error) {
+	log, err := g.logger()
+	if err != nil {
+		return nil, err
+	}
+	return connect.Dial(cmd.Context(), clusterAddrs(addr), log)
+}
+
+func newLsCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	var long bool
+	cmd := &cobra.Command{
+		Use:   "ls [-l] [PATH]",
+		Short: "List a directory in Atoll",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dialFS(cmd, g, addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			p := "/"
+			if len(args) == 1 {
+				p = args[0]
+			}
+			ctx, cred := cmd.Context(), metawire.Root
+			a, err := c.FS.Resolve(ctx, cred, p)
+			if err != nil {
+				return err
+			}
+			if !a.IsDir() {
+				printEntry(os.Stdout, p, a, long)
+				return nil
+			}
+			var ents []metawire.Dirent
+			for cookie := uint64(0); ; {
+				r, err := c.FS.Readdir(ctx, cred, a.Ino, cookie, 512, long)
+				if err != nil {
+					return err
+				}
+				for _, e := range r.Entries {
+					cookie = e.Cookie
+					if e.Name != "." && e.Name != ".." {
+						ents = append(ents, e)
+					}
+				}
+				if r.EOF || len(r.Entries) == 0 {
+					break
+				}
+			}
+			sort.Slice(ents, func(i, j int) bool { return ents[i].Name < ents[j].Name })
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			for _, e := range ents {
+				if long {
+					printEntry(tw, e.Name, e.Attr, true)
+				} else {
+					suffix := ""
+					if e.Type == metawire.ModeDir {
+						suffix = "/"
+					}
+					fmt.Fprintln(tw, e.Name+suffix)
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&addr, "cluster", "", "manager address (default $ATOLL_CLUSTER or "+defaultCluster+")")
+	cmd.Flags().BoolVarP(&long, "long", "l", false, "long listing: mode, links, owner, size, mtime, policy")
+	return cmd
+}
+
+func printEntry(w io.Writer, name string, a metawire.Attr, long bool) {
+	if !long {
+		fmt.Fprintln(w, name)
+		return
+	}
+	pol := a.Policy
+	if a.Inline {
+		pol += " (inline)"
+	}
+	fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", os.FileMode(a.Mode&0o777)|typeBits(a.Mode), a.Nlink, a.UID, a.GID, a.Size,
+		time.Unix(0, a.Mtime).Format("2006-01-02 15:04"), name, pol)
+}
+
+func typeBits(mode uint32) os.FileMode {
+	switch mode & metawire.ModeType {
+	case metawire.ModeDir:
+		return os.ModeDir
+	case metawire.ModeLink:
+		return os.ModeSymlink
+	case metawire.ModeFIFO:
+		return os.ModeNamedPipe
+	case metawire.ModeSock:
+		return os.ModeSocket
+	case metawire.ModeChar:
+		return os.ModeDevice | os.ModeCharDevice
+	case metawire.ModeBlock:
+		return os.ModeDevice
+	}
+	return 0
+}
+
+const atollPrefix = "atoll:"
+
+func newCpCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: `Copy a file into or out of Atoll ("atoll:/path" names a file in Atoll)`,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, dst := args[0], args[1]
+			in, out := strings.HasPrefix(src, atollPrefix), strings.HasPrefix(dst, atollPrefix)
+			if in == out {
+				return errors.New(`cp: exactly one of SRC and DST must be an Atoll path ("atoll:/path")`)
+			}
+			c, err := dialFS(cmd, g, addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cred := cmd.Context(), metawire.Root
+			if out { // local -> atoll
+				f, err := os.Open(src)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				st, err := f.Stat()
+				if err != nil {
+					return err
+				}
+				fh, err := c.FS.CreateFile(ctx, cred, strings.TrimPrefix(dst, atollPrefix), uint32(st.Mode().Perm()))
+				if err != nil {
+					return err
+				}
+				bar := newBar(st.Size(), "copying in", quiet)
+				if err := copyInto(ctx, fh, io.TeeReader(f, bar)); err != nil {
+					return err
+				}
+				return fh.Close(ctx)
+			}
+			fh, err := c.FS.OpenPath(ctx, cred, strings.TrimPrefix(src, atollPrefix))
+			if err != nil {
+				return err
+			}
+			f, err := os.Create(dst)
+			if err != nil {
+				return err
+			}
+			bar := newBar(int64(fh.Size()), "copying out", quiet)
+			if _, err := io.CopyBuffer(io.MultiWriter(f, bar), fh.Reader(ctx), make([]byte, 4<<20)); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Sync(); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		},
+	}
+	cmd.Flags().StringVar(&addr, "cluster", "", "manager address (default $ATOLL_CLUSTER or "+defaultCluster+")")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	return cmd
+}
+
+func newBar(n int64, what string, quiet bool) io.Writer {
+	if quiet || n < 8<<20 {
+		return io.Discard
+	}
+	return progressbar.DefaultBytes(n, what)
+}
+
+func copyInto(ctx context.Context, fh interface {
+	WriteAt(context.Context, []byte, int64) (int, error)
+}, r io.Reader) error {
+	buf := make([]byte, 4<<20)
+	var off int64
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if _, werr := fh.WriteAt(ctx, buf[:n], off); werr != nil {
+				return werr
+			}
+			off += int64(n)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func newPolicyCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	cmd := &cobra.Command{
+		Use:   "policy get PATH | policy set PATH POLICY",
+		Short: "Show or set a file's or directory's redundancy policy (none, mirror:R, ec:K+M)",
+		Args:  cobra.RangeArgs(2, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			verb, p := args[0], args[1]
+			if (verb == "get" && len(args) != 2) || (verb == "set" && len(args) != 3) || (verb != "get" && verb != "set") {
+				return errors.New("usage: atoll policy get PATH | atoll policy set PATH POLICY")
+			}
+			c, err := dialFS(cmd, g, addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cred := cmd.Context(), metawire.Root
+			a, err := c.FS.Resolve(ctx, cred, p)
+			if err != nil {
+				return err
+			}
+			if verb == "get" {
+				pol := a.Policy
+				if pol == "" {
+					pol = c.View.DefaultPolicy() + " (cluster default)"
+				}
+				fmt.Println(pol)
+				return nil
+			}
+			pol, err := layout.Parse(args[2])
+			if err != nil {
+				return err
+			}
+			if err := pol.Validate(len(c.View.Map().Storage)); err != nil {
+				return err
+			}
+			return c.FS.SetXattr(ctx, cred, a.Ino, "user.atoll.policy", []byte(pol.String()), 0)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "cluster", "", "manager address (default $ATOLL_CLUSTER or "+defaultCluster+")")
+	return cmd
+}
+
+func newDfCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "df [--json]",
+		Short: "Show raw capacity and use of every storage server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := dialFS(cmd, g, addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			type row struct {
+				Slot      uint16 `json:"slot"`
+				Addr      string `json:"addr"`
+				State     string `json:"state"`
+				Capacity  uint64 `json:"capacity_bytes"`
+				Used      uint64 `json:"used_bytes"`
+				Free      uint64 `json:"free_bytes"`
+				Fragments uint64 `json:"fragments"`
+				Error     string `json:"error,omitempty"`
+			}
+			var rows []row
+			var total row
+			for _, s := range c.View.Map().Storage {
+				r := row{Slot: s.Slot, Addr: s.Addr, State: s.State.String()}
+				st, err := c.Data.ServerStats(cmd.Context(), s.Slot)
+				if err != nil {
+					r.Error = err.Error()
+				} else {
+					r.Capacity, r.Used, r.Free, r.Fragments = st.CapacityBytes, st.UsedBytes, st.FreeBytes, st.Fragments
+					total.Capacity += st.CapacityBytes
+					total.Used += st.UsedBytes
+					total.Free += st.FreeBytes
+					total.Fragments += st.Fragments
+				}
+				rows = append(rows, r)
+			}
+			if asJSON {
+				b, _ := json.Marshal(map[string]any{"servers": rows, "capacity_bytes": total.Capacity, "used_bytes": total.Used,
+					"free_bytes": total.Free, "fragments": total.Fragments, "default_policy": c.View.DefaultPolicy()})
+				fmt.Println(string(b))
+				return nil
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SLOT\tADDRESS\tSTATE\tSIZE\tUSED\tFREE\tFRAGMENTS")
+			for _, r := range rows {
+				if r.Error != "" {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t-\t-\t-\t- (%s)\n", r.Slot, r.Addr, r.State, r.Error)
+					continue
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Slot, r.Addr, r.State, hsize(r.Capacity), hsize(r.Used), hsize(r.Free), r.Fragments)
+			}
+			fmt.Fprintf(tw, "total\t\t\t%s\t%s\t%s\t%d\n", hsize(total.Capacity), hsize(total.Used), hsize(total.Free), total.Fragments)
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&addr, "cluster", "", "manager address (default $ATOLL_CLUSTER or "+defaultCluster+")")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+func hsize(n uint64) string {
+	f := float64(n)
+	for _, u := range []string{"B", "KiB", "MiB", "GiB", "TiB"} {
+		if f < 1024 || u == "TiB" {
+			return fmt.Sprintf("%.1f%s", f, u)
+		}
+		f /= 1024
+	}
+	return ""
+}

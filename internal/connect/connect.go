@@ -1,0 +1,102 @@
+// Package connect builds a client (data path + naming layer) from a
+// running cluster's manager: it fetches the cluster map, points the data
+// client at the storage slots, keeps both following map changes, and
+// closes everything together. The CLI, the FUSE mount and the NFS gateway
+// all start from here.
+package connect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/cluster"
+)
+
+// ErrNotFormatted is returned when the cluster has no namespace yet.
+var ErrNotFormatted = errors.New("connect: the cluster's namespace is not formatted yet (atoll dev does it)")
+
+// Conn is a connected client.
+type Conn struct {
+	Managers []string
+	Cluster  *cluster.Client
+	View     *cluster.View
+	Data     *client.Client
+	FS       *client.FS
+}
+
+// Dial connects to the managers at addrs.
+func Dial(ctx context.Context, addrs []string, log *slog.Logger) (*Conn, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	mc := cluster.NewClient(addrs, log)
+	view, err := cluster.NewView(ctx, mc)
+	if err != nil {
+		mc.Close()
+		return nil, fmt.Errorf("cannot reach the manager at %v: %w (is `atoll dev` running? set ATOLL_CLUSTER)", addrs, err)
+	}
+	if !view.Map().Formatted {
+		mc.Close()
+		return nil, ErrNotFormatted
+	}
+	slots, down := slotsOf(view)
+	if len(slots) == 0 {
+		mc.Close()
+		return nil, errors.New("connect: the cluster has no storage servers")
+	}
+	data, err := client.New(client.Config{Slots: slots, Logger: log})
+	if err != nil {
+		mc.Close()
+		return nil, err
+	}
+	_ = data.SetSlots(slots, down)
+	view.OnChange(func(*cluster.Map) {
+		if s, d := slotsOf(view); len(s) > 0 {
+			_ = data.SetSlots(s, d)
+		}
+	})
+	fs, err := client.NewFS(client.FSConfig{Data: data, Map: view, Logger: log})
+	if err != nil {
+		data.Close()
+		mc.Close()
+		return nil, err
+	}
+	return &Conn{Managers: addrs, Cluster: mc, View: view, Data: data, FS: fs}, nil
+}
+
+func slotsOf(v *cluster.View) ([]client.SlotAddr, []uint16) {
+	infos, down := v.StorageSlots()
+	out := make([]client.SlotAddr, 0, len(infos))
+	for _, s := range infos {
+		out = append(out, client.SlotAddr{ID: s.Slot, Addr: s.Addr})
+	}
+	return out, down
+}
+
+// Close closes the naming layer, the data client and the manager client.
+func (c *Conn) Close() error {
+	c.FS.Close()
+	c.Data.Close()
+	c.Cluster.Close()
+	return nil
+}
+
+// Watch refreshes the map every interval until ctx is done, so a
+// long-lived client notices members going down or coming back even when
+// its requests succeed. The caller owns the goroutine running it.
+func (c *Conn) Watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = c.View.Refresh(ctx)
+		}
+	}
+}
