@@ -3,7 +3,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build test vet fmt-check race unit fuzz bench-data bench-data-json clean
+.PHONY: all build test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta clean
 
 all: build
 
@@ -33,6 +33,11 @@ bench-data: build
 
 bench-data-json: build
 	./bin/atoll bench data --servers 5 --policy ec:4+1 --size 1GiB --json
+
+# The metadata benchmark of issue #3 on 1 and 3 islands.
+bench-meta: build
+	./bin/atoll bench meta --islands 1
+	./bin/atoll bench meta --islands 3
 
 clean:
 	rm -rf bin
