@@ -35,7 +35,11 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to FILE (for performance work)")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if d := os.Getenv("ATOLL_CPUPROFILE_DIR"); g.cpuProfile == "" && d != "" {
+			// Profiles every role a dev cluster or benchmark starts.
+			g.cpuProfile = filepath.Join(d, fmt.Sprintf("%s-%d.prof", cmd.Name(), os.Getpid()))
+		}
 		if g.cpuProfile == "" {
 			return nil
 		}
