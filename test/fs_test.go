@@ -273,3 +273,33 @@ func TestFSConcurrentClientsCreateAndRename(t *testing.T) {
 		}
 	}
 }
+
+// A truncate inside a block followed by an extension must read zeros in
+// between, not the bytes that were cut off.
+func TestFSTruncateThenExtendReadsZeros(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	data := randBytes(rand.New(rand.NewPCG(40, 40)), 200000)
+	if err := fs.WriteFile(ctx, root, "/t", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := fs.Resolve(ctx, root, "/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.SetAttr(ctx, metawire.SetAttrReq{Cred: root, Ino: a.Ino, Valid: metawire.SetSize, Size: 70000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.SetAttr(ctx, metawire.SetAttrReq{Cred: root, Ino: a.Ino, Valid: metawire.SetSize, Size: 150000}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := fs.ReadFile(ctx, root, "/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte(nil), data[:70000]...), make([]byte, 80000)...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("after truncate+extend: %d bytes, equal=%v", len(got), bytes.Equal(got, want))
+	}
+}

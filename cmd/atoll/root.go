@@ -59,6 +59,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newStorageCmd(g), newDevCmd(g), newBenchCmd(g))
 	root.AddCommand(newMetaCmd(g))
 	root.AddCommand(newManagerCmd(g), newStatusCmd(g))
+	root.AddCommand(newNFSCmd(g))
 	root.AddCommand(newFsckCmd(g), newLsCmd(g), newCpCmd(g), newPolicyCmd(g), newDfCmd(g))
 	return root
 }

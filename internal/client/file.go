@@ -19,6 +19,10 @@ type blockMap struct {
 	ptrs    map[uint64]layout.Pointer
 }
 
+// mapPage is the most blocks an island returns in one ReadMap answer
+// (meta.MaxMapBlocks).
+const mapPage = 8192
+
 // readMap returns the block map of ino at its current version.
 func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, version uint64) (*blockMap, error) {
 	f.cache.Lock()
@@ -29,10 +33,33 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 	}
 	f.cache.misses++
 	f.cache.Unlock()
+	// fusefs fix: an island answers at most mapPage blocks at once; ask
+	// again from the next index until a short answer (files past 512 MiB
+	// read as zeros before). A version change between pages starts over.
 	var resp metawire.ReadMapResp
-	if err := f.call(ctx, ino, metawire.OpReadMap, &metawire.ReadMapReq{Cred: cred, Ino: ino}, &resp); err != nil {
-		return nil, err
+	var blocks []metawire.Block
+	for first, tries := uint64(0), 0; ; {
+		var page metawire.ReadMapResp
+		if err := f.call(ctx, ino, metawire.OpReadMap, &metawire.ReadMapReq{Cred: cred, Ino: ino, First: first}, &page); err != nil {
+			return nil, err
+		}
+		if first > 0 && page.Attr.Version != resp.Attr.Version {
+			if tries++; tries > 10 {
+				return nil, fmt.Errorf("client: inode %x: block map keeps changing: %w", ino, metawire.ErrBusy)
+			}
+			first, blocks = 0, nil
+			continue
+		}
+		if first == 0 {
+			resp = page
+		}
+		blocks = append(blocks, page.Blocks...)
+		if len(page.Blocks) < mapPage || page.Attr.Inline {
+			break
+		}
+		first = page.Blocks[len(page.Blocks)-1].Index + 1
 	}
+	resp.Blocks = blocks
 	bm := &blockMap{version: resp.Attr.Version, inline: resp.Inline, ptrs: make(map[uint64]layout.Pointer, len(resp.Blocks))}
 	for _, b := range resp.Blocks {
 		if len(b.Ptr) == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sync"
 
 	"github.com/atoll-fs/atoll/internal/fragment"
@@ -28,10 +29,14 @@ type Log struct {
 		open  bool
 		buf   []byte // data of the open stripe; cap K*F
 		place layout.Placement
+		// inflight holds a channel per stripe being written, closed when
+		// it is done. (fusefs fix: a sync.WaitGroup here raced when one
+		// File's Flush waited while another File sharing the log sealed a
+		// stripe: Add from zero concurrent with Wait, flagged by -race.)
+		inflight []chan struct{}
 	}
 	errMu sync.Mutex
 	errs  []error // stripes that failed since the last Flush
-	wg    sync.WaitGroup
 }
 
 // Log returns this client's log for the policy class of pol, opening it on
@@ -178,9 +183,18 @@ func (l *Log) sealLocked(ctx context.Context) error {
 	l.mu.open = false
 	l.mu.buf = nil
 	l.mu.seq++
-	l.wg.Add(1)
+	live := l.mu.inflight[:0]
+	for _, ch := range l.mu.inflight {
+		select {
+		case <-ch:
+		default:
+			live = append(live, ch)
+		}
+	}
+	done := make(chan struct{})
+	l.mu.inflight = append(live, done)
 	go func() {
-		defer l.wg.Done()
+		defer close(done)
 		defer func() { <-l.sem }()
 		if err := l.c.writeStripe(l.c.ctx, s); err != nil {
 			l.errMu.Lock()
@@ -202,8 +216,11 @@ func (l *Log) Flush(ctx context.Context) error {
 			return err
 		}
 	}
+	waits := slices.Clone(l.mu.inflight)
 	l.mu.Unlock()
-	l.wait()
+	for _, ch := range waits {
+		<-ch
+	}
 	l.errMu.Lock()
 	defer l.errMu.Unlock()
 	err := errors.Join(l.errs...)
@@ -211,7 +228,15 @@ func (l *Log) Flush(ctx context.Context) error {
 	return err
 }
 
-func (l *Log) wait() { l.wg.Wait() }
+// wait waits for every stripe sealed so far.
+func (l *Log) wait() {
+	l.mu.Lock()
+	waits := slices.Clone(l.mu.inflight)
+	l.mu.Unlock()
+	for _, ch := range waits {
+		<-ch
+	}
+}
 
 // stripe is a sealed stripe on its way to the servers.
 type stripe struct {

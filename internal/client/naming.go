@@ -281,7 +281,41 @@ func (f *FS) SetAttr(ctx context.Context, req metawire.SetAttrReq) (metawire.Att
 		return metawire.Attr{}, err
 	}
 	f.cacheAttr(resp.Attr)
-	return resp.Attr, nil
+	a := resp.Attr
+	if req.Valid&metawire.SetSize != 0 && a.IsRegular() && !a.Inline {
+		if err := f.rewriteTail(ctx, req.Cred, a); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// rewriteTail rewrites the block holding the end of a file truncated to a
+// size inside it. Islands keep such a block whole (its pointer's checksum
+// covers all of it), so without this a later extension would bring the
+// cut-off bytes back; rewritten, the block is stored short and the bytes
+// past the end read as zeros.
+func (f *FS) rewriteTail(ctx context.Context, cred metawire.Cred, a metawire.Attr) error {
+	bs := uint64(a.BlockSize)
+	if bs == 0 {
+		bs = layout.DefaultBlockSize
+	}
+	if a.Size%bs == 0 {
+		return nil
+	}
+	fh, err := f.OpenWithAttr(ctx, cred, a)
+	if err != nil {
+		return err
+	}
+	start := a.Size / bs * bs
+	buf := make([]byte, a.Size-start)
+	if _, err := fh.ReadAt(ctx, buf, int64(start)); err != nil {
+		return err
+	}
+	if _, err := fh.WriteAt(ctx, buf, int64(start)); err != nil {
+		return err
+	}
+	return fh.Flush(ctx)
 }
 
 func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (metawire.CreateResp, error) {

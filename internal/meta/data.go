@@ -57,21 +57,28 @@ func (i *Island) readMap(ctx context.Context, r *metawire.ReadMapReq) (*metawire
 		resp.Inline = n.data
 		return resp, nil
 	}
-	count := r.Count
-	if count == 0 || count > MaxMapBlocks {
-		count = MaxMapBlocks
-	}
+	// fusefs fix: MaxMapBlocks bounds the number of blocks in one answer
+	// (as documented), not the index range: bounding the range to
+	// [First, First+8192) made every block past 512 MiB (64 KiB blocks)
+	// invisible to readers asking from 0 with Count 0 ("all").
 	lo := blockKey(ino, r.First)
 	hi := prefixEnd(blockPrefix(ino))
-	if r.First+count > r.First {
-		hi = blockKey(ino, r.First+count)
+	if r.Count > 0 && r.First+r.Count > r.First {
+		hi = blockKey(ino, r.First+r.Count)
 	}
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return nil, err
 	}
 	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
+	// fusefs fix (performance): step with SeekGE past each key, not Next.
+	// A file rewritten again and again (fsx) leaves many versions of its
+	// block keys in the memtables and Next steps over every one of them:
+	// each ReadMap got slower with every commit until a memtable flush
+	// (fsx fell to a few operations per second). A seek lands on the
+	// newest version of the next key directly.
+	var next []byte
+	for ok := it.First(); ok && len(resp.Blocks) < MaxMapBlocks; ok = it.SeekGE(next) {
 		p, err := decodeBytes(it.Value())
 		if err != nil {
 			return nil, fmt.Errorf("readmap %v: %w", ino, err)
@@ -81,6 +88,7 @@ func (i *Island) readMap(ctx context.Context, r *metawire.ReadMapReq) (*metawire
 			Index: binary.BigEndian.Uint64(k[len(k)-8:]),
 			Ptr:   append([]byte(nil), p...),
 		})
+		next = append(append(next[:0], k...), 0) // the smallest key after k
 	}
 	return resp, it.Error()
 }

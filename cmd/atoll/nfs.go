@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/nfs"
+)
+
+func newNFSCmd(g *globalFlags) *cobra.Command {
+	var cfg nfs.Config
+	var managers, allow, addrFile string
+	var id uint32
+	cmd := &cobra.Command{
+		Use:   "nfs --cluster ADDR [--listen ADDR] [--portmap ADDR] [--export-allow CIDR,...] [--read-only] [--root-squash]",
+		Short: "Run an NFSv3 + MOUNT gateway over the cluster",
+		Long: `Run an NFSv3 (RFC 1813) + MOUNT v3 gateway. NFS and MOUNT share --listen;
+--portmap adds a minimal portmapper (rpcbind v2 GETPORT, v3/v4 GETADDR) for
+clients that ask it where MOUNT and NFS are (port 111 needs root).
+
+Any directory of the namespace can be mounted. File handles carry only the
+inode id and generation, so they stay valid across gateways and restarts;
+any number of gateways may serve the namespace at once.
+
+libnfs clients (nfs-cp, nfs-ls, nfs-cat) can skip the portmapper by naming
+the ports in the URL:
+
+  nfs-ls 'nfs://127.0.0.1/?nfsport=2049&mountport=2049'
+  nfs-cp big.iso 'nfs://127.0.0.1/dir/big.iso?nfsport=2049&mountport=2049'
+
+or ask it (atoll nfs --portmap 127.0.0.1:111):
+
+  nfs-ls nfs://127.0.0.1/dir
+
+libnfs mounts the URL's directory part as the export and refuses an empty
+one: a file in the root directory is nfs://127.0.0.1//file.
+
+The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if cfg.Export.Allow, err = nfs.ParseAllow(splitList(allow)); err != nil {
+				return usageErr("--export-allow", err)
+			}
+			addrs := clusterAddrs(managers)
+			if id == 0 {
+				id = gatewayID(cfg.Listen)
+			}
+			mc := cluster.NewClient(addrs, log)
+			defer mc.Close()
+			view, err := gatewayView(ctx, mc, log)
+			if err != nil {
+				return err
+			}
+			slots, down := dataSlots(view.Map())
+			data, err := client.New(client.Config{Slots: slots, Logger: log})
+			if err != nil {
+				return fmt.Errorf("nfs: data client: %w", err)
+			}
+			defer data.Close()
+			_ = data.SetSlots(slots, down)
+			view.OnChange(func(m *cluster.Map) {
+				s, d := dataSlots(m)
+				if err := data.SetSlots(s, d); err != nil {
+					log.Warn("nfs: new storage slots", "err", err)
+				}
+			})
+			fs, err := client.NewFS(client.FSConfig{Data: data, Map: view, Logger: log})
+			if err != nil {
+				return err
+			}
+			defer fs.Close()
+			cfg.FS, cfg.Logger = fs, log
+			cfg.StatFS = statFS(mc)
+			srv, err := nfs.New(cfg)
+			if err != nil {
+				return err
+			}
+			if err := writeAddrFile(addrFile, srv.Addr()); err != nil {
+				srv.Close()
+				return err
+			}
+			return runWithMember(ctx, srv.Run, cluster.MemberConfig{
+				Managers: addrs, Kind: cluster.KindGateway, ID: id,
+				Addr: srv.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update,
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&managers, "cluster", "", "manager address(es), comma-separated (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:2049", "NFS and MOUNT address")
+	f.StringVar(&cfg.PortmapListen, "portmap", "", "serve a minimal portmapper here too, e.g. 127.0.0.1:111")
+	f.StringVar(&allow, "export-allow", "", "client addresses or CIDR prefixes allowed to mount, comma-separated (empty: all)")
+	f.BoolVar(&cfg.Export.ReadOnly, "read-only", false, "refuse every change (NFS3ERR_ROFS)")
+	f.BoolVar(&cfg.Export.RootSquash, "root-squash", false, "map uid/gid 0 to the anonymous ids")
+	f.Uint32Var(&cfg.Export.AnonUID, "anonuid", 65534, "uid of AUTH_NONE and squashed callers")
+	f.Uint32Var(&cfg.Export.AnonGID, "anongid", 65534, "gid of AUTH_NONE and squashed callers")
+	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
+	f.Uint32Var(&id, "id", 0, "gateway id in the cluster map (default: derived from the host name and --listen)")
+	return cmd
+}
+
+// gatewayID derives a stable member id from the host and listen address.
+func gatewayID(listen string) uint32 {
+	h := fnv.New32a()
+	host, _ := os.Hostname()
+	h.Write([]byte(host + "|" + listen))
+	return h.Sum32()
+}
+
+// gatewayView fetches the cluster map and waits until the namespace is
+// formatted.
+func gatewayView(ctx context.Context, mc *cluster.Client, log *slog.Logger) (*cluster.View, error) {
+	view, err := cluster.NewView(ctx, mc)
+	if err != nil {
+		return nil, fmt.Errorf("nfs: cluster map: %w", err)
+	}
+	for logged := false; !view.Map().Formatted; {
+		if !logged {
+			log.Info("nfs: waiting for the namespace to be formatted")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := view.Refresh(ctx); err != nil {
+			log.Warn("nfs: map refresh", "err", err)
+		}
+	}
+	return view, nil
+}
+
+func dataSlots(m *cluster.Map) ([]client.SlotAddr, []uint16) {
+	var slots []client.SlotAddr
+	var down []uint16
+	for _, s := range m.Storage {
+		if s.State == cluster.StateOut {
+			continue
+		}
+		slots = append(slots, client.SlotAddr{ID: s.Slot, Addr: s.Addr})
+		if s.State != cluster.StateUp {
+			down = append(down, s.Slot)
+		}
+	}
+	return slots, down
+}
+
+// statFS reports the storage servers' capacity and use (as the leading
+// manager last heard them), cached for a few seconds.
+func statFS(mc *cluster.Client) func(context.Context) (nfs.FSStat, error) {
+	var mu sync.Mutex
+	var last nfs.FSStat
+	var at time.Time
+	return func(ctx context.Context) (nfs.FSStat, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(at) < 5*time.Second {
+			return last, nil
+		}
+		st := nfs.FSStat{TotalFiles: 1 << 40, FreeFiles: 1 << 40}
+		if m, err := mc.Map(ctx, 0); err == nil {
+			for _, s := range m.Storage {
+				st.TotalBytes += s.CapacityBytes
+				if s.CapacityBytes > s.UsedBytes {
+					st.FreeBytes += s.CapacityBytes - s.UsedBytes
+				}
+			}
+		}
+		if st.TotalBytes == 0 {
+			st.TotalBytes, st.FreeBytes = 1<<50, 1<<50 // unknown
+		}
+		last, at = st, time.Now()
+		return st, nil
+	}
+}

@@ -1,0 +1,476 @@
+package nfs
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/nfs/xdr"
+)
+
+// Export is the gateway's one export: every directory of the namespace
+// can be mounted, with these options.
+type Export struct {
+	// Allow lists the client addresses allowed to mount and use the
+	// export; empty allows everyone.
+	Allow []netip.Prefix
+	// ReadOnly refuses every change with NFS3ERR_ROFS.
+	ReadOnly bool
+	// RootSquash maps uid 0 (and gid 0) to AnonUID (AnonGID).
+	RootSquash bool
+	// AnonUID and AnonGID are the identity of AUTH_NONE callers and of
+	// squashed root. Default 65534 (nobody).
+	AnonUID, AnonGID uint32
+}
+
+// allowed reports whether a client at addr may use the export.
+func (e *Export) allowed(addr netip.Addr) bool {
+	if len(e.Allow) == 0 {
+		return true
+	}
+	addr = addr.Unmap()
+	for _, p := range e.Allow {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseAllow parses a comma-separated list of addresses and CIDR prefixes.
+func ParseAllow(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range list {
+		if s == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("nfs: %q is neither an address nor a CIDR prefix", s)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
+}
+
+// FSStat is what FSSTAT reports.
+type FSStat struct {
+	TotalBytes, FreeBytes uint64
+	TotalFiles, FreeFiles uint64
+}
+
+// Config configures a gateway.
+type Config struct {
+	FS *client.FS
+	// Listen is the NFS and MOUNT address. Default 127.0.0.1:2049.
+	Listen string
+	// PortmapListen, when set, serves a minimal portmapper (rpcbind v2
+	// GETPORT, v3/v4 GETADDR) there, e.g. 127.0.0.1:111.
+	PortmapListen string
+	Export        Export
+	// FlushIdle is how long a file's buffered unstable writes wait after
+	// the last write before the background flusher makes them durable.
+	// Default 2s.
+	FlushIdle time.Duration
+	// FlushMaxAge bounds how long any write stays buffered (for files
+	// written continuously). Default 10s.
+	FlushMaxAge time.Duration
+	// MaxOpenFiles bounds the open files cached; clean ones are closed
+	// first. Default 256.
+	MaxOpenFiles int
+	// MaxDirtyBytes bounds buffered unstable writes across all files; a
+	// WRITE past it flushes its file first. Default 1 GiB.
+	MaxDirtyBytes int64
+	// MaxInFlight is the number of requests handled at once per
+	// connection. Default 64.
+	MaxInFlight int
+	// StatFS, when set, supplies FSSTAT figures.
+	StatFS func(ctx context.Context) (FSStat, error)
+	// Verifier is the write verifier; 0 picks a random one (it changes at
+	// every start, so clients resend writes they did not commit).
+	Verifier uint64
+	Logger   *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if c.FS == nil {
+		return errors.New("nfs: config: FS is required")
+	}
+	if c.FlushIdle < 0 || c.FlushMaxAge < 0 || c.MaxOpenFiles < 0 || c.MaxDirtyBytes < 0 || c.MaxInFlight < 0 {
+		return errors.New("nfs: config: negative duration or limit")
+	}
+	return nil
+}
+
+// Server is an NFSv3 + MOUNT v3 gateway over a client.FS.
+type Server struct {
+	cfg   Config
+	fs    *client.FS
+	log   *slog.Logger
+	exp   Export
+	verf  [8]byte
+	fsid  uint64
+	files *fileCache
+	mnt   *mountTable
+
+	ln, pmln net.Listener
+	debug    bool // log every call
+
+	ctx    context.Context // cancelled when Run stops
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup // accept loops and connections
+}
+
+// New binds the listeners and returns a Server; Run serves.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:2049"
+	}
+	if cfg.FlushIdle == 0 {
+		cfg.FlushIdle = 2 * time.Second
+	}
+	if cfg.FlushMaxAge == 0 {
+		cfg.FlushMaxAge = 10 * time.Second
+	}
+	if cfg.MaxOpenFiles == 0 {
+		cfg.MaxOpenFiles = 256
+	}
+	if cfg.MaxDirtyBytes == 0 {
+		cfg.MaxDirtyBytes = 1 << 30
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Export.AnonUID == 0 {
+		cfg.Export.AnonUID = 65534
+	}
+	if cfg.Export.AnonGID == 0 {
+		cfg.Export.AnonGID = 65534
+	}
+	s := &Server{cfg: cfg, fs: cfg.FS, log: cfg.Logger, exp: cfg.Export, conns: map[net.Conn]struct{}{}, fsid: 0xa7011}
+	if cfg.Verifier != 0 {
+		binary.BigEndian.PutUint64(s.verf[:], cfg.Verifier)
+	} else {
+		binary.BigEndian.PutUint64(s.verf[:], uint64(time.Now().UnixNano()))
+		if _, err := rand.Read(s.verf[4:]); err != nil {
+			return nil, err
+		}
+	}
+	s.debug = cfg.Logger.Enabled(context.Background(), slog.LevelDebug)
+	s.files = newFileCache(s)
+	s.mnt = newMountTable()
+	var err error
+	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("nfs: listen %s: %w", cfg.Listen, err)
+	}
+	if cfg.PortmapListen != "" {
+		if s.pmln, err = net.Listen("tcp", cfg.PortmapListen); err != nil {
+			s.ln.Close()
+			return nil, fmt.Errorf("nfs: portmap listen %s: %w", cfg.PortmapListen, err)
+		}
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Addr is the NFS and MOUNT address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// PortmapAddr is the portmapper's address ("" without one).
+func (s *Server) PortmapAddr() string {
+	if s.pmln == nil {
+		return ""
+	}
+	return s.pmln.Addr().String()
+}
+
+func (s *Server) port() uint32 { return uint32(s.ln.Addr().(*net.TCPAddr).Port) }
+
+// Run serves until ctx is done, then closes every connection, waits for
+// the requests in progress, flushes every buffered write and returns.
+func (s *Server) Run(ctx context.Context) error {
+	flusherDone := make(chan struct{})
+	go func() { defer close(flusherDone); s.files.flusher(s.ctx) }()
+	for _, ln := range []net.Listener{s.ln, s.pmln} {
+		if ln == nil {
+			continue
+		}
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.accept(ln) }()
+	}
+	s.log.Info("nfs: serving", "addr", s.Addr(), "portmap", s.PortmapAddr(), "read_only", s.exp.ReadOnly, "root_squash", s.exp.RootSquash)
+	<-ctx.Done()
+	s.shutdown()
+	<-flusherDone
+	fctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.files.closeAll(fctx); err != nil {
+		return fmt.Errorf("nfs: flushing buffered writes at shutdown: %w", err)
+	}
+	return nil
+}
+
+// Close releases the listeners of a Server whose Run was never called.
+func (s *Server) Close() error {
+	s.shutdown()
+	return nil
+}
+
+func (s *Server) shutdown() {
+	s.ln.Close()
+	if s.pmln != nil {
+		s.pmln.Close()
+	}
+	s.cancel()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *Server) accept(ln net.Listener) {
+	backoff := 5 * time.Millisecond
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("nfs: accept", "err", err)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		s.mu.Lock()
+		if s.ctx.Err() != nil {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		s.conns[nc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(nc)
+			s.mu.Lock()
+			delete(s.conns, nc)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// conn is one client connection.
+type conn struct {
+	nc      net.Conn
+	remote  netip.Addr
+	local   netip.Addr
+	allowed bool
+	wmu     sync.Mutex
+}
+
+// sendTimeout bounds writing one reply: a client that stops reading is
+// disconnected rather than holding its requests' goroutines forever.
+const sendTimeout = 2 * time.Minute
+
+func (c *conn) send(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(sendTimeout))
+	_, err := c.nc.Write(b)
+	return err
+}
+
+func (s *Server) serveConn(nc net.Conn) {
+	defer nc.Close()
+	c := &conn{nc: nc}
+	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
+		c.remote = ap.Addr().Unmap()
+	}
+	if ap, err := netip.ParseAddrPort(nc.LocalAddr().String()); err == nil {
+		c.local = ap.Addr().Unmap()
+	}
+	c.allowed = s.exp.allowed(c.remote)
+	br := bufio.NewReaderSize(nc, 64<<10)
+	sem := make(chan struct{}, s.cfg.MaxInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		rec, err := readRecord(br, MaxRecord)
+		if err != nil {
+			if s.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && err.Error() != "EOF" {
+				s.log.Debug("nfs: connection closed", "remote", c.remote, "err", err)
+			}
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-s.ctx.Done():
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out := s.handle(c, rec)
+			if out != nil {
+				if err := c.send(out); err != nil {
+					nc.Close() // the reader notices and stops
+				}
+				putBuf(out)
+			}
+		}()
+	}
+}
+
+// reply buffers: most replies are small; READ replies are up to 1 MiB.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
+
+func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
+
+func putBuf(b []byte) {
+	if cap(b) > 4<<20 {
+		return
+	}
+	b = b[:0]
+	bufPool.Put(&b)
+}
+
+// call is one request being handled.
+type call struct {
+	s    *Server
+	ctx  context.Context
+	conn *conn
+	hdr  callHeader
+	args *xdr.Reader
+	res  *xdr.Writer // results, after the accepted-reply header
+}
+
+// errGarbage from a procedure means its arguments did not decode.
+var errGarbage = errors.New("nfs: garbage arguments")
+
+type procFunc func(c *call) error
+
+// handle answers one record; nil means no reply.
+func (s *Server) handle(cn *conn, rec []byte) (out []byte) {
+	r := xdr.NewReader(rec)
+	hdr, err := parseCall(r)
+	w := &xdr.Writer{B: getBuf()}
+	var he *headerError
+	switch {
+	case errors.As(err, &he):
+		deniedReply(w, hdr.xid, he)
+		finishRecord(w)
+		return w.B
+	case err != nil:
+		putBuf(w.B)
+		return nil
+	}
+	proc, stat, low, high := s.lookupProc(&hdr)
+	if stat == acceptSuccess && !cn.allowed && hdr.prog == progNFS && hdr.proc != 0 {
+		// Not in the export's allow list: NFS answers only NULL (the
+		// portmapper and MOUNT answer; MNT itself says MNT3ERR_ACCES).
+		deniedReply(w, hdr.xid, &headerError{stat: rejectAuthError, auth: authTooWeak})
+		finishRecord(w)
+		return w.B
+	}
+	acceptedReply(w, hdr.xid, stat)
+	switch stat {
+	case acceptProgMismatch:
+		w.Uint32(low)
+		w.Uint32(high)
+		finishRecord(w)
+		return w.B
+	case acceptSuccess:
+	default:
+		finishRecord(w)
+		return w.B
+	}
+	resStart := w.Len()
+	c := &call{s: s, ctx: s.ctx, conn: cn, hdr: hdr, args: r, res: w}
+	err = s.runProc(proc, c)
+	if err != nil {
+		// Replace the results with GARBAGE_ARGS or SYSTEM_ERR.
+		w.Truncate(resStart - 4)
+		if errors.Is(err, errGarbage) {
+			w.Uint32(acceptGarbageArgs)
+		} else {
+			s.log.Warn("nfs: procedure failed", "prog", hdr.prog, "proc", hdr.proc, "err", err)
+			w.Uint32(acceptSystemErr)
+		}
+	}
+	if s.debug {
+		s.log.Debug("nfs: call", "remote", cn.remote, "xid", hdr.xid, "prog", hdr.prog, "vers", hdr.vers, "proc", hdr.proc, "uid", hdr.uid, "err", err, "reply_bytes", w.Len())
+	}
+	finishRecord(w)
+	return w.B
+}
+
+// runProc runs a procedure, turning a panic into SYSTEM_ERR.
+func (s *Server) runProc(p procFunc, c *call) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("nfs: panic in procedure", "prog", c.hdr.prog, "proc", c.hdr.proc, "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return p(c)
+}
+
+// lookupProc finds the procedure for a call, or the accept status that
+// says why there is none (with the supported version range for
+// PROG_MISMATCH).
+func (s *Server) lookupProc(h *callHeader) (procFunc, uint32, uint32, uint32) {
+	var table []procFunc
+	var low, high uint32
+	switch h.prog {
+	case progNFS:
+		low, high = 3, 3
+		table = nfsProcs[:]
+	case progMount:
+		low, high = 3, 3
+		table = mountProcs[:]
+	case progPortmap:
+		low, high = 2, 4
+		table = pmapProcs(h.vers)
+	default:
+		return nil, acceptProgUnavail, 0, 0
+	}
+	if h.vers < low || h.vers > high {
+		return nil, acceptProgMismatch, low, high
+	}
+	if int(h.proc) >= len(table) || table[h.proc] == nil {
+		return nil, acceptProcUnavail, 0, 0
+	}
+	return table[h.proc], acceptSuccess, 0, 0
+}
+
+// Port is the NFS and MOUNT port.
+func (s *Server) Port() int { return int(s.port()) }
