@@ -3,7 +3,6 @@ package nfs
 import (
 	"errors"
 
-
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/nfs/xdr"
 )
