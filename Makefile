@@ -41,3 +41,36 @@ bench-meta: build
 
 clean:
 	rm -rf bin
+
+# FUSE conformance suites (not part of `make test`; run as root with
+# /dev/fuse). Each starts its own `atoll dev` cluster (5 storage servers,
+# 3 islands) in a temporary directory, mounts it with `atoll mount` and
+# runs the suite inside. Tools: .ci/install-fs-tools.sh.
+# PJDFSTEST_BASELINE=1 also runs pjdfstest on a local directory.
+.PHONY: pjdfstest fsx
+pjdfstest: build
+	bash internal/fusefs/testdata/fs-suite.sh pjdfstest
+
+# fsx: FSX_OPS operations (default 100000) on one file; any miscompare fails.
+fsx: build
+	bash internal/fusefs/testdata/fs-suite.sh fsx
+
+# NFS gateway: the internal/nfs unit and fuzz-seed tests and the NFS
+# integration tests (go-nfs-client, raw RPC, libnfs nfs-cp/nfs-ls/nfs-cat,
+# installed by .ci/install-nfs-tools.sh when possible; they skip with the
+# reason otherwise). bench-nfs: nfs-cp of NFS_BENCH_SIZE (default 1GiB)
+# in and out through `atoll nfs` against an `atoll dev` cluster of 5
+# storage servers and 3 islands; prints MB/s.
+.PHONY: nfs-test bench-nfs nfs-fuzz
+nfs-test:
+	bash .ci/install-nfs-tools.sh || echo "nfs-test: libnfs-utils unavailable; the libnfs tests will skip"
+	$(GO) test -race -timeout 10m ./internal/nfs/...
+	$(GO) test -race -timeout 10m -run 'TestNFS' ./test/
+
+nfs-fuzz:
+	$(GO) test -run XXX -fuzz FuzzRPC -fuzztime 30s ./internal/nfs/
+	$(GO) test -run XXX -fuzz FuzzXDR -fuzztime 30s ./internal/nfs/
+
+bench-nfs:
+	bash .ci/install-nfs-tools.sh
+	ATOLL_NFS_BENCH=1 $(GO) test -count=1 -run TestNFSBenchCp -v -timeout 60m ./test/

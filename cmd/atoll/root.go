@@ -60,6 +60,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newMetaCmd(g))
 	root.AddCommand(newManagerCmd(g), newStatusCmd(g))
 	root.AddCommand(newNFSCmd(g))
+	root.AddCommand(newMountCmd(g))
 	root.AddCommand(newFsckCmd(g), newLsCmd(g), newCpCmd(g), newPolicyCmd(g), newDfCmd(g))
 	return root
 }

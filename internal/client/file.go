@@ -402,6 +402,7 @@ func (h *File) flushLocked(ctx context.Context) error {
 		}
 		sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
 		bs := uint64(h.mu.bs)
+		var written []layout.Pointer
 		for _, idx := range idxs {
 			b := h.mu.dirty[idx]
 			if idx*bs >= h.mu.size {
@@ -416,8 +417,9 @@ func (h *File) flushLocked(ctx context.Context) error {
 				return fmt.Errorf("client: flush %x: block split into %d pointers", h.ino, len(ptrs))
 			}
 			w.Blocks = append(w.Blocks, metawire.Block{Index: idx, Ptr: ptrs[0].AppendBinary(nil)})
+			written = append(written, ptrs[0])
 		}
-		if err := log.Flush(ctx); err != nil {
+		if err := log.Sync(ctx, written); err != nil {
 			if errors.Is(err, context.Canceled) {
 				return err
 			}
@@ -448,6 +450,11 @@ func (h *File) Truncate(ctx context.Context, size uint64) error {
 	}
 	a, err := h.fs.SetAttr(ctx, metawire.SetAttrReq{Cred: h.cred, Ino: h.ino, Valid: metawire.SetSize, Size: size})
 	if err != nil {
+		return err
+	}
+	// SetAttr may have rewritten the block holding the new end: take the
+	// attributes (data version) after that.
+	if a, err = h.fs.GetAttrFresh(ctx, h.cred, h.ino); err != nil {
 		return err
 	}
 	h.mu.attr, h.mu.size, h.mu.raData = a, a.Size, nil

@@ -37,6 +37,10 @@ type Log struct {
 	}
 	errMu sync.Mutex
 	errs  []error // stripes that failed since the last Flush
+	// failed remembers recently failed stripes by sequence number, so each
+	// writer sharing the log learns about its own stripes (Sync) whoever
+	// called Flush first. Bounded: the oldest entries are dropped.
+	failed map[uint64]error
 }
 
 // Log returns this client's log for the policy class of pol, opening it on
@@ -199,6 +203,17 @@ func (l *Log) sealLocked(ctx context.Context) error {
 		if err := l.c.writeStripe(l.c.ctx, s); err != nil {
 			l.errMu.Lock()
 			l.errs = append(l.errs, err)
+			if l.failed == nil {
+				l.failed = map[uint64]error{}
+			}
+			if len(l.failed) >= maxFailedRemembered {
+				for seq := range l.failed {
+					if seq+maxFailedRemembered < s.id.Seq {
+						delete(l.failed, seq)
+					}
+				}
+			}
+			l.failed[s.id.Seq] = err
 			l.errMu.Unlock()
 		}
 	}()
@@ -226,6 +241,43 @@ func (l *Log) Flush(ctx context.Context) error {
 	err := errors.Join(l.errs...)
 	l.errs = nil
 	return err
+}
+
+// maxFailedRemembered bounds Log.failed.
+const maxFailedRemembered = 4096
+
+// Sync writes the open stripe and waits until every stripe appended so
+// far is durable, then reports whether any stripe holding ptrs failed. It
+// is Flush for one writer among many sharing the log: another writer's
+// failed stripe is not its error, and its own failure is not consumed by
+// another writer's Flush.
+func (l *Log) Sync(ctx context.Context, ptrs []layout.Pointer) error {
+	l.mu.Lock()
+	if l.mu.open && len(l.mu.buf) > 0 {
+		if err := l.sealLocked(ctx); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+	}
+	waits := slices.Clone(l.mu.inflight)
+	l.mu.Unlock()
+	for _, ch := range waits {
+		<-ch
+	}
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	var errs []error
+	seen := map[uint64]bool{}
+	for _, p := range ptrs {
+		if p.Stripe.Log != l.id || seen[p.Stripe.Seq] {
+			continue
+		}
+		seen[p.Stripe.Seq] = true
+		if err := l.failed[p.Stripe.Seq]; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // wait waits for every stripe sealed so far.

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/fusefs"
+)
+
+func newMountCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	var cfg fusefs.Config
+	cmd := &cobra.Command{
+		Use:   "mount [--cluster ADDR] MOUNTPOINT",
+		Short: "Mount the cluster's namespace with FUSE (until Ctrl-C or fusermount3 -u)",
+		Long: `Mount the whole Atoll namespace on MOUNTPOINT through FUSE and serve it
+until interrupted (SIGINT/SIGTERM unmount cleanly, writing back open files).
+
+The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster + `.
+The mount uses allow_other; permissions are checked by the metadata islands
+with each caller's uid, gid and groups. If the process is killed, the
+mountpoint stays "stale": run fusermount3 -u MOUNTPOINT (or umount -l).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Mountpoint, cfg.Logger = args[0], log
+			// Environment problems first: they need no cluster.
+			if err := fusefs.CheckFuseDevice(); err != nil {
+				return err
+			}
+			if err := fusefs.CheckMountpoint(cfg.Mountpoint); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			addrs := clusterAddrs(addr)
+			fsys, statfs, closeFS, err := connectFS(ctx, addrs, log)
+			if err != nil {
+				return err
+			}
+			defer closeFS()
+			cfg.FS, cfg.StatFS = fsys, statfs
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			m, err := fusefs.New(cfg)
+			if err != nil {
+				return err
+			}
+			if err := m.Mount(); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "atoll: cluster %s mounted on %s (Ctrl-C or `fusermount3 -u %s` to unmount)\n", strings.Join(addrs, ","), m.Mountpoint(), m.Mountpoint())
+			select {
+			case <-ctx.Done():
+			case <-m.Done():
+			}
+			return m.Unmount()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	f.DurationVar(&cfg.AttrTTL, "attr-timeout", time.Second, "kernel attribute cache timeout")
+	f.DurationVar(&cfg.EntryTTL, "entry-timeout", time.Second, "kernel name cache timeout")
+	f.BoolVar(&cfg.Private, "private", false, "mount without allow_other (only the mounting user may enter)")
+	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
+	return cmd
+}
+
+// connectFS connects the client stack of a mount (connect.Dial: the
+// data client's slots follow the cluster map, refreshed every 5s) and
+// returns a statfs function over the storage servers' usage.
+func connectFS(ctx context.Context, addrs []string, log *slog.Logger) (*client.FS, func(context.Context) (fusefs.StatFS, error), func(), error) {
+	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	c, err := connect.Dial(dctx, addrs, log)
+	cancel()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.Watch(wctx, 5*time.Second)
+	}()
+	var mu sync.Mutex
+	var last fusefs.StatFS
+	var lastAt time.Time
+	statfs := func(ctx context.Context) (fusefs.StatFS, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(lastAt) < 2*time.Second {
+			return last, nil
+		}
+		var st fusefs.StatFS
+		var firstErr error
+		for _, s := range c.View.Map().Storage {
+			if s.State == cluster.StateOut {
+				continue
+			}
+			ss, err := c.Data.ServerStats(ctx, s.Slot)
+			if err != nil {
+				firstErr = cmp.Or(firstErr, err)
+				continue
+			}
+			st.TotalBytes += ss.CapacityBytes
+			st.FreeBytes += ss.FreeBytes
+		}
+		if st.TotalBytes == 0 {
+			return last, cmp.Or(firstErr, errors.New("no storage server answered"))
+		}
+		st.Files, st.FreeFiles = 1<<40, 1<<40
+		last, lastAt = st, time.Now()
+		return st, nil
+	}
+	closeAll := func() {
+		stop()
+		wg.Wait()
+		c.Close()
+	}
+	return c.FS, statfs, closeAll, nil
+}

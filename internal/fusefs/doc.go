@@ -1,0 +1,85 @@
+// Package fusefs is Atoll's FUSE mount: a thin adapter that serves the
+// Linux kernel's FUSE protocol (github.com/hanwen/go-fuse/v2) over
+// client.FS, the inode-based file system API of the client library.
+//
+// # Why the raw API
+//
+// go-fuse offers a node API (package fs: an in-memory tree of
+// InodeEmbedder nodes, with its own node ids and lookup counts) and the
+// raw API (fuse.RawFileSystem: one method per FUSE opcode, node ids chosen
+// by the file system). This package uses the raw API because Atoll's
+// inode ids are already stable, cluster-wide node ids:
+//
+//   - The FUSE node id of an inode is its Atoll inode id (the root, whose
+//     Atoll id is namespace.RootIno, is FUSE's node 1; no other Atoll id
+//     is 1), and the generation is Attr.Gen. The adapter keeps no node
+//     table and no lookup counts: FORGET is a no-op, any node id the kernel
+//     sends names its inode directly, and an inode removed by another
+//     client answers ESTALE from its island.
+//   - READDIR and READDIRPLUS offsets are the islands' directory cookies,
+//     which are stable for an entry's life, so a listing resumed after
+//     concurrent changes neither repeats nor skips entries. The node API
+//     would re-number entries per open directory stream.
+//   - Every request is answered from client.FS with the caller's
+//     credentials, so the islands, not the kernel, check permissions
+//     (the mount uses allow_other and no default_permissions).
+//
+// # Caller credentials
+//
+// uid and gid come from the FUSE request header; supplementary groups
+// are read from /proc/<tid>/status ("Groups:"), cached for 100ms per
+// (tid, uid, gid); without /proc the caller has no supplementary groups.
+// Requests the kernel makes on its own (pid 0: write-back, release) use
+// the open handle's credentials.
+//
+// # Files
+//
+// All open handles of one inode in a mount share one *client.File (so two
+// descriptors of one process see each other's unflushed writes). Writes go
+// to its write-back cache; FLUSH (every close(2)), FSYNC and the last
+// RELEASE flush it, so data is durable and committed when close or fsync
+// returns (close-to-open consistency). OPEN always fetches fresh attributes
+// and does not keep the kernel's page cache, so a file opened after
+// another client closed it shows that client's data. While a file is open
+// with unflushed data, GETATTR reports the size (and modification time)
+// of that data. Truncation, attribute changes and user.atoll.policy
+// changes of an open file first flush it and then re-open the shared File
+// so its cached state (size, block size, policy) follows the island.
+// Truncation always goes through a File: islands keep the bytes past a new
+// size inside its last block, and client.FS.SetAttr rewrites that block
+// (short) so stale bytes cannot reappear when the file grows again
+// (internal/meta's contract; fsx found it). ftruncate(2) on a descriptor
+// open for writing succeeds whatever the mode says now, as on Linux.
+// fallocate mode 0 (posix_fallocate) extends the size; other modes are
+// EOPNOTSUPP.
+//
+// Islands delete an inode when its last name goes, so unlinking (or
+// renaming over) a file that is open in this mount renames it aside to
+// ".atoll-open-<ino>-<n>" in the same directory (NFS's "silly rename");
+// it is removed at the last release, and its fstat shows nlink 0. A mount
+// that dies leaves these names behind (rm them).
+//
+// # Caching
+//
+// Entry and attribute timeouts are Config.EntryTTL and AttrTTL (1s by
+// default); the kernel invalidates them itself on every change made
+// through this mount, and client.FS invalidates its own cache the same
+// way. Names not found are not cached (negative entries), so a file
+// created by another client is visible at once.
+//
+// # Mounting
+//
+// New checks /dev/fuse and the mountpoint first (missing, not a directory,
+// already mounted, or a stale mount whose server died: the error says to
+// run fusermount3 -u or umount -l). Mount mounts directly as root (the
+// fusermount3 helper otherwise) with allow_other, 1 MiB requests and no
+// default_permissions; Run serves until its context ends or the file
+// system is unmounted from outside, then unmounts (lazily if busy) and
+// writes back every open file. Kill simulates a crash for tests.
+//
+// # Errors
+//
+// Every error of client.FS becomes an errno through metawire.Errno, the
+// one errno table of the system. Requests with impossible input (bad
+// handles, unknown flags) get EBADF or EINVAL; no input panics.
+package fusefs

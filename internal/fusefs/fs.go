@@ -1,0 +1,827 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// blockSize is st_blksize: the preferred I/O size.
+const blockSize = 64 << 10
+
+// PolicyXattr is the extended attribute holding a redundancy policy.
+const PolicyXattr = "user.atoll.policy"
+
+// sillyPrefix starts the names unlinked open files are renamed to.
+const sillyPrefix = ".atoll-open-"
+
+// adapter implements fuse.RawFileSystem over client.FS.
+type adapter struct {
+	fuse.RawFileSystem // ENOSYS for what is not implemented below
+
+	cfg    *Config
+	fs     *client.FS
+	log    *slog.Logger
+	creds  *credCache
+	server *fuse.Server
+	silly  atomic.Uint64
+	killed atomic.Bool // Mount.Kill: write nothing back any more
+
+	mu      sync.Mutex
+	files   map[uint64]*openFile // by inode
+	handles map[uint64]*handle   // by FUSE file handle
+	nextFh  uint64
+}
+
+func newAdapter(cfg *Config) *adapter {
+	return &adapter{
+		RawFileSystem: fuse.NewDefaultRawFileSystem(),
+		cfg:           cfg,
+		fs:            cfg.FS,
+		log:           cfg.Logger,
+		creds:         newCredCache(),
+		files:         map[uint64]*openFile{},
+		handles:       map[uint64]*handle{},
+	}
+}
+
+func (a *adapter) String() string          { return "atoll" }
+func (a *adapter) SetDebug(bool)           {}
+func (a *adapter) Init(*fuse.Server)       {}
+func (a *adapter) OnUnmount()              {}
+func (a *adapter) Forget(nodeid, n uint64) {}
+
+// ino maps a FUSE node id to an Atoll inode id (node 1 is the root).
+func ino(node uint64) uint64 {
+	if node == fuse.FUSE_ROOT_ID {
+		return uint64(namespace.RootIno)
+	}
+	return node
+}
+
+// nodeID maps an Atoll inode id to a FUSE node id.
+func nodeID(ino uint64) uint64 {
+	if ino == uint64(namespace.RootIno) {
+		return fuse.FUSE_ROOT_ID
+	}
+	return ino
+}
+
+// status maps an error to a FUSE status through metawire.Errno.
+func status(err error) fuse.Status {
+	if err == nil {
+		return fuse.OK
+	}
+	if errors.Is(err, context.Canceled) {
+		return fuse.EINTR
+	}
+	return fuse.Status(metawire.Errno(err))
+}
+
+// ioError logs a data-path failure the application sees as EIO (or a
+// short count): the errno alone does not say which server or stripe.
+func (a *adapter) ioError(op string, ino uint64, err error) {
+	if err == nil || errors.Is(err, context.Canceled) || metawire.Errno(err) != syscall.EIO {
+		return
+	}
+	a.log.Warn("fusefs: "+op+" failed", "ino", fmt.Sprintf("%x", ino), "err", err)
+}
+
+func reqCtx(cancel <-chan struct{}, h *fuse.InHeader) *fuse.Context {
+	return &fuse.Context{Caller: h.Caller, Cancel: cancel}
+}
+
+func (a *adapter) cred(h *fuse.InHeader) metawire.Cred { return a.creds.cred(&h.Caller) }
+
+// merge adds what this mount knows and the island does not yet: the size
+// and mtime of unflushed writes, and nlink 0 of an unlinked open file.
+func (a *adapter) merge(at metawire.Attr) metawire.Attr {
+	a.mu.Lock()
+	of := a.files[at.Ino]
+	orphan := of != nil && of.orphan != nil
+	a.mu.Unlock()
+	if of == nil {
+		return at
+	}
+	if orphan && at.Nlink <= 1 {
+		at.Nlink = 0
+	}
+	if of.dirty() {
+		if f := of.file.Load(); f != nil {
+			at.Size = f.Size()
+			if mt := of.mtime.Load(); mt > at.Mtime {
+				at.Mtime, at.Ctime = mt, max(at.Ctime, mt)
+			}
+		}
+	}
+	return at
+}
+
+func splitNs(ns int64) (uint64, uint32) {
+	sec, nsec := ns/1e9, ns%1e9
+	if nsec < 0 {
+		sec, nsec = sec-1, nsec+1e9
+	}
+	return uint64(sec), uint32(nsec)
+}
+
+func fillAttr(out *fuse.Attr, at *metawire.Attr) {
+	out.Ino = at.Ino
+	out.Size = at.Size
+	out.Blocks = at.Blocks
+	out.Atime, out.Atimensec = splitNs(at.Atime)
+	out.Mtime, out.Mtimensec = splitNs(at.Mtime)
+	out.Ctime, out.Ctimensec = splitNs(at.Ctime)
+	out.Mode = at.Mode
+	out.Nlink = at.Nlink
+	out.Uid, out.Gid = at.UID, at.GID
+	out.Rdev = at.Rdev
+	out.Blksize = blockSize
+}
+
+func (a *adapter) fillEntry(out *fuse.EntryOut, at metawire.Attr) {
+	at = a.merge(at)
+	out.NodeId = nodeID(at.Ino)
+	out.Generation = uint64(at.Gen)
+	out.SetEntryTimeout(a.cfg.EntryTTL)
+	out.SetAttrTimeout(a.cfg.AttrTTL)
+	fillAttr(&out.Attr, &at)
+}
+
+func (a *adapter) fillAttrOut(out *fuse.AttrOut, at metawire.Attr) {
+	at = a.merge(at)
+	out.SetTimeout(a.cfg.AttrTTL)
+	fillAttr(&out.Attr, &at)
+}
+
+// ---- names and attributes
+
+func (a *adapter) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	at, err := a.fs.Lookup(reqCtx(cancel, h), a.cred(h), ino(h.NodeId), name)
+	if err != nil {
+		return status(err)
+	}
+	a.fillEntry(out, at)
+	return fuse.OK
+}
+
+func (a *adapter) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	// The kernel asks only when its own copy expired or was invalidated:
+	// answer from the island, not from client.FS's cache.
+	at, err := a.fs.GetAttrFresh(reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId))
+	if err != nil {
+		return status(err)
+	}
+	a.fillAttrOut(out, at)
+	return fuse.OK
+}
+
+func (a *adapter) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	ctx := reqCtx(cancel, &in.InHeader)
+	req := metawire.SetAttrReq{Cred: a.cred(&in.InHeader), Ino: ino(in.NodeId)}
+	v := in.Valid
+	if v&fuse.FATTR_MODE != 0 {
+		req.Valid |= metawire.SetMode
+		req.Mode = in.Mode & metawire.ModePerm
+	}
+	if v&fuse.FATTR_UID != 0 {
+		req.Valid |= metawire.SetUID
+		req.UID = in.Uid
+	}
+	if v&fuse.FATTR_GID != 0 {
+		req.Valid |= metawire.SetGID
+		req.GID = in.Gid
+	}
+	if v&fuse.FATTR_SIZE != 0 {
+		req.Valid |= metawire.SetSize
+		req.Size = in.Size
+	}
+	if v&fuse.FATTR_ATIME_NOW != 0 {
+		req.Valid |= metawire.SetAtimeNow
+	} else if v&fuse.FATTR_ATIME != 0 {
+		req.Valid |= metawire.SetAtime
+		req.Atime = int64(in.Atime)*1e9 + int64(in.Atimensec)
+	}
+	if v&fuse.FATTR_MTIME_NOW != 0 {
+		req.Valid |= metawire.SetMtimeNow
+	} else if v&fuse.FATTR_MTIME != 0 {
+		req.Valid |= metawire.SetMtime
+		req.Mtime = int64(in.Mtime)*1e9 + int64(in.Mtimensec)
+	}
+	if v&fuse.FATTR_CTIME != 0 {
+		req.Valid |= metawire.SetCtime
+		req.Ctime = int64(in.Ctime)*1e9 + int64(in.Ctimensec)
+	}
+	var fh *handle
+	if v&fuse.FATTR_FH != 0 {
+		fh = a.getHandle(in.Fh)
+	}
+	var at metawire.Attr
+	do := func() error {
+		var err error
+		at, err = a.fs.SetAttr(ctx, req)
+		// ftruncate(2) on a descriptor open for writing is allowed
+		// whatever the file's mode now says: the check was made at open.
+		if errors.Is(err, metawire.ErrAccess) && fh != nil && fh.writable() && req.Valid == metawire.SetSize {
+			r := req
+			r.Cred = metawire.Root
+			at, err = a.fs.SetAttr(ctx, r)
+		}
+		return err
+	}
+	var err error
+	if req.Valid&metawire.SetSize != 0 {
+		err = a.truncate(ctx, req.Cred, req.Ino, req.Size, do)
+	} else if of := a.lookupOpen(req.Ino); of != nil {
+		err = a.modifyOpen(ctx, of, do)
+	} else {
+		err = do()
+	}
+	if err != nil {
+		return status(err)
+	}
+	a.fillAttrOut(out, at)
+	return fuse.OK
+}
+
+// truncate runs setattr (which sets the size to size) on a regular file
+// through its shared File. client.FS.SetAttr rewrites the block holding a
+// new end inside it (islands keep that block's bytes past the new size,
+// which must not reappear when the file grows again); the File is then
+// re-opened so its cached block map follows.
+func (a *adapter) truncate(ctx context.Context, cred metawire.Cred, i, size uint64, setattr func() error) error {
+	of := a.lookupOpen(i)
+	if of != nil {
+		a.mu.Lock()
+		of.refs++
+		a.mu.Unlock()
+	} else {
+		var err error
+		if of, err = a.acquire(ctx, cred, i); err != nil {
+			return setattr() // not a regular file (or gone): the island says why
+		}
+	}
+	defer a.release(of)
+	return a.modifyOpen(ctx, of, func() error {
+		old := of.file.Load().Size()
+		if err := setattr(); err != nil {
+			return err
+		}
+		if size >= old {
+			return nil
+		}
+		// client.FS.SetAttr has rewritten the cut block; the shared File
+		// must see the new block map.
+		return a.reopenLocked(ctx, of)
+	})
+}
+
+func (a *adapter) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
+	return status(a.fs.Access(reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId), in.Mask&7))
+}
+
+func (a *adapter) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	t, err := a.fs.Readlink(reqCtx(cancel, h), a.cred(h), ino(h.NodeId))
+	if err != nil {
+		return nil, status(err)
+	}
+	return []byte(t), fuse.OK
+}
+
+// ---- creating and removing names
+
+func (a *adapter) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	mode := in.Mode
+	if mode&metawire.ModeType == 0 {
+		mode |= metawire.ModeFile
+	}
+	r, err := a.fs.Create(reqCtx(cancel, &in.InHeader), metawire.CreateReq{
+		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: mode, Rdev: in.Rdev, Exclusive: true,
+	})
+	if err != nil {
+		return status(err)
+	}
+	a.fillEntry(out, r.Attr)
+	return fuse.OK
+}
+
+func (a *adapter) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	r, err := a.fs.Mkdir(reqCtx(cancel, &in.InHeader), metawire.CreateReq{
+		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: in.Mode & metawire.ModePerm,
+	})
+	if err != nil {
+		return status(err)
+	}
+	a.fillEntry(out, r.Attr)
+	return fuse.OK
+}
+
+func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	r, err := a.fs.Symlink(reqCtx(cancel, h), metawire.CreateReq{
+		Cred: a.cred(h), Dir: ino(h.NodeId), Name: name, Target: target, Exclusive: true,
+	})
+	if err != nil {
+		return status(err)
+	}
+	a.fillEntry(out, r.Attr)
+	return fuse.OK
+}
+
+func (a *adapter) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	at, err := a.fs.Link(reqCtx(cancel, &in.InHeader), metawire.LinkReq{
+		Cred: a.cred(&in.InHeader), Ino: ino(in.Oldnodeid), Dir: ino(in.NodeId), Name: name,
+	})
+	if err != nil {
+		return status(err)
+	}
+	a.fillEntry(out, at)
+	return fuse.OK
+}
+
+// victim looks up dir/name before it is removed or replaced: its inode
+// (ok false if there is none) and, if removing the name would delete a
+// regular file that is open in this mount (its last link), the open state.
+func (a *adapter) victim(ctx context.Context, cred metawire.Cred, dir uint64, name string) (uint64, *openFile, bool) {
+	at, err := a.fs.Lookup(ctx, cred, dir, name)
+	if err != nil {
+		return 0, nil, false
+	}
+	if !at.IsRegular() || at.Nlink > 1 {
+		return at.Ino, nil, true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	of := a.files[at.Ino]
+	if of == nil || of.orphan != nil || of.refs == 0 {
+		return at.Ino, nil, true
+	}
+	return at.Ino, of, true
+}
+
+// renameAside renames dir/name of an open file to a hidden name so its
+// inode survives until the last handle is released.
+func (a *adapter) renameAside(ctx context.Context, cred metawire.Cred, of *openFile, dir uint64, name string) error {
+	hidden := fmt.Sprintf("%s%x-%d", sillyPrefix, of.ino, a.silly.Add(1))
+	err := a.fs.Rename(ctx, metawire.RenameReq{
+		Cred: cred, SrcDir: dir, SrcName: name, DstDir: dir, DstName: hidden, Flags: metawire.RenameNoReplace,
+	})
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	of.orphan = &orphanName{dir: dir, name: hidden}
+	a.mu.Unlock()
+	a.fs.Invalidate(of.ino)
+	return nil
+}
+
+func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	ctx, cred, dir := reqCtx(cancel, h), a.cred(h), ino(h.NodeId)
+	vino, of, ok := a.victim(ctx, cred, dir, name)
+	if of != nil {
+		return status(a.renameAside(ctx, cred, of, dir, name))
+	}
+	err := a.fs.Unlink(ctx, cred, dir, name)
+	if ok {
+		// Its link count and ctime changed (the name cache of client.FS
+		// may not connect this name to it).
+		a.fs.Invalidate(vino)
+	}
+	return status(err)
+}
+
+func (a *adapter) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return status(a.fs.Rmdir(reqCtx(cancel, h), a.cred(h), ino(h.NodeId), name))
+}
+
+// Linux renameat2 flags.
+const (
+	renameNoReplace = 1
+	renameExchange  = 2
+	renameWhiteout  = 4
+)
+
+func (a *adapter) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	ctx, cred := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader)
+	req := metawire.RenameReq{Cred: cred, SrcDir: ino(in.NodeId), SrcName: oldName, DstDir: ino(in.Newdir), DstName: newName}
+	if in.Flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
+		return fuse.EINVAL
+	}
+	if in.Flags&renameWhiteout != 0 {
+		return fuse.Status(syscall.EOPNOTSUPP)
+	}
+	if in.Flags&renameNoReplace != 0 {
+		req.Flags |= metawire.RenameNoReplace
+	}
+	if in.Flags&renameExchange != 0 {
+		req.Flags |= metawire.RenameExchange
+	}
+	// A destination that is open here and would lose its last link is
+	// renamed aside first (and back if the rename fails).
+	var victim *openFile
+	src, srcErr := a.fs.Lookup(ctx, cred, req.SrcDir, oldName)
+	dino, of, dok := a.victim(ctx, cred, req.DstDir, newName)
+	if req.Flags == 0 && srcErr == nil && of != nil && of.ino != src.Ino {
+		if err := a.renameAside(ctx, cred, of, req.DstDir, newName); err != nil {
+			return status(err)
+		}
+		victim = of
+	}
+	err := a.fs.Rename(ctx, req)
+	if srcErr == nil {
+		a.fs.Invalidate(src.Ino) // ctime (and ".." of a directory)
+	}
+	if dok {
+		a.fs.Invalidate(dino) // replaced: link count
+	}
+	if err != nil && victim != nil {
+		a.mu.Lock()
+		o := victim.orphan
+		a.mu.Unlock()
+		if o != nil && a.fs.Rename(context.Background(), metawire.RenameReq{
+			Cred: metawire.Root, SrcDir: o.dir, SrcName: o.name, DstDir: req.DstDir, DstName: newName, Flags: metawire.RenameNoReplace,
+		}) == nil {
+			a.mu.Lock()
+			victim.orphan = nil
+			a.mu.Unlock()
+		}
+	}
+	return status(err)
+}
+
+// ---- extended attributes
+
+// storedXattr reports whether name is in a namespace the islands store.
+func storedXattr(name string) bool { return strings.HasPrefix(name, "user.") }
+
+func (a *adapter) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string, dest []byte) (uint32, fuse.Status) {
+	if !storedXattr(name) {
+		// Nothing is stored outside "user." (security.capability is
+		// asked on every write): answer without a round trip.
+		return 0, fuse.ENODATA
+	}
+	v, err := a.fs.GetXattr(reqCtx(cancel, h), a.cred(h), ino(h.NodeId), name)
+	if err != nil {
+		return 0, status(err)
+	}
+	if len(v) > len(dest) {
+		return uint32(len(v)), fuse.ERANGE // len(dest) 0 is a size probe
+	}
+	copy(dest, v)
+	return uint32(len(v)), fuse.OK
+}
+
+func (a *adapter) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	names, err := a.fs.ListXattr(reqCtx(cancel, h), a.cred(h), ino(h.NodeId))
+	if err != nil {
+		return 0, status(err)
+	}
+	n := 0
+	for _, nm := range names {
+		n += len(nm) + 1
+	}
+	if n > len(dest) {
+		return uint32(n), fuse.ERANGE
+	}
+	p := dest[:0]
+	for _, nm := range names {
+		p = append(p, nm...)
+		p = append(p, 0)
+	}
+	return uint32(n), fuse.OK
+}
+
+func (a *adapter) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) fuse.Status {
+	ctx, cred, i := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	if in.Flags&^uint32(metawire.XattrCreate|metawire.XattrReplace) != 0 {
+		return fuse.EINVAL
+	}
+	do := func() error {
+		return a.fs.SetXattr(ctx, cred, i, name, append([]byte(nil), data...), in.Flags)
+	}
+	if name == PolicyXattr {
+		// Data written from now on follows the new policy: write back what
+		// is buffered under the old one and re-open.
+		if of := a.lookupOpen(i); of != nil {
+			return status(a.modifyOpen(ctx, of, do))
+		}
+	}
+	return status(do())
+}
+
+func (a *adapter) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	ctx, cred, i := reqCtx(cancel, h), a.cred(h), ino(h.NodeId)
+	do := func() error { return a.fs.RemoveXattr(ctx, cred, i, name) }
+	if name == PolicyXattr {
+		if of := a.lookupOpen(i); of != nil {
+			return status(a.modifyOpen(ctx, of, do))
+		}
+	}
+	return status(do())
+}
+
+// ---- files
+
+// accessMask is the permission an open with flags needs (4 r, 2 w).
+func accessMask(flags uint32) uint32 {
+	var m uint32
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_RDONLY:
+		m = 4
+	case syscall.O_WRONLY:
+		m = 2
+	default:
+		m = 6
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		m |= 2
+	}
+	return m
+}
+
+func (a *adapter) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	ctx, cred, i := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	if cred.UID != 0 {
+		if err := a.fs.Access(ctx, cred, i, accessMask(in.Flags)); err != nil {
+			return status(err)
+		}
+	}
+	return a.openHandle(ctx, cred, i, in.Flags, &out.Fh)
+}
+
+// openHandle opens ino for a new handle (O_TRUNC truncates).
+func (a *adapter) openHandle(ctx context.Context, cred metawire.Cred, i uint64, flags uint32, fh *uint64) fuse.Status {
+	of, err := a.acquire(ctx, cred, i)
+	if err != nil {
+		return status(err)
+	}
+	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		if f := of.file.Load(); f != nil && f.Size() > 0 {
+			err := a.modifyOpen(ctx, of, func() error {
+				_, err := a.fs.SetAttr(ctx, metawire.SetAttrReq{Cred: cred, Ino: i, Valid: metawire.SetSize, Size: 0})
+				return err
+			})
+			if err != nil {
+				a.release(of)
+				return status(err)
+			}
+		}
+	}
+	*fh = a.newHandle(&handle{of: of, flags: flags, cred: cred})
+	return fuse.OK
+}
+
+func (a *adapter) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	ctx, cred, dir := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	mode := in.Mode&metawire.ModePerm | metawire.ModeFile
+	r, err := a.fs.Create(ctx, metawire.CreateReq{
+		Cred: cred, Dir: dir, Name: name, Mode: mode, Exclusive: in.Flags&syscall.O_EXCL != 0,
+	})
+	if err != nil {
+		return status(err)
+	}
+	flags := in.Flags
+	if r.Existed {
+		// Raced with another client's create: an ordinary open.
+		if !r.Attr.IsRegular() {
+			return status(metawire.ErrExists)
+		}
+		if cred.UID != 0 {
+			if err := a.fs.Access(ctx, cred, r.Attr.Ino, accessMask(flags)); err != nil {
+				return status(err)
+			}
+		}
+	} else {
+		flags &^= syscall.O_TRUNC
+	}
+	if st := a.openHandle(ctx, cred, r.Attr.Ino, flags, &out.Fh); !st.Ok() {
+		return st
+	}
+	at := r.Attr
+	if r.Existed {
+		if f := a.lookupOpen(at.Ino); f != nil {
+			if fl := f.file.Load(); fl != nil {
+				at = fl.Attr()
+			}
+		}
+	}
+	a.fillEntry(&out.EntryOut, at)
+	return fuse.OK
+}
+
+func (a *adapter) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	h := a.getHandle(in.Fh)
+	if h == nil {
+		return nil, fuse.EBADF
+	}
+	if int64(in.Offset) < 0 {
+		return nil, fuse.EINVAL
+	}
+	if int(in.Size) < len(buf) {
+		buf = buf[:in.Size]
+	}
+	of := h.of
+	of.mu.RLock()
+	f := of.file.Load()
+	n, err := f.ReadAt(reqCtx(cancel, &in.InHeader), buf, int64(in.Offset))
+	of.mu.RUnlock()
+	if err != nil {
+		a.ioError("read", of.ino, err)
+		if n == 0 {
+			return nil, status(err)
+		}
+	}
+	return fuse.ReadResultData(buf[:n]), fuse.OK
+}
+
+func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	h := a.getHandle(in.Fh)
+	if h == nil {
+		return 0, fuse.EBADF
+	}
+	if int64(in.Offset) < 0 {
+		return 0, fuse.EINVAL
+	}
+	if a.killed.Load() {
+		return 0, fuse.EIO
+	}
+	of := h.of
+	of.mu.RLock()
+	f := of.file.Load()
+	of.mtime.Store(time.Now().UnixNano())
+	n, err := f.WriteAt(reqCtx(cancel, &in.InHeader), data, int64(in.Offset))
+	// Counted after the File has the data: a flush that read the count
+	// before cannot mark this write as committed.
+	of.writes.Add(1)
+	of.mu.RUnlock()
+	if err != nil {
+		a.ioError("write", of.ino, err)
+		if n == 0 {
+			return 0, status(err)
+		}
+	}
+	return uint32(n), fuse.OK
+}
+
+func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	h := a.getHandle(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	if !h.of.dirty() {
+		return fuse.OK
+	}
+	if a.killed.Load() {
+		return fuse.EIO
+	}
+	err := h.of.flush(reqCtx(cancel, &in.InHeader))
+	a.ioError("fsync", h.of.ino, err)
+	return status(err)
+}
+
+func (a *adapter) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	h := a.getHandle(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	if a.killed.Load() {
+		return fuse.EIO
+	}
+	err := h.of.flush(reqCtx(cancel, &in.InHeader))
+	a.ioError("fsync", h.of.ino, err)
+	return status(err)
+}
+
+func (a *adapter) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if h := a.dropHandle(in.Fh); h != nil {
+		a.release(h.of)
+	}
+}
+
+// Fallocate supports mode 0 (posix_fallocate): the file grows to cover
+// the range; the range reads as zeros (holes: Atoll allocates on write).
+func (a *adapter) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	h := a.getHandle(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	if in.Mode != 0 {
+		return fuse.Status(syscall.EOPNOTSUPP)
+	}
+	if !h.writable() {
+		return fuse.EBADF
+	}
+	end := in.Offset + in.Length
+	if end < in.Offset || int64(end) < 0 {
+		return fuse.Status(syscall.EFBIG)
+	}
+	ctx := reqCtx(cancel, &in.InHeader)
+	of := h.of
+	return status(a.modifyOpen(ctx, of, func() error {
+		if f := of.file.Load(); f != nil && f.Size() >= end {
+			return nil
+		}
+		_, err := a.fs.SetAttr(ctx, metawire.SetAttrReq{Cred: metawire.Root, Ino: of.ino, Valid: metawire.SetSize, Size: end})
+		return err
+	}))
+}
+
+// ---- directories
+
+func (a *adapter) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	ctx, cred, i := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	if cred.UID != 0 {
+		if err := a.fs.Access(ctx, cred, i, 4); err != nil {
+			return status(err)
+		}
+	}
+	return fuse.OK
+}
+
+func (a *adapter) ReleaseDir(in *fuse.ReleaseIn) {}
+
+func (a *adapter) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	return fuse.OK // namespace changes are durable when they return
+}
+
+func (a *adapter) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return a.readDir(cancel, in, out, false)
+}
+
+func (a *adapter) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return a.readDir(cancel, in, out, true)
+}
+
+// readDir fills out from the island's listing after cookie in.Offset;
+// each entry's offset is its cookie.
+func (a *adapter) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	ctx, cred, dir := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	cookie := in.Offset
+	per := uint32(32) // bytes per entry, roughly
+	if plus {
+		per = 160
+	}
+	want := max(in.Size/per, 8)
+	for {
+		resp, err := a.fs.Readdir(ctx, cred, dir, cookie, want, plus)
+		if err != nil {
+			if cookie != in.Offset {
+				return fuse.OK // return what was gathered
+			}
+			return status(err)
+		}
+		for i := range resp.Entries {
+			e := &resp.Entries[i]
+			de := fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Type, Off: e.Cookie}
+			if !plus {
+				if !out.AddDirEntry(de) {
+					return fuse.OK
+				}
+			} else {
+				eo := out.AddDirLookupEntry(de)
+				if eo == nil {
+					return fuse.OK
+				}
+				if e.HasAttr && e.Name != "." && e.Name != ".." {
+					a.fillEntry(eo, e.Attr)
+				}
+			}
+			cookie = e.Cookie
+		}
+		if resp.EOF || len(resp.Entries) == 0 {
+			return fuse.OK
+		}
+	}
+}
+
+// ---- file system
+
+func (a *adapter) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	st := StatFS{TotalBytes: 1 << 50, FreeBytes: 1 << 50, Files: 1 << 40, FreeFiles: 1 << 40}
+	if a.cfg.StatFS != nil {
+		s, err := a.cfg.StatFS(reqCtx(cancel, h))
+		if err != nil {
+			a.log.Debug("fusefs: statfs", "err", err)
+		} else {
+			st = s
+		}
+	}
+	out.Bsize, out.Frsize, out.NameLen = blockSize, blockSize, metawire.MaxNameLen
+	out.Blocks = st.TotalBytes / blockSize
+	out.Bfree = min(st.FreeBytes/blockSize, out.Blocks)
+	out.Bavail = out.Bfree
+	out.Files, out.Ffree = st.Files, min(st.FreeFiles, st.Files)
+	return fuse.OK
+}

@@ -1,0 +1,303 @@
+package fusefs
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/atoll-fs/atoll/internal/client"
+)
+
+// StatFS is what statfs(2) reports for the mount.
+type StatFS struct {
+	TotalBytes, FreeBytes uint64
+	Files, FreeFiles      uint64
+}
+
+// Config configures a mount.
+type Config struct {
+	FS         *client.FS
+	Mountpoint string
+	// EntryTTL and AttrTTL are the kernel's cache timeouts for names and
+	// attributes. Default 1s; negative means 0 (no kernel caching).
+	EntryTTL, AttrTTL time.Duration
+	// StatFS reports capacity (nil: a large nominal size).
+	StatFS func(ctx context.Context) (StatFS, error)
+	// Private mounts without allow_other (only the mounting user may
+	// enter). The default, allow_other, is what multi-user use and
+	// pjdfstest need; permissions are checked by the islands either way.
+	Private bool
+	// FsName is the "device" column of mount(8) and df. Default "atoll".
+	FsName string
+	// Debug logs every FUSE request (go-fuse's debug output).
+	Debug  bool
+	Logger *slog.Logger
+}
+
+// Validate checks the configuration (not the mountpoint: see CheckMountpoint).
+func (c *Config) Validate() error {
+	if c.FS == nil {
+		return errors.New("fusefs: config: FS is required")
+	}
+	if c.Mountpoint == "" {
+		return errors.New("fusefs: config: a mountpoint is required")
+	}
+	return nil
+}
+
+// Mount is a FUSE mount of an Atoll cluster.
+type Mount struct {
+	cfg    Config
+	log    *slog.Logger
+	ad     *adapter
+	mp     string
+	mu     sync.Mutex
+	server *fuse.Server
+	done   chan struct{}
+}
+
+// New checks the configuration and the environment (/dev/fuse, the
+// mountpoint) and returns an unmounted Mount.
+func New(cfg Config) (*Mount, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.EntryTTL == 0 {
+		cfg.EntryTTL = time.Second
+	}
+	if cfg.AttrTTL == 0 {
+		cfg.AttrTTL = time.Second
+	}
+	cfg.EntryTTL, cfg.AttrTTL = max(cfg.EntryTTL, 0), max(cfg.AttrTTL, 0)
+	if cfg.FsName == "" {
+		cfg.FsName = "atoll"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	mp, err := filepath.Abs(cfg.Mountpoint)
+	if err != nil {
+		return nil, fmt.Errorf("fusefs: mountpoint %s: %w", cfg.Mountpoint, err)
+	}
+	if err := CheckFuseDevice(); err != nil {
+		return nil, err
+	}
+	if err := CheckMountpoint(mp); err != nil {
+		return nil, err
+	}
+	return &Mount{cfg: cfg, log: cfg.Logger, ad: newAdapter(&cfg), mp: mp, done: make(chan struct{})}, nil
+}
+
+// Mountpoint returns the absolute mountpoint.
+func (m *Mount) Mountpoint() string { return m.mp }
+
+// CheckFuseDevice reports a clear error when /dev/fuse is missing or
+// cannot be opened.
+func CheckFuseDevice() error {
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return errors.New("fusefs: /dev/fuse does not exist: load the fuse module (modprobe fuse) or, in a container, pass the device (--device /dev/fuse --cap-add SYS_ADMIN)")
+		}
+		return fmt.Errorf("fusefs: cannot open /dev/fuse: %w (run as root, or install fuse3 for the fusermount3 helper)", err)
+	}
+	f.Close()
+	return nil
+}
+
+// CheckMountpoint reports a clear error when mp does not exist, is not a
+// directory, is already a mountpoint, or is a stale FUSE mount.
+func CheckMountpoint(mp string) error {
+	st, err := os.Stat(mp)
+	if err != nil {
+		if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+			return fmt.Errorf("fusefs: %s is a stale mount (its FUSE server died): unmount it with `fusermount3 -u %s` or `umount -l %s`, then mount again", mp, mp, mp)
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("fusefs: mountpoint %s does not exist (mkdir -p %s)", mp, mp)
+		}
+		return fmt.Errorf("fusefs: mountpoint %s: %w", mp, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("fusefs: mountpoint %s is not a directory", mp)
+	}
+	if isMountpoint(mp) {
+		return fmt.Errorf("fusefs: %s is already a mountpoint (busy): unmount it first (`fusermount3 -u %s` or `umount %s`; `umount -l %s` if it is stale)", mp, mp, mp, mp)
+	}
+	return nil
+}
+
+// isMountpoint reports whether mp is listed in /proc/self/mountinfo.
+func isMountpoint(mp string) bool {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountinfo(fields[4]) == mp {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOct(s[i+1]) && isOct(s[i+2]) && isOct(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOct(c byte) bool { return c >= '0' && c <= '7' }
+
+// Mount mounts the file system and starts serving; it returns once the
+// kernel has the mount.
+func (m *Mount) Mount() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.server != nil {
+		return errors.New("fusefs: already mounted")
+	}
+	opts := &fuse.MountOptions{
+		AllowOther: !m.cfg.Private,
+		FsName:     m.cfg.FsName,
+		Name:       "atoll",
+		// 1 MiB requests where the kernel allows them.
+		MaxWrite:      1 << 20,
+		MaxReadAhead:  1 << 20,
+		MaxBackground: 64,
+		// Root mounts without the fusermount helper; others fall back to it.
+		DirectMount: true,
+		Debug:       m.cfg.Debug,
+		// A bug must never take the mount down: log it and answer EIO.
+		PanicHandler: func(v any) fuse.Status {
+			m.log.Error("fusefs: panic in request handler", "panic", v)
+			return fuse.EIO
+		},
+		// No default_permissions: the islands check with the caller's
+		// credentials.
+	}
+	srv, err := fuse.NewServer(m.ad, m.mp, opts)
+	if err != nil {
+		if strings.Contains(err.Error(), "fusermount") {
+			return fmt.Errorf("fusefs: mount %s: %w (as non-root, install fuse3 and enable user_allow_other in /etc/fuse.conf)", m.mp, err)
+		}
+		return fmt.Errorf("fusefs: mount %s: %w", m.mp, err)
+	}
+	m.ad.server = srv
+	go func() {
+		srv.Serve()
+		close(m.done)
+	}()
+	if err := srv.WaitMount(); err != nil {
+		_ = srv.Unmount()
+		return fmt.Errorf("fusefs: mount %s: %w", m.mp, err)
+	}
+	m.server = srv
+	m.log.Info("fusefs: mounted", "mountpoint", m.mp)
+	return nil
+}
+
+// Done is closed when the FUSE server stops (unmounted by Unmount or from
+// outside, e.g. fusermount -u).
+func (m *Mount) Done() <-chan struct{} { return m.done }
+
+// Unmount unmounts (lazily if the mount is busy), waits for the server to
+// stop and writes back every file still open.
+func (m *Mount) Unmount() error {
+	m.mu.Lock()
+	srv := m.server
+	m.server = nil
+	m.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	var uerr error
+	stopped := false
+	select {
+	case <-m.done:
+		stopped = true // unmounted from outside
+	default:
+	}
+	if !stopped {
+		if err := srv.Unmount(); err != nil {
+			// Busy (a process has a file open or its cwd inside): detach it
+			// so it disappears from the namespace now and goes when unused.
+			if derr := syscall.Unmount(m.mp, syscall.MNT_DETACH); derr != nil {
+				uerr = fmt.Errorf("fusefs: unmount %s: %v (then lazy: %v); run `umount -l %s`", m.mp, err, derr, m.mp)
+			} else {
+				m.log.Warn("fusefs: mount was busy; detached lazily", "mountpoint", m.mp)
+			}
+		}
+	}
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		if uerr == nil {
+			uerr = fmt.Errorf("fusefs: server of %s did not stop", m.mp)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.ad.closeAll(ctx); err != nil && uerr == nil {
+		uerr = err
+	}
+	m.log.Info("fusefs: unmounted", "mountpoint", m.mp)
+	return uerr
+}
+
+// Kill simulates a crash of the mount's client side, for tests: every
+// unflushed write is dropped (nothing is written back from now on: flush
+// and fsync fail with EIO, release writes nothing) and the mountpoint is
+// detached at once. Files open through it fail with EIO or ENOTCONN.
+func (m *Mount) Kill() error {
+	m.ad.killed.Store(true)
+	m.mu.Lock()
+	srv := m.server
+	m.server = nil
+	m.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	if err := syscall.Unmount(m.mp, syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("fusefs: kill %s: %w", m.mp, err)
+	}
+	return nil
+}
+
+// Run mounts, serves until ctx is done or the file system is unmounted
+// from outside, then unmounts cleanly.
+func (m *Mount) Run(ctx context.Context) error {
+	if err := m.Mount(); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-m.done:
+	}
+	return m.Unmount()
+}

@@ -1,0 +1,806 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/fusefs"
+)
+
+// The FUSE mount end to end: an in-process cluster (storage servers and
+// islands on 127.0.0.1), mounted in this process with internal/fusefs,
+// exercised with the plain os and syscall packages. Needs root and
+// /dev/fuse; skipped (with the reason) otherwise.
+
+func fuseUsable(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("FUSE tests need root (allow_other mounts without fusermount)")
+	}
+	if err := fusefs.CheckFuseDevice(); err != nil {
+		t.Skipf("FUSE unusable here: %v", err)
+	}
+}
+
+// mountFS mounts fs on a new temporary directory; the mount goes at the
+// end of the test (before the directory is removed).
+func mountFS(t *testing.T, fs *client.FS) (*fusefs.Mount, string) {
+	t.Helper()
+	dir := t.TempDir()
+	m, err := fusefs.New(fusefs.Config{FS: fs, Mountpoint: dir, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount(); err != nil {
+		t.Skipf("FUSE mount impossible here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return m, dir
+}
+
+func errnoOf(err error) syscall.Errno {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return en
+	}
+	return 0
+}
+
+func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
+	t.Helper()
+	if got := errnoOf(err); got != want {
+		t.Errorf("%s: got %v (%d), want %v", what, err, got, want)
+	}
+}
+
+func TestFUSE(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 3)
+	_, mnt := mountFS(t, fc.newFS(t))
+	_, mnt2 := mountFS(t, fc.newFS(t)) // a second client of the same cluster
+	r := rand.New(rand.NewPCG(7, 7))
+
+	t.Run("sizes", func(t *testing.T) {
+		for _, n := range []int{0, 1, 16<<10 - 1, 16 << 10, 16<<10 + 1, 5 << 20, 33 << 20} {
+			data := randBytes(r, n)
+			p := fmt.Sprintf("size-%d", n)
+			if err := os.WriteFile(filepath.Join(mnt, p), data, 0o644); err != nil {
+				t.Fatalf("write %d: %v", n, err)
+			}
+			for _, m := range []string{mnt, mnt2} {
+				got, err := os.ReadFile(filepath.Join(m, p))
+				if err != nil {
+					t.Fatalf("read %d: %v", n, err)
+				}
+				if !bytes.Equal(got, data) {
+					t.Fatalf("size %d: read %d bytes, not the written ones", n, len(got))
+				}
+			}
+			st, err := os.Stat(filepath.Join(mnt2, p))
+			if err != nil || st.Size() != int64(n) {
+				t.Fatalf("stat %d: %v %v", n, st, err)
+			}
+		}
+	})
+
+	t.Run("sequential64MiB", func(t *testing.T) {
+		// Written in 1 MiB writes through one descriptor, read back with
+		// 128 KiB reads: the client's read-ahead windows must stitch
+		// together exactly, through both mounts.
+		const size = 64 << 20
+		seed := randBytes(r, 1<<20)
+		chunk := func(i int) []byte { // distinct per MiB
+			b := slices.Clone(seed)
+			b[0], b[1], b[len(b)-1] = byte(i), byte(i>>8), byte(i*7)
+			return b
+		}
+		p := filepath.Join(mnt, "seq64")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		for i := 0; i < size>>20; i++ {
+			b := chunk(i)
+			h.Write(b)
+			if _, err := f.Write(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := h.Sum(nil)
+		for _, m := range []string{mnt, mnt2} {
+			f, err := os.Open(filepath.Join(m, "seq64"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := sha256.New()
+			n, err := io.CopyBuffer(h, f, make([]byte, 128<<10))
+			f.Close()
+			if err != nil || n != size {
+				t.Fatalf("read %d bytes: %v", n, err)
+			}
+			if !bytes.Equal(h.Sum(nil), want) {
+				t.Fatalf("%s: 64 MiB read back differs", m)
+			}
+		}
+		os.Remove(p)
+	})
+
+	t.Run("namespace", func(t *testing.T) {
+		d := filepath.Join(mnt, "ns")
+		if err := os.MkdirAll(filepath.Join(d, "a/b/c/d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(d, "a/b/c/d"), 0o755); err != nil {
+			t.Fatal("mkdir -p twice:", err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "a/f"), []byte("f"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		wantErrno(t, "mkdir existing", syscall.Mkdir(filepath.Join(d, "a"), 0o755), syscall.EEXIST)
+		wantErrno(t, "rmdir non-empty", syscall.Rmdir(filepath.Join(d, "a/b")), syscall.ENOTEMPTY)
+		wantErrno(t, "unlink dir", syscall.Unlink(filepath.Join(d, "a/b")), syscall.EISDIR)
+		wantErrno(t, "rmdir file", syscall.Rmdir(filepath.Join(d, "a/f")), syscall.ENOTDIR)
+		wantErrno(t, "rename file over dir", syscall.Rename(filepath.Join(d, "a/f"), filepath.Join(d, "a/b")), syscall.EISDIR)
+		wantErrno(t, "rename dir over file", syscall.Rename(filepath.Join(d, "a/b"), filepath.Join(d, "a/f")), syscall.ENOTDIR)
+		if err := os.Mkdir(filepath.Join(d, "e"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		wantErrno(t, "rename dir over non-empty dir", syscall.Rename(filepath.Join(d, "e"), filepath.Join(d, "a/b")), syscall.ENOTEMPTY)
+		wantErrno(t, "link over existing", syscall.Link(filepath.Join(d, "a/f"), filepath.Join(d, "a/f")), syscall.EEXIST)
+		wantErrno(t, "open missing", func() error { _, err := os.Open(filepath.Join(d, "nope")); return err }(), syscall.ENOENT)
+		wantErrno(t, "path through a file", os.Mkdir(filepath.Join(d, "a/f/x"), 0o755), syscall.ENOTDIR)
+		long := string(bytes.Repeat([]byte("n"), 256))
+		wantErrno(t, "name too long", os.WriteFile(filepath.Join(d, long), nil, 0o644), syscall.ENAMETOOLONG)
+
+		// Renames and links across directories (other islands) never
+		// answer EXDEV.
+		for i := 0; i < 12; i++ {
+			src := filepath.Join(d, fmt.Sprintf("dir%d", i))
+			if err := os.MkdirAll(filepath.Join(src, "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			f := filepath.Join(src, "file")
+			if err := os.WriteFile(f, []byte{byte(i)}, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Link(f, filepath.Join(d, "a/b/c", fmt.Sprintf("link%d", i))); err != nil {
+				t.Fatalf("link across directories: %v", err)
+			}
+			if err := os.Rename(f, filepath.Join(d, "a/b/c/d", fmt.Sprintf("moved%d", i))); err != nil {
+				t.Fatalf("rename across directories: %v", err)
+			}
+			if err := os.Rename(src, filepath.Join(d, "e", fmt.Sprintf("dir%d", i))); err != nil {
+				t.Fatalf("rename a directory across directories: %v", err)
+			}
+		}
+		ents, err := os.ReadDir(filepath.Join(d, "e"))
+		if err != nil || len(ents) != 12 {
+			t.Fatalf("readdir after renames: %d entries, %v", len(ents), err)
+		}
+		st, err := os.Stat(filepath.Join(d, "a/b/c/link3"))
+		if err != nil || st.Sys().(*syscall.Stat_t).Nlink != 2 {
+			t.Fatalf("nlink of a renamed linked file: %v %v", st, err)
+		}
+		// rename(2) replacing a file; renameat2 flags.
+		if err := os.WriteFile(filepath.Join(d, "x"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "y"), []byte("y"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		wantErrno(t, "RENAME_NOREPLACE", renameat2(filepath.Join(d, "x"), filepath.Join(d, "y"), 1), syscall.EEXIST)
+		if err := renameat2(filepath.Join(d, "x"), filepath.Join(d, "y"), 2); err == nil {
+			t.Error("RENAME_EXCHANGE succeeded; the islands do not support it")
+		}
+		if err := os.Rename(filepath.Join(d, "x"), filepath.Join(d, "y")); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(d, "y")); string(b) != "x" {
+			t.Fatalf("after rename over: %q", b)
+		}
+		// The other mount sees the tree after its caches expire.
+		time.Sleep(1100 * time.Millisecond)
+		if _, err := os.Stat(filepath.Join(mnt2, "ns/a/b/c/d/moved11")); err != nil {
+			t.Fatal("other mount:", err)
+		}
+		if err := os.RemoveAll(d); err != nil {
+			t.Fatal("rm -rf:", err)
+		}
+	})
+
+	t.Run("readdir", func(t *testing.T) {
+		d := filepath.Join(mnt, "many")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for i := 0; i < 600; i++ {
+			n := fmt.Sprintf("entry-with-a-longish-name-%04d", i)
+			want = append(want, n)
+			if err := os.WriteFile(filepath.Join(d, n), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Small reads: many READDIR(PLUS) requests resumed from cookies.
+		f, err := os.Open(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			names, err := f.Readdirnames(7)
+			got = append(got, names...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Close()
+		sort.Strings(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("readdir: %d names, want %d", len(got), len(want))
+		}
+		ents, err := os.ReadDir(d)
+		if err != nil || len(ents) != 600 || ents[0].Type() != 0 {
+			t.Fatalf("ReadDir: %d %v", len(ents), err)
+		}
+	})
+
+	t.Run("symlinks", func(t *testing.T) {
+		if err := os.WriteFile(filepath.Join(mnt, "target"), []byte("through the link"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l := filepath.Join(mnt, "link")
+		if err := os.Symlink("target", l); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.Readlink(l); err != nil || got != "target" {
+			t.Fatalf("readlink: %q %v", got, err)
+		}
+		if st, err := os.Lstat(l); err != nil || st.Mode()&os.ModeSymlink == 0 || st.Size() != 6 {
+			t.Fatalf("lstat: %v %v", st, err)
+		}
+		if b, err := os.ReadFile(l); err != nil || string(b) != "through the link" {
+			t.Fatalf("read through the link: %q %v", b, err)
+		}
+		if err := os.Symlink("loop", filepath.Join(mnt, "loop")); err != nil {
+			t.Fatal(err)
+		}
+		wantErrno(t, "symlink loop", func() error { _, err := os.Stat(filepath.Join(mnt, "loop")); return err }(), syscall.ELOOP)
+		wantErrno(t, "symlink exists", os.Symlink("x", l), syscall.EEXIST)
+	})
+
+	t.Run("attributes", func(t *testing.T) {
+		p := filepath.Join(mnt, "attrs")
+		if err := os.WriteFile(p, []byte("attributes"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, 0o4751); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, 1234, 5678); err != nil {
+			t.Fatal(err)
+		}
+		st := lstat(t, p)
+		// chown clears set-user-id.
+		if st.Mode&0o7777 != 0o751 || st.Uid != 1234 || st.Gid != 5678 {
+			t.Fatalf("mode %o uid %d gid %d", st.Mode, st.Uid, st.Gid)
+		}
+		at, mt := time.Unix(1000000000, 123456789), time.Unix(1500000000, 987654321)
+		if err := os.Chtimes(p, at, mt); err != nil {
+			t.Fatal(err)
+		}
+		st = lstat(t, p)
+		if st.Atim != syscall.NsecToTimespec(at.UnixNano()) || st.Mtim != syscall.NsecToTimespec(mt.UnixNano()) {
+			t.Fatalf("times %v %v", st.Atim, st.Mtim)
+		}
+		// UTIME_OMIT keeps atime; UTIME_NOW sets mtime to now.
+		const utimeNow, utimeOmit = unix.UTIME_NOW, unix.UTIME_OMIT
+		before := time.Now().Add(-time.Second)
+		if err := syscall.UtimesNano(p, []syscall.Timespec{{Nsec: utimeOmit}, {Nsec: utimeNow}}); err != nil {
+			t.Fatal(err)
+		}
+		st = lstat(t, p)
+		if st.Atim != syscall.NsecToTimespec(at.UnixNano()) || time.Unix(st.Mtim.Unix()).Before(before) {
+			t.Fatalf("after OMIT/NOW: atime %v mtime %v", st.Atim, st.Mtim)
+		}
+		if st.Blksize != 65536 || st.Blocks == 0 {
+			t.Fatalf("blksize %d blocks %d", st.Blksize, st.Blocks)
+		}
+		// Truncation: down inside a block, then up again, reads zeros past
+		// the cut (the island keeps the old bytes of that block).
+		big := randBytes(r, 200000)
+		if err := os.WriteFile(p, big, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 70000); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 150000); err != nil {
+			t.Fatal(err)
+		}
+		want := append(slices.Clone(big[:70000]), make([]byte, 80000)...)
+		for _, m := range []string{mnt, mnt2} {
+			if got, err := os.ReadFile(filepath.Join(m, "attrs")); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s after truncate down and up: %d bytes, equal %v, %v", m, len(got), bytes.Equal(got, want), err)
+			}
+		}
+		// O_TRUNC truncates.
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if st := lstat(t, p); st.Size != 0 {
+			t.Fatalf("size after O_TRUNC: %d", st.Size)
+		}
+	})
+
+	t.Run("xattrs", func(t *testing.T) {
+		p := filepath.Join(mnt, "xa")
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		val := []byte("a value of 24 characters")
+		if err := syscall.Setxattr(p, "user.test", val, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := syscall.Getxattr(p, "user.test", nil); err != nil || n != len(val) {
+			t.Fatalf("size probe: %d %v", n, err)
+		}
+		_, err := syscall.Getxattr(p, "user.test", make([]byte, 3))
+		wantErrno(t, "getxattr small buffer", err, syscall.ERANGE)
+		buf := make([]byte, 64)
+		if n, err := syscall.Getxattr(p, "user.test", buf); err != nil || !bytes.Equal(buf[:n], val) {
+			t.Fatalf("getxattr: %q %v", buf[:n], err)
+		}
+		wantErrno(t, "XATTR_CREATE existing", syscall.Setxattr(p, "user.test", val, 1), syscall.EEXIST)
+		wantErrno(t, "XATTR_REPLACE missing", syscall.Setxattr(p, "user.other", val, 2), syscall.ENODATA)
+		n, err := syscall.Listxattr(p, nil)
+		if err != nil || n != len("user.test\x00") {
+			t.Fatalf("listxattr probe: %d %v", n, err)
+		}
+		_, err = syscall.Listxattr(p, make([]byte, 2))
+		wantErrno(t, "listxattr small buffer", err, syscall.ERANGE)
+		if n, err := syscall.Listxattr(p, buf); err != nil || string(buf[:n]) != "user.test\x00" {
+			t.Fatalf("listxattr: %q %v", buf[:n], err)
+		}
+		if err := syscall.Removexattr(p, "user.test"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = syscall.Getxattr(p, "user.test", buf)
+		wantErrno(t, "getxattr removed", err, syscall.ENODATA)
+		_, err = syscall.Getxattr(p, "security.capability", buf)
+		wantErrno(t, "getxattr security.", err, syscall.ENODATA)
+
+		// user.atoll.policy: a directory's policy is inherited by new
+		// files; set on a file, it governs data written afterwards.
+		d := filepath.Join(mnt, "mirrored")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		wantErrno(t, "bad policy", syscall.Setxattr(d, fusefs.PolicyXattr, []byte("raid99"), 0), syscall.EINVAL)
+		if err := syscall.Setxattr(d, fusefs.PolicyXattr, []byte("mirror:3"), 0); err != nil {
+			t.Fatal(err)
+		}
+		data := randBytes(r, 300000)
+		if err := os.WriteFile(filepath.Join(d, "f"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := getxattr(t, filepath.Join(d, "f"), fusefs.PolicyXattr); got != "mirror:3" {
+			t.Fatalf("inherited policy %q", got)
+		}
+		fp := filepath.Join(mnt, "repolicy")
+		f, err := os.Create(fp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(data[:100000]); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Setxattr(fp, fusefs.PolicyXattr, []byte("none"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(data[100000:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := getxattr(t, fp, fusefs.PolicyXattr); got != "none" {
+			t.Fatalf("file policy %q", got)
+		}
+		for _, p := range []string{filepath.Join(mnt2, "mirrored/f"), filepath.Join(mnt2, "repolicy")} {
+			if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("%s: %d bytes, %v", p, len(got), err)
+			}
+		}
+	})
+
+	t.Run("statfs", func(t *testing.T) {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(mnt, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Bsize != 65536 || st.Namelen != 255 || st.Blocks == 0 || st.Bfree > st.Blocks || st.Files == 0 {
+			t.Fatalf("statfs: %+v", st)
+		}
+	})
+
+	t.Run("openUnlinked", func(t *testing.T) {
+		p := filepath.Join(mnt, "doomed")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		data := randBytes(r, 100000)
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("stat after unlink: %v", err)
+		}
+		if _, err := f.WriteAt([]byte("more"), 100000); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 100004)
+		if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got[:100000], data) || string(got[100000:]) != "more" {
+			t.Fatalf("read unlinked open file: %v", err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &st); err != nil || st.Nlink != 0 {
+			t.Fatalf("fstat of unlinked file: nlink %d %v", st.Nlink, err)
+		}
+		f.Close()
+		time.Sleep(50 * time.Millisecond) // RELEASE is asynchronous
+		ents, _ := os.ReadDir(mnt)
+		for _, e := range ents {
+			if bytes.HasPrefix([]byte(e.Name()), []byte(".atoll-open-")) {
+				t.Errorf("left behind: %s", e.Name())
+			}
+		}
+	})
+
+	t.Run("beyond2GiB", func(t *testing.T) {
+		// Regression: blocks past 512 MiB (8192 blocks) were missing from
+		// the block map a reader got and read as zeros.
+		p := filepath.Join(mnt, "sparse")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const off = 2<<30 + 1
+		if _, err := f.WriteAt([]byte("data"), off); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{mnt, mnt2} {
+			f, err := os.Open(filepath.Join(m, "sparse"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 4)
+			_, err = f.ReadAt(b, off)
+			f.Close()
+			if err != nil || string(b) != "data" {
+				t.Fatalf("%s: read %q at 2 GiB+1: %v", m, b, err)
+			}
+		}
+		os.Remove(p)
+	})
+
+	t.Run("closeToOpen", func(t *testing.T) {
+		a, b := filepath.Join(mnt, "c2o"), filepath.Join(mnt2, "c2o")
+		v1 := randBytes(r, 3<<20)
+		if err := os.WriteFile(a, v1, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(b); err != nil || !bytes.Equal(got, v1) {
+			t.Fatalf("other mount after close: %v", err)
+		}
+		// A reader holding the file open in mount 2 while mount 1 rewrites
+		// it sees the new data at its next open.
+		hold, err := os.Open(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hold.Close()
+		f, err := os.OpenFile(a, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := randBytes(r, 200000)
+		if _, err := f.WriteAt(patch, 1<<20+3); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		copy(v1[1<<20+3:], patch)
+		if got, err := os.ReadFile(b); err != nil || !bytes.Equal(got, v1) {
+			t.Fatalf("other mount after rewrite: equal %v, %v", bytes.Equal(got, v1), err)
+		}
+		// Two descriptors in one mount share unflushed writes.
+		w, err := os.OpenFile(a, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		rd, err := os.Open(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rd.Close()
+		if _, err := w.WriteAt([]byte("unflushed"), 17); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 9)
+		if _, err := rd.ReadAt(got, 17); err != nil || string(got) != "unflushed" {
+			t.Fatalf("second descriptor: %q %v", got, err)
+		}
+	})
+
+	t.Run("concurrent", func(t *testing.T) {
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rr := rand.New(rand.NewPCG(uint64(w), 99))
+				d := filepath.Join(mnt, fmt.Sprintf("conc%d", w))
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					errs <- err
+					return
+				}
+				for i := 0; i < 20; i++ {
+					data := randBytes(rr, rr.IntN(100000))
+					p := filepath.Join(d, fmt.Sprintf("f%d", i))
+					if err := os.WriteFile(p, data, 0o644); err != nil {
+						errs <- err
+						return
+					}
+					if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, data) {
+						errs <- fmt.Errorf("%s: %v", p, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+}
+
+// TestFUSEFsyncDurable: data fsynced through a mount survives the crash
+// of the mount's client side (unflushed writes after it are lost), and a
+// new mount reads exactly the fsynced bytes.
+func TestFUSEFsyncDurable(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 3)
+	m, mnt := mountFS(t, fc.newFS(t))
+	r := rand.New(rand.NewPCG(3, 3))
+	synced := randBytes(r, 5<<20+12345)
+	f, err := os.Create(filepath.Join(mnt, "durable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(synced); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// Written but never synced: the crash drops it.
+	if _, err := f.WriteAt(randBytes(r, 4<<20), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close() // fails (the mount is gone); nothing is written back
+
+	_, mnt2 := mountFS(t, fc.newFS(t))
+	got, err := os.ReadFile(filepath.Join(mnt2, "durable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, synced) {
+		t.Fatalf("after the crash: %d bytes, want the %d fsynced ones (equal %v)", len(got), len(synced), bytes.Equal(got, synced))
+	}
+}
+
+// TestFUSEMountErrors: clear errors for a missing mountpoint and for one
+// that is already mounted.
+func TestFUSEMountErrors(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 1, 1)
+	fs := fc.newFS(t)
+	_, err := fusefs.New(fusefs.Config{FS: fs, Mountpoint: filepath.Join(t.TempDir(), "missing"), Logger: quietLogger()})
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("does not exist")) {
+		t.Errorf("missing mountpoint: %v", err)
+	}
+	m, mnt := mountFS(t, fs)
+	_, err = fusefs.New(fusefs.Config{FS: fs, Mountpoint: mnt, Logger: quietLogger()})
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("already a mountpoint")) {
+		t.Errorf("mounted twice: %v", err)
+	}
+	// Unmount on context cancel (Run).
+	if err := m.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := fusefs.New(fusefs.Config{FS: fs, Mountpoint: mnt, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m2.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st syscall.Statfs_t
+		if syscall.Statfs(mnt, &st) == nil && st.Type == 0x65735546 { // FUSE_SUPER_MAGIC
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not mount")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := fusefs.CheckMountpoint(mnt); err != nil {
+		t.Fatalf("still mounted after cancel: %v", err)
+	}
+}
+
+func lstat(t *testing.T, p string) syscall.Stat_t {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func getxattr(t *testing.T, p, name string) string {
+	t.Helper()
+	buf := make([]byte, 256)
+	n, err := syscall.Getxattr(p, name, buf)
+	if err != nil {
+		t.Fatalf("getxattr %s %s: %v", p, name, err)
+	}
+	return string(buf[:n])
+}
+
+func renameat2(from, to string, flags uint) error {
+	return unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, flags)
+}
+
+// Regression tests for the fixes the FUSE work needed outside fusefs; they
+// run without FUSE.
+
+// TestFSReadBeyond512MiB: an island answers at most 8192 blocks per
+// ReadMap and the client pages; blocks past 512 MiB used to read as zeros.
+func TestFSReadBeyond512MiB(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	// 4 KiB blocks keep the dense part small.
+	d, err := fs.MkdirAll(ctx, root, "/small", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SetXattr(ctx, root, d.Ino, "user.atoll.policy", []byte("ec:4+1,block=4KiB"), 0); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := fs.CreateFile(ctx, root, "/small/sparse", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A dense map (more than 8192 blocks) and a far block.
+	const bs = 4 << 10
+	dense := randBytes(rand.New(rand.NewPCG(1, 2)), 16)
+	for i := 0; i < 9000; i++ {
+		if _, err := fh.WriteAt(ctx, dense, int64(i)*bs+5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const far = 3<<30 + 7
+	if _, err := fh.WriteAt(ctx, []byte("far"), far); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := fc.newFS(t)
+	rh, err := other.OpenPath(ctx, root, "/small/sparse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := rh.Attr(); a.BlockSize != bs {
+		t.Fatalf("block size %d", a.BlockSize)
+	}
+	b := make([]byte, 16)
+	for _, i := range []int{0, 8191, 8192, 8999} {
+		if _, err := rh.ReadAt(ctx, b, int64(i)*bs+5); err != nil || !bytes.Equal(b, dense) {
+			t.Fatalf("block %d: %q %v", i, b, err)
+		}
+	}
+	if _, err := rh.ReadAt(ctx, b[:3], far); err != nil || string(b[:3]) != "far" {
+		t.Fatalf("at 3 GiB: %q %v", b[:3], err)
+	}
+}
+
+// TestFSConcurrentFlushSharedLog: Files of one client share a log per
+// policy; flushing them concurrently must neither race (-race flagged the
+// log's WaitGroup) nor lose data.
+func TestFSConcurrentFlushSharedLog(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 5))
+			for i := 0; i < 8; i++ {
+				p := fmt.Sprintf("/w%d-%d", w, i)
+				data := randBytes(r, 20000+r.IntN(200000))
+				if err := fs.WriteFile(ctx, root, p, data, 0o644); err != nil {
+					errs <- err
+					return
+				}
+				got, err := fs.ReadFile(ctx, root, p)
+				if err != nil || !bytes.Equal(got, data) {
+					errs <- fmt.Errorf("%s: %v", p, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
