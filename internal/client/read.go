@@ -34,7 +34,7 @@ func (c *Client) Read(ctx context.Context, p *layout.Pointer, dst []byte) error 
 			return fmt.Errorf("client: read %s: %w", p.Stripe, layout.ErrBadPointer)
 		}
 		if c.isDown(p.Slots[s.Frag]) {
-			bad[s.Frag] = fmt.Errorf("slot %d is down", p.Slots[s.Frag])
+			bad[s.Frag] = fmt.Errorf("%w: slot %d", errSkippedDown, p.Slots[s.Frag])
 			continue
 		}
 		wg.Add(1)
@@ -81,6 +81,10 @@ func (c *Client) readSpan(ctx context.Context, p *layout.Pointer, frag, off int,
 	return nil
 }
 
+// errSkippedDown marks a fragment not asked for because its slot is
+// marked down.
+var errSkippedDown = errors.New("slot marked down, not asked")
+
 type rangeKey struct{ frag, off, n int }
 
 type rangeVal struct {
@@ -106,9 +110,8 @@ func (c *Client) degradedRead(ctx context.Context, p *layout.Pointer, spans []la
 		if v, ok := cache[k]; ok {
 			return v.b, v.err
 		}
-		if c.isDown(p.Slots[frag]) {
-			return nil, fmt.Errorf("slot %d is down", p.Slots[frag])
-		}
+		// No down-slot shortcut here: this is the last resort, and a slot
+		// marked down (a missed heartbeat on a busy machine) may well answer.
 		b := wire.GetBuf(n)
 		err := c.readSpan(ctx, p, frag, off, b)
 		if err != nil {
@@ -120,7 +123,9 @@ func (c *Client) degradedRead(ctx context.Context, p *layout.Pointer, spans []la
 	}
 	// Note transport failures and server-reported damage.
 	for f, err := range bad {
-		c.noteBad(p, f, err)
+		if !errors.Is(err, errSkippedDown) {
+			c.noteBad(p, f, err)
+		}
 	}
 	attempt := func(excluded map[int]bool) error {
 		for _, s := range spans {
@@ -150,6 +155,20 @@ func (c *Client) degradedRead(ctx context.Context, p *layout.Pointer, spans []la
 	err := attempt(copyset(excluded))
 	if err == nil || errors.Is(err, context.Canceled) {
 		return err
+	}
+	// Slots skipped only because they were marked down may answer after
+	// all: try them before suspecting anything.
+	retry := false
+	for f, e := range bad {
+		if errors.Is(e, errSkippedDown) {
+			delete(excluded, f)
+			retry = true
+		}
+	}
+	if retry {
+		if err = attempt(copyset(excluded)); err == nil || errors.Is(err, context.Canceled) {
+			return err
+		}
 	}
 	// Suspect each fragment not yet excluded, one at a time.
 	for f := 0; f < len(p.Slots); f++ {
