@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -10,6 +12,7 @@ import (
 
 func newDevCmd(g *globalFlags) *cobra.Command {
 	var cfg devcluster.Config
+	var noMount bool
 	cmd := &cobra.Command{
 		Use:   "dev [--data DIR]",
 		Short: "Run a whole local cluster (each role a child process) for a first try",
@@ -21,6 +24,17 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 			}
 			cfg.Out = os.Stdout
 			cfg.LogLevel = g.logLevel
+			if noMount {
+				cfg.Mount = ""
+			} else if cfg.Mount == "" {
+				cfg.Mount = filepath.Join(cfg.DataDir, "mnt")
+			}
+			if cfg.Mount != "" {
+				if ok, why := devcluster.FuseUsable(); !ok {
+					fmt.Fprintf(os.Stdout, "atoll dev: no FUSE mount: %s\n", why)
+					cfg.Mount = ""
+				}
+			}
 			d, err := devcluster.New(cfg)
 			if err != nil {
 				return err
@@ -31,7 +45,10 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data", "atoll-data", "data directory (kept across restarts)")
 	f.IntVar(&cfg.Storage, "storage", 5, "storage servers")
-	f.IntVar(&cfg.Islands, "islands", 0, "metadata islands (0 until the namespace tier is enabled)")
+	f.IntVar(&cfg.Islands, "islands", 3, "metadata islands (0: data plane only)")
+	f.StringVar(&cfg.NFSListen, "nfs-listen", "127.0.0.1:2049", "NFS gateway address (empty: no gateway)")
+	f.StringVar(&cfg.Mount, "mount", "", "FUSE mountpoint (default DATA/mnt)")
+	f.BoolVar(&noMount, "no-mount", false, "do not mount with FUSE")
 	f.StringVar(&cfg.ManagerListen, "manager-listen", "127.0.0.1:7300", "manager address")
 	f.StringVar(&cfg.StorageListen, "storage-listen", "127.0.0.1:7400", "address of the first storage server; the others take the next ports")
 	f.StringVar(&cfg.IslandListen, "island-listen", "127.0.0.1:7500", "address of the first island; the others take the next ports")

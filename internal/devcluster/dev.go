@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +25,8 @@ type Config struct {
 	ManagerListen string // host:port of the manager
 	StorageListen string // host:port of slot 0; slot i listens on port+i
 	IslandListen  string // host:port of island 1; island i on port+i-1
+	NFSListen     string // NFS gateway address ("" = no gateway)
+	Mount         string // FUSE mountpoint ("" = no mount)
 	Exe           string // the atoll binary
 	LogLevel      string
 	Out           io.Writer
@@ -187,6 +190,28 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 			}
 		}
 	}
+	if d.cfg.Islands > 0 && d.cfg.NFSListen != "" {
+		if _, err := start("nfs", d.cfg.NFSListen, "nfs", "--cluster", mgr.Addr); err != nil {
+			return nil, err
+		}
+	}
+	if d.cfg.Islands > 0 && d.cfg.Mount != "" {
+		if err := os.MkdirAll(d.cfg.Mount, 0o755); err != nil {
+			return nil, fmt.Errorf("dev: mountpoint %s: %w", d.cfg.Mount, err)
+		}
+		abs, _ := filepath.Abs(d.cfg.Mount)
+		c, err := Start(ctx, ChildSpec{
+			Name: "mount", Exe: d.cfg.Exe,
+			Args:   []string{"mount", "--cluster", mgr.Addr, "--log-level", d.cfg.LogLevel, abs},
+			Output: d.cfg.Out,
+			Ready:  func() bool { return isMountpoint(abs) },
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.Addr = abs
+		cl.Children = append(cl.Children, c)
+	}
 	return cl, nil
 }
 
@@ -205,6 +230,16 @@ func (d *Dev) Run(ctx context.Context) error {
 		fmt.Fprintf(d.cfg.Out, "  %-10s %-21s pid %d\n", c.Name, c.Addr, c.PID())
 	}
 	fmt.Fprintf(d.cfg.Out, "  status:    ATOLL_CLUSTER=%s atoll status\n", cl.Manager)
+	if d.cfg.Islands > 0 {
+		fmt.Fprintf(d.cfg.Out, "  copy in:   ATOLL_CLUSTER=%s atoll cp FILE atoll:/FILE\n", cl.Manager)
+	}
+	if c := cl.Child("nfs"); c != nil {
+		host, port, _ := net.SplitHostPort(c.Addr)
+		fmt.Fprintf(d.cfg.Out, "  NFS:       nfs-ls 'nfs://%s/?nfsport=%s&mountport=%s'\n", host, port, port)
+	}
+	if c := cl.Child("mount"); c != nil {
+		fmt.Fprintf(d.cfg.Out, "  FUSE:      ls %s\n", c.Addr)
+	}
 	fmt.Fprintf(d.cfg.Out, "  benchmark: atoll bench data --cluster %s --size 256MiB\n", cl.Manager)
 	reported := map[*Child]bool{}
 	for {
@@ -225,6 +260,31 @@ func (d *Dev) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// isMountpoint reports whether path is a mountpoint (listed in
+// /proc/self/mountinfo).
+func isMountpoint(path string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
+}
+
+// FuseUsable reports whether a FUSE mount can be attempted here, and why not.
+func FuseUsable() (bool, string) {
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return false, fmt.Sprintf("/dev/fuse is not usable (%v)", err)
+	}
+	f.Close()
+	return true, ""
 }
 
 // Close releases the data directory lock (Run does it itself).

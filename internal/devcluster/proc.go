@@ -41,6 +41,9 @@ type ChildSpec struct {
 	// NoWait returns as soon as the process started; call WaitReady later
 	// (for roles that serve only once other roles are up).
 	NoWait bool
+	// Ready, when set, replaces the addr file as the readiness check (for
+	// roles that do not listen, like a FUSE mount); AddrFile is then unused.
+	Ready func() bool
 }
 
 // Start runs the child and waits until it has written its address.
@@ -48,8 +51,11 @@ func Start(ctx context.Context, spec ChildSpec) (*Child, error) {
 	if spec.ReadyTimeout == 0 {
 		spec.ReadyTimeout = 30 * time.Second
 	}
-	_ = os.Remove(spec.AddrFile)
-	args := append(append([]string(nil), spec.Args...), "--addr-file", spec.AddrFile)
+	args := append([]string(nil), spec.Args...)
+	if spec.Ready == nil {
+		_ = os.Remove(spec.AddrFile)
+		args = append(args, "--addr-file", spec.AddrFile)
+	}
 	cmd := exec.Command(spec.Exe, args...)
 	cmd.Env = append(os.Environ(), spec.Env...)
 	// Own process group: a Ctrl-C to the parent's terminal reaches the
@@ -89,7 +95,11 @@ func startCmd(ctx context.Context, cmd *exec.Cmd, spec ChildSpec, onExit func())
 func (c *Child) WaitReady(ctx context.Context) error {
 	deadline := time.Now().Add(c.spec.ReadyTimeout)
 	for {
-		if b, err := os.ReadFile(c.spec.AddrFile); err == nil && strings.HasSuffix(string(b), "\n") {
+		if c.spec.Ready != nil {
+			if c.spec.Ready() {
+				return nil
+			}
+		} else if b, err := os.ReadFile(c.spec.AddrFile); err == nil && strings.HasSuffix(string(b), "\n") {
 			c.Addr = strings.TrimSpace(string(b))
 			return nil
 		}
