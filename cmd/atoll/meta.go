@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -119,19 +118,8 @@ func islandView(ctx context.Context, managers []string, id uint32, listen string
 	if err != nil {
 		return nil, err
 	}
-	for logged := false; !view.Map().Formatted; {
-		if !logged {
-			log.Info("meta: waiting for the namespace to be formatted (atoll dev does it once every island registered)")
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-		if err := view.Refresh(ctx); err != nil {
-			log.Warn("meta: map refresh", "err", err)
-		}
+	if err := view.WaitFormatted(ctx, log, "meta"); err != nil {
+		return nil, err
 	}
 	return view, nil
 }

@@ -2,17 +2,15 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"hash/fnv"
-	"log/slog"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/nfs"
 )
 
@@ -59,32 +57,13 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 			if id == 0 {
 				id = gatewayID(cfg.Listen)
 			}
-			mc := cluster.NewClient(addrs, log)
-			defer mc.Close()
-			view, err := gatewayView(ctx, mc, log)
+			conn, err := connect.DialWhenFormatted(ctx, addrs, log)
 			if err != nil {
 				return err
 			}
-			slots, down := dataSlots(view.Map())
-			data, err := client.New(client.Config{Slots: slots, Logger: log})
-			if err != nil {
-				return fmt.Errorf("nfs: data client: %w", err)
-			}
-			defer data.Close()
-			_ = data.SetSlots(slots, down)
-			view.OnChange(func(m *cluster.Map) {
-				s, d := dataSlots(m)
-				if err := data.SetSlots(s, d); err != nil {
-					log.Warn("nfs: new storage slots", "err", err)
-				}
-			})
-			fs, err := client.NewFS(client.FSConfig{Data: data, Map: view, Logger: log})
-			if err != nil {
-				return err
-			}
-			defer fs.Close()
-			cfg.FS, cfg.Logger = fs, log
-			cfg.StatFS = statFS(mc)
+			defer conn.Close()
+			cfg.FS, cfg.Logger = conn.FS, log
+			cfg.StatFS = statFS(conn.Cluster)
 			srv, err := nfs.New(cfg)
 			if err != nil {
 				return err
@@ -95,7 +74,7 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 			}
 			return runWithMember(ctx, srv.Run, cluster.MemberConfig{
 				Managers: addrs, Kind: cluster.KindGateway, ID: id,
-				Addr: srv.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update,
+				Addr: srv.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update,
 			})
 		},
 	}
@@ -119,45 +98,6 @@ func gatewayID(listen string) uint32 {
 	host, _ := os.Hostname()
 	h.Write([]byte(host + "|" + listen))
 	return h.Sum32()
-}
-
-// gatewayView fetches the cluster map and waits until the namespace is
-// formatted.
-func gatewayView(ctx context.Context, mc *cluster.Client, log *slog.Logger) (*cluster.View, error) {
-	view, err := cluster.NewView(ctx, mc)
-	if err != nil {
-		return nil, fmt.Errorf("nfs: cluster map: %w", err)
-	}
-	for logged := false; !view.Map().Formatted; {
-		if !logged {
-			log.Info("nfs: waiting for the namespace to be formatted")
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-		if err := view.Refresh(ctx); err != nil {
-			log.Warn("nfs: map refresh", "err", err)
-		}
-	}
-	return view, nil
-}
-
-func dataSlots(m *cluster.Map) ([]client.SlotAddr, []uint16) {
-	var slots []client.SlotAddr
-	var down []uint16
-	for _, s := range m.Storage {
-		if s.State == cluster.StateOut {
-			continue
-		}
-		slots = append(slots, client.SlotAddr{ID: s.Slot, Addr: s.Addr})
-		if s.State != cluster.StateUp {
-			down = append(down, s.Slot)
-		}
-	}
-	return slots, down
 }
 
 // statFS reports the storage servers' capacity and use (as the leading

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -80,6 +81,26 @@ func (v *View) Refresh(ctx context.Context) error {
 		return fmt.Errorf("cluster: refresh map: %w", err)
 	}
 	v.Update(m)
+	return nil
+}
+
+// WaitFormatted waits until the map has a namespace table, refreshing it
+// every 200ms; who names the waiting role in the one log line.
+func (v *View) WaitFormatted(ctx context.Context, log *slog.Logger, who string) error {
+	for logged := false; !v.Map().Formatted; {
+		if !logged {
+			log.Info(who + ": waiting for the namespace to be formatted (atoll dev does it once every island registered)")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := v.Refresh(ctx); err != nil {
+			log.Warn(who+": map refresh", "err", err)
+		}
+	}
 	return nil
 }
 

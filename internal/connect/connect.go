@@ -28,8 +28,19 @@ type Conn struct {
 	FS       *client.FS
 }
 
-// Dial connects to the managers at addrs.
+// Dial connects to the managers at addrs; it fails with ErrNotFormatted
+// when the cluster has no namespace yet.
 func Dial(ctx context.Context, addrs []string, log *slog.Logger) (*Conn, error) {
+	return dial(ctx, addrs, log, false)
+}
+
+// DialWhenFormatted is Dial for long-running roles (gateways, mounts): it
+// waits for the namespace to be formatted instead of failing.
+func DialWhenFormatted(ctx context.Context, addrs []string, log *slog.Logger) (*Conn, error) {
+	return dial(ctx, addrs, log, true)
+}
+
+func dial(ctx context.Context, addrs []string, log *slog.Logger, wait bool) (*Conn, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -39,7 +50,12 @@ func Dial(ctx context.Context, addrs []string, log *slog.Logger) (*Conn, error) 
 		mc.Close()
 		return nil, fmt.Errorf("cannot reach the manager at %v: %w (is `atoll dev` running? set ATOLL_CLUSTER)", addrs, err)
 	}
-	if !view.Map().Formatted {
+	if wait {
+		if err := view.WaitFormatted(ctx, log, "client"); err != nil {
+			mc.Close()
+			return nil, err
+		}
+	} else if !view.Map().Formatted {
 		mc.Close()
 		return nil, ErrNotFormatted
 	}
@@ -56,7 +72,9 @@ func Dial(ctx context.Context, addrs []string, log *slog.Logger) (*Conn, error) 
 	_ = data.SetSlots(slots, down)
 	view.OnChange(func(*cluster.Map) {
 		if s, d := slotsOf(view); len(s) > 0 {
-			_ = data.SetSlots(s, d)
+			if err := data.SetSlots(s, d); err != nil {
+				log.Warn("client: new storage slots", "err", err)
+			}
 		}
 	})
 	fs, err := client.NewFS(client.FSConfig{Data: data, Map: view, Logger: log})
