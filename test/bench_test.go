@@ -13,15 +13,9 @@ import (
 // BenchmarkWriteEC41 writes 4 MiB stripes through 5 in-process servers; run
 // with -cpuprofile to see where the data path spends its time.
 func BenchmarkWriteEC41(b *testing.B) {
-	t := &testing.T{}
-	servers := startServers(t, 5)
-	defer func() {
-		for _, s := range servers {
-			s.stop()
-		}
-	}()
+	servers := startServers(b, 5)
 	pipe, _ := strconv.Atoi(os.Getenv("PIPE"))
-	c := newClient(t, servers, func(c *client.Config) { c.Pipeline = pipe })
+	c := newClient(b, servers, func(c *client.Config) { c.Pipeline = pipe })
 	ps := os.Getenv("POLICY")
 	if ps == "" {
 		ps = "ec:4+1"

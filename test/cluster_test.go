@@ -54,7 +54,7 @@ func quietLogger() *slog.Logger {
 // server is an in-process storage server that can be stopped and
 // restarted on the same directory and address.
 type server struct {
-	t      *testing.T
+	t      testing.TB
 	slot   uint16
 	dir    string
 	addr   string
@@ -103,7 +103,7 @@ func (s *server) stop() {
 	s.cancel = nil
 }
 
-func startServers(t *testing.T, n int) []*server {
+func startServers(t testing.TB, n int) []*server {
 	t.Helper()
 	var out []*server
 	for i := 0; i < n; i++ {
@@ -123,7 +123,7 @@ func slotsOf(servers []*server) []client.SlotAddr {
 	return out
 }
 
-func newClient(t *testing.T, servers []*server, mod func(*client.Config)) *client.Client {
+func newClient(t testing.TB, servers []*server, mod func(*client.Config)) *client.Client {
 	t.Helper()
 	cfg := client.Config{Slots: slotsOf(servers), Logger: quietLogger(), ReadTimeout: time.Second, DownFor: 200 * time.Millisecond}
 	if mod != nil {

@@ -18,14 +18,14 @@ import (
 
 // fsCluster is storage servers plus islands, all in-process on 127.0.0.1.
 type fsCluster struct {
-	t       *testing.T
+	t       testing.TB
 	storage []*server
 	islands []*meta.Island
 	smap    *meta.StaticMap
 	view    *client.StaticMapView
 }
 
-func startFSCluster(t *testing.T, nStorage, nIslands int) *fsCluster {
+func startFSCluster(t testing.TB, nStorage, nIslands int) *fsCluster {
 	t.Helper()
 	fc := &fsCluster{t: t, storage: startServers(t, nStorage)}
 	var ids []namespace.IslandID
@@ -61,7 +61,7 @@ func startFSCluster(t *testing.T, nStorage, nIslands int) *fsCluster {
 	return fc
 }
 
-func (fc *fsCluster) newFS(t *testing.T) *client.FS {
+func (fc *fsCluster) newFS(t testing.TB) *client.FS {
 	t.Helper()
 	data := newClient(t, fc.storage, nil)
 	fs, err := client.NewFS(client.FSConfig{Data: data, Map: fc.view, Logger: quietLogger()})

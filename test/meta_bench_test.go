@@ -14,9 +14,8 @@ import (
 // BenchmarkMetaCreateUnlink creates and unlinks files with 16 concurrent
 // clients against one in-process island; run with -cpuprofile.
 func BenchmarkMetaCreateUnlink(b *testing.B) {
-	t := &testing.T{}
-	fc := startFSCluster(t, 3, 1)
-	fs := fc.newFS(t)
+	fc := startFSCluster(b, 3, 1)
+	fs := fc.newFS(b)
 	ctx := context.Background()
 	dirs := make([]uint64, 16)
 	for i := range dirs {
@@ -57,9 +56,8 @@ func BenchmarkMetaCreateUnlink(b *testing.B) {
 // BenchmarkMetaStat stats files with 16 concurrent clients against one
 // in-process island, bypassing the client cache.
 func BenchmarkMetaStat(b *testing.B) {
-	t := &testing.T{}
-	fc := startFSCluster(t, 3, 1)
-	fs := fc.newFS(t)
+	fc := startFSCluster(b, 3, 1)
+	fs := fc.newFS(b)
 	ctx := context.Background()
 	d, err := fs.MkdirAll(ctx, root, "/s", 0o755)
 	if err != nil {
