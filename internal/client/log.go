@@ -224,6 +224,19 @@ func (l *Log) sealLocked(ctx context.Context) error {
 // stripe appended so far is durable. It returns the errors of stripes that
 // failed since the previous Flush; their blocks must be appended again.
 func (l *Log) Flush(ctx context.Context) error {
+	if err := l.sealAndWait(ctx); err != nil {
+		return err
+	}
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	err := errors.Join(l.errs...)
+	l.errs = nil
+	return err
+}
+
+// sealAndWait seals the open stripe (short if need be) and waits until
+// every stripe sealed so far is written or has failed.
+func (l *Log) sealAndWait(ctx context.Context) error {
 	l.mu.Lock()
 	if l.mu.open && len(l.mu.buf) > 0 {
 		if err := l.sealLocked(ctx); err != nil {
@@ -231,16 +244,9 @@ func (l *Log) Flush(ctx context.Context) error {
 			return err
 		}
 	}
-	waits := slices.Clone(l.mu.inflight)
 	l.mu.Unlock()
-	for _, ch := range waits {
-		<-ch
-	}
-	l.errMu.Lock()
-	defer l.errMu.Unlock()
-	err := errors.Join(l.errs...)
-	l.errs = nil
-	return err
+	l.wait()
+	return nil
 }
 
 // maxFailedRemembered bounds Log.failed.
@@ -252,17 +258,8 @@ const maxFailedRemembered = 4096
 // failed stripe is not its error, and its own failure is not consumed by
 // another writer's Flush.
 func (l *Log) Sync(ctx context.Context, ptrs []layout.Pointer) error {
-	l.mu.Lock()
-	if l.mu.open && len(l.mu.buf) > 0 {
-		if err := l.sealLocked(ctx); err != nil {
-			l.mu.Unlock()
-			return err
-		}
-	}
-	waits := slices.Clone(l.mu.inflight)
-	l.mu.Unlock()
-	for _, ch := range waits {
-		<-ch
+	if err := l.sealAndWait(ctx); err != nil {
+		return err
 	}
 	l.errMu.Lock()
 	defer l.errMu.Unlock()
