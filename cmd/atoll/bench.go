@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -40,19 +41,7 @@ func newBenchDataCmd(g *globalFlags) *cobra.Command {
 			if cfg.Exe, err = os.Executable(); err != nil {
 				return err
 			}
-			progress := os.Stdout
-			if asJSON {
-				progress = os.Stderr
-			}
-			res, err := bench.RunData(cmd.Context(), cfg, progress)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				b, _ := json.Marshal(res)
-				fmt.Println(string(b))
-			}
-			return nil
+			return report(asJSON, func(progress io.Writer) (any, error) { return bench.RunData(cmd.Context(), cfg, progress) })
 		},
 	}
 	f := cmd.Flags()
@@ -83,19 +72,7 @@ func newBenchMetaCmd(g *globalFlags) *cobra.Command {
 			if cfg.Exe, err = os.Executable(); err != nil {
 				return err
 			}
-			progress := os.Stdout
-			if asJSON {
-				progress = os.Stderr
-			}
-			res, err := bench.RunMeta(cmd.Context(), cfg, progress)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				b, _ := json.Marshal(res)
-				fmt.Println(string(b))
-			}
-			return nil
+			return report(asJSON, func(progress io.Writer) (any, error) { return bench.RunMeta(cmd.Context(), cfg, progress) })
 		},
 	}
 	f := cmd.Flags()
@@ -109,4 +86,25 @@ func newBenchMetaCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
 	return cmd
+}
+
+// report runs a benchmark with its progress on stdout, or on stderr with
+// the figures printed as one JSON object on stdout.
+func report(asJSON bool, run func(progress io.Writer) (any, error)) error {
+	progress := io.Writer(os.Stdout)
+	if asJSON {
+		progress = os.Stderr
+	}
+	res, err := run(progress)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
+	}
+	return nil
 }
