@@ -3,7 +3,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta clean
+.PHONY: all build test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-fs clean
 
 all: build
 
@@ -38,6 +38,11 @@ bench-data-json: build
 bench-meta: build
 	./bin/atoll bench meta --islands 1
 	./bin/atoll bench meta --islands 3
+
+# The file system benchmark of issue #4: a FUSE mount of a dev cluster and
+# a local directory in one run, with the ratios.
+bench-fs: build
+	bash bench/run-fs.sh
 
 clean:
 	rm -rf bin

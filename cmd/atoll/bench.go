@@ -14,7 +14,7 @@ import (
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Run benchmarks side by side with the local filesystem"}
-	cmd.AddCommand(newBenchDataCmd(g), newBenchMetaCmd(g))
+	cmd.AddCommand(newBenchDataCmd(g), newBenchMetaCmd(g), newBenchFSCmd())
 	return cmd
 }
 
@@ -107,4 +107,28 @@ func report(asJSON bool, run func(progress io.Writer) (any, error)) error {
 		fmt.Println(string(b))
 	}
 	return nil
+}
+
+func newBenchFSCmd() *cobra.Command {
+	var cfg bench.FSConfig
+	var size string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "fs --dir DIR [--size 1GiB] [--small-files 10000] [--json]",
+		Short: "File system workloads on a directory: an Atoll mount, or a local directory to compare",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Size, err = parseSize64(size, "--size"); err != nil {
+				return err
+			}
+			return report(asJSON, func(progress io.Writer) (any, error) { return bench.RunFS(cmd.Context(), cfg, progress) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Dir, "dir", "", "directory to run in (a FUSE mount of Atoll, or a local directory)")
+	f.StringVar(&size, "size", "1GiB", "sequential file size")
+	f.IntVar(&cfg.SmallFiles, "small-files", 10000, "4 KiB files to create, then list and stat")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
+	return cmd
 }

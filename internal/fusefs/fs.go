@@ -686,7 +686,11 @@ func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if a.killed.Load() {
 		return fuse.EIO
 	}
-	err := h.of.flush(reqCtx(cancel, &in.InHeader))
+	// Not interruptible: a Go program's runtime signals (preemption)
+	// interrupt close(2) all the time, and an interrupted flush would turn
+	// into EINTR from close, which must not be retried. The data has to
+	// reach the cluster anyway.
+	err := h.of.flush(reqCtx(nil, &in.InHeader))
 	a.ioError("fsync", h.of.ino, err)
 	return status(err)
 }
@@ -699,7 +703,11 @@ func (a *adapter) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if a.killed.Load() {
 		return fuse.EIO
 	}
-	err := h.of.flush(reqCtx(cancel, &in.InHeader))
+	// Not interruptible: a Go program's runtime signals (preemption)
+	// interrupt close(2) all the time, and an interrupted flush would turn
+	// into EINTR from close, which must not be retried. The data has to
+	// reach the cluster anyway.
+	err := h.of.flush(reqCtx(nil, &in.InHeader))
 	a.ioError("fsync", h.of.ino, err)
 	return status(err)
 }

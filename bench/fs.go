@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// FSConfig configures the file system benchmark, which runs on any
+// directory: an Atoll FUSE mount, or a local directory for comparison.
+type FSConfig struct {
+	Dir        string
+	Size       int64 // sequential file size
+	SmallFiles int   // 4 KiB files created, written and closed; then stat'ed
+}
+
+// Validate checks the configuration.
+func (c *FSConfig) Validate() error {
+	if c.Dir == "" {
+		return errors.New("bench: --dir is required")
+	}
+	if st, err := os.Stat(c.Dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("bench: --dir %s is not a directory", c.Dir)
+	}
+	if c.Size < 1<<20 || c.SmallFiles < 1 {
+		return errors.New("bench: --size must be at least 1MiB and --small-files positive")
+	}
+	return nil
+}
+
+// FSResult holds the figures; JSON names are stable.
+type FSResult struct {
+	Dir            string  `json:"dir"`
+	SizeBytes      int64   `json:"size_bytes"`
+	SeqWriteMBps   float64 `json:"seq_write_mbps"`
+	ColdReadMBps   float64 `json:"cold_read_mbps"`
+	ColdCache      bool    `json:"cold_cache"` // page cache dropped before the read
+	SmallFiles     int     `json:"small_files"`
+	SmallFilesPerS float64 `json:"small_files_per_s"`
+	StatPerS       float64 `json:"stat_per_s"` // readdir + stat of every small file
+}
+
+// RunFS writes Size bytes sequentially with a final fsync, reads them back
+// cold, creates SmallFiles 4 KiB files (create+write+close), and lists and
+// stats them.
+func RunFS(ctx context.Context, cfg FSConfig, progress io.Writer) (FSResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return FSResult{}, err
+	}
+	say := func(format string, a ...any) {
+		if progress != nil {
+			fmt.Fprintf(progress, format+"\n", a...)
+		}
+	}
+	work, err := os.MkdirTemp(cfg.Dir, "atoll-bench-fs-")
+	if err != nil {
+		return FSResult{}, err
+	}
+	defer os.RemoveAll(work)
+	res := FSResult{Dir: cfg.Dir, SizeBytes: cfg.Size, SmallFiles: cfg.SmallFiles}
+	src := newSource(cfg.Size)
+
+	// Sequential write + fsync.
+	path := filepath.Join(work, "seq")
+	f, err := os.Create(path)
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	for off := int64(0); off < cfg.Size; off += mib {
+		if _, err := f.Write(src.chunk(off)[:min(mib, cfg.Size-off)]); err != nil {
+			f.Close()
+			return res, err
+		}
+		if ctx.Err() != nil {
+			f.Close()
+			return res, ctx.Err()
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return res, err
+	}
+	if err := f.Close(); err != nil {
+		return res, err
+	}
+	res.SeqWriteMBps = mbps(cfg.Size, time.Since(start))
+	say("  sequential write+fsync %8.1f MB/s", res.SeqWriteMBps)
+
+	// Cold read: drop the kernel's caches when allowed (root).
+	res.ColdCache = os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0) == nil
+	f, err = os.Open(path)
+	if err != nil {
+		return res, err
+	}
+	buf, want := make([]byte, mib), make([]byte, mib)
+	start = time.Now()
+	for off := int64(0); off < cfg.Size; off += mib {
+		n, err := io.ReadFull(f, buf[:min(mib, cfg.Size-off)])
+		if err != nil {
+			f.Close()
+			return res, fmt.Errorf("read at %d: %w", off, err)
+		}
+		src.fill(off, want[:n])
+		if !bytes.Equal(buf[:n], want[:n]) {
+			f.Close()
+			return res, fmt.Errorf("bytes at %d differ from what was written", off)
+		}
+	}
+	f.Close()
+	res.ColdReadMBps = mbps(cfg.Size, time.Since(start))
+	say("  cold read              %8.1f MB/s (page cache dropped: %v)", res.ColdReadMBps, res.ColdCache)
+
+	// Small files.
+	small := filepath.Join(work, "small")
+	if err := os.Mkdir(small, 0o755); err != nil {
+		return res, err
+	}
+	block := make([]byte, 4096)
+	start = time.Now()
+	for i := 0; i < cfg.SmallFiles; i++ {
+		block[0], block[1] = byte(i), byte(i>>8)
+		if err := os.WriteFile(filepath.Join(small, fmt.Sprintf("f%06d", i)), block, 0o644); err != nil {
+			return res, err
+		}
+	}
+	res.SmallFilesPerS = float64(cfg.SmallFiles) / time.Since(start).Seconds()
+	say("  4 KiB files            %8.0f files/s", res.SmallFilesPerS)
+
+	// readdir + stat of every small file.
+	start = time.Now()
+	ents, err := os.ReadDir(small)
+	if err != nil {
+		return res, err
+	}
+	for _, e := range ents {
+		if _, err := os.Lstat(filepath.Join(small, e.Name())); err != nil {
+			return res, err
+		}
+	}
+	if len(ents) != cfg.SmallFiles {
+		return res, fmt.Errorf("readdir found %d files, %d were written", len(ents), cfg.SmallFiles)
+	}
+	res.StatPerS = float64(len(ents)) / time.Since(start).Seconds()
+	say("  readdir+stat           %8.0f files/s", res.StatPerS)
+	return res, nil
+}

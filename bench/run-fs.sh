@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# make bench-fs: `atoll bench fs` on a FUSE mount of a fresh `atoll dev`
+# cluster (5 storage servers, ec:4+1, 3 islands) and on a local directory
+# of the same disk, in one run, then the ratios. Needs root and /dev/fuse.
+set -euo pipefail
+atoll=${ATOLL:-./bin/atoll}
+size=${BENCH_FS_SIZE:-1GiB}
+files=${BENCH_FS_FILES:-10000}
+port=${ATOLL_BENCH_PORT:-39300}
+tmp=$(mktemp -d /tmp/atoll-bench-fs.XXXXXX)
+cleanup() {
+	[ -n "${devpid:-}" ] && kill "$devpid" 2>/dev/null && wait "$devpid" 2>/dev/null || true
+	umount -l "$tmp/data/mnt" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+"$atoll" dev --data "$tmp/data" --log-level warn --nfs-listen "" \
+	--manager-listen "127.0.0.1:$port" --storage-listen "127.0.0.1:$((port + 100))" \
+	--island-listen "127.0.0.1:$((port + 200))" >"$tmp/dev.log" 2>&1 &
+devpid=$!
+for i in $(seq 600); do
+	grep -q "atoll dev ready" "$tmp/dev.log" && break
+	kill -0 "$devpid" 2>/dev/null || { cat "$tmp/dev.log"; echo "bench-fs: atoll dev exited" >&2; exit 1; }
+	sleep 0.1
+done
+grep -q "FUSE:" "$tmp/dev.log" || { cat "$tmp/dev.log"; echo "bench-fs: no FUSE mount" >&2; exit 1; }
+mkdir -p "$tmp/local"
+echo "== atoll (FUSE mount, ec:4+1 over 5 storage servers)"
+"$atoll" bench fs --dir "$tmp/data/mnt" --size "$size" --small-files "$files" --json >"$tmp/atoll.json"
+echo "== local directory, same disk"
+"$atoll" bench fs --dir "$tmp/local" --size "$size" --small-files "$files" --json >"$tmp/local.json"
+python3 - "$tmp/atoll.json" "$tmp/local.json" <<'PY'
+import json, sys
+a, l = (json.load(open(p)) for p in sys.argv[1:3])
+print(json.dumps({"atoll": a, "local": l}))
+for k in ("seq_write_mbps", "cold_read_mbps", "small_files_per_s", "stat_per_s"):
+    print(f"{k:20s} atoll {a[k]:12.1f}   local {l[k]:12.1f}   ratio {a[k] / l[k]:.2f}")
+PY
