@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1455,7 +1457,15 @@ func TestNFSLibnfs(t *testing.T) {
 		t.Fatalf("nfs-ls through the portmapper:\n%s", out)
 	}
 	// go-nfs-client finds MOUNT and NFS through the portmapper too.
-	m, err := nfsc.DialMount("127.0.0.1", time.Second)
+	// go-nfs-client binds a random source port of its own choosing; a
+	// choice that is still in use fails with EADDRINUSE, so retry.
+	var m *nfsc.Mount
+	for try := 0; ; try++ {
+		m, err = nfsc.DialMount("127.0.0.1", time.Second)
+		if err == nil || try == 20 || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
