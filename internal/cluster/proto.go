@@ -46,24 +46,15 @@ func opName(op uint16) string {
 }
 
 // Message is implemented by every request and response structure.
-type Message interface {
-	Encode(*wire.Enc)
-	Decode(*wire.Dec)
-}
+type Message = wire.Message
 
 // Marshal encodes a message.
-func Marshal(m Message) []byte {
-	var e wire.Enc
-	m.Encode(&e)
-	return e.B
-}
+func Marshal(m Message) []byte { return wire.Marshal(m) }
 
 // Unmarshal decodes a whole message, failing on short or trailing bytes.
 func Unmarshal(b []byte, m Message) error {
-	d := wire.NewDec(b)
-	m.Decode(d)
-	if err := d.Finish(); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	if err := wire.Unmarshal(b, m); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	return nil
 }

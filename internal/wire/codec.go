@@ -153,3 +153,25 @@ func (d *Dec) Finish() error {
 	}
 	return d.err
 }
+
+// Message is a protocol structure encoded with Enc and decoded with Dec.
+// The protocol packages (fragment, cluster, metawire) define theirs.
+type Message interface {
+	Encode(*Enc)
+	Decode(*Dec)
+}
+
+// Marshal encodes a message.
+func Marshal(m Message) []byte {
+	var e Enc
+	m.Encode(&e)
+	return e.B
+}
+
+// Unmarshal decodes a whole message strictly: short or trailing bytes are
+// an error wrapping ErrMalformed.
+func Unmarshal(b []byte, m Message) error {
+	d := NewDec(b)
+	m.Decode(d)
+	return d.Finish()
+}
