@@ -18,8 +18,13 @@ vet:
 
 # Unit and integration tests with the race detector. Integration tests
 # build bin/atoll-test themselves and start real servers on 127.0.0.1.
+# The output is kept in test-output.log; on failure the hung or failed
+# tests are summarised last, where a truncated CI log still shows them.
 test: fmt-check vet
-	$(GO) test -race -timeout 20m $(PKGS)
+	@bash -c 'set -o pipefail; $(GO) test -race -timeout 15m $(PKGS) 2>&1 | tee test-output.log; rc=$$?; \
+	if [ $$rc -ne 0 ]; then echo "==== make test failed (rc=$$rc); summary ===="; \
+	grep -E -A6 "^panic: test timed out|running tests:" test-output.log | head -30; \
+	grep -E "^(--- FAIL|FAIL|ok |panic:)" test-output.log | head -60; fi; exit $$rc'
 
 # Short fuzzing of the decoders that face the network.
 fuzz:

@@ -78,6 +78,11 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 	return bm, nil
 }
 
+// MaxCommitDelay bounds the time between writing a block to the log and
+// sending the commit that points at it. The cleaner deletes unreferenced
+// stripes only when they are older than its Grace, which is far longer.
+const MaxCommitDelay = 2 * time.Minute
+
 // File is an open regular file with a write-back cache: writes collect in
 // memory (at most FSConfig.DirtyMax bytes) and reach the cluster on Flush,
 // Fsync or Close, which return only once the data is durable and committed
@@ -324,7 +329,23 @@ func (h *File) readCleanLocked(ctx context.Context, p []byte, off uint64) error 
 
 // fetchLocked reads committed blocks covering [lo, lo+len(buf)) (lo block
 // aligned); holes and bytes past a short block read as zeros.
+//
+// A cached block map may point into a stripe the cleaner has since moved
+// and deleted (the cleaner does not change the data version): on a failed
+// read the map is fetched again from the island and the read retried once.
 func (h *File) fetchLocked(ctx context.Context, buf []byte, lo uint64) error {
+	err := h.fetchOnceLocked(ctx, buf, lo)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	h.fs.forgetBlocks(h.ino)
+	if err2 := h.fetchOnceLocked(ctx, buf, lo); err2 != nil {
+		return err
+	}
+	return nil
+}
+
+func (h *File) fetchOnceLocked(ctx context.Context, buf []byte, lo uint64) error {
 	bm, err := h.fs.readMap(ctx, h.cred, h.ino, h.mu.attr.Version)
 	if err != nil {
 		return err
@@ -389,6 +410,10 @@ func (h *File) flushLocked(ctx context.Context) error {
 		return nil
 	}
 	w := metawire.FileWrite{Ino: h.ino, Size: h.mu.size, Mtime: time.Now().UnixNano()}
+	// Blocks must be committed within MaxCommitDelay of being written, or
+	// the cleaner may take their (still unreferenced) stripes: past it the
+	// commit is not sent and the dirty blocks stay for the next flush.
+	commitBy := time.Now().Add(MaxCommitDelay)
 	if h.mu.inline {
 		w.SetInline, w.Inline = true, h.mu.inl
 	} else if len(h.mu.dirty) > 0 {
@@ -409,15 +434,12 @@ func (h *File) flushLocked(ctx context.Context) error {
 				continue // truncated away
 			}
 			b = b[:min(bs, h.mu.size-idx*bs)]
-			ptrs, err := log.Append(ctx, b)
+			ptr, err := log.AppendBlock(ctx, b)
 			if err != nil {
 				return fmt.Errorf("client: flush %x: %w: %v", h.ino, metawire.ErrIO, err)
 			}
-			if len(ptrs) != 1 {
-				return fmt.Errorf("client: flush %x: block split into %d pointers", h.ino, len(ptrs))
-			}
-			w.Blocks = append(w.Blocks, metawire.Block{Index: idx, Ptr: ptrs[0].AppendBinary(nil)})
-			written = append(written, ptrs[0])
+			w.Blocks = append(w.Blocks, metawire.Block{Index: idx, Ptr: ptr.AppendBinary(nil)})
+			written = append(written, ptr)
 		}
 		if err := log.Sync(ctx, written); err != nil {
 			if errors.Is(err, context.Canceled) {
@@ -427,7 +449,13 @@ func (h *File) flushLocked(ctx context.Context) error {
 		}
 	}
 	var resp metawire.CommitResp
-	if err := h.fs.call(ctx, h.ino, metawire.OpCommit, &metawire.CommitReq{Cred: h.cred, Writes: []metawire.FileWrite{w}}, &resp); err != nil {
+	cctx, cancel := context.WithDeadline(ctx, commitBy)
+	err := h.fs.call(cctx, h.ino, metawire.OpCommit, &metawire.CommitReq{Cred: h.cred, Writes: []metawire.FileWrite{w}}, &resp)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("client: flush %x: commit not done within %v of writing: %w", h.ino, MaxCommitDelay, metawire.ErrIO)
+		}
 		return err
 	}
 	if len(resp.Attrs) == 1 {

@@ -127,9 +127,13 @@ func (l *Log) ID() uint64 { return l.id }
 // size and returns their pointers. The blocks are durable only once Flush
 // returns nil (or their stripe filled and was written).
 func (l *Log) Append(ctx context.Context, data []byte) ([]layout.Pointer, error) {
-	ptrs := make([]layout.Pointer, 0, len(data)/l.pol.BlockSize+1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.appendLocked(ctx, data)
+}
+
+func (l *Log) appendLocked(ctx context.Context, data []byte) ([]layout.Pointer, error) {
+	ptrs := make([]layout.Pointer, 0, len(data)/l.pol.BlockSize+1)
 	for len(data) > 0 {
 		if !l.mu.open {
 			if err := l.openLocked(); err != nil {
@@ -157,6 +161,44 @@ func (l *Log) Append(ctx context.Context, data []byte) ([]layout.Pointer, error)
 		}
 	}
 	return ptrs, nil
+}
+
+// AppendBlock appends one block (at most the policy's block size) and
+// returns its single pointer: a block that does not fit in what is left
+// of the open stripe starts a new one rather than being split, since one
+// file block must stay one pointer (file flushes and the cleaner's
+// conditional deltas both rely on it).
+func (l *Log) AppendBlock(ctx context.Context, data []byte) (layout.Pointer, error) {
+	if len(data) == 0 || len(data) > l.pol.BlockSize {
+		return layout.Pointer{}, fmt.Errorf("client: log %016x: block of %d bytes (block size %d)", l.id, len(data), l.pol.BlockSize)
+	}
+	for {
+		ptrs, err := l.appendWhole(ctx, data)
+		if err != nil {
+			return layout.Pointer{}, err
+		}
+		if ptrs != nil { // at most one retry: a new stripe always fits a block
+			return ptrs[0], nil
+		}
+	}
+}
+
+// appendWhole appends data as one block if it fits the open stripe (or a
+// new one), checking and appending under one lock so no other writer's
+// block can slip in between; nil pointers with a nil error mean it did not
+// fit and the open stripe was sealed.
+func (l *Log) appendWhole(ctx context.Context, data []byte) ([]layout.Pointer, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.open && len(l.mu.buf)+len(data) > l.pol.StripeData() {
+		return nil, l.sealLocked(ctx)
+	}
+	if !l.mu.open {
+		if err := l.openLocked(); err != nil {
+			return nil, err
+		}
+	}
+	return l.appendLocked(ctx, data)
 }
 
 func (l *Log) openLocked() error {

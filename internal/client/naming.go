@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -46,6 +48,16 @@ func (m *StaticMapView) DefaultPolicy() string {
 func (m *StaticMapView) IslandAddr(bucket uint32) (string, bool) {
 	a, ok := m.Addrs[m.Table.Lookup(bucket)]
 	return a, ok
+}
+
+// IslandAddrs returns every island's address, sorted.
+func (m *StaticMapView) IslandAddrs() []string {
+	var out []string
+	for _, a := range m.Addrs {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
 }
 
 // FSConfig configures the naming and cache layers.
@@ -202,6 +214,14 @@ func (f *FS) cacheDentry(dir uint64, name string, ino uint64) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	f.cache.dentry[dentryKey{dir, name}] = cachedDentry{ino, time.Now().Add(f.cfg.AttrTTL)}
+}
+
+// forgetBlocks drops ino's cached block map: the cleaner moved blocks, or
+// a read found a stripe gone.
+func (f *FS) forgetBlocks(ino uint64) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	delete(f.cache.blocks, ino)
 }
 
 // Invalidate drops everything cached about ino (and, with a name, the

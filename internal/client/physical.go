@@ -147,3 +147,21 @@ func (c *Client) newestSeq(ctx context.Context, slot uint16, log uint64) (uint64
 	}
 	return nr.Seq, nr.Found, nil
 }
+
+// ScanSlot lists one page of every fragment a storage server holds, after
+// *after (nil: from the first), for the cleaner and repair.
+func (c *Client) ScanSlot(ctx context.Context, slot uint16, after *fragment.ID, limit int) (fragment.ScanResp, error) {
+	req := fragment.ScanReq{First: after == nil, Limit: uint32(limit)}
+	if after != nil {
+		req.After = *after
+	}
+	var r fragment.ScanResp
+	rep, err := c.call(ctx, slot, fragment.OpScan, &req, nil, nil)
+	if err != nil {
+		return r, fmt.Errorf("scan slot %d: %w", slot, err)
+	}
+	if err := fragment.Unmarshal(rep.Msg, &r); err != nil {
+		return r, fmt.Errorf("scan slot %d: reply: %w", slot, err)
+	}
+	return r, nil
+}

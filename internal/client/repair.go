@@ -218,3 +218,10 @@ func (c *Client) readContentFromAny(ctx context.Context, sid fragment.StripeID, 
 	}
 	return nil, fmt.Errorf("%w: no readable copy: %w", ErrUnrecoverable, errors.Join(errs...))
 }
+
+// RecreateFragment rebuilds fragment f of stripe sid (placed on slots)
+// from the others and writes it to its slot: a returning server's missing
+// fragment, or a replacement server taking over the slot.
+func (c *Client) RecreateFragment(ctx context.Context, sid fragment.StripeID, slots []uint16, f int) error {
+	return c.repairFragment(ctx, sid, slots, f, repairRecreate)
+}

@@ -128,6 +128,18 @@ func (v *View) IslandAddr(bucket uint32) (string, bool) {
 	return addr, ok && addr != ""
 }
 
+// IslandAddrs returns the address of every island in the map (the
+// cleaner asks each for its stripe counters and references).
+func (v *View) IslandAddrs() []string {
+	var out []string
+	for _, is := range v.Map().Islands {
+		if is.Addr != "" {
+			out = append(out, is.Addr)
+		}
+	}
+	return out
+}
+
 // StorageSlots returns every storage slot's address and the slots that
 // are not Up (so new stripes avoid them).
 func (v *View) StorageSlots() (slots []SlotInfo, down []uint16) {

@@ -10,15 +10,16 @@ import (
 
 // Storage RPC operations (the wire frame's op field).
 const (
-	OpPut    uint16 = 1 // PutReq + payload -> empty
-	OpAppend uint16 = 2 // IDReq + payload -> AppendResp
-	OpRead   uint16 = 3 // ReadReq -> ReadResp + payload (short only at end of fragment)
-	OpDelete uint16 = 4 // IDReq -> empty
-	OpInfo   uint16 = 5 // IDReq -> Info
-	OpList   uint16 = 6 // ListReq -> ListResp
-	OpNewest uint16 = 7 // LogReq -> NewestResp
-	OpVerify uint16 = 8 // IDReq -> VerifyResp
-	OpStat   uint16 = 9 // empty -> Stats
+	OpPut    uint16 = 1  // PutReq + payload -> empty
+	OpAppend uint16 = 2  // IDReq + payload -> AppendResp
+	OpRead   uint16 = 3  // ReadReq -> ReadResp + payload (short only at end of fragment)
+	OpDelete uint16 = 4  // IDReq -> empty
+	OpInfo   uint16 = 5  // IDReq -> Info
+	OpList   uint16 = 6  // ListReq -> ListResp
+	OpNewest uint16 = 7  // LogReq -> NewestResp
+	OpVerify uint16 = 8  // IDReq -> VerifyResp
+	OpStat   uint16 = 9  // empty -> Stats
+	OpScan   uint16 = 10 // ScanReq -> ScanResp (every fragment of the server, paged; for the cleaner and repair)
 )
 
 // Status codes of error responses, and the sentinels a client sees for them.
@@ -215,6 +216,53 @@ func (r *ListResp) Decode(d *wire.Dec) {
 		r.IDs[i] = decodeID(d)
 		r.Lengths[i] = d.U64()
 	}
+}
+
+// ScanReq asks for up to Limit fragments in (Log, Seq, Index) order,
+// starting after After unless First.
+type ScanReq struct {
+	First bool
+	After ID
+	Limit uint32
+}
+
+func (r *ScanReq) Encode(e *wire.Enc) {
+	e.Bool(r.First)
+	e.B = r.After.AppendBinary(e.B)
+	e.U32(r.Limit)
+}
+func (r *ScanReq) Decode(d *wire.Dec) { r.First = d.Bool(); r.After = decodeID(d); r.Limit = d.U32() }
+
+// ScanEntry is one fragment: its id, length and creation time.
+type ScanEntry struct {
+	ID      ID
+	Length  uint64
+	Created time.Time
+}
+
+// ScanResp is one page of a scan; More says a later page exists.
+type ScanResp struct {
+	Entries []ScanEntry
+	More    bool
+}
+
+func (r *ScanResp) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Entries)))
+	for _, x := range r.Entries {
+		e.B = x.ID.AppendBinary(e.B)
+		e.U64(x.Length)
+		e.I64(x.Created.UnixNano())
+	}
+	e.Bool(r.More)
+}
+
+func (r *ScanResp) Decode(d *wire.Dec) {
+	n := d.Count(EncodedLen + 16)
+	r.Entries = make([]ScanEntry, n)
+	for i := range r.Entries {
+		r.Entries[i] = ScanEntry{ID: decodeID(d), Length: d.U64(), Created: time.Unix(0, d.I64())}
+	}
+	r.More = d.Bool()
 }
 
 // LogReq names a client log.

@@ -362,6 +362,7 @@ func releaseBlocks(b *pebble.Batch, n *inode, first uint64, d *deltas) error {
 		if s, l, err := pointerStripe(p); err == nil {
 			d.addLive(s, -int64(l))
 			n.alloc -= min(n.alloc, uint64(l))
+			keys = append(keys, refKey(s, n.ino, blockIndex(it.Key())))
 		}
 		keys = append(keys, append([]byte(nil), it.Key()...))
 	}
@@ -415,6 +416,9 @@ func setBlock(b *pebble.Batch, n *inode, index uint64, p []byte, d *deltas) ([]b
 		if s, l, err := pointerStripe(old); err == nil {
 			d.addLive(s, -int64(l))
 			n.alloc -= min(n.alloc, uint64(l))
+			if err := b.Delete(refKey(s, n.ino, index), nil); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if len(p) == 0 {
@@ -429,6 +433,9 @@ func setBlock(b *pebble.Batch, n *inode, index uint64, p []byte, d *deltas) ([]b
 	}
 	d.addLive(s, int64(l))
 	n.alloc += uint64(l)
+	if err := b.Set(refKey(s, n.ino, index), nil, nil); err != nil {
+		return nil, err
+	}
 	return old, b.Set(key, encodeBytes(p), nil)
 }
 

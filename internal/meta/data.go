@@ -287,6 +287,75 @@ func (i *Island) statFS() (*metawire.StatFSResp, error) {
 	return &metawire.StatFSResp{Inodes: uint64(max(xs[0], 0)), Bytes: uint64(max(xs[1], 0))}, nil
 }
 
+// liveBytes returns one page of per-stripe live-byte counters.
+func (i *Island) liveBytes(r *metawire.LiveReq) (*metawire.LiveResp, error) {
+	p := globalKey(gLive)
+	lower := p
+	if !r.First {
+		lower = append(liveKey(fragment.StripeID{Log: r.AfterLog, Seq: r.AfterSeq}), 0)
+	}
+	limit := int(min(max(r.Limit, 1), 10000))
+	it, err := i.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	resp := &metawire.LiveResp{}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(p)+16 {
+			continue
+		}
+		if len(resp.Stripes) == limit {
+			resp.More = true
+			break
+		}
+		xs, err := decodeCounters(it.Value())
+		if err != nil || len(xs) != 1 {
+			return nil, fmt.Errorf("live bytes: %w", errCorrupt)
+		}
+		resp.Stripes = append(resp.Stripes, metawire.StripeLive{
+			Log: binary.BigEndian.Uint64(k[len(p):]), Seq: binary.BigEndian.Uint64(k[len(p)+8:]), Live: xs[0]})
+	}
+	return resp, it.Error()
+}
+
+// stripeRefs lists the blocks of this island pointing into a stripe, from
+// the reverse index kept beside the block records.
+func (i *Island) stripeRefs(r *metawire.RefsReq) (*metawire.RefsResp, error) {
+	p := stripeRefPrefix(fragment.StripeID{Log: r.Log, Seq: r.Seq})
+	it, err := i.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	resp := &metawire.RefsResp{}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(p)+16 {
+			continue
+		}
+		ino := namespace.Ino(binary.BigEndian.Uint64(k[len(p):]))
+		index := binary.BigEndian.Uint64(k[len(p)+8:])
+		v, ok, err := get(i.db, blockKey(ino, index))
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue // a stale index entry never hides a block; skip it
+		}
+		ptr, err := decodeBytes(v)
+		if err != nil {
+			return nil, fmt.Errorf("stripe refs: block %d of %v: %w", index, ino, err)
+		}
+		resp.Refs = append(resp.Refs, metawire.BlockRef{Ino: uint64(ino), Index: index, Ptr: ptr})
+		if len(resp.Refs) >= 1<<16 {
+			break // a stripe of up to 32 MiB shards holds far fewer blocks
+		}
+	}
+	return resp, it.Error()
+}
+
 // LiveBytes returns the live-byte count of every stripe this island's
 // block pointers reference (zero counts included), for the cleaner.
 func (i *Island) LiveBytes() (map[fragment.StripeID]int64, error) {

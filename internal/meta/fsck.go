@@ -103,6 +103,10 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 			if _, err := decodeCounters(v); err != nil {
 				problem(k, "counter: %v", err)
 			}
+		case gRef:
+			if len(k) != len(globalKey(gRef))+32 {
+				problem(k, "stripe reference: bad key length %d", len(k))
+			}
 		case gMeta:
 		default:
 			problem(k, "unknown island record")

@@ -30,6 +30,7 @@ const (
 	gPrepared = 'P'
 	gLive     = 'L'
 	gStats    = 'S'
+	gRef      = 'R'
 )
 
 const recordVersion = 1
@@ -74,6 +75,9 @@ func blockKey(ino namespace.Ino, index uint64) []byte {
 	return binary.BigEndian.AppendUint64(blockPrefix(ino), index)
 }
 
+// blockIndex returns the block index of a blockKey.
+func blockIndex(key []byte) uint64 { return binary.BigEndian.Uint64(key[len(key)-8:]) }
+
 func xattrPrefix(ino namespace.Ino) []byte {
 	return binary.BigEndian.AppendUint64(bucketPrefix(ino.Bucket(), tagXattr), uint64(ino))
 }
@@ -94,6 +98,19 @@ func preparedKey(tx metawire.TxID) []byte { return append(globalKey(gPrepared), 
 func liveKey(s fragment.StripeID) []byte {
 	k := binary.BigEndian.AppendUint64(globalKey(gLive), s.Log)
 	return binary.BigEndian.AppendUint64(k, s.Seq)
+}
+
+// stripeRefPrefix is the prefix of the reverse index of stripe s: one
+// empty-valued key per block pointing into it, so the cleaner finds the
+// blocks to move without scanning every file.
+func stripeRefPrefix(s fragment.StripeID) []byte {
+	k := binary.BigEndian.AppendUint64(globalKey(gRef), s.Log)
+	return binary.BigEndian.AppendUint64(k, s.Seq)
+}
+
+func refKey(s fragment.StripeID, ino namespace.Ino, index uint64) []byte {
+	k := binary.BigEndian.AppendUint64(stripeRefPrefix(s), uint64(ino))
+	return binary.BigEndian.AppendUint64(k, index)
 }
 
 // prefixEnd returns the smallest key above every key starting with p.

@@ -93,6 +93,10 @@ func (i *Island) Handle(ctx context.Context, op uint16, epoch uint64, msg []byte
 		return serve(msg, &metawire.CommitReq{}, func(r *metawire.CommitReq) (metawire.Message, error) { return i.commit(ctx, r) })
 	case metawire.OpClean:
 		return serve(msg, &metawire.CleanReq{}, func(r *metawire.CleanReq) (metawire.Message, error) { return i.clean(ctx, r) })
+	case metawire.OpLiveBytes:
+		return serve(msg, &metawire.LiveReq{}, func(r *metawire.LiveReq) (metawire.Message, error) { return i.liveBytes(r) })
+	case metawire.OpStripeRefs:
+		return serve(msg, &metawire.RefsReq{}, func(r *metawire.RefsReq) (metawire.Message, error) { return i.stripeRefs(r) })
 	case metawire.OpStatFS:
 		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) { return i.statFS() })
 	case metawire.OpAccess:

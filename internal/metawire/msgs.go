@@ -30,6 +30,8 @@ const (
 	OpClean       uint16 = 19 // CleanReq -> CleanResp
 	OpStatFS      uint16 = 20 // Empty -> StatFSResp
 	OpAccess      uint16 = 21 // AccessReq -> Empty
+	OpLiveBytes   uint16 = 22 // LiveReq -> LiveResp (one page of per-stripe live bytes, for the cleaner)
+	OpStripeRefs  uint16 = 23 // RefsReq -> RefsResp (the blocks pointing into one stripe)
 
 	OpPrepare uint16 = 64 // PrepareReq -> Empty (participant prepared)
 	OpDecide  uint16 = 65 // DecideReq -> Empty (commit or abort a prepared tx)
@@ -543,3 +545,90 @@ type StatFSResp struct {
 
 func (r *StatFSResp) Encode(e *wire.Enc) { e.U64(r.Inodes); e.U64(r.Bytes) }
 func (r *StatFSResp) Decode(d *wire.Dec) { r.Inodes, r.Bytes = d.U64(), d.U64() }
+
+// LiveReq asks for one page of an island's per-stripe live-byte counters,
+// in (Log, Seq) order, starting after (AfterLog, AfterSeq) unless First.
+type LiveReq struct {
+	First    bool
+	AfterLog uint64
+	AfterSeq uint64
+	Limit    uint32
+}
+
+func (r *LiveReq) Encode(e *wire.Enc) {
+	e.Bool(r.First)
+	e.U64(r.AfterLog)
+	e.U64(r.AfterSeq)
+	e.U32(r.Limit)
+}
+func (r *LiveReq) Decode(d *wire.Dec) {
+	r.First, r.AfterLog, r.AfterSeq, r.Limit = d.Bool(), d.U64(), d.U64(), d.U32()
+}
+
+// StripeLive is one stripe's live bytes in one island (0: every block it
+// held was overwritten, truncated or unlinked).
+type StripeLive struct {
+	Log, Seq uint64
+	Live     int64
+}
+
+// LiveResp is one page of live-byte counters; More says a later page exists.
+type LiveResp struct {
+	Stripes []StripeLive
+	More    bool
+}
+
+func (r *LiveResp) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Stripes)))
+	for _, s := range r.Stripes {
+		e.U64(s.Log)
+		e.U64(s.Seq)
+		e.I64(s.Live)
+	}
+	e.Bool(r.More)
+}
+
+func (r *LiveResp) Decode(d *wire.Dec) {
+	n := d.Count(24)
+	r.Stripes = make([]StripeLive, n)
+	for i := range r.Stripes {
+		r.Stripes[i] = StripeLive{Log: d.U64(), Seq: d.U64(), Live: d.I64()}
+	}
+	r.More = d.Bool()
+}
+
+// RefsReq asks which blocks of an island point into stripe (Log, Seq).
+type RefsReq struct{ Log, Seq uint64 }
+
+func (r *RefsReq) Encode(e *wire.Enc) { e.U64(r.Log); e.U64(r.Seq) }
+func (r *RefsReq) Decode(d *wire.Dec) { r.Log, r.Seq = d.U64(), d.U64() }
+
+// BlockRef is one block pointing into a stripe: block Index of Ino holds
+// the encoded pointer Ptr.
+type BlockRef struct {
+	Ino   uint64
+	Index uint64
+	Ptr   []byte
+}
+
+// RefsResp lists the blocks pointing into a stripe.
+type RefsResp struct{ Refs []BlockRef }
+
+func (r *RefsResp) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Refs)))
+	for _, b := range r.Refs {
+		e.U64(b.Ino)
+		e.U64(b.Index)
+		e.Bytes(b.Ptr)
+	}
+}
+
+func (r *RefsResp) Decode(d *wire.Dec) {
+	n := d.Count(17)
+	r.Refs = make([]BlockRef, n)
+	for i := range r.Refs {
+		b := &r.Refs[i]
+		b.Ino, b.Index = d.U64(), d.U64()
+		b.Ptr = append([]byte(nil), d.Bytes()...)
+	}
+}

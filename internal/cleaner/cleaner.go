@@ -1,0 +1,713 @@
+package cleaner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/faults"
+	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/metawire"
+)
+
+// Defaults.
+const (
+	DefaultGrace      = 10 * time.Minute
+	DefaultRate       = 64 << 20 // bytes copied per second
+	DefaultMaxLive    = 0.75
+	DefaultCopyBudget = 1 << 30
+	DefaultInterval   = 30 * time.Second
+	DefaultFreeBelow  = 0.2
+)
+
+// Failpoints, in the order a copy reaches them.
+const (
+	FailAfterCopy   = "cleaner.afterCopy"   // copies durable, no delta sent
+	FailAfterDeltas = "cleaner.afterDeltas" // deltas applied, old stripe not deleted
+	FailMidDelete   = "cleaner.midDelete"   // one fragment of the old stripe deleted
+)
+
+// ErrBadConfig is returned by Config.Validate.
+var ErrBadConfig = errors.New("cleaner: bad configuration")
+
+// Config configures a Cleaner.
+type Config struct {
+	Data *client.Client
+	FS   *client.FS
+	// Grace is the age below which no stripe is deleted: its writer may
+	// not have committed its blocks yet. It must exceed the clients'
+	// client.MaxCommitDelay by a wide margin. Default 10m.
+	Grace time.Duration
+	// Rate bounds the bytes copied per second (read plus written), so
+	// foreground work keeps most of the disks. Default 64 MiB/s.
+	Rate int64
+	// MaxLive is the highest live fraction of a stripe worth copying.
+	MaxLive float64
+	// CopyBudget bounds the live bytes one pass copies. Default 1 GiB.
+	CopyBudget int64
+	// Interval between passes of Run. Default 30s.
+	Interval time.Duration
+	// FreeBelow: Run copies (not only deletes) when any storage server's
+	// free fraction falls below it. Default 0.2.
+	FreeBelow float64
+	// RebuildAfter: Run drains a slot that has been unreachable this long
+	// (its data is rebuilt onto the others). 0 disables. A replacement
+	// server on the slot is filled by repair instead.
+	RebuildAfter time.Duration
+	// Parallel repairs and deletes. Default 8.
+	Parallel int
+	Faults   *faults.Set
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+// Validate checks the configuration and fills defaults.
+func (c *Config) Validate() error {
+	if c.Data == nil || c.FS == nil {
+		return fmt.Errorf("%w: Data and FS are required", ErrBadConfig)
+	}
+	if c.Grace < 0 || c.Rate < 0 || c.CopyBudget < 0 || c.Interval < 0 || c.RebuildAfter < 0 {
+		return fmt.Errorf("%w: negative duration or size", ErrBadConfig)
+	}
+	if c.MaxLive < 0 || c.MaxLive > 1 || c.FreeBelow < 0 || c.FreeBelow > 1 {
+		return fmt.Errorf("%w: fractions must be within 0..1", ErrBadConfig)
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.Rate == 0 {
+		c.Rate = DefaultRate
+	}
+	if c.MaxLive == 0 {
+		c.MaxLive = DefaultMaxLive
+	}
+	if c.CopyBudget == 0 {
+		c.CopyBudget = DefaultCopyBudget
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.FreeBelow == 0 {
+		c.FreeBelow = DefaultFreeBelow
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = 8
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// PassOptions selects the work of one pass.
+type PassOptions struct {
+	Copy   bool     // copy live data out of sparse stripes (cost-benefit)
+	Drain  []uint16 // move every live block off these slots
+	Repair bool     // rebuild missing fragments on reachable slots
+	// Progress, if set, is called as work advances (phase, done, total).
+	Progress func(phase string, done, total int)
+}
+
+// Report is what a pass found and did.
+type Report struct {
+	Stripes        int      `json:"stripes"`
+	Fragments      int      `json:"fragments"`
+	Bytes          int64    `json:"bytes"`      // on disk, all fragments found
+	LiveBytes      int64    `json:"live_bytes"` // summed over islands
+	Unreachable    []uint16 `json:"unreachable_slots,omitempty"`
+	DeletedStripes int      `json:"deleted_stripes"`
+	DeletedBytes   int64    `json:"deleted_bytes"`
+	CopiedStripes  int      `json:"copied_stripes"`
+	CopiedBytes    int64    `json:"copied_bytes"`
+	MovedBlocks    int      `json:"moved_blocks"`
+	RejectedBlocks int      `json:"rejected_blocks"` // a writer won: the copy is dead
+	Repaired       int      `json:"repaired_fragments"`
+	RepairFailed   int      `json:"repair_failed"`
+	RepairPending  int      `json:"repair_pending"` // missing on unreachable slots
+	DrainRemaining int      `json:"drain_remaining"`
+	Errors         []string `json:"errors,omitempty"`
+	Seconds        float64  `json:"seconds"`
+}
+
+// Cleaner runs passes. Passes are serialised; concurrent cleaners (a
+// manager's and an operator's `atoll clean`) are safe but waste work.
+type Cleaner struct {
+	cfg  Config
+	log  *slog.Logger
+	pass sync.Mutex
+
+	mu struct {
+		sync.Mutex
+		geom        map[fragment.StripeID]geom // committed stripes (immutable)
+		unreachable map[uint16]time.Time       // first seen unreachable
+		last        Report
+		running     string // phase of the pass in progress
+		done, total int
+		kick        chan struct{}
+	}
+}
+
+// New returns a Cleaner.
+func New(cfg Config) (*Cleaner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Cleaner{cfg: cfg, log: cfg.Logger}
+	c.mu.geom = map[fragment.StripeID]geom{}
+	c.mu.unreachable = map[uint16]time.Time{}
+	c.mu.kick = make(chan struct{}, 1)
+	return c, nil
+}
+
+// Status is the cleaner's progress for status displays and metrics.
+type Status struct {
+	Phase string  `json:"phase"` // "" when idle
+	Done  int     `json:"done"`
+	Total int     `json:"total"`
+	Last  *Report `json:"last,omitempty"`
+}
+
+// Status returns the pass in progress and the last pass's report.
+func (c *Cleaner) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last := c.mu.last
+	return Status{Phase: c.mu.running, Done: c.mu.done, Total: c.mu.total, Last: &last}
+}
+
+// Kick asks Run for a copying pass now.
+func (c *Cleaner) Kick() {
+	select {
+	case c.mu.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs passes every Interval until ctx is done: deletes and repairs
+// always, copies when space runs low or after Kick, drains slots
+// unreachable for RebuildAfter.
+func (c *Cleaner) Run(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	kicked := false
+	for {
+		opts := PassOptions{Repair: true, Copy: kicked || c.lowOnSpace(ctx)}
+		if c.cfg.RebuildAfter > 0 {
+			opts.Drain = c.longUnreachable()
+		}
+		rep, err := c.Pass(ctx, opts)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			c.log.Warn("cleaner: pass failed", "err", err)
+		} else if rep.DeletedStripes+rep.CopiedStripes+rep.Repaired > 0 || len(rep.Errors) > 0 {
+			c.log.Info("cleaner: pass", "deleted_stripes", rep.DeletedStripes, "deleted_bytes", rep.DeletedBytes,
+				"copied_stripes", rep.CopiedStripes, "copied_bytes", rep.CopiedBytes, "rejected", rep.RejectedBlocks,
+				"repaired", rep.Repaired, "errors", len(rep.Errors))
+		}
+		kicked = false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-c.mu.kick:
+			kicked = true
+		}
+	}
+}
+
+func (c *Cleaner) lowOnSpace(ctx context.Context) bool {
+	for _, s := range c.cfg.Data.Slots() {
+		st, err := c.cfg.Data.ServerStats(ctx, s.ID)
+		if err != nil || st.CapacityBytes == 0 {
+			continue
+		}
+		if float64(st.FreeBytes)/float64(st.CapacityBytes) < c.cfg.FreeBelow {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Cleaner) longUnreachable() []uint16 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []uint16
+	now := c.cfg.Now()
+	for s, t := range c.mu.unreachable {
+		if now.Sub(t) >= c.cfg.RebuildAfter {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func (c *Cleaner) phase(name string, done, total int, opts *PassOptions) {
+	c.mu.Lock()
+	c.mu.running, c.mu.done, c.mu.total = name, done, total
+	c.mu.Unlock()
+	if opts.Progress != nil {
+		opts.Progress(name, done, total)
+	}
+}
+
+// Pass runs one cleaning pass. Errors about single stripes are collected
+// in the report; the error return is for a pass that could not run.
+func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
+	c.pass.Lock()
+	defer c.pass.Unlock()
+	start := time.Now()
+	var rep Report
+	defer func() {
+		rep.Seconds = time.Since(start).Seconds()
+		c.mu.Lock()
+		c.mu.last, c.mu.running = rep, ""
+		c.mu.Unlock()
+	}()
+	c.phase("inventory", 0, 0, &opts)
+	stripes, err := c.inventory(ctx, &rep)
+	if err != nil {
+		return rep, err
+	}
+	live, err := c.cfg.FS.LiveBytes(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("cleaner: %w", err)
+	}
+	list := make([]Stripe, 0, len(stripes))
+	for id, s := range stripes {
+		s.Live = live[id]
+		rep.LiveBytes += max(s.Live, 0)
+		if s.Live > 0 {
+			g, err := c.geometry(ctx, id)
+			if err != nil {
+				if ctx.Err() != nil {
+					return rep, ctx.Err()
+				}
+				rep.Errors = append(rep.Errors, err.Error())
+			} else if g.slots != nil {
+				s.K, s.M = g.k, g.m
+			}
+		}
+		list = append(list, *s)
+	}
+	sort.Slice(list, func(i, j int) bool { return less(list[i].ID, list[j].ID) })
+	rep.Stripes = len(list)
+	budget := int64(0)
+	if opts.Copy {
+		budget = c.cfg.CopyBudget
+	}
+	dead, copies := Plan(list, PlanConfig{Now: c.cfg.Now(), Grace: c.cfg.Grace, MaxLive: c.cfg.MaxLive, CopyBudget: budget})
+
+	// 1. Stripes nobody points into.
+	for i, id := range dead {
+		c.phase("delete", i, len(dead), &opts)
+		if err := c.deleteIfUnreferenced(ctx, stripes[id], &rep); err != nil {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			rep.Errors = append(rep.Errors, err.Error())
+		}
+	}
+
+	// 2. Repair, drain and copy work on committed stripes.
+	drain := map[uint16]bool{}
+	for _, s := range opts.Drain {
+		drain[s] = true
+		c.cfg.Data.SetDown(s, true) // new stripes avoid it
+	}
+	var repairs []repairJob
+	var drains []fragment.StripeID
+	for _, s := range list {
+		if s.Live <= 0 {
+			continue
+		}
+		c.mu.Lock()
+		slots := c.mu.geom[s.ID].slots
+		c.mu.Unlock()
+		if slots == nil {
+			continue // no readable pointer, or its last reference went away
+		}
+		onDrained := false
+		for _, sl := range slots {
+			onDrained = onDrained || drain[sl]
+		}
+		if onDrained {
+			drains = append(drains, s.ID)
+			continue // moving it is its repair
+		}
+		if opts.Repair {
+			have := map[uint16]bool{}
+			for _, f := range s.Frags {
+				have[f.Index] = true
+			}
+			for i, sl := range slots {
+				if have[uint16(i)] {
+					continue
+				}
+				if unreachable(rep.Unreachable, sl) {
+					rep.RepairPending++
+					continue
+				}
+				repairs = append(repairs, repairJob{s.ID, slots, i})
+			}
+		}
+	}
+	c.repair(ctx, repairs, &rep, &opts)
+
+	// 3. Drains, then cost-benefit copies, in batches that fill whole
+	// stripes of the cleaner's log (a sync per stripe moved would write
+	// short stripes, as sparse as the ones being cleaned).
+	isDrain := map[fragment.StripeID]bool{}
+	for _, id := range drains {
+		isDrain[id] = true
+	}
+	work := append(drains, copies...)
+	seen := map[fragment.StripeID]bool{}
+	var batch []*Stripe
+	var batchLive int64
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := c.relocate(ctx, batch, &rep)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			rep.Errors = append(rep.Errors, err.Error())
+			for _, s := range batch {
+				if isDrain[s.ID] {
+					rep.DrainRemaining++
+				}
+			}
+		}
+		batch, batchLive = batch[:0], 0
+		return nil
+	}
+	for i, id := range work {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		c.phase("copy", i, len(work), &opts)
+		s := stripes[id]
+		batch = append(batch, s)
+		batchLive += s.Live
+		if batchLive >= batchBytes {
+			if err := flush(); err != nil {
+				return rep, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// batchBytes is how much live data one relocation batch moves before its
+// copies are synced and its deltas sent.
+const batchBytes = 32 << 20
+
+func unreachable(list []uint16, s uint16) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// inventory lists every fragment of every reachable slot.
+func (c *Cleaner) inventory(ctx context.Context, rep *Report) (map[fragment.StripeID]*Stripe, error) {
+	stripes := map[fragment.StripeID]*Stripe{}
+	now := c.cfg.Now()
+	reached := 0
+	for _, sl := range c.cfg.Data.Slots() {
+		var after *fragment.ID
+		ok := true
+		var found []fragment.ScanEntry
+		for {
+			page, err := c.cfg.Data.ScanSlot(ctx, sl.ID, after, 5000)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				c.log.Debug("cleaner: slot unreachable", "slot", sl.ID, "err", err)
+				ok = false
+				break
+			}
+			found = append(found, page.Entries...)
+			if !page.More || len(page.Entries) == 0 {
+				break
+			}
+			last := page.Entries[len(page.Entries)-1].ID
+			after = &last
+		}
+		c.mu.Lock()
+		if !ok {
+			if _, seen := c.mu.unreachable[sl.ID]; !seen {
+				c.mu.unreachable[sl.ID] = now
+			}
+		} else {
+			delete(c.mu.unreachable, sl.ID)
+		}
+		c.mu.Unlock()
+		if !ok {
+			rep.Unreachable = append(rep.Unreachable, sl.ID)
+			continue
+		}
+		reached++
+		for _, e := range found {
+			sid := e.ID.Stripe()
+			s := stripes[sid]
+			if s == nil {
+				s = &Stripe{ID: sid, Created: e.Created}
+				stripes[sid] = s
+			}
+			if e.Created.Before(s.Created) {
+				s.Created = e.Created
+			}
+			s.Bytes += int64(e.Length)
+			s.Frags = append(s.Frags, Frag{Slot: sl.ID, Index: e.ID.Index, Length: int64(e.Length)})
+			rep.Fragments++
+			rep.Bytes += int64(e.Length)
+		}
+	}
+	if reached == 0 {
+		return nil, fmt.Errorf("cleaner: no storage server reachable: %w", fragment.ErrUnavailable)
+	}
+	return stripes, nil
+}
+
+// geom is a committed stripe's placement and redundancy.
+type geom struct {
+	slots []uint16 // slots[i] holds fragment i
+	k, m  int
+}
+
+// geometry returns where a committed stripe's fragments live and its K+M,
+// from a pointer into it (cached: stripes never change). A zero geom
+// means nothing points into it any more.
+func (c *Cleaner) geometry(ctx context.Context, sid fragment.StripeID) (geom, error) {
+	c.mu.Lock()
+	g, ok := c.mu.geom[sid]
+	c.mu.Unlock()
+	if ok {
+		return g, nil
+	}
+	refs, err := c.cfg.FS.StripeRefs(ctx, sid)
+	if err != nil {
+		return geom{}, fmt.Errorf("cleaner: %w", err)
+	}
+	for _, r := range refs {
+		p, _, err := layout.DecodePointer(r.Ptr)
+		if err != nil || p.Stripe != sid {
+			continue
+		}
+		g := geom{slots: p.Slots, k: int(p.K), m: int(p.M)}
+		c.mu.Lock()
+		c.mu.geom[sid] = g
+		c.mu.Unlock()
+		return g, nil
+	}
+	return geom{}, nil
+}
+
+// deleteIfUnreferenced deletes a stripe's fragments after checking, right
+// before, that no island points into it.
+func (c *Cleaner) deleteIfUnreferenced(ctx context.Context, s *Stripe, rep *Report) error {
+	refs, err := c.cfg.FS.StripeRefs(ctx, s.ID)
+	if err != nil {
+		return fmt.Errorf("cleaner: delete %s: %w", s.ID, err)
+	}
+	if len(refs) > 0 {
+		return nil // referenced after all (counters read earlier)
+	}
+	var errs []error
+	for i, f := range s.Frags {
+		if i == 1 {
+			if err := c.cfg.Faults.Hit(FailMidDelete); err != nil {
+				return err
+			}
+		}
+		err := c.cfg.Data.DeleteFragment(ctx, f.Slot, s.ID.Fragment(int(f.Index)))
+		if err != nil && !errors.Is(err, fragment.ErrNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		rep.DeletedBytes += f.Length
+	}
+	c.mu.Lock()
+	delete(c.mu.geom, s.ID)
+	c.mu.Unlock()
+	if len(errs) > 0 {
+		return fmt.Errorf("cleaner: delete %s: %w", s.ID, errors.Join(errs...))
+	}
+	rep.DeletedStripes++
+	return nil
+}
+
+type repairJob struct {
+	sid   fragment.StripeID
+	slots []uint16
+	frag  int
+}
+
+func (c *Cleaner) repair(ctx context.Context, jobs []repairJob, rep *Report, opts *PassOptions) {
+	if len(jobs) == 0 {
+		return
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan repairJob)
+	done := 0
+	for w := 0; w < c.cfg.Parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				err := c.cfg.Data.RecreateFragment(ctx, j.sid, j.slots, j.frag)
+				mu.Lock()
+				done++
+				if err != nil {
+					rep.RepairFailed++
+					rep.Errors = append(rep.Errors, err.Error())
+				} else {
+					rep.Repaired++
+				}
+				c.phase("repair", done, len(jobs), opts)
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+}
+
+// relocate copies every live block of a batch of stripes into the
+// cleaner's log, makes the copies durable, commits conditional deltas,
+// and deletes each stripe once nothing points into it.
+func (c *Cleaner) relocate(ctx context.Context, batch []*Stripe, rep *Report) error {
+	type pending struct {
+		log  *client.Log
+		ptrs []layout.Pointer
+	}
+	logs := map[*client.Log]*pending{}
+	var deltas []metawire.CleanDelta
+	var copied int64
+	for _, s := range batch {
+		refs, err := c.cfg.FS.StripeRefs(ctx, s.ID)
+		if err != nil {
+			return fmt.Errorf("cleaner: copy %s: %w", s.ID, err)
+		}
+		for _, r := range refs {
+			p, rest, err := layout.DecodePointer(r.Ptr)
+			if err != nil || len(rest) != 0 || p.Stripe != s.ID {
+				continue
+			}
+			buf := make([]byte, p.Length)
+			if err := c.cfg.Data.Read(ctx, &p, buf); err != nil {
+				return fmt.Errorf("cleaner: copy %s: block %d of inode %x: %w", s.ID, r.Index, r.Ino, err)
+			}
+			l, err := c.cfg.Data.Log(ctx, copyPolicy(&p))
+			if err != nil {
+				return fmt.Errorf("cleaner: copy %s: %w", s.ID, err)
+			}
+			ptr, err := l.AppendBlock(ctx, buf)
+			if err != nil {
+				return fmt.Errorf("cleaner: copy %s: %w", s.ID, err)
+			}
+			ptrs := []layout.Pointer{ptr}
+			pd := logs[l]
+			if pd == nil {
+				pd = &pending{log: l}
+				logs[l] = pd
+			}
+			pd.ptrs = append(pd.ptrs, ptrs[0])
+			deltas = append(deltas, metawire.CleanDelta{Ino: r.Ino, Index: r.Index, Old: r.Ptr, New: ptrs[0].AppendBinary(nil)})
+			copied += int64(len(buf))
+			if err := c.throttle(ctx, 2*int64(len(buf))); err != nil {
+				return err
+			}
+		}
+	}
+	for _, pd := range logs {
+		if err := pd.log.Sync(ctx, pd.ptrs); err != nil {
+			return fmt.Errorf("cleaner: copy: %w", err)
+		}
+	}
+	if err := c.cfg.Faults.Hit(FailAfterCopy); err != nil {
+		return err
+	}
+	if len(deltas) > 0 {
+		applied, err := c.cfg.FS.Clean(ctx, deltas)
+		if err != nil {
+			return fmt.Errorf("cleaner: copy: %w", err)
+		}
+		for _, a := range applied {
+			if a {
+				rep.MovedBlocks++
+			} else {
+				rep.RejectedBlocks++
+			}
+		}
+	}
+	rep.CopiedStripes += len(batch)
+	rep.CopiedBytes += copied
+	if err := c.cfg.Faults.Hit(FailAfterDeltas); err != nil {
+		return err
+	}
+	var errs []error
+	for _, s := range batch {
+		if err := c.deleteIfUnreferenced(ctx, s, rep); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// copyPolicy is the policy of the cleaner's log for a block: the same
+// redundancy and shard size as its stripe, with blocks as large as a
+// fragment so every block stays one pointer.
+func copyPolicy(p *layout.Pointer) layout.Policy {
+	pol := p.Policy()
+	if fs := int(p.Shard); fs >= layout.MinFragmentSize && fs <= layout.MaxFragmentSize {
+		pol.FragmentSize = fs
+	}
+	pol.BlockSize = pol.FragmentSize
+	return pol
+}
+
+// throttle sleeps so that copying stays within Rate bytes per second.
+func (c *Cleaner) throttle(ctx context.Context, n int64) error {
+	d := time.Duration(float64(n) / float64(c.cfg.Rate) * float64(time.Second))
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

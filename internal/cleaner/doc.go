@@ -1,0 +1,32 @@
+// Package cleaner gives the striped log its space back and keeps its
+// stripes whole: Zebra's stripe cleaner (§3.4, §4.5–4.6) plus the repair
+// and drain jobs, which reuse its inventory and its copy path.
+//
+// A pass works from two durable sources only, so a cleaner killed at any
+// point simply starts over and finishes on its next pass:
+//
+//   - the inventory: every fragment every reachable storage server holds
+//     (fragment.OpScan), grouped into stripes with their creation time;
+//   - the islands' per-stripe live-byte counters and their reverse index
+//     stripe -> blocks (metawire.OpLiveBytes, OpStripeRefs), written in the
+//     same batch as the block pointers they describe.
+//
+// Invariants:
+//
+//   - A stripe is deleted only when no island has a block pointing into it
+//     (its reverse index is empty, checked right before the delete) and it
+//     is older than Grace. The age rule protects stripes whose writer has
+//     not committed yet: a client commits within MaxCommitDelay of writing
+//     (client.FSConfig), and Grace is far longer. Stripes whose writer died
+//     before committing are deleted once Grace has passed.
+//   - Live blocks move by copy plus a conditional cleaner delta: the copy
+//     is appended to the cleaner's own log and made durable, then an island
+//     replaces the block's pointer only if it still holds the old one. A
+//     rejected delta means a writer got there first; the copy is dead and
+//     its stripe's live count never rose, so accounting stays exact.
+//   - Repair never changes pointers: a missing fragment is rebuilt from the
+//     others onto the slot the pointer names (slots are stable identities;
+//     a replacement server takes over the slot of the one it replaces).
+//   - Drain moves every live block with a fragment on the drained slot
+//     into new stripes that avoid it, through the same copy path.
+package cleaner

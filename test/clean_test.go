@@ -1,0 +1,355 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/cleaner"
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/faults"
+	"github.com/atoll-fs/atoll/internal/fsck"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+func newCleaner(t *testing.T, fs *client.FS, mod func(*cleaner.Config)) *cleaner.Cleaner {
+	t.Helper()
+	cfg := cleaner.Config{Data: fs.Data(), FS: fs, Grace: time.Nanosecond, Rate: 1 << 40, Logger: quietLogger()}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := cleaner.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// diskBytes is the sum of every fragment's length on every server.
+func (fc *fsCluster) diskBytes(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	for _, s := range fc.storage {
+		infos, err := s.srv.Store().ListAll(context.Background(), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range infos {
+			n += in.Length
+		}
+	}
+	return n
+}
+
+// checkFsck runs the cluster-wide check, leaving out slots that are gone.
+func (fc *fsCluster) checkFsck(t *testing.T, gone ...uint16) {
+	t.Helper()
+	m := fc.clusterMap()
+	m.Storage = slices.DeleteFunc(m.Storage, func(s cluster.Storage) bool { return slices.Contains(gone, s.Slot) })
+	rep, err := fsck.Run(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() {
+		t.Fatalf("fsck: %v", rep.Problems())
+	}
+}
+
+func checkFiles(t *testing.T, fs *client.FS, want map[string][]byte) {
+	t.Helper()
+	for p, w := range want {
+		got, err := fs.ReadFile(context.Background(), root, p)
+		if err != nil {
+			t.Fatalf("read %s: %v", p, err)
+		}
+		if !bytes.Equal(got, w) {
+			t.Fatalf("%s: read %d bytes that differ from the %d written", p, len(got), len(w))
+		}
+	}
+}
+
+// Overwrites and deletes leave dead and half-dead stripes; after a pass
+// the disk holds the live data plus its parity (within 10%), every file
+// reads back exactly and fsck is clean.
+func TestCleanerReclaimsOverwrittenAndDeletedSpace(t *testing.T) {
+	fc := startFSCluster(t, 5, 3)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	r := newRand(61)
+	want := map[string][]byte{}
+	for i := 0; i < 24; i++ {
+		p := fmt.Sprintf("/f%02d", i)
+		want[p] = randBytes(r, 300<<10+r.IntN(400<<10))
+		if err := fs.WriteFile(ctx, root, p, want[p], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := 0; round < 2; round++ {
+		for i := 0; i < 24; i += 2 {
+			p := fmt.Sprintf("/f%02d", i)
+			want[p] = randBytes(r, 300<<10+r.IntN(400<<10))
+			if err := fs.WriteFile(ctx, root, p, want[p], 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := 1; i < 24; i += 4 {
+		p := fmt.Sprintf("/f%02d", i)
+		if err := fs.Unlink(ctx, root, uint64(namespace.RootIno), p[1:]); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, p)
+	}
+	var live int64
+	for _, w := range want {
+		live += int64(len(w))
+	}
+	before := fc.diskBytes(t)
+	c := newCleaner(t, fs, nil)
+	rep, err := c.Pass(ctx, cleaner.PassOptions{Copy: true, Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := fc.diskBytes(t)
+	t.Logf("live %d B, disk before %d B, after %d B; %+v", live, before, after, rep)
+	if len(rep.Errors) > 0 {
+		t.Fatalf("pass errors: %v", rep.Errors)
+	}
+	if rep.DeletedStripes == 0 || rep.CopiedStripes == 0 {
+		t.Fatalf("nothing deleted or copied: %+v", rep)
+	}
+	// ec:4+1 stores 5/4 of the data.
+	if limit := live * 5 / 4 * 110 / 100; after > limit {
+		t.Fatalf("disk holds %d B after cleaning; live data with parity is %d B (limit %d)", after, live*5/4, limit)
+	}
+	checkFiles(t, fs, want)
+	fc.checkFsck(t)
+	// A fresh client (no cached maps) reads the moved blocks too, and a
+	// client whose cached block maps point into deleted stripes refetches.
+	checkFiles(t, fc.newFS(t), want)
+
+	// A second pass finds nothing more to delete.
+	rep2, err := c.Pass(ctx, cleaner.PassOptions{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep2.RepairFailed > 0 || len(rep2.Errors) > 0 {
+		t.Fatalf("second pass: %+v", rep2)
+	}
+}
+
+// A client holding a cached block map into a stripe the cleaner moved and
+// deleted still reads the right bytes: the read fails, the map is fetched
+// again, and the read retried.
+func TestCleanerStaleMapRefetched(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	reader := fc.newFS(t)
+	ctx := context.Background()
+	data := randBytes(newRand(62), 900<<10)
+	if err := fs.WriteFile(ctx, root, "/a", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := reader.OpenPath(ctx, root, "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	if _, err := fh.ReadAt(ctx, buf, 0); err != nil { // caches the block map
+		t.Fatal(err)
+	}
+	c := newCleaner(t, fs, func(c *cleaner.Config) { c.MaxLive = 1 })
+	rep, err := c.Pass(ctx, cleaner.PassOptions{Copy: true})
+	if err != nil || rep.MovedBlocks == 0 || rep.DeletedStripes == 0 {
+		t.Fatalf("pass: %+v %v", rep, err)
+	}
+	got := make([]byte, len(data))
+	if n, err := fh.ReadAt(ctx, got, 0); err != nil || n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("read after cleaning through a stale map: n=%d err=%v equal=%v", n, err, bytes.Equal(got, data))
+	}
+}
+
+// A writer racing the cleaner on the same blocks always wins: the
+// cleaner's deltas name the old pointers and are rejected once the writer
+// committed.
+func TestCleanerWriterWins(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	r := newRand(63)
+	const files = 4
+	var mu sync.Mutex
+	want := map[string][]byte{}
+	for i := 0; i < files; i++ {
+		p := fmt.Sprintf("/w%d", i)
+		want[p] = randBytes(r, 512<<10)
+		if err := fs.WriteFile(ctx, root, p, want[p], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fset := faults.New()
+	// Widen the window between copying and sending deltas.
+	fset.Enable(cleaner.FailAfterCopy, faults.Action{Kind: faults.Sleep, Sleep: 150 * time.Millisecond})
+	c := newCleaner(t, fs, func(c *cleaner.Config) { c.MaxLive = 1; c.Faults = fset; c.Grace = 500 * time.Millisecond })
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var rejected, moved int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rep, err := c.Pass(ctx, cleaner.PassOptions{Copy: true})
+			if err != nil {
+				t.Errorf("pass: %v", err)
+				return
+			}
+			mu.Lock()
+			rejected += rep.RejectedBlocks
+			moved += rep.MovedBlocks
+			mu.Unlock()
+		}
+	}()
+	wr := newRand(64)
+	for round := 0; round < 12; round++ {
+		for i := 0; i < files; i++ {
+			p := fmt.Sprintf("/w%d", i)
+			data := randBytes(wr, 512<<10)
+			fh, err := fs.OpenPath(ctx, root, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Overwrite in place, block by block, so old and new pointers
+			// differ only where the writer wrote.
+			if _, err := fh.WriteAt(ctx, data, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := fh.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			want[p] = data
+			mu.Unlock()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("cleaner moved %d blocks, %d deltas rejected", moved, rejected)
+	checkFiles(t, fs, want)
+	checkFiles(t, fc.newFS(t), want)
+	fc.checkFsck(t)
+}
+
+// A dead server replaced by an empty one on the same slot gets every
+// fragment rebuilt; afterwards a different server can die and everything
+// still reads.
+func TestCleanerRebuildsReplacement(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	r := newRand(65)
+	want := map[string][]byte{}
+	for i := 0; i < 12; i++ {
+		p := fmt.Sprintf("/r%02d", i)
+		want[p] = randBytes(r, 200<<10+r.IntN(600<<10))
+		if err := fs.WriteFile(ctx, root, p, want[p], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead := fc.storage[2]
+	held, err := dead.srv.Store().ListAll(ctx, nil, 0)
+	if err != nil || len(held) == 0 {
+		t.Fatalf("slot 2 holds %d fragments (%v)", len(held), err)
+	}
+	dead.stop()
+	if err := os.RemoveAll(dead.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dead.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dead.start() // the replacement: an empty store taking over slot 2
+	c := newCleaner(t, fs, nil)
+	rep, err := c.Pass(ctx, cleaner.PassOptions{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", rep)
+	if rep.Repaired != len(held) || rep.RepairFailed != 0 {
+		t.Fatalf("repaired %d of %d fragments (%d failed): %v", rep.Repaired, len(held), rep.RepairFailed, rep.Errors)
+	}
+	now, err := dead.srv.Store().ListAll(ctx, nil, 0)
+	if err != nil || len(now) != len(held) {
+		t.Fatalf("replacement holds %d fragments, want %d (%v)", len(now), len(held), err)
+	}
+	fc.storage[0].stop()
+	checkFiles(t, fc.newFS(t), want)
+}
+
+// Draining a slot while files are written: nothing is lost and the
+// drained server ends with no fragments.
+func TestCleanerDrain(t *testing.T) {
+	fc := startFSCluster(t, 6, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	r := newRand(66)
+	want := map[string][]byte{}
+	for i := 0; i < 10; i++ {
+		p := fmt.Sprintf("/d%02d", i)
+		want[p] = randBytes(r, 300<<10+r.IntN(300<<10))
+		if err := fs.WriteFile(ctx, root, p, want[p], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const drained = 3
+	// The writer learns of the drain as a map update would tell it.
+	fs.Data().SetDown(drained, true)
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wr := newRand(67)
+		for i := 0; i < 10; i++ {
+			p := fmt.Sprintf("/n%02d", i)
+			data := randBytes(wr, 200<<10)
+			if err := fs.WriteFile(ctx, root, p, data, 0o644); err != nil {
+				t.Errorf("write %s: %v", p, err)
+				return
+			}
+			mu.Lock()
+			want[p] = data
+			mu.Unlock()
+		}
+	}()
+	c := newCleaner(t, fs, nil)
+	rep, err := c.Pass(ctx, cleaner.PassOptions{Drain: []uint16{drained}, Repair: true})
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", rep)
+	if rep.DrainRemaining != 0 || len(rep.Errors) > 0 {
+		t.Fatalf("drain incomplete: %+v", rep)
+	}
+	left, err := fc.storage[drained].srv.Store().ListAll(ctx, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("drained slot still holds %d fragments, first %s", len(left), left[0].ID)
+	}
+	fc.storage[drained].stop()
+	checkFiles(t, fc.newFS(t), want)
+	fc.checkFsck(t, drained)
+}
