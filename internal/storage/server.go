@@ -248,6 +248,29 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 			r.Lengths = append(r.Lengths, uint64(in.Length))
 		}
 		return wire.Response{Msg: fragment.Marshal(&r)}, nil
+	case fragment.OpScan:
+		var m fragment.ScanReq
+		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		limit := int(min(max(m.Limit, 1), 10000))
+		var after *fragment.ID
+		if !m.First {
+			after = &m.After
+		}
+		infos, err := s.store.ListAll(ctx, after, limit+1)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		var r fragment.ScanResp
+		if len(infos) > limit {
+			infos, r.More = infos[:limit], true
+		}
+		r.Entries = make([]fragment.ScanEntry, len(infos))
+		for i, in := range infos {
+			r.Entries[i] = fragment.ScanEntry{ID: in.ID, Length: uint64(in.Length), Created: in.Created}
+		}
+		return wire.Response{Msg: fragment.Marshal(&r)}, nil
 	case fragment.OpNewest:
 		var m fragment.LogReq
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
