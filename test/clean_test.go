@@ -3,16 +3,23 @@ package test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fsck"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -352,4 +359,115 @@ func TestCleanerDrain(t *testing.T) {
 	fc.storage[drained].stop()
 	checkFiles(t, fc.newFS(t), want)
 	fc.checkFsck(t, drained)
+}
+
+// kill -9 the cleaner (`atoll clean` as a child process) at each of its
+// failpoints in the middle of cleaning: afterwards nothing is lost, fsck
+// is clean, and the next pass finishes the work.
+func TestCleanerKill9AtFailpoints(t *testing.T) {
+	exe := atoll(t)
+	dir := t.TempDir()
+	const nStorage, nIslands = 5, 2
+	base := freeBase(t, nStorage+nIslands+2)
+	dev, err := devcluster.New(devcluster.Config{
+		DataDir: filepath.Join(dir, "cluster"), Storage: nStorage, Islands: nIslands, Exe: exe, LogLevel: "warn",
+		ManagerListen: fmt.Sprintf("127.0.0.1:%d", base),
+		StorageListen: fmt.Sprintf("127.0.0.1:%d", base+2),
+		IslandListen:  fmt.Sprintf("127.0.0.1:%d", base+2+nStorage),
+		Out:           os.Stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	ctx := context.Background()
+	cl, err := dev.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	conn, err := connect.Dial(ctx, []string{cl.Manager}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fs := conn.FS
+	r := newRand(71)
+	want := map[string][]byte{}
+	churn := func(n int) {
+		for i := 0; i < n; i++ {
+			p := fmt.Sprintf("/k%02d", r.IntN(40))
+			want[p] = randBytes(r, 100<<10+r.IntN(500<<10))
+			if err := fs.WriteFile(ctx, root, p, want[p], 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	churn(80)
+	check := func(when string) {
+		t.Helper()
+		fresh, err := connect.Dial(ctx, []string{cl.Manager}, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fresh.Close()
+		checkFiles(t, fresh.FS, want)
+		rep, err := fsck.Run(ctx, fresh.View.Map())
+		if err != nil {
+			t.Fatalf("%s: fsck: %v", when, err)
+		}
+		if !rep.Clean() {
+			t.Fatalf("%s: fsck: %v", when, rep.Problems())
+		}
+	}
+	clean := func(env ...string) ([]byte, error) {
+		args := []string{"clean", "--cluster", cl.Manager, "--grace", "1ns", "--json", "--log-level", "warn"}
+		if len(env) > 0 {
+			args = append(args, "--copy", "--max-live", "1") // every live stripe is copied: each failpoint is reached
+		} else {
+			args = append(args, "--copy")
+		}
+		cmd := exec.Command(exe, args...)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stderr = os.Stderr
+		return cmd.Output()
+	}
+	for _, fp := range []string{cleaner.FailAfterCopy, cleaner.FailAfterDeltas, cleaner.FailMidDelete} {
+		_, err := clean("ATOLL_FAILPOINTS=" + fp + "=crash")
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("%s: atoll clean did not die by SIGKILL: %v", fp, err)
+		}
+		check("after kill at " + fp)
+		churn(10)
+	}
+	out, err := clean()
+	if err != nil {
+		t.Fatalf("clean after the crashes: %v\n%s", err, out)
+	}
+	var rep cleaner.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("report %q: %v", out, err)
+	}
+	if rep.DeletedStripes == 0 || rep.MovedBlocks == 0 {
+		t.Fatalf("final pass did nothing: %s", out)
+	}
+	check("after the final pass")
+	// Everything the crashed passes left behind is gone: the disk holds
+	// the live data and its parity, within 10% (the inventory of a pass
+	// shows the disk as the previous pass left it).
+	out, err = clean()
+	if err != nil {
+		t.Fatalf("second clean: %v\n%s", err, out)
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var live int64
+	for _, w := range want {
+		live += int64(len(w))
+	}
+	if rep.Bytes > live*5/4*110/100 {
+		t.Fatalf("disk holds %d B for %d B of live data (ec:4+1): %s", rep.Bytes, live, out)
+	}
 }

@@ -62,6 +62,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newNFSCmd(g))
 	root.AddCommand(newMountCmd(g))
 	root.AddCommand(newFsckCmd(g), newLsCmd(g), newCpCmd(g), newPolicyCmd(g), newDfCmd(g))
+	root.AddCommand(newCleanCmd(g), newDrainCmd(g))
 	return root
 }
 

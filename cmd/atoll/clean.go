@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/cleaner"
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/faults"
+)
+
+// cleanFlags are the cleaner settings shared by `atoll clean`, `atoll
+// drain` and the manager's background cleaner.
+type cleanFlags struct {
+	grace    time.Duration
+	rate     int64
+	maxLive  float64
+	budget   int64
+	parallel int
+}
+
+func (f *cleanFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.DurationVar(&f.grace, "grace", cleaner.DefaultGrace, "never delete stripes younger than this (writers may not have committed yet)")
+	fl.Int64Var(&f.rate, "rate", cleaner.DefaultRate, "bytes copied per second at most")
+	fl.Float64Var(&f.maxLive, "max-live", cleaner.DefaultMaxLive, "copy stripes whose useful fraction is at most this")
+	fl.Int64Var(&f.budget, "budget", cleaner.DefaultCopyBudget, "live bytes to copy in one pass at most")
+	fl.IntVar(&f.parallel, "parallel", 8, "fragments repaired at once")
+}
+
+func (f *cleanFlags) config(conn *connect.Conn, g *globalFlags) (cleaner.Config, error) {
+	log, err := g.logger()
+	if err != nil {
+		return cleaner.Config{}, err
+	}
+	fs, err := faults.FromEnv()
+	if err != nil {
+		return cleaner.Config{}, err
+	}
+	return cleaner.Config{Data: conn.Data, FS: conn.FS, Grace: f.grace, Rate: f.rate, MaxLive: f.maxLive,
+		CopyBudget: f.budget, Parallel: f.parallel, Faults: fs, Logger: log}, nil
+}
+
+// passProgress draws a progress bar per phase of a pass on stderr.
+func passProgress(quiet bool) func(string, int, int) {
+	if quiet {
+		return nil
+	}
+	var bar *progressbar.ProgressBar
+	var cur string
+	return func(phase string, done, total int) {
+		if total <= 0 {
+			return
+		}
+		if phase != cur || bar == nil {
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			cur = phase
+			bar = progressbar.NewOptions(total, progressbar.OptionSetDescription(phase),
+				progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+		}
+		_ = bar.Set(done)
+	}
+}
+
+func printReport(rep cleaner.Report, asJSON bool) {
+	if asJSON {
+		b, _ := json.Marshal(rep)
+		fmt.Println(string(b))
+		return
+	}
+	fmt.Printf("stripes %d (%s on disk, %s live) in %.1fs\n", rep.Stripes, hsize(uint64(rep.Bytes)), hsize(uint64(rep.LiveBytes)), rep.Seconds)
+	fmt.Printf("deleted %d stripes (%s); copied %d stripes (%s, %d blocks moved, %d rejected: a writer won)\n",
+		rep.DeletedStripes, hsize(uint64(rep.DeletedBytes)), rep.CopiedStripes, hsize(uint64(rep.CopiedBytes)), rep.MovedBlocks, rep.RejectedBlocks)
+	fmt.Printf("repaired %d fragments (%d failed, %d waiting for unreachable slots %v)\n", rep.Repaired, rep.RepairFailed, rep.RepairPending, rep.Unreachable)
+	if rep.DrainRemaining > 0 {
+		fmt.Printf("drain: %d stripes could not be moved yet\n", rep.DrainRemaining)
+	}
+	for _, e := range rep.Errors {
+		fmt.Println("  error:", e)
+	}
+}
+
+func newCleanCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	var asJSON, copyToo, noRepair bool
+	var cf cleanFlags
+	cmd := &cobra.Command{
+		Use:   "clean [--cluster ADDR] [--copy] [--json]",
+		Short: "Run one cleaner pass now: delete dead stripes, repair missing fragments, and with --copy move live data out of sparse stripes",
+		Long: `Run one pass of the stripe cleaner from this process (the manager also runs
+passes in the background). A pass lists every fragment on every storage
+server and every island's live-byte counters, deletes stripes nothing points
+into (older than --grace), rebuilds fragments missing from reachable servers,
+and with --copy moves the live blocks of sparse stripes into full ones
+(copy, then a conditional pointer update that a concurrent writer wins).
+A pass killed at any point is finished by the next one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			conn, err := dialFS(cmd, g, addr)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			cfg, err := cf.config(conn, g)
+			if err != nil {
+				return err
+			}
+			c, err := cleaner.New(cfg)
+			if err != nil {
+				return err
+			}
+			rep, err := c.Pass(cmd.Context(), cleaner.PassOptions{Copy: copyToo, Repair: !noRepair, Progress: passProgress(asJSON)})
+			if err != nil {
+				return err
+			}
+			printReport(rep, asJSON)
+			if len(rep.Errors) > 0 {
+				cmd.SilenceErrors, cmd.SilenceUsage = true, true
+				return fmt.Errorf("clean: %d errors", len(rep.Errors))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "cluster", "", "manager address (default $ATOLL_CLUSTER or 127.0.0.1:7300)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().BoolVar(&copyToo, "copy", false, "also copy live data out of sparse stripes (cost-benefit)")
+	cmd.Flags().BoolVar(&noRepair, "no-repair", false, "do not rebuild missing fragments")
+	cf.register(cmd)
+	return cmd
+}
+
+func newDrainCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	var asJSON bool
+	var cf cleanFlags
+	cmd := &cobra.Command{
+		Use:   "drain SLOT [--cluster ADDR]",
+		Short: "Move all live data off a storage server, then mark it out",
+		Long: `Mark storage slot SLOT draining (new stripes avoid it; reads still use it),
+copy every live block with a fragment on it into stripes on the other
+servers (a conditional pointer update, so concurrent writes are never lost),
+delete the old stripes, and mark the slot out once nothing is left on it.
+Run it again if it reports stripes it could not move yet.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.ParseUint(args[0], 10, 16)
+			if err != nil {
+				return fmt.Errorf("drain: bad slot %q", args[0])
+			}
+			slot := uint16(n)
+			conn, err := dialFS(cmd, g, addr)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			found := false
+			for _, s := range conn.View.Map().Storage {
+				found = found || s.Slot == slot
+			}
+			if !found {
+				return fmt.Errorf("drain: no storage slot %d in the cluster map", slot)
+			}
+			ctx := cmd.Context()
+			if _, err := conn.Cluster.SetState(ctx, cluster.KindStorage, uint32(slot), cluster.StateDraining); err != nil {
+				return fmt.Errorf("drain: marking slot %d draining: %w", slot, err)
+			}
+			cfg, err := cf.config(conn, g)
+			if err != nil {
+				return err
+			}
+			c, err := cleaner.New(cfg)
+			if err != nil {
+				return err
+			}
+			rep, err := c.Pass(ctx, cleaner.PassOptions{Drain: []uint16{slot}, Repair: true, Progress: passProgress(asJSON)})
+			if err != nil {
+				return err
+			}
+			printReport(rep, asJSON)
+			left, err := conn.Data.ScanSlot(ctx, slot, nil, 1)
+			if err != nil {
+				return fmt.Errorf("drain: checking slot %d: %w", slot, err)
+			}
+			if rep.DrainRemaining > 0 || len(left.Entries) > 0 {
+				cmd.SilenceErrors, cmd.SilenceUsage = true, true
+				return fmt.Errorf("drain: slot %d still holds fragments (young stripes wait for --grace %v); run drain again", slot, cf.grace)
+			}
+			if _, err := conn.Cluster.SetState(ctx, cluster.KindStorage, uint32(slot), cluster.StateOut); err != nil {
+				return fmt.Errorf("drain: marking slot %d out: %w", slot, err)
+			}
+			if !asJSON {
+				fmt.Printf("slot %d drained and marked out\n", slot)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "cluster", "", "manager address (default $ATOLL_CLUSTER or 127.0.0.1:7300)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cf.register(cmd)
+	return cmd
+}
+
+// backgroundCleaner runs the cleaner inside a manager process while it is
+// the raft leader: passes every interval (deletes and repairs always,
+// copies when a server runs low on space), draining slots unreachable for
+// rebuildAfter onto the others. A manager that loses leadership stops its
+// cleaner; the new leader's starts over from the durable state.
+type backgroundCleaner struct {
+	flags        cleanFlags
+	interval     time.Duration
+	rebuildAfter time.Duration
+	g            *globalFlags
+}
+
+func (b *backgroundCleaner) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.DurationVar(&b.flags.grace, "clean-grace", cleaner.DefaultGrace, "cleaner: never delete stripes younger than this")
+	fl.Int64Var(&b.flags.rate, "clean-rate", cleaner.DefaultRate, "cleaner: bytes copied per second at most")
+	fl.DurationVar(&b.interval, "clean-interval", cleaner.DefaultInterval, "cleaner: time between passes (0: no background cleaner)")
+	fl.DurationVar(&b.rebuildAfter, "rebuild-after", 30*time.Minute, "rebuild the data of a storage server unreachable this long onto the others (0: never)")
+}
+
+// run returns when ctx is done.
+func (b *backgroundCleaner) run(ctx context.Context, m *cluster.Manager) error {
+	if b.interval <= 0 {
+		<-ctx.Done()
+		return nil
+	}
+	log, err := b.g.logger()
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		if m.IsLeader() {
+			if err := b.lead(ctx, m, log); err != nil && ctx.Err() == nil {
+				log.Warn("manager: cleaner stopped", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// lead runs the cleaner until ctx is done or leadership is lost.
+func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	conn, err := connect.DialWhenFormatted(ctx, []string{m.Addr()}, log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cfg := cleaner.Config{Data: conn.Data, FS: conn.FS, Grace: b.flags.grace, Rate: b.flags.rate,
+		Interval: b.interval, RebuildAfter: b.rebuildAfter, Logger: log.With("role", "cleaner")}
+	c, err := cleaner.New(cfg)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+			if !m.IsLeader() {
+				cancel()
+				return <-done
+			}
+		}
+	}
+}
