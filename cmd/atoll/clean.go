@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/bench"
 	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
@@ -287,4 +289,44 @@ func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *s
 			}
 		}
 	}
+}
+
+func newBenchCleanCmd(g *globalFlags) *cobra.Command {
+	var cfg bench.CleanConfig
+	var size, fg, rate string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "clean [--size 256MiB] [--foreground 256MiB] [--json]",
+		Short: "Cleaner: write amplification on an overwrite-heavy workload, foreground throughput while cleaning, rebuild rate of a replaced server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			if cfg.WorkingSet, err = parseSize64(size, "--size"); err != nil {
+				return err
+			}
+			if cfg.Foreground, err = parseSize64(fg, "--foreground"); err != nil {
+				return err
+			}
+			if cfg.Rate, err = parseSize64(rate, "--rate"); err != nil {
+				return err
+			}
+			if cfg.Exe, err = os.Executable(); err != nil {
+				return err
+			}
+			return report(asJSON, func(progress io.Writer) (any, error) { return bench.RunClean(cmd.Context(), cfg, progress) })
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Storage, "servers", 5, "storage servers")
+	f.StringVar(&size, "size", "256MiB", "working set overwritten at random")
+	f.IntVar(&cfg.Rounds, "rounds", 2, "overwrite rounds (each rewrites half the blocks)")
+	f.StringVar(&fg, "foreground", "256MiB", "bytes the foreground writer writes, alone and while cleaning")
+	f.StringVar(&rate, "rate", "64MiB", "cleaner copy rate limit per second")
+	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
+	return cmd
 }

@@ -1,0 +1,298 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/cleaner"
+	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// CleanConfig configures the cleaner benchmark.
+type CleanConfig struct {
+	Storage    int
+	WorkingSet int64 // bytes of files overwritten
+	Rounds     int   // overwrite rounds, each rewriting half the blocks at random
+	Foreground int64 // bytes written by the foreground writer, alone and during cleaning
+	Rate       int64 // cleaner copy rate (bytes/s)
+	Dir        string
+	Exe        string
+	BasePort   int
+	Logger     *slog.Logger
+}
+
+// Validate checks the configuration and fills defaults.
+func (c *CleanConfig) Validate() error {
+	if c.Storage == 0 {
+		c.Storage = 5
+	}
+	if c.WorkingSet == 0 {
+		c.WorkingSet = 256 << 20
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 2
+	}
+	if c.Foreground == 0 {
+		c.Foreground = 256 << 20
+	}
+	if c.Rate == 0 {
+		c.Rate = cleaner.DefaultRate
+	}
+	if c.BasePort == 0 {
+		c.BasePort = 17600
+	}
+	switch {
+	case c.Storage < 5:
+		return fmt.Errorf("bench: clean needs at least 5 storage servers (ec:4+1)")
+	case c.WorkingSet < 16<<20 || c.Foreground < 16<<20:
+		return fmt.Errorf("bench: --size and --foreground must be at least 16 MiB")
+	case c.Exe == "":
+		return fmt.Errorf("bench: no atoll binary")
+	}
+	return nil
+}
+
+// CleanResult holds the figures; JSON names are stable.
+type CleanResult struct {
+	LiveBytes          int64   `json:"live_bytes"`
+	DiskBeforeBytes    int64   `json:"disk_before_bytes"`
+	DiskAfterBytes     int64   `json:"disk_after_bytes"`
+	CopiedBytes        int64   `json:"copied_bytes"`
+	ReclaimedBytes     int64   `json:"reclaimed_bytes"`
+	WriteAmplification float64 `json:"write_amplification"` // bytes copied per byte reclaimed
+	CleanSeconds       float64 `json:"clean_seconds"`
+	ForegroundMBps     float64 `json:"foreground_mbps"`
+	ForegroundCleanMBs float64 `json:"foreground_during_clean_mbps"`
+	ForegroundRatio    float64 `json:"foreground_ratio_during_clean"`
+	RebuildBytes       int64   `json:"rebuild_bytes"`
+	RebuildSeconds     float64 `json:"rebuild_seconds"`
+	RebuildMBps        float64 `json:"rebuild_mbps"`
+}
+
+// RunClean starts a cluster (child processes, ec:4+1), makes an
+// overwrite-heavy working set, measures a foreground writer alone and
+// while a cleaner pass copies, reports the cleaner's write amplification,
+// then kills a storage server, replaces it with an empty one on the same
+// slot and times the rebuild.
+func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanResult, error) {
+	var res CleanResult
+	if err := cfg.Validate(); err != nil {
+		return res, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	say := func(format string, a ...any) {
+		if progress != nil {
+			fmt.Fprintf(progress, format+"\n", a...)
+		}
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "atoll-bench-clean-")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	storageBase := cfg.BasePort + 100
+	dev, err := devcluster.New(devcluster.Config{
+		DataDir: filepath.Join(dir, "cluster"), Storage: cfg.Storage, Islands: 1, Exe: cfg.Exe, LogLevel: "warn",
+		ManagerListen: fmt.Sprintf("127.0.0.1:%d", cfg.BasePort),
+		StorageListen: fmt.Sprintf("127.0.0.1:%d", storageBase),
+		IslandListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+200),
+		Out:           os.Stderr,
+	})
+	if err != nil {
+		return res, err
+	}
+	defer dev.Close()
+	cl, err := dev.Start(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer cl.Stop()
+	conn, err := connect.Dial(ctx, []string{cl.Manager}, cfg.Logger)
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close()
+	fs, cred := conn.FS, metawire.Root // files get the cluster default, ec:4+1
+
+	// Working set: 4 MiB files, then rounds of random 64 KiB overwrites.
+	const fileSize, blk = 4 << 20, 64 << 10
+	nFiles := int(cfg.WorkingSet / fileSize)
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, fileSize)
+	say("writing %d files of 4 MiB, then %d rounds of random 64 KiB overwrites", nFiles, cfg.Rounds)
+	for i := 0; i < nFiles; i++ {
+		fillRand(r, buf)
+		if err := fs.WriteFile(ctx, cred, fmt.Sprintf("/ws%04d", i), buf, 0o644); err != nil {
+			return res, err
+		}
+	}
+	for round := 0; round < cfg.Rounds; round++ {
+		for i := 0; i < nFiles; i++ {
+			fh, err := fs.OpenPath(ctx, cred, fmt.Sprintf("/ws%04d", i))
+			if err != nil {
+				return res, err
+			}
+			for b := 0; b < fileSize/blk/2; b++ {
+				fillRand(r, buf[:blk])
+				if _, err := fh.WriteAt(ctx, buf[:blk], int64(r.IntN(fileSize/blk))*blk); err != nil {
+					return res, err
+				}
+			}
+			if err := fh.Close(ctx); err != nil {
+				return res, err
+			}
+		}
+	}
+	res.LiveBytes = int64(nFiles) * fileSize
+
+	fg := func(name string) (float64, error) {
+		fh, err := fs.CreateFile(ctx, cred, name, 0o644)
+		if err != nil {
+			return 0, err
+		}
+		chunk := make([]byte, 4<<20)
+		fillRand(r, chunk)
+		start := time.Now()
+		for off := int64(0); off < cfg.Foreground; off += int64(len(chunk)) {
+			if _, err := fh.WriteAt(ctx, chunk, off); err != nil {
+				return 0, err
+			}
+		}
+		if err := fh.Close(ctx); err != nil {
+			return 0, err
+		}
+		return mbps(cfg.Foreground, time.Since(start)), nil
+	}
+	say("foreground writer alone: %s", human(cfg.Foreground))
+	if res.ForegroundMBps, err = fg("/fg-alone"); err != nil {
+		return res, err
+	}
+	if err := fs.Unlink(ctx, cred, uint64(namespace.RootIno), "fg-alone"); err != nil {
+		return res, err
+	}
+
+	c, err := cleaner.New(cleaner.Config{Data: conn.Data, FS: fs, Grace: time.Nanosecond, Rate: cfg.Rate, Parallel: 16, Logger: cfg.Logger})
+	if err != nil {
+		return res, err
+	}
+	// The deleted foreground file's stripes are dead: a first pass takes
+	// them (not counted), so the measured pass is about overwrites only.
+	if _, err := c.Pass(ctx, cleaner.PassOptions{}); err != nil {
+		return res, err
+	}
+	say("cleaning (copy rate limit %s/s) while the foreground writer runs", human(cfg.Rate))
+	type passOut struct {
+		rep cleaner.Report
+		err error
+		d   time.Duration
+	}
+	passDone := make(chan passOut, 1)
+	go func() {
+		start := time.Now()
+		rep, err := c.Pass(ctx, cleaner.PassOptions{Copy: true})
+		passDone <- passOut{rep, err, time.Since(start)}
+	}()
+	during, fgErr := fg("/fg-during")
+	p := <-passDone
+	if fgErr != nil {
+		return res, fgErr
+	}
+	if p.err != nil {
+		return res, p.err
+	}
+	res.ForegroundCleanMBs = during
+	if res.ForegroundMBps > 0 {
+		res.ForegroundRatio = during / res.ForegroundMBps
+	}
+	res.DiskBeforeBytes = p.rep.Bytes
+	res.CopiedBytes = p.rep.CopiedBytes
+	res.CleanSeconds = p.d.Seconds()
+	// Net space given back: what was deleted minus what the copies took.
+	res.ReclaimedBytes = p.rep.DeletedBytes - p.rep.CopiedBytes*5/4
+	if res.ReclaimedBytes > 0 {
+		res.WriteAmplification = float64(res.CopiedBytes) / float64(res.ReclaimedBytes)
+	}
+	if err := fs.Unlink(ctx, cred, uint64(namespace.RootIno), "fg-during"); err != nil {
+		return res, err
+	}
+	after, err := c.Pass(ctx, cleaner.PassOptions{})
+	if err != nil {
+		return res, err
+	}
+	res.DiskAfterBytes = after.Bytes - after.DeletedBytes
+	say("cleaner: copied %s, reclaimed %s (write amplification %.2f)", human(res.CopiedBytes), human(res.ReclaimedBytes), res.WriteAmplification)
+
+	// Rebuild: storage slot 2 dies and an empty server takes its slot.
+	const slot = 2
+	victim := cl.Child("storage" + strconv.Itoa(slot))
+	if victim == nil {
+		return res, fmt.Errorf("bench: no storage%d child", slot)
+	}
+	addr := victim.Addr
+	victim.Kill()
+	<-victim.Done()
+	say("storage%d killed; starting an empty replacement on slot %d", slot, slot)
+	repl, err := devcluster.Start(ctx, devcluster.ChildSpec{
+		Name: "replacement", Exe: cfg.Exe,
+		Args: []string{"storage", "--dir", filepath.Join(dir, "replacement"), "--slot", strconv.Itoa(slot),
+			"--manager", cl.Manager, "--listen", addr, "--log-level", "warn"},
+		AddrFile: filepath.Join(dir, "replacement.addr"),
+		Output:   os.Stderr,
+	})
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = repl.Stop(10 * time.Second) }()
+	start := time.Now()
+	rep, err := c.Pass(ctx, cleaner.PassOptions{Repair: true})
+	if err != nil {
+		return res, err
+	}
+	res.RebuildSeconds = time.Since(start).Seconds()
+	for after := (*fragment.ID)(nil); ; {
+		page, err := conn.Data.ScanSlot(ctx, slot, after, 5000)
+		if err != nil {
+			return res, err
+		}
+		for _, e := range page.Entries {
+			res.RebuildBytes += int64(e.Length)
+		}
+		if !page.More || len(page.Entries) == 0 {
+			break
+		}
+		last := page.Entries[len(page.Entries)-1].ID
+		after = &last
+	}
+	res.RebuildMBps = mbps(res.RebuildBytes, time.Duration(res.RebuildSeconds*float64(time.Second)))
+	say("rebuilt %d fragments (%s) in %.1fs: %.0f MB/s; %d failed", rep.Repaired, human(res.RebuildBytes), res.RebuildSeconds, res.RebuildMBps, rep.RepairFailed)
+	if rep.RepairFailed > 0 {
+		return res, fmt.Errorf("bench: %d fragments could not be rebuilt: %v", rep.RepairFailed, rep.Errors)
+	}
+	return res, nil
+}
+
+func fillRand(r *rand.Rand, b []byte) {
+	for i := 0; i+8 <= len(b); i += 8 {
+		v := r.Uint64()
+		for k := 0; k < 8; k++ {
+			b[i+k] = byte(v >> (8 * k))
+		}
+	}
+}
