@@ -22,6 +22,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fsck"
+	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
@@ -469,5 +470,44 @@ func TestCleanerKill9AtFailpoints(t *testing.T) {
 	}
 	if rep.Bytes > live*5/4*110/100 {
 		t.Fatalf("disk holds %d B for %d B of live data (ec:4+1): %s", rep.Bytes, live, out)
+	}
+}
+
+// Setting user.atoll.policy on a file re-stripes what it holds: ec:4+1
+// blocks become mirror:3, so any two servers can then be lost.
+func TestPolicyChangeRestripes(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	data := randBytes(newRand(81), 2<<20+123)
+	if err := fs.WriteFile(ctx, root, "/p", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := fs.Resolve(ctx, root, "/p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SetXattr(ctx, root, a.Ino, client.PolicyXattr, []byte("mirror:3"), 0); err != nil {
+		t.Fatal(err)
+	}
+	ptrs, err := fs.BlockPointers(ctx, root, a.Ino)
+	if err != nil || len(ptrs) == 0 {
+		t.Fatalf("pointers: %d, %v", len(ptrs), err)
+	}
+	for idx, p := range ptrs {
+		if p.Kind != layout.Mirror || p.K != 1 || p.M != 2 {
+			t.Fatalf("block %d still %v %d+%d after the policy change", idx, p.Kind, p.K, p.M)
+		}
+	}
+	// The old ec:4+1 stripes are dead now; the cleaner takes them.
+	rep, err := newCleaner(t, fs, nil).Pass(ctx, cleaner.PassOptions{})
+	if err != nil || rep.DeletedStripes == 0 {
+		t.Fatalf("cleaner after restripe: %+v %v", rep, err)
+	}
+	fc.storage[1].stop()
+	fc.storage[3].stop()
+	got, err := fc.newFS(t).ReadFile(ctx, root, "/p")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read with two servers down: %d bytes, %v", len(got), err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
@@ -131,4 +132,104 @@ func (f *FS) Clean(ctx context.Context, deltas []metawire.CleanDelta) ([]bool, e
 		f.forgetBlocks(ino)
 	}
 	return applied, nil
+}
+
+// PolicyXattr is the extended attribute holding a file's or directory's
+// redundancy policy.
+const PolicyXattr = "user.atoll.policy"
+
+// BlockPointers returns the block pointers of a regular file by block
+// index (none for inline files), fresh from its island.
+func (f *FS) BlockPointers(ctx context.Context, cred metawire.Cred, ino uint64) (map[uint64]layout.Pointer, error) {
+	a, err := f.GetAttrFresh(ctx, cred, ino)
+	if err != nil {
+		return nil, err
+	}
+	if !a.IsRegular() {
+		return nil, fmt.Errorf("client: block pointers of %s: %w", namespace.Ino(ino), metawire.ErrInvalid)
+	}
+	f.forgetBlocks(ino)
+	bm, err := f.readMap(ctx, cred, ino, a.Version)
+	if err != nil {
+		return nil, err
+	}
+	return bm.ptrs, nil
+}
+
+// Restripe rewrites a regular file's blocks that are not stored under its
+// current policy: each block is copied into a stripe of the new policy
+// and its pointer replaced by a conditional (cleaner) delta, so a
+// concurrent writer's newer block always wins. It returns how many
+// blocks moved. Directories and inline files have nothing to move. The
+// old stripes are left to the cleaner.
+func (f *FS) Restripe(ctx context.Context, cred metawire.Cred, ino uint64) (int, error) {
+	a, err := f.GetAttrFresh(ctx, cred, ino)
+	if err != nil {
+		return 0, err
+	}
+	if !a.IsRegular() || a.Inline {
+		return 0, nil
+	}
+	ps := a.Policy
+	if ps == "" {
+		ps = f.cfg.Map.DefaultPolicy()
+	}
+	pol, err := layout.Parse(ps)
+	if err != nil {
+		return 0, fmt.Errorf("client: restripe %s: policy %q: %w", namespace.Ino(ino), ps, metawire.ErrInvalid)
+	}
+	pol.BlockSize = pol.FragmentSize // every block stays one pointer
+	ptrs, err := f.BlockPointers(ctx, cred, ino)
+	if err != nil {
+		return 0, err
+	}
+	idxs := make([]uint64, 0, len(ptrs))
+	for idx, p := range ptrs {
+		if p.Kind != pol.Kind || int(p.K) != pol.K || int(p.M) != pol.M {
+			idxs = append(idxs, idx)
+		}
+	}
+	if len(idxs) == 0 {
+		return 0, nil
+	}
+	sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+	log, err := f.data.Log(ctx, pol)
+	if err != nil {
+		return 0, fmt.Errorf("client: restripe %s: %w", namespace.Ino(ino), err)
+	}
+	moved := 0
+	// Batches bound the memory held and the work lost to a failure.
+	const batch = 256
+	for len(idxs) > 0 {
+		n := min(batch, len(idxs))
+		var deltas []metawire.CleanDelta
+		var written []layout.Pointer
+		for _, idx := range idxs[:n] {
+			old := ptrs[idx]
+			buf := make([]byte, old.Length)
+			if err := f.data.Read(ctx, &old, buf); err != nil {
+				return moved, fmt.Errorf("client: restripe %s block %d: %w: %v", namespace.Ino(ino), idx, metawire.ErrIO, err)
+			}
+			np, err := log.AppendBlock(ctx, buf)
+			if err != nil {
+				return moved, fmt.Errorf("client: restripe %s block %d: %w: %v", namespace.Ino(ino), idx, metawire.ErrIO, err)
+			}
+			written = append(written, np)
+			deltas = append(deltas, metawire.CleanDelta{Ino: ino, Index: idx, Old: old.AppendBinary(nil), New: np.AppendBinary(nil)})
+		}
+		if err := log.Sync(ctx, written); err != nil {
+			return moved, fmt.Errorf("client: restripe %s: %w: %v", namespace.Ino(ino), metawire.ErrIO, err)
+		}
+		applied, err := f.Clean(ctx, deltas)
+		if err != nil {
+			return moved, err
+		}
+		for _, ok := range applied {
+			if ok {
+				moved++
+			}
+		}
+		idxs = idxs[n:]
+	}
+	return moved, nil
 }

@@ -464,7 +464,16 @@ func (f *FS) GetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name 
 
 func (f *FS) SetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string, value []byte, flags uint32) error {
 	f.Invalidate(ino)
-	return f.call(ctx, ino, metawire.OpSetXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name, Value: value, Flags: flags}, nil)
+	if err := f.call(ctx, ino, metawire.OpSetXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name, Value: value, Flags: flags}, nil); err != nil {
+		return err
+	}
+	if name == PolicyXattr {
+		// A file's new policy applies to the bytes it already holds too.
+		if _, err := f.Restripe(ctx, cred, ino); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *FS) ListXattr(ctx context.Context, cred metawire.Cred, ino uint64) ([]string, error) {
