@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -805,5 +806,50 @@ func TestFSConcurrentFlushSharedLog(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// A storage server dies in the middle of a dd onto the mount: dd finishes
+// (conv=fsync) and the file reads back exactly, through the mount and
+// through a fresh client.
+func TestFUSEStorageDiesDuringDD(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	_, mnt := mountFS(t, fc.newFS(t))
+	src := filepath.Join(t.TempDir(), "src")
+	data := randBytes(rand.New(rand.NewPCG(9, 9)), 96<<20)
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(mnt, "dd-out")
+	cmd := exec.Command("dd", "if="+src, "of="+dst, "bs=1M", "conv=fsync")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill slot 2 once dd has written something.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := os.Stat(dst)
+		if err == nil && st.Size() >= 8<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("dd wrote nothing")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fc.storage[2].stop()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("dd failed with a storage server killed: %v\n%s", err, out.String())
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read through the mount: %d bytes, %v, equal %v", len(got), err, bytes.Equal(got, data))
+	}
+	got, err = fc.newFS(t).ReadFile(context.Background(), root, "/dd-out")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read through a fresh client: %d bytes, %v, equal %v", len(got), err, bytes.Equal(got, data))
 	}
 }
