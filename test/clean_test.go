@@ -511,3 +511,61 @@ func TestPolicyChangeRestripes(t *testing.T) {
 		t.Fatalf("read with two servers down: %d bytes, %v", len(got), err)
 	}
 }
+
+// A fragment the scrubber finds corrupt is queued durably on its server
+// (it survives a restart) and the cleaner's repair rewrites it.
+func TestScrubberFindingIsRepairedByCleaner(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	data := randBytes(newRand(91), 3<<20+77)
+	if err := fs.WriteFile(ctx, root, "/s", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := fc.storage[1]
+	infos, err := s.srv.Store().ListAll(ctx, nil, 0)
+	if err != nil || len(infos) == 0 {
+		t.Fatalf("slot 1 holds %d fragments (%v)", len(infos), err)
+	}
+	id := infos[0].ID
+	path := fragPath(t, s.dir, id)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), orig...)
+	for i := 0; i < 32; i++ {
+		bad[64+i] ^= 0x5a
+	}
+	if err := os.WriteFile(path, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.srv.Store().ScrubOnce(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.stop() // the mark is durable
+	s.start()
+	sus, err := s.srv.Store().Suspects(ctx, 100)
+	if err != nil || len(sus) != 1 || sus[0] != id {
+		t.Fatalf("suspects after a scrub and a restart: %v %v", sus, err)
+	}
+	rep, err := newCleaner(t, fs, nil).Pass(ctx, cleaner.PassOptions{Repair: true})
+	if err != nil || rep.Repaired != 1 || rep.RepairFailed != 0 {
+		t.Fatalf("repair pass: %+v %v", rep, err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(got[64:], orig[64:]) {
+		diff := -1
+		for i := 64; i < min(len(got), len(orig)); i++ {
+			if got[i] != orig[i] {
+				diff = i
+				break
+			}
+		}
+		t.Fatalf("fragment not rewritten to its original bytes (%v): %d vs %d bytes, first difference at %d", err, len(got), len(orig), diff)
+	}
+	if sus, err := s.srv.Store().Suspects(ctx, 100); err != nil || len(sus) != 0 {
+		t.Fatalf("suspects after repair: %v %v", sus, err)
+	}
+	checkFiles(t, fc.newFS(t), map[string][]byte{"/s": data})
+}

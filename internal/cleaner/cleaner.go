@@ -347,11 +347,18 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
 			continue // moving it is its repair
 		}
 		if opts.Repair {
-			have := map[uint16]bool{}
+			have, sick := map[uint16]bool{}, map[uint16]bool{}
 			for _, f := range s.Frags {
 				have[f.Index] = true
+				// A fragment its server found corrupt is rebuilt and
+				// rewritten in place.
+				sick[f.Index] = sick[f.Index] || f.Suspect
 			}
 			for i, sl := range slots {
+				if sick[uint16(i)] {
+					repairs = append(repairs, repairJob{s.ID, slots, i, true})
+					continue
+				}
 				if have[uint16(i)] {
 					continue
 				}
@@ -359,7 +366,7 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
 					rep.RepairPending++
 					continue
 				}
-				repairs = append(repairs, repairJob{s.ID, slots, i})
+				repairs = append(repairs, repairJob{s.ID, slots, i, false})
 			}
 		}
 	}
@@ -438,6 +445,7 @@ func (c *Cleaner) inventory(ctx context.Context, rep *Report) (map[fragment.Stri
 		var after *fragment.ID
 		ok := true
 		var found []fragment.ScanEntry
+		suspect := map[fragment.ID]bool{}
 		for {
 			page, err := c.cfg.Data.ScanSlot(ctx, sl.ID, after, 5000)
 			if err != nil {
@@ -449,6 +457,9 @@ func (c *Cleaner) inventory(ctx context.Context, rep *Report) (map[fragment.Stri
 				break
 			}
 			found = append(found, page.Entries...)
+			for _, id := range page.Suspect {
+				suspect[id] = true
+			}
 			if !page.More || len(page.Entries) == 0 {
 				break
 			}
@@ -480,7 +491,7 @@ func (c *Cleaner) inventory(ctx context.Context, rep *Report) (map[fragment.Stri
 				s.Created = e.Created
 			}
 			s.Bytes += int64(e.Length)
-			s.Frags = append(s.Frags, Frag{Slot: sl.ID, Index: e.ID.Index, Length: int64(e.Length)})
+			s.Frags = append(s.Frags, Frag{Slot: sl.ID, Index: e.ID.Index, Length: int64(e.Length), Suspect: suspect[e.ID]})
 			rep.Fragments++
 			rep.Bytes += int64(e.Length)
 		}
@@ -560,9 +571,10 @@ func (c *Cleaner) deleteIfUnreferenced(ctx context.Context, s *Stripe, rep *Repo
 }
 
 type repairJob struct {
-	sid   fragment.StripeID
-	slots []uint16
-	frag  int
+	sid     fragment.StripeID
+	slots   []uint16
+	frag    int
+	rewrite bool // in place: the fragment is there but corrupt
 }
 
 func (c *Cleaner) repair(ctx context.Context, jobs []repairJob, rep *Report, opts *PassOptions) {
@@ -578,7 +590,12 @@ func (c *Cleaner) repair(ctx context.Context, jobs []repairJob, rep *Report, opt
 		go func() {
 			defer wg.Done()
 			for j := range next {
-				err := c.cfg.Data.RecreateFragment(ctx, j.sid, j.slots, j.frag)
+				var err error
+				if j.rewrite {
+					err = c.cfg.Data.RewriteFragment(ctx, j.sid, j.slots, j.frag)
+				} else {
+					err = c.cfg.Data.RecreateFragment(ctx, j.sid, j.slots, j.frag)
+				}
 				mu.Lock()
 				done++
 				if err != nil {

@@ -21,9 +21,10 @@ type Stripe struct {
 
 // Frag is one fragment of a stripe found on a slot.
 type Frag struct {
-	Slot   uint16
-	Index  uint16
-	Length int64
+	Slot    uint16
+	Index   uint16
+	Length  int64
+	Suspect bool // its server found it corrupt and it was not repaired since
 }
 
 // PlanConfig tunes Plan.

@@ -242,3 +242,10 @@ func (c *Client) readContentFromAny(ctx context.Context, sid fragment.StripeID, 
 func (c *Client) RecreateFragment(ctx context.Context, sid fragment.StripeID, slots []uint16, f int) error {
 	return c.repairFragment(ctx, sid, slots, f, repairRecreate)
 }
+
+// RewriteFragment rebuilds fragment f of stripe sid from the others and
+// rewrites it in place on its slot: a fragment its server found corrupt
+// (the server checks the bytes against the fragment's recorded checksums).
+func (c *Client) RewriteFragment(ctx context.Context, sid fragment.StripeID, slots []uint16, f int) error {
+	return c.repairFragment(ctx, sid, slots, f, repairRewrite)
+}

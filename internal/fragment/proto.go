@@ -240,10 +240,13 @@ type ScanEntry struct {
 	Created time.Time
 }
 
-// ScanResp is one page of a scan; More says a later page exists.
+// ScanResp is one page of a scan; More says a later page exists. The
+// first page also lists the fragments the server found corrupt and that
+// were not repaired since (its durable repair queue).
 type ScanResp struct {
 	Entries []ScanEntry
 	More    bool
+	Suspect []ID
 }
 
 func (r *ScanResp) Encode(e *wire.Enc) {
@@ -254,6 +257,10 @@ func (r *ScanResp) Encode(e *wire.Enc) {
 		e.I64(x.Created.UnixNano())
 	}
 	e.Bool(r.More)
+	e.Uvarint(uint64(len(r.Suspect)))
+	for _, id := range r.Suspect {
+		e.B = id.AppendBinary(e.B)
+	}
 }
 
 func (r *ScanResp) Decode(d *wire.Dec) {
@@ -263,6 +270,11 @@ func (r *ScanResp) Decode(d *wire.Dec) {
 		r.Entries[i] = ScanEntry{ID: decodeID(d), Length: d.U64(), Created: time.Unix(0, d.I64())}
 	}
 	r.More = d.Bool()
+	n = d.Count(EncodedLen)
+	r.Suspect = make([]ID, n)
+	for i := range r.Suspect {
+		r.Suspect[i] = decodeID(d)
+	}
 }
 
 // LogReq names a client log.

@@ -34,7 +34,13 @@ const (
 	// for future use and ignored by recovery.
 	keyPrefix = 'f'
 	keyLen    = 1 + fragment.EncodedLen
+	// suspectPrefix marks fragments found corrupt (by a read or the
+	// scrubber) until a repair rewrites them or they are deleted: the
+	// durable repair queue the cleaner works through.
+	suspectPrefix = 's'
 )
+
+func suspectKey(id fragment.ID) []byte { return id.AppendBinary([]byte{suspectPrefix}) }
 
 // castagnoli is the CRC32C table; crc32 uses the SSE4.2/ARMv8 instructions
 // when handed this table.

@@ -335,6 +335,9 @@ func (s *Store) Repair(ctx context.Context, id fragment.ID, data []byte) error {
 		return opErr("repair", id, err)
 	}
 	s.repairs.Add(1)
+	if err := s.db.Delete(suspectKey(id), pebble.Sync); err != nil {
+		s.log.Warn("storage: clearing a repaired fragment's mark", "id", id, "err", err)
+	}
 	s.log.Info("storage: repaired fragment", "id", id, "length", rec.length)
 	return nil
 }
@@ -360,6 +363,9 @@ func (s *Store) Delete(ctx context.Context, id fragment.ID) error {
 	var key [keyLen]byte
 	if err := s.db.Delete(appendKey(key[:0], id), pebble.Sync); err != nil {
 		return opErr("delete", id, err)
+	}
+	if err := s.db.Delete(suspectKey(id), pebble.NoSync); err != nil {
+		s.log.Warn("storage: clearing a deleted fragment's mark", "id", id, "err", err)
 	}
 	if !bad {
 		s.mu.Lock()
@@ -677,6 +683,36 @@ func (s *Store) scan(lower, upper []byte, fn func(fragment.ID, []byte) (bool, er
 		}
 	}
 	return iter.Close()
+}
+
+// Suspects returns up to limit fragments found corrupt and not repaired
+// since (marks of deleted fragments are skipped).
+func (s *Store) Suspects(ctx context.Context, limit int) ([]fragment.ID, error) {
+	if err := s.enter(); err != nil {
+		return nil, fmt.Errorf("storage: suspects: %w", err)
+	}
+	defer s.exit()
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{suspectPrefix}, UpperBound: []byte{suspectPrefix + 1}})
+	if err != nil {
+		return nil, fmt.Errorf("storage: suspects: %w", err)
+	}
+	defer iter.Close()
+	var out []fragment.ID
+	for ok := iter.First(); ok && len(out) < limit; ok = iter.Next() {
+		k := iter.Key()
+		if len(k) != keyLen {
+			continue
+		}
+		id, err := decodeKey(append([]byte{keyPrefix}, k[1:]...))
+		if err != nil {
+			continue
+		}
+		if ok, err := s.exists(id); err != nil || !ok {
+			continue
+		}
+		out = append(out, id)
+	}
+	return out, ctx.Err()
 }
 
 // Newest returns the highest stripe sequence number stored for log; ok is

@@ -270,6 +270,11 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 		for i, in := range infos {
 			r.Entries[i] = fragment.ScanEntry{ID: in.ID, Length: uint64(in.Length), Created: in.Created}
 		}
+		if m.First {
+			if r.Suspect, err = s.store.Suspects(ctx, 10000); err != nil {
+				return wire.Response{}, err
+			}
+		}
 		return wire.Response{Msg: fragment.Marshal(&r)}, nil
 	case fragment.OpNewest:
 		var m fragment.LogReq

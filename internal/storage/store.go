@@ -528,6 +528,9 @@ func (s *Store) Stat() Stats {
 // reportCorrupt counts a sick range and tells OnCorrupt.
 func (s *Store) reportCorrupt(id fragment.ID, r CorruptRange) {
 	s.corrupt.Add(1)
+	if err := s.db.Set(suspectKey(id), nil, pebble.Sync); err != nil {
+		s.log.Warn("storage: recording a corrupt fragment", "id", id, "err", err)
+	}
 	s.log.Warn("storage: corrupt fragment", "id", id, "range", r.String())
 	if s.cfg.OnCorrupt != nil {
 		s.cfg.OnCorrupt(id, r)
