@@ -138,6 +138,23 @@ type Report struct {
 	Seconds        float64  `json:"seconds"`
 }
 
+// add sums the counters of r into t (the inventory figures are the last
+// pass's, not sums).
+func (t *Report) add(r *Report) {
+	t.Stripes, t.Fragments, t.Bytes, t.LiveBytes = r.Stripes, r.Fragments, r.Bytes, r.LiveBytes
+	t.DeletedStripes += r.DeletedStripes
+	t.DeletedBytes += r.DeletedBytes
+	t.CopiedStripes += r.CopiedStripes
+	t.CopiedBytes += r.CopiedBytes
+	t.MovedBlocks += r.MovedBlocks
+	t.RejectedBlocks += r.RejectedBlocks
+	t.Repaired += r.Repaired
+	t.RepairFailed += r.RepairFailed
+	t.RepairPending = r.RepairPending
+	t.DrainRemaining = r.DrainRemaining
+	t.Seconds += r.Seconds
+}
+
 // Cleaner runs passes. Passes are serialised; concurrent cleaners (a
 // manager's and an operator's `atoll clean`) are safe but waste work.
 type Cleaner struct {
@@ -150,8 +167,11 @@ type Cleaner struct {
 		geom        map[fragment.StripeID]geom // committed stripes (immutable)
 		unreachable map[uint16]time.Time       // first seen unreachable
 		last        Report
+		totals      Report // summed over every pass of this Cleaner
+		passes      int
 		running     string // phase of the pass in progress
 		done, total int
+		phaseStart  time.Time
 		kick        chan struct{}
 	}
 }
@@ -170,18 +190,27 @@ func New(cfg Config) (*Cleaner, error) {
 
 // Status is the cleaner's progress for status displays and metrics.
 type Status struct {
-	Phase string  `json:"phase"` // "" when idle
-	Done  int     `json:"done"`
-	Total int     `json:"total"`
-	Last  *Report `json:"last,omitempty"`
+	Phase string `json:"phase"` // "" when idle
+	Done  int    `json:"done"`
+	Total int    `json:"total"`
+	// ETASeconds estimates the rest of the current phase from its pace so
+	// far (0 when unknown).
+	ETASeconds float64 `json:"eta_seconds"`
+	Passes     int     `json:"passes"`
+	Last       Report  `json:"last"`
+	Totals     Report  `json:"totals"`
 }
 
 // Status returns the pass in progress and the last pass's report.
 func (c *Cleaner) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	last := c.mu.last
-	return Status{Phase: c.mu.running, Done: c.mu.done, Total: c.mu.total, Last: &last}
+	st := Status{Phase: c.mu.running, Done: c.mu.done, Total: c.mu.total, Passes: c.mu.passes, Last: c.mu.last, Totals: c.mu.totals}
+	if c.mu.done > 0 && c.mu.total > c.mu.done {
+		el := time.Since(c.mu.phaseStart).Seconds()
+		st.ETASeconds = el / float64(c.mu.done) * float64(c.mu.total-c.mu.done)
+	}
+	return st
 }
 
 // Kick asks Run for a copying pass now.
@@ -255,6 +284,9 @@ func (c *Cleaner) longUnreachable() []uint16 {
 
 func (c *Cleaner) phase(name string, done, total int, opts *PassOptions) {
 	c.mu.Lock()
+	if name != c.mu.running {
+		c.mu.phaseStart = time.Now()
+	}
 	c.mu.running, c.mu.done, c.mu.total = name, done, total
 	c.mu.Unlock()
 	if opts.Progress != nil {
@@ -273,6 +305,8 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
 		rep.Seconds = time.Since(start).Seconds()
 		c.mu.Lock()
 		c.mu.last, c.mu.running = rep, ""
+		c.mu.passes++
+		c.mu.totals.add(&rep)
 		c.mu.Unlock()
 	}()
 	c.phase("inventory", 0, 0, &opts)

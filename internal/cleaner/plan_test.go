@@ -3,6 +3,8 @@ package cleaner
 import (
 	"slices"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/fragment"
@@ -66,5 +68,31 @@ func TestPlan(t *testing.T) {
 		if !slices.Equal(seqs(dead), tc.wantDead) || !slices.Equal(seqs(cp), tc.wantCopy) {
 			t.Errorf("%s: dead %v copy %v, want %v and %v", tc.name, seqs(dead), seqs(cp), tc.wantDead, tc.wantCopy)
 		}
+	}
+}
+
+func TestMetricsRegister(t *testing.T) {
+	c := &Cleaner{}
+	reg := prometheus.NewRegistry()
+	if err := c.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.totals = Report{DeletedStripes: 3, Repaired: 2}
+	c.mu.passes = 4
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		if m.Counter != nil {
+			got[mf.GetName()] = m.Counter.GetValue()
+		} else {
+			got[mf.GetName()] = m.Gauge.GetValue()
+		}
+	}
+	if len(got) != len(metricNames) || got["atoll_cleaner_passes_total"] != 4 || got["atoll_cleaner_deleted_stripes_total"] != 3 || got["atoll_cleaner_repaired_fragments_total"] != 2 {
+		t.Fatalf("metrics: %v", got)
 	}
 }
