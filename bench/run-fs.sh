@@ -14,7 +14,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-"$atoll" dev --data "$tmp/data" --log-level warn --nfs-listen "" \
+"$atoll" dev --data "$tmp/data" --log-level warn --nfs-listen "" --web-listen "" --metrics-listen "" \
 	--manager-listen "127.0.0.1:$port" --storage-listen "127.0.0.1:$((port + 100))" \
 	--island-listen "127.0.0.1:$((port + 200))" >"$tmp/dev.log" 2>&1 &
 devpid=$!

@@ -52,5 +52,7 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.ManagerListen, "manager-listen", "127.0.0.1:7300", "manager address")
 	f.StringVar(&cfg.StorageListen, "storage-listen", "127.0.0.1:7400", "address of the first storage server; the others take the next ports")
 	f.StringVar(&cfg.IslandListen, "island-listen", "127.0.0.1:7500", "address of the first island; the others take the next ports")
+	f.StringVar(&cfg.WebListen, "web-listen", "127.0.0.1:7380", "the manager's dashboard, /api/cluster and /metrics (empty: off)")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:7600", "/metrics of the first storage server; the other storage servers, the islands, the NFS gateway and the mount take the next ports (empty: off)")
 	return cmd
 }

@@ -6,13 +6,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/web"
+	"github.com/atoll-fs/atoll/internal/web/dashboard"
 )
 
 func newManagerCmd(g *globalFlags) *cobra.Command {
 	var cfg cluster.Config
-	var addrFile string
+	var addrFile, webListen string
 	cmd := &cobra.Command{
-		Use:   "manager --dir DIR --listen ADDR [--raft-listen ADDR] [--join ADDR]",
+		Use:   "manager --dir DIR --listen ADDR [--raft-listen ADDR] [--join ADDR] [--web-listen ADDR]",
 		Short: "Run a cluster manager (a raft voter holding the cluster map)",
 		Long: `Run a cluster manager: a voter of the raft group that holds the cluster map
 (members, islands, namespace hash table, default policy) and watches member
@@ -26,14 +28,19 @@ one voter. To grow it to three, start two more managers, each with its own
   atoll manager --dir m2 --listen 127.0.0.1:7310 --join 127.0.0.1:7300
   atoll manager --dir m3 --listen 127.0.0.1:7320 --join 127.0.0.1:7300
 
-A restart with the same --dir recovers the map (--join is then ignored).`,
+A restart with the same --dir recovers the map (--join is then ignored).
+
+--web-listen serves the dashboard (/), its JSON (/api/cluster) and the
+manager's Prometheus metrics (/metrics); the leader's dashboard has the
+heartbeat figures, a follower's only the map.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
 			if err != nil {
 				return err
 			}
-			cfg.Logger = log
+			reg := web.NewRegistry()
+			cfg.Logger, cfg.Registerer = log, reg
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -41,14 +48,27 @@ A restart with the same --dir recovers the map (--join is then ignored).`,
 			if err != nil {
 				return err
 			}
-			if err := writeAddrFile(addrFile, m.Addr()); err != nil {
+			var ws *web.Server
+			if webListen != "" {
+				ws, err = web.NewServer(webListen, dashboard.Handler(m, reg), log)
+			}
+			if err == nil {
+				err = writeAddrFile(addrFile, m.Addr())
+			}
+			if err != nil {
 				// Run with a done context only shuts raft down cleanly.
 				ctx, cancel := context.WithCancel(cmd.Context())
 				cancel()
 				_ = m.Run(ctx)
+				if ws != nil {
+					ws.Close()
+				}
 				return err
 			}
-			return m.Run(cmd.Context())
+			if ws != nil {
+				log.Info("manager: dashboard", "url", "http://"+ws.Addr()+"/")
+			}
+			return web.RunWith(cmd.Context(), ws, m.Run)
 		},
 	}
 	f := cmd.Flags()
@@ -58,5 +78,6 @@ A restart with the same --dir recovers the map (--join is then ignored).`,
 	f.StringVar(&cfg.Join, "join", "", "address of a running manager whose group to join (first start only)")
 	f.DurationVar(&cfg.DownAfter, "down-after", cluster.DefaultDownAfter, "mark a member down after this long without a heartbeat")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
+	f.StringVar(&webListen, "web-listen", "", "serve the dashboard, /api/cluster and /metrics here, e.g. 127.0.0.1:7380 (empty: off)")
 	return cmd
 }

@@ -15,12 +15,13 @@ import (
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/meta"
 	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/web"
 )
 
 func newMetaCmd(g *globalFlags) *cobra.Command {
 	var cfg meta.Config
 	var id uint32
-	var mapFile, addrFile, inlineMax, managers string
+	var mapFile, addrFile, inlineMax, managers, metricsListen string
 	cmd := &cobra.Command{
 		Use:   "meta --dir DIR --listen ADDR --id N --static-map FILE",
 		Short: "Run a metadata island (directories, inodes, block maps, intents)",
@@ -76,21 +77,35 @@ at epoch 1.`,
 			if cfg.Faults, err = faults.FromEnv(); err != nil {
 				return err
 			}
+			reg := web.NewRegistry()
+			cfg.Registerer = reg
+			ms, err := metricsServer(metricsListen, reg, log)
+			if err != nil {
+				return err
+			}
 			isl, err := meta.New(cfg)
 			if err != nil {
+				closeServer(ms)
 				return err
 			}
 			if err := writeAddrFile(addrFile, isl.Addr()); err != nil {
 				isl.Close()
+				closeServer(ms)
 				return err
 			}
-			if view == nil {
-				return isl.Run(cmd.Context())
+			run := isl.Run
+			if view != nil {
+				run = func(ctx context.Context) error {
+					return runWithMember(ctx, isl.Run, cluster.MemberConfig{
+						Managers: splitList(managers), Kind: cluster.KindIsland, ID: id,
+						Addr: isl.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update,
+						Stats: func() cluster.MemberStats {
+							return cluster.MemberStats{Ops: isl.Ops(), MetricsAddr: serverAddr(ms)}
+						},
+					})
+				}
 			}
-			return runWithMember(cmd.Context(), isl.Run, cluster.MemberConfig{
-				Managers: splitList(managers), Kind: cluster.KindIsland, ID: id,
-				Addr: isl.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update,
-			})
+			return web.RunWith(cmd.Context(), ms, run)
 		},
 	}
 	f := cmd.Flags()
@@ -101,6 +116,7 @@ at epoch 1.`,
 	f.StringVar(&managers, "manager", "", "manager address(es): register, wait for the namespace to be formatted, follow the map")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
 	f.StringVar(&inlineMax, "inline-max", "16KiB", "largest file kept inline in its inode")
+	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:7605 (empty: off)")
 	return cmd
 }
 

@@ -17,10 +17,11 @@ import (
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/fusefs"
+	"github.com/atoll-fs/atoll/internal/web"
 )
 
 func newMountCmd(g *globalFlags) *cobra.Command {
-	var addr string
+	var addr, metricsListen string
 	var cfg fusefs.Config
 	cmd := &cobra.Command{
 		Use:   "mount [--cluster ADDR] MOUNTPOINT",
@@ -31,7 +32,12 @@ until interrupted (SIGINT/SIGTERM unmount cleanly, writing back open files).
 The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster + `.
 The mount uses allow_other; permissions are checked by the metadata islands
 with each caller's uid, gid and groups. If the process is killed, the
-mountpoint stays "stale": run fusermount3 -u MOUNTPOINT (or umount -l).`,
+mountpoint stays "stale": run fusermount3 -u MOUNTPOINT (or umount -l).
+
+With --metrics-listen the mount serves its client's Prometheus metrics and
+registers with the managers as a gateway (its metrics address as its
+address), so status and the dashboard list it with the degraded stripes
+and repairs its reads found.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := g.logger()
@@ -48,28 +54,52 @@ mountpoint stays "stale": run fusermount3 -u MOUNTPOINT (or umount -l).`,
 			}
 			ctx := cmd.Context()
 			addrs := clusterAddrs(addr)
-			fsys, statfs, closeFS, err := connectFS(ctx, addrs, log)
+			conn, statfs, closeFS, err := connectFS(ctx, addrs, log)
 			if err != nil {
 				return err
 			}
 			defer closeFS()
-			cfg.FS, cfg.StatFS = fsys, statfs
+			reg := web.NewRegistry()
+			if err := client.RegisterMetrics(reg, conn.Data, conn.FS); err != nil {
+				return err
+			}
+			cfg.FS, cfg.StatFS = conn.FS, statfs
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			m, err := fusefs.New(cfg)
+			ms, err := metricsServer(metricsListen, reg, log)
 			if err != nil {
 				return err
 			}
-			if err := m.Mount(); err != nil {
+			m, err := fusefs.New(cfg)
+			if err == nil {
+				err = m.Mount()
+			}
+			if err != nil {
+				closeServer(ms)
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "atoll: cluster %s mounted on %s (Ctrl-C or `fusermount3 -u %s` to unmount)\n", strings.Join(addrs, ","), m.Mountpoint(), m.Mountpoint())
-			select {
-			case <-ctx.Done():
-			case <-m.Done():
+			// Serve until interrupted or unmounted from outside.
+			run := func(ctx context.Context) error {
+				select {
+				case <-ctx.Done():
+				case <-m.Done():
+				}
+				return nil
 			}
-			return m.Unmount()
+			if ms != nil {
+				serve := run
+				run = func(ctx context.Context) error {
+					return runWithMember(ctx, serve, cluster.MemberConfig{
+						Managers: addrs, Kind: cluster.KindGateway, ID: gatewayID("mount:" + m.Mountpoint()),
+						Addr: ms.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update,
+						Stats: func() cluster.MemberStats { return clientStats(conn.Data, conn.FS, 0, ms) },
+					})
+				}
+			}
+			err = web.RunWith(ctx, ms, run)
+			return errors.Join(err, m.Unmount())
 		},
 	}
 	f := cmd.Flags()
@@ -78,13 +108,14 @@ mountpoint stays "stale": run fusermount3 -u MOUNTPOINT (or umount -l).`,
 	f.DurationVar(&cfg.EntryTTL, "entry-timeout", time.Second, "kernel name cache timeout")
 	f.BoolVar(&cfg.Private, "private", false, "mount without allow_other (only the mounting user may enter)")
 	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
+	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here and register with the managers, e.g. 127.0.0.1:7609 (empty: off)")
 	return cmd
 }
 
 // connectFS connects the client stack of a mount (connect.Dial: the
 // data client's slots follow the cluster map, refreshed every 5s) and
 // returns a statfs function over the storage servers' usage.
-func connectFS(ctx context.Context, addrs []string, log *slog.Logger) (*client.FS, func(context.Context) (fusefs.StatFS, error), func(), error) {
+func connectFS(ctx context.Context, addrs []string, log *slog.Logger) (*connect.Conn, func(context.Context) (fusefs.StatFS, error), func(), error) {
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	c, err := connect.Dial(dctx, addrs, log)
 	cancel()
@@ -133,5 +164,5 @@ func connectFS(ctx context.Context, addrs []string, log *slog.Logger) (*client.F
 		wg.Wait()
 		c.Close()
 	}
-	return c.FS, statfs, closeAll, nil
+	return c, statfs, closeAll, nil
 }

@@ -9,14 +9,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/nfs"
+	"github.com/atoll-fs/atoll/internal/web"
 )
 
 func newNFSCmd(g *globalFlags) *cobra.Command {
 	var cfg nfs.Config
-	var managers, allow, addrFile string
+	var managers, allow, addrFile, metricsListen string
 	var id uint32
 	cmd := &cobra.Command{
 		Use:   "nfs --cluster ADDR [--listen ADDR] [--portmap ADDR] [--export-allow CIDR,...] [--read-only] [--root-squash]",
@@ -62,19 +64,32 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 				return err
 			}
 			defer conn.Close()
-			cfg.FS, cfg.Logger = conn.FS, log
+			reg := web.NewRegistry()
+			if err := client.RegisterMetrics(reg, conn.Data, conn.FS); err != nil {
+				return err
+			}
+			cfg.FS, cfg.Logger, cfg.Registerer = conn.FS, log, reg
 			cfg.StatFS = statFS(conn.Cluster)
+			ms, err := metricsServer(metricsListen, reg, log)
+			if err != nil {
+				return err
+			}
 			srv, err := nfs.New(cfg)
 			if err != nil {
+				closeServer(ms)
 				return err
 			}
 			if err := writeAddrFile(addrFile, srv.Addr()); err != nil {
 				srv.Close()
+				closeServer(ms)
 				return err
 			}
-			return runWithMember(ctx, srv.Run, cluster.MemberConfig{
-				Managers: addrs, Kind: cluster.KindGateway, ID: id,
-				Addr: srv.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update,
+			return web.RunWith(ctx, ms, func(ctx context.Context) error {
+				return runWithMember(ctx, srv.Run, cluster.MemberConfig{
+					Managers: addrs, Kind: cluster.KindGateway, ID: id,
+					Addr: srv.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update,
+					Stats: func() cluster.MemberStats { return clientStats(conn.Data, conn.FS, srv.Requests(), ms) },
+				})
 			})
 		},
 	}
@@ -89,7 +104,21 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 	f.Uint32Var(&cfg.Export.AnonGID, "anongid", 65534, "gid of AUTH_NONE and squashed callers")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
 	f.Uint32Var(&id, "id", 0, "gateway id in the cluster map (default: derived from the host name and --listen)")
+	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:7608 (empty: off)")
 	return cmd
+}
+
+// clientStats is what a client-side member (gateway, mount) reports with
+// each heartbeat: its data path's counters and the stripes it knows to be
+// degraded.
+func clientStats(data *client.Client, fs *client.FS, ops uint64, ms *web.Server) cluster.MemberStats {
+	st := data.Stats()
+	return cluster.MemberStats{
+		Degraded:  uint64(len(data.DegradedStripes())),
+		BytesRead: fs.BytesRead(), BytesWritten: st.BytesWritten, Ops: ops,
+		Corrupt: st.CorruptDetected, Repairs: st.Repairs,
+		MetricsAddr: serverAddr(ms),
+	}
 }
 
 // gatewayID derives a stable member id from the host and listen address.

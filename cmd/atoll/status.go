@@ -132,6 +132,9 @@ type memberJSON struct {
 	CapacityBytes  uint64 `json:"capacity_bytes,omitempty"`
 	UsedBytes      uint64 `json:"used_bytes,omitempty"`
 	Degraded       uint64 `json:"degraded,omitempty"`
+	// MetricsAddr is where the member serves Prometheus /metrics, as its
+	// heartbeats report it (absent when it serves none, or from a follower).
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 }
 
 type islandJSON struct {
@@ -162,9 +165,13 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 	for _, v := range st.Voters {
 		out.Voters = append(out.Voters, voterJSON{ID: v.RaftID, RaftAddr: v.RaftAddr, Addr: v.ClientAddr, Voter: v.Voter})
 	}
+	metrics := map[cluster.MemberKey]string{}
+	for _, l := range st.Live {
+		metrics[l.Key] = l.Stats.MetricsAddr
+	}
 	for _, v := range m.Members() {
 		mj := memberJSON{Kind: v.Kind.String(), ID: v.ID, Addr: v.Addr, State: v.State.String(), PID: v.PID, HeartbeatAgeMS: -1,
-			CapacityBytes: v.CapacityBytes, UsedBytes: v.UsedBytes, Degraded: v.Degraded}
+			CapacityBytes: v.CapacityBytes, UsedBytes: v.UsedBytes, Degraded: v.Degraded, MetricsAddr: metrics[v.Key()]}
 		if !v.LastHeartbeat.IsZero() {
 			mj.LastHB = v.LastHeartbeat.UTC().Format(time.RFC3339Nano)
 			mj.HeartbeatAgeMS = max(now.Sub(v.LastHeartbeat).Milliseconds(), 0)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -9,12 +10,13 @@ import (
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/storage"
+	"github.com/atoll-fs/atoll/internal/web"
 )
 
 func newStorageCmd(g *globalFlags) *cobra.Command {
 	var cfg storage.ServerConfig
 	var slot uint16
-	var capacity, scrubRate, addrFile, managers string
+	var capacity, scrubRate, addrFile, managers, metricsListen string
 	cmd := &cobra.Command{
 		Use:   "storage --dir DIR --listen ADDR --slot N",
 		Short: "Run a storage server (fragment store) holding one storage slot",
@@ -34,24 +36,32 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 			if cfg.Faults, err = faults.FromEnv(); err != nil {
 				return err
 			}
-			srv, err := storage.NewServer(cfg)
+			reg := web.NewRegistry()
+			cfg.Registerer = reg
+			ms, err := metricsServer(metricsListen, reg, log)
 			if err != nil {
 				return err
 			}
-			if err := writeAddrFile(addrFile, srv.Addr()); err != nil {
+			srv, err := storage.NewServer(cfg)
+			if err != nil {
+				closeServer(ms)
 				return err
 			}
-			if managers == "" {
-				return srv.Run(cmd.Context())
+			if err := writeAddrFile(addrFile, srv.Addr()); err != nil {
+				closeServer(ms)
+				return err
 			}
-			return runWithMember(cmd.Context(), srv.Run, cluster.MemberConfig{
-				Managers: splitList(managers), Kind: cluster.KindStorage, ID: uint32(slot),
-				Addr: srv.Addr(), PID: os.Getpid(), Logger: log,
-				Stats: func() cluster.MemberStats {
-					st := srv.Store().Stat()
-					return cluster.MemberStats{CapacityBytes: uint64(st.CapacityBytes), UsedBytes: uint64(st.UsedBytes)}
-				},
-			})
+			run := srv.Run
+			if managers != "" {
+				run = func(ctx context.Context) error {
+					return runWithMember(ctx, srv.Run, cluster.MemberConfig{
+						Managers: splitList(managers), Kind: cluster.KindStorage, ID: uint32(slot),
+						Addr: srv.Addr(), PID: os.Getpid(), Logger: log,
+						Stats: func() cluster.MemberStats { return storageStats(srv, ms) },
+					})
+				}
+			}
+			return web.RunWith(cmd.Context(), ms, run)
 		},
 	}
 	f := cmd.Flags()
@@ -63,7 +73,21 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 	f.DurationVar(&cfg.ScrubPause, "scrub-pause", 0, "pause between scrub passes (default 1m)")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
 	f.StringVar(&managers, "manager", "", "manager address(es), comma-separated: register and heartbeat (empty: standalone)")
+	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:7600 (empty: off)")
 	return cmd
+}
+
+// storageStats is what a storage server reports with each heartbeat.
+func storageStats(srv *storage.Server, ms *web.Server) cluster.MemberStats {
+	st := srv.Store().Stat()
+	io := srv.IOStats()
+	return cluster.MemberStats{
+		CapacityBytes: uint64(st.CapacityBytes), UsedBytes: uint64(st.UsedBytes),
+		BytesRead: io.BytesRead, BytesWritten: io.BytesWritten, Ops: io.Requests,
+		ScrubPassBytes: uint64(st.Scrub.PassBytes), ScrubPasses: uint64(st.Scrub.Passes),
+		Corrupt: uint64(st.CorruptDetected), Repairs: uint64(st.Repairs),
+		MetricsAddr: serverAddr(ms),
+	}
 }
 
 func parseSize64(s, flag string) (int64, error) {

@@ -265,6 +265,7 @@ func (h *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	n := min(uint64(len(p)), h.mu.size-uint64(off))
 	p = p[:n]
+	h.fs.ctr.bytesRead.Add(n)
 	if h.mu.inline {
 		clear(p)
 		if uint64(off) < uint64(len(h.mu.inl)) {

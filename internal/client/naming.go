@@ -97,6 +97,7 @@ type FS struct {
 	data  *Client
 	pool  *wire.Pool
 	log   *slog.Logger
+	ctr   fsCounters // metrics.go
 	cache struct {
 		sync.Mutex
 		attrs  map[uint64]cachedAttr

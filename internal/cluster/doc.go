@@ -80,6 +80,17 @@
 // a down member marks it up again (new epoch) before it is answered, so
 // the reply carries the epoch in which the member is up.
 //
+// Heartbeats carry the member's statistics (MemberStats): storage usage,
+// cumulative counters (bytes read and written, requests, scrub progress,
+// corrupt ranges, repairs, degraded stripes) and the address of its
+// /metrics. The leader keeps the last HistoryLen heartbeats' counters per
+// member (ten minutes at the default interval) in memory, and derives
+// from them each member's current rates and the storage servers' summed
+// throughput over time (Manager.Snapshot, the dashboard's source). Like
+// the rest of the heartbeat table this is never replicated: a new leader
+// starts an empty history. The manager's own Prometheus metrics are in
+// metrics.go.
+//
 // # Map binary format (integers big-endian, strings uvarint-length-prefixed)
 //
 //	u32 magic "ATMP" (0x41544D50)
@@ -125,10 +136,16 @@
 //	1 GetMap    {min epoch}                  -> map      any manager
 //	2 Register  {kind, id, addr, pid}        -> map      leader
 //	3 Heartbeat {kind, id, epoch, stats}     -> {epoch, state}  leader
+//	            stats: u64 capacity, used, degraded, bytes read, bytes
+//	            written, ops, scrub pass bytes, scrub passes, corrupt,
+//	            repairs; str metrics address (the fields after degraded
+//	            were appended later, in this order)
 //	4 SetState  {kind, id, state}            -> {epoch}  leader
 //	5 Format    {islands}                    -> map      leader
 //	6 Join      {raft id, raft addr, client addr} -> {epoch}  leader
-//	7 Status    {}                           -> {map, raft view}  leader when known
+//	7 Status    {}                           -> {map, raft view, heartbeat table}  leader when known
+//	            (the heartbeat table, appended after the voters: uvarint n,
+//	            n × {u8 kind, u32 id, i64 last heartbeat, stats})
 //	8 SetTable  {table}                      -> {epoch}  leader
 //	9 SetPolicy {policy}                     -> {epoch}  leader
 //

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -56,6 +59,8 @@ type Config struct {
 	// leader marks it down. Default DefaultDownAfter.
 	DownAfter time.Duration
 	Logger    *slog.Logger
+	// Registerer, when set, receives the manager's metrics (metrics.go).
+	Registerer prometheus.Registerer
 
 	// Raft timing; zero picks the Default* constants.
 	HeartbeatTimeout   time.Duration
@@ -175,6 +180,7 @@ func (c Config) withDefaults() Config {
 type liveInfo struct {
 	last  time.Time
 	stats MemberStats
+	hist  *sampleRing // counters of the last HistoryLen heartbeats
 }
 
 // Manager is one member of the manager raft group, serving the cluster
@@ -293,6 +299,11 @@ func New(cfg Config) (*Manager, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(newManagerCollector(m)); err != nil {
+			return nil, fmt.Errorf("manager: metrics: %w", err)
+		}
 	}
 	ok = true
 	return m, nil
@@ -564,6 +575,10 @@ func (m *Manager) touch(k MemberKey, stats *MemberStats) {
 	li.last = time.Now()
 	if stats != nil {
 		li.stats = *stats
+		if li.hist == nil {
+			li.hist = new(sampleRing)
+		}
+		li.hist.add(sample{at: li.last.UnixNano(), read: stats.BytesRead, written: stats.BytesWritten, ops: stats.Ops})
 	}
 	m.mu.live[k] = li
 }
@@ -650,6 +665,9 @@ func (m *Manager) handleHeartbeat(req *wire.Request) (wire.Response, error) {
 	v, epoch, ok := m.fsm.member(k)
 	if !ok {
 		return wire.Response{}, fmt.Errorf("cluster: heartbeat %s: %w", k, ErrUnknownMember)
+	}
+	if len(r.Stats.MetricsAddr) > maxMetricsAddr {
+		r.Stats.MetricsAddr = "" // informational only: not worth refusing the heartbeat
 	}
 	m.touch(k, &r.Stats)
 	resp := HeartbeatResp{Epoch: epoch, State: v.State}
@@ -814,9 +832,17 @@ func (m *Manager) handleStatus(req *wire.Request) (wire.Response, error) {
 		}
 		// No leader: answer with this manager's own view.
 	}
+	st := m.status()
+	return wire.Response{Msg: Marshal(&StatusResp{MapBytes: EncodeMap(st.Map), Status: st})}, nil
+}
+
+// status is this manager's map (with heartbeat data when it leads), its
+// raft view and its heartbeat table.
+func (m *Manager) status() Status {
 	mp := m.currentMap()
 	_, leaderID := m.raft.LeaderWithID()
 	st := Status{
+		Map:          mp,
 		Self:         m.id,
 		RaftState:    m.raft.State().String(),
 		LeaderID:     string(leaderID),
@@ -834,5 +860,58 @@ func (m *Manager) handleStatus(req *wire.Request) (wire.Response, error) {
 			st.Voters = append(st.Voters, v)
 		}
 	}
-	return wire.Response{Msg: Marshal(&StatusResp{MapBytes: EncodeMap(mp), Status: st})}, nil
+	m.mu.Lock()
+	for k, li := range m.mu.live {
+		st.Live = append(st.Live, MemberLive{Key: k, LastHeartbeat: li.last, Stats: li.stats})
+	}
+	m.mu.Unlock()
+	slices.SortFunc(st.Live, func(a, b MemberLive) int { return compareKeys(a.Key, b.Key) })
+	return st
+}
+
+func compareKeys(a, b MemberKey) int {
+	if c := cmp.Compare(a.Kind, b.Kind); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ID, b.ID)
+}
+
+// Rates are a member's current throughput, from its last heartbeats.
+type Rates struct {
+	ReadBytesPerSec  float64
+	WriteBytesPerSec float64
+	OpsPerSec        float64
+}
+
+// Snapshot is what the dashboard shows: this manager's Status and, when it
+// leads, the rates derived from its heartbeat history. A follower has no
+// heartbeat table: its Snapshot has the replicated map only.
+type Snapshot struct {
+	Status
+	Now   time.Time
+	Rates map[MemberKey]Rates
+	// Throughput is the storage servers' summed throughput, one point per
+	// ThroughputStep over the last ThroughputWindow, oldest first.
+	Throughput []ThroughputPoint
+}
+
+// Snapshot returns the dashboard's view of the cluster.
+func (m *Manager) Snapshot() Snapshot {
+	sn := Snapshot{Status: m.status(), Now: time.Now(), Rates: map[MemberKey]Rates{}}
+	var storage []*sampleRing
+	m.mu.Lock()
+	for k, li := range m.mu.live {
+		if li.hist == nil {
+			continue
+		}
+		var r Rates
+		r.ReadBytesPerSec, r.WriteBytesPerSec, r.OpsPerSec = li.hist.rates(sn.Now)
+		sn.Rates[k] = r
+		if k.Kind == KindStorage {
+			storage = append(storage, li.hist)
+		}
+	}
+	sn.Throughput = throughput(storage, sn.Now)
+	m.mu.Unlock()
+	return sn
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/atoll-fs/atoll/internal/wire"
 )
@@ -89,16 +90,36 @@ func (r *RegisterReq) Decode(d *wire.Dec) {
 	r.PID = int(d.I64())
 }
 
-// MemberStats is what a member reports with each heartbeat. Only storage
-// servers fill it; it is kept in the leader's memory, never in raft.
+// MemberStats is what a member reports with each heartbeat; it is kept in
+// the leader's memory, never in raft. Counters are cumulative since the
+// member process started (a restart starts them at zero again); the
+// leader turns them into rates (Manager.Snapshot).
 type MemberStats struct {
+	// Storage servers: capacity and use. Gateways: stripes their client
+	// knows to miss fragments (Degraded).
 	CapacityBytes uint64
 	UsedBytes     uint64
 	Degraded      uint64
+
+	BytesRead    uint64 // bytes served to readers (storage: fragment bytes; gateways: file bytes)
+	BytesWritten uint64 // bytes stored (storage) or made durable (gateways)
+	Ops          uint64 // requests served
+	// Scrubber progress (storage): bytes verified in the current pass,
+	// completed passes and sick ranges found.
+	ScrubPassBytes uint64
+	ScrubPasses    uint64
+	Corrupt        uint64 // sick ranges found by any path
+	Repairs        uint64 // fragments repaired (storage: repairs received; gateways: repairs made)
+	// MetricsAddr is where the member serves /metrics ("" = nowhere).
+	MetricsAddr string
 }
 
+// maxMetricsAddr bounds MemberStats.MetricsAddr (a host:port).
+const maxMetricsAddr = 256
+
 // HeartbeatReq tells the leader a member is alive. Epoch is the member's
-// map epoch (informational).
+// map epoch (informational). The fields after Stats.Degraded were added
+// later and are encoded after it, in the order of MemberStats.
 type HeartbeatReq struct {
 	Kind  Kind
 	ID    uint32
@@ -110,16 +131,35 @@ func (r *HeartbeatReq) Encode(e *wire.Enc) {
 	e.U8(uint8(r.Kind))
 	e.U32(r.ID)
 	e.U64(r.Epoch)
-	e.U64(r.Stats.CapacityBytes)
-	e.U64(r.Stats.UsedBytes)
-	e.U64(r.Stats.Degraded)
+	encodeStats(e, &r.Stats)
 }
 
 func (r *HeartbeatReq) Decode(d *wire.Dec) {
 	r.Kind = Kind(d.U8())
 	r.ID = d.U32()
 	r.Epoch = d.U64()
-	r.Stats = MemberStats{CapacityBytes: d.U64(), UsedBytes: d.U64(), Degraded: d.U64()}
+	decodeStats(d, &r.Stats)
+}
+
+func encodeStats(e *wire.Enc, s *MemberStats) {
+	e.U64(s.CapacityBytes)
+	e.U64(s.UsedBytes)
+	e.U64(s.Degraded)
+	e.U64(s.BytesRead)
+	e.U64(s.BytesWritten)
+	e.U64(s.Ops)
+	e.U64(s.ScrubPassBytes)
+	e.U64(s.ScrubPasses)
+	e.U64(s.Corrupt)
+	e.U64(s.Repairs)
+	e.String(s.MetricsAddr)
+}
+
+func decodeStats(d *wire.Dec, s *MemberStats) {
+	*s = MemberStats{CapacityBytes: d.U64(), UsedBytes: d.U64(), Degraded: d.U64(),
+		BytesRead: d.U64(), BytesWritten: d.U64(), Ops: d.U64(),
+		ScrubPassBytes: d.U64(), ScrubPasses: d.U64(), Corrupt: d.U64(), Repairs: d.U64(),
+		MetricsAddr: d.Str()}
 }
 
 // HeartbeatResp carries the current epoch, so a member notices a newer
@@ -221,6 +261,17 @@ type Status struct {
 	CommitIndex  uint64
 	AppliedIndex uint64
 	Voters       []Voter
+	// Live is the answering manager's heartbeat table: every member it has
+	// heard from since it became leader, with its last reported stats.
+	// Empty from a follower.
+	Live []MemberLive
+}
+
+// MemberLive is one member's entry of the leader's heartbeat table.
+type MemberLive struct {
+	Key           MemberKey
+	LastHeartbeat time.Time // zero: registered but no heartbeat yet
+	Stats         MemberStats
 }
 
 // StatusResp is the wire form of Status: the map travels in its own
@@ -247,6 +298,14 @@ func (r *StatusResp) Encode(e *wire.Enc) {
 		e.String(v.ClientAddr)
 		e.Bool(v.Voter)
 	}
+	// Added after Voters: the heartbeat table.
+	e.Uvarint(uint64(len(s.Live)))
+	for _, l := range s.Live {
+		e.U8(uint8(l.Key.Kind))
+		e.U32(l.Key.ID)
+		e.I64(timeNanos(l.LastHeartbeat))
+		encodeStats(e, &l.Stats)
+	}
 }
 
 func (r *StatusResp) Decode(d *wire.Dec) {
@@ -263,6 +322,16 @@ func (r *StatusResp) Decode(d *wire.Dec) {
 		s.Voters = make([]Voter, n)
 		for i := range s.Voters {
 			s.Voters[i] = Voter{RaftID: d.Str(), RaftAddr: d.Str(), ClientAddr: d.Str(), Voter: d.Bool()}
+		}
+	}
+	// kind, id, time and 10 counters: at least 94 bytes each.
+	if n := d.Count(94); n > 0 {
+		s.Live = make([]MemberLive, n)
+		for i := range s.Live {
+			l := &s.Live[i]
+			l.Key = MemberKey{Kind(d.U8()), d.U32()}
+			l.LastHeartbeat = nanosTime(d.I64())
+			decodeStats(d, &l.Stats)
 		}
 	}
 }

@@ -27,9 +27,18 @@ type Config struct {
 	IslandListen  string // host:port of island 1; island i on port+i-1
 	NFSListen     string // NFS gateway address ("" = no gateway)
 	Mount         string // FUSE mountpoint ("" = no mount)
-	Exe           string // the atoll binary
-	LogLevel      string
-	Out           io.Writer
+	// WebListen is the manager's dashboard, /api/cluster and /metrics
+	// address ("" = none; `atoll dev` defaults to 127.0.0.1:7380).
+	WebListen string
+	// MetricsListen is the first of the children's /metrics addresses
+	// ("" = none): storage server i on port+i, then the islands, the NFS
+	// gateway and the mount on the next ports (see MetricsAddrs).
+	MetricsListen string
+	// DownAfter is the manager's --down-after (default 3s).
+	DownAfter time.Duration
+	Exe       string // the atoll binary
+	LogLevel  string
+	Out       io.Writer
 }
 
 // Validate checks the configuration.
@@ -47,6 +56,19 @@ func (c *Config) Validate() error {
 		if _, _, err := splitPort(a); err != nil {
 			return fmt.Errorf("dev: %s: %w", flag, err)
 		}
+	}
+	for flag, a := range map[string]string{"--web-listen": c.WebListen, "--metrics-listen": c.MetricsListen} {
+		if a == "" {
+			continue
+		}
+		if _, port, err := splitPort(a); err != nil {
+			return fmt.Errorf("dev: %s: %w", flag, err)
+		} else if flag == "--metrics-listen" && port+c.Storage+c.Islands+2 > 65535 {
+			return fmt.Errorf("dev: %s %s: not enough ports above it", flag, a)
+		}
+	}
+	if c.DownAfter < 0 {
+		return errors.New("dev: negative --down-after")
 	}
 	if c.Exe == "" {
 		return errors.New("dev: no atoll binary")
@@ -108,9 +130,38 @@ func nthAddr(base string, i int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port+i))
 }
 
+// MetricsAddrs are the children's /metrics addresses, derived from
+// MetricsListen (all empty when it is).
+type MetricsAddrs struct {
+	Storage []string // by slot
+	Islands []string // island i at index i-1
+	NFS     string
+	Mount   string
+}
+
+// MetricsAddrs returns where each child serves /metrics: consecutive
+// ports from MetricsListen in the order storage, islands, NFS, mount.
+func (c *Config) MetricsAddrs() MetricsAddrs {
+	var m MetricsAddrs
+	if c.MetricsListen == "" {
+		m.Storage, m.Islands = make([]string, c.Storage), make([]string, c.Islands)
+		return m
+	}
+	for i := 0; i < c.Storage; i++ {
+		m.Storage = append(m.Storage, nthAddr(c.MetricsListen, i))
+	}
+	for i := 0; i < c.Islands; i++ {
+		m.Islands = append(m.Islands, nthAddr(c.MetricsListen, c.Storage+i))
+	}
+	m.NFS = nthAddr(c.MetricsListen, c.Storage+c.Islands)
+	m.Mount = nthAddr(c.MetricsListen, c.Storage+c.Islands+1)
+	return m
+}
+
 // Cluster is a started local cluster.
 type Cluster struct {
 	Manager  string // manager address
+	Web      string // the manager's dashboard address ("" = none)
 	Map      *cluster.Map
 	Children []*Child
 }
@@ -142,13 +193,25 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 			cl.Stop()
 		}
 	}()
-	start := func(name, listen string, args ...string) (*Child, error) {
-		if err := portFree(listen); err != nil {
-			return nil, fmt.Errorf("dev: %s: address %s in use: %w", name, listen, err)
+	metrics := d.cfg.MetricsAddrs()
+	// start starts a role listening on listen and, when metrics is not
+	// empty, serving /metrics there.
+	start := func(name, listen, metrics string, args ...string) (*Child, error) {
+		for _, a := range []string{listen, metrics} {
+			if a == "" {
+				continue
+			}
+			if err := portFree(a); err != nil {
+				return nil, fmt.Errorf("dev: %s: address %s in use: %w", name, a, err)
+			}
+		}
+		args = append(args, "--listen", listen, "--log-level", d.cfg.LogLevel)
+		if metrics != "" {
+			args = append(args, "--metrics-listen", metrics)
 		}
 		c, err := Start(ctx, ChildSpec{
 			Name: name, Exe: d.cfg.Exe,
-			Args:     append(args, "--listen", listen, "--log-level", d.cfg.LogLevel),
+			Args:     args,
 			AddrFile: filepath.Join(d.cfg.DataDir, name+".addr"),
 			Output:   d.cfg.Out,
 			// Islands serve only once the namespace is formatted, which
@@ -158,22 +221,34 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
+		c.MetricsAddr = metrics
 		cl.Children = append(cl.Children, c)
 		return c, nil
 	}
-	mgr, err := start("manager", d.cfg.ManagerListen, "manager", "--dir", filepath.Join(d.cfg.DataDir, "manager"), "--down-after", "3s")
+	downAfter := d.cfg.DownAfter
+	if downAfter == 0 {
+		downAfter = 3 * time.Second
+	}
+	mgrArgs := []string{"manager", "--dir", filepath.Join(d.cfg.DataDir, "manager"), "--down-after", downAfter.String()}
+	if d.cfg.WebListen != "" {
+		if err := portFree(d.cfg.WebListen); err != nil {
+			return nil, fmt.Errorf("dev: manager: dashboard address %s in use: %w", d.cfg.WebListen, err)
+		}
+		mgrArgs = append(mgrArgs, "--web-listen", d.cfg.WebListen)
+	}
+	mgr, err := start("manager", d.cfg.ManagerListen, "", mgrArgs...)
 	if err != nil {
 		return nil, err
 	}
-	cl.Manager = mgr.Addr
+	cl.Manager, cl.Web = mgr.Addr, d.cfg.WebListen
 	for i := 0; i < d.cfg.Storage; i++ {
-		if _, err := start(fmt.Sprintf("storage%d", i), nthAddr(d.cfg.StorageListen, i), "storage",
+		if _, err := start(fmt.Sprintf("storage%d", i), nthAddr(d.cfg.StorageListen, i), metrics.Storage[i], "storage",
 			"--dir", filepath.Join(d.cfg.DataDir, "storage", strconv.Itoa(i)), "--slot", strconv.Itoa(i), "--manager", mgr.Addr); err != nil {
 			return nil, err
 		}
 	}
 	for i := 1; i <= d.cfg.Islands; i++ {
-		if _, err := start(fmt.Sprintf("island%d", i), nthAddr(d.cfg.IslandListen, i-1), "meta",
+		if _, err := start(fmt.Sprintf("island%d", i), nthAddr(d.cfg.IslandListen, i-1), metrics.Islands[i-1], "meta",
 			"--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--id", strconv.Itoa(i), "--manager", mgr.Addr); err != nil {
 			return nil, err
 		}
@@ -191,7 +266,7 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		}
 	}
 	if d.cfg.Islands > 0 && d.cfg.NFSListen != "" {
-		if _, err := start("nfs", d.cfg.NFSListen, "nfs", "--cluster", mgr.Addr); err != nil {
+		if _, err := start("nfs", d.cfg.NFSListen, metrics.NFS, "nfs", "--cluster", mgr.Addr); err != nil {
 			return nil, err
 		}
 	}
@@ -200,16 +275,23 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("dev: mountpoint %s: %w", d.cfg.Mount, err)
 		}
 		abs, _ := filepath.Abs(d.cfg.Mount)
+		args := []string{"mount", "--cluster", mgr.Addr, "--log-level", d.cfg.LogLevel}
+		if metrics.Mount != "" {
+			if err := portFree(metrics.Mount); err != nil {
+				return nil, fmt.Errorf("dev: mount: address %s in use: %w", metrics.Mount, err)
+			}
+			args = append(args, "--metrics-listen", metrics.Mount)
+		}
 		c, err := Start(ctx, ChildSpec{
 			Name: "mount", Exe: d.cfg.Exe,
-			Args:   []string{"mount", "--cluster", mgr.Addr, "--log-level", d.cfg.LogLevel, abs},
+			Args:   append(args, abs),
 			Output: d.cfg.Out,
 			Ready:  func() bool { return isMountpoint(abs) },
 		})
 		if err != nil {
 			return nil, err
 		}
-		c.Addr = abs
+		c.Addr, c.MetricsAddr = abs, metrics.Mount
 		cl.Children = append(cl.Children, c)
 	}
 	return cl, nil
@@ -227,7 +309,14 @@ func (d *Dev) Run(ctx context.Context) error {
 	defer cl.Stop()
 	fmt.Fprintf(d.cfg.Out, "atoll dev ready: manager %s, %d storage servers, %d islands (epoch %d)\n", cl.Manager, d.cfg.Storage, d.cfg.Islands, cl.Map.Epoch)
 	for _, c := range cl.Children {
-		fmt.Fprintf(d.cfg.Out, "  %-10s %-21s pid %d\n", c.Name, c.Addr, c.PID())
+		line := fmt.Sprintf("  %-10s %-21s pid %-8d", c.Name, c.Addr, c.PID())
+		if c.MetricsAddr != "" {
+			line += " metrics http://" + c.MetricsAddr + "/metrics"
+		}
+		fmt.Fprintln(d.cfg.Out, strings.TrimRight(line, " "))
+	}
+	if cl.Web != "" {
+		fmt.Fprintf(d.cfg.Out, "  dashboard: http://%s/   (JSON: /api/cluster, manager metrics: /metrics)\n", cl.Web)
 	}
 	fmt.Fprintf(d.cfg.Out, "  status:    ATOLL_CLUSTER=%s atoll status\n", cl.Manager)
 	if d.cfg.Islands > 0 {
@@ -236,6 +325,9 @@ func (d *Dev) Run(ctx context.Context) error {
 	if c := cl.Child("nfs"); c != nil {
 		host, port, _ := net.SplitHostPort(c.Addr)
 		fmt.Fprintf(d.cfg.Out, "  NFS:       nfs-ls 'nfs://%s/?nfsport=%s&mountport=%s'\n", host, port, port)
+		// libnfs mounts the URL's directory as the export: a file in the
+		// root directory takes a double slash.
+		fmt.Fprintf(d.cfg.Out, "  NFS copy:  nfs-cp FILE 'nfs://%s//FILE?nfsport=%s&mountport=%s'\n", host, port, port)
 	}
 	if c := cl.Child("mount"); c != nil {
 		fmt.Fprintf(d.cfg.Out, "  FUSE:      ls %s\n", c.Addr)

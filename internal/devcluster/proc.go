@@ -18,14 +18,15 @@ import (
 
 // Child is one role running as a child process of this one.
 type Child struct {
-	Name    string
-	Addr    string // the address the child reported in its addr file
-	cmd     *exec.Cmd
-	done    chan struct{}
-	exitErr error
-	mu      sync.Mutex
-	peakRSS int64 // bytes, sampled from /proc/PID/status VmHWM
-	spec    ChildSpec
+	Name        string
+	Addr        string // the address the child reported in its addr file
+	MetricsAddr string // where it serves /metrics ("" = nowhere)
+	cmd         *exec.Cmd
+	done        chan struct{}
+	exitErr     error
+	mu          sync.Mutex
+	peakRSS     int64 // bytes, sampled from /proc/PID/status VmHWM
+	spec        ChildSpec
 }
 
 // ChildSpec describes how to start a child.

@@ -13,6 +13,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultInlineMax is the default inline threshold.
@@ -55,6 +56,8 @@ type Config struct {
 	Faults *faults.Set
 	// Logger receives the island's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Registerer, when set, receives the island's metrics (metrics.go).
+	Registerer prometheus.Registerer
 }
 
 // Validate reports the first problem with c.

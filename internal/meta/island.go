@@ -33,6 +33,7 @@ type Island struct {
 	locks *lockTable
 	ln    net.Listener
 	srv   *wire.Server
+	met   *islandMetrics
 
 	// state guards closing: every request holds it shared.
 	state struct {
@@ -116,6 +117,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 		log:    cfg.Logger.With("island", cfg.ID),
 		locks:  newLockTable(),
 		timing: tm,
+		met:    newIslandMetrics(cfg.Registerer, cfg.ID),
 	}
 	i.seq.last = map[uint32]uint32{}
 	i.seq.high = map[uint32]uint32{}
@@ -162,7 +164,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 	}
 	if cfg.Listen != "" {
 		i.srv, err = wire.NewServer(wire.ServerConfig{
-			Handler:   i.serveWire,
+			Handler:   i.met.wrap(i.serveWire),
 			Logger:    i.log,
 			ErrorCode: metawire.StatusOf,
 		})
@@ -173,6 +175,10 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 			i.Close()
 			return nil, fmt.Errorf("meta: listen %s: %w", cfg.Listen, err)
 		}
+	}
+	if err := i.met.register(i); err != nil {
+		i.Close()
+		return nil, fmt.Errorf("meta: metrics: %w", err)
 	}
 	return i, nil
 }

@@ -184,6 +184,7 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 	if err := i.db.Set(key, it.encode(), pebble.Sync); err != nil {
 		return fmt.Errorf("%w: writing intent: %v", metawire.ErrIO, err)
 	}
+	i.met.txStarted.Inc()
 	if err := i.fp(FailTxAfterIntent); err != nil {
 		i.abort(ctx, txid, it, release)
 		return err
@@ -221,6 +222,7 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 		return fmt.Errorf("%w: committing decision: %v", metawire.ErrIO, err)
 	}
 	release()
+	i.met.txCommitted.Inc()
 	n := &notifyTx{commit: true, pending: map[namespace.IslandID]bool{}}
 	for _, p := range it.parts {
 		n.pending[p.island] = true
@@ -282,6 +284,7 @@ func prepareError(errs []error) error {
 // and participants are told, best effort; those that do not hear it ask
 // (OpOutcome) and learn it from the missing intent.
 func (i *Island) abort(ctx context.Context, txid metawire.TxID, it *intent, release func()) {
+	i.met.txAborted.Inc()
 	if err := i.db.Delete(intentKey(txid), pebble.NoSync); err != nil {
 		i.log.Warn("meta: deleting aborted intent", "tx", txHex(txid), "err", err)
 	}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/nfs/xdr"
 )
@@ -104,6 +106,8 @@ type Config struct {
 	// every start, so clients resend writes they did not commit).
 	Verifier uint64
 	Logger   *slog.Logger
+	// Registerer, when set, receives the gateway's metrics (metrics.go).
+	Registerer prometheus.Registerer
 }
 
 // Validate checks the configuration.
@@ -127,6 +131,7 @@ type Server struct {
 	fsid  uint64
 	files *fileCache
 	mnt   *mountTable
+	met   *gatewayMetrics
 
 	ln, pmln net.Listener
 	debug    bool // log every call
@@ -184,6 +189,9 @@ func New(cfg Config) (*Server, error) {
 	s.files = newFileCache(s)
 	s.mnt = newMountTable()
 	var err error
+	if s.met, err = newGatewayMetrics(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("nfs: metrics: %w", err)
+	}
 	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("nfs: listen %s: %w", cfg.Listen, err)
 	}
@@ -415,7 +423,9 @@ func (s *Server) handle(cn *conn, rec []byte) (out []byte) {
 	}
 	resStart := w.Len()
 	c := &call{s: s, ctx: s.ctx, conn: cn, hdr: hdr, args: r, res: w}
+	start := time.Now()
 	err = s.runProc(proc, c)
+	s.met.observe(&hdr, w.B[resStart:], err, start)
 	if err != nil {
 		// Replace the results with GARBAGE_ARGS or SYSTEM_ERR.
 		w.Truncate(resStart - 4)

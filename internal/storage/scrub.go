@@ -31,7 +31,7 @@ func (s *Store) Scrub(ctx context.Context, bytesPerSec int64, pause time.Duratio
 // ScrubOnce makes one verification pass over all fragments.
 func (s *Store) ScrubOnce(ctx context.Context, bytesPerSec int64) error {
 	s.mu.Lock()
-	s.mu.scrub.PassBytes = 0
+	s.mu.scrub.PassBytes, s.mu.scrub.PassFragments = 0, 0
 	s.mu.Unlock()
 	th := throttle{rate: bytesPerSec, start: time.Now()}
 	// Pace between fragments, not inside one: sleeping inside verify would
@@ -39,6 +39,7 @@ func (s *Store) ScrubOnce(ctx context.Context, bytesPerSec int64) error {
 	account := func(n int64) error {
 		s.mu.Lock()
 		s.mu.scrub.PassBytes += n
+		s.mu.scrub.Bytes += n
 		s.mu.Unlock()
 		th.done += n
 		return ctx.Err()
@@ -70,11 +71,10 @@ func (s *Store) ScrubOnce(ctx context.Context, bytesPerSec int64) error {
 				s.log.Warn("storage: scrub", "id", id, "err", err)
 				continue
 			}
-			if len(bad) > 0 {
-				s.mu.Lock()
-				s.mu.scrub.CorruptFound += int64(len(bad))
-				s.mu.Unlock()
-			}
+			s.mu.Lock()
+			s.mu.scrub.PassFragments++
+			s.mu.scrub.CorruptFound += int64(len(bad))
+			s.mu.Unlock()
 		}
 		after = &ids[len(ids)-1]
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fragment"
@@ -31,6 +32,8 @@ type ServerConfig struct {
 	FS         vfs.FS
 	Faults     *faults.Set
 	Logger     *slog.Logger
+	// Registerer, when set, receives the server's metrics (metrics.go).
+	Registerer prometheus.Registerer
 }
 
 // Validate checks the configuration.
@@ -54,6 +57,7 @@ type Server struct {
 	ln    net.Listener
 	srv   *wire.Server
 	log   *slog.Logger
+	met   *serverMetrics
 }
 
 // NewServer opens the store (running crash recovery) and binds the listener.
@@ -76,8 +80,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, store: st, log: log}
+	if s.met, err = newServerMetrics(cfg.Registerer, cfg.Slot, st); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("storage: metrics: %w", err)
+	}
 	s.srv, err = wire.NewServer(wire.ServerConfig{
-		Handler:   s.handle,
+		Handler:   s.met.wrap(s.handle),
 		Logger:    log,
 		ErrorCode: statusOf,
 		Limits:    wire.Limits{MaxPayload: MaxFragmentSize + 1<<20},

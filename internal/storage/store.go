@@ -84,10 +84,12 @@ type RecoveryReport struct {
 
 // ScrubStats describes the scrubber's progress.
 type ScrubStats struct {
-	Passes       int64     // complete passes over all fragments
-	PassBytes    int64     // bytes verified so far in the current pass
-	CorruptFound int64     // sick ranges found by the scrubber, all passes
-	LastPassEnd  time.Time // zero before the first pass completes
+	Passes        int64     // complete passes over all fragments
+	PassBytes     int64     // bytes verified so far in the current pass
+	PassFragments int64     // fragments verified so far in the current pass
+	Bytes         int64     // bytes verified, all passes
+	CorruptFound  int64     // sick ranges found by the scrubber, all passes
+	LastPassEnd   time.Time // zero before the first pass completes
 }
 
 // Stats is a snapshot of the store's counters.

@@ -57,7 +57,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$atoll" dev --data "$tmp/data" --islands 3 --storage 5 --log-level warn --no-mount --nfs-listen "" \
+"$atoll" dev --data "$tmp/data" --islands 3 --storage 5 --log-level warn --no-mount --nfs-listen "" --web-listen "" --metrics-listen "" \
 	--manager-listen "127.0.0.1:$port" --storage-listen "127.0.0.1:$((port + 100))" \
 	--island-listen "127.0.0.1:$((port + 200))" >"$tmp/dev.log" 2>&1 &
 devpid=$!

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/atoll-fs/atoll/internal/web"
+)
+
+// metricsServer binds a role's --metrics-listen address to serve reg at
+// /metrics; nil (and no error) when addr is empty. The role runs it with
+// web.RunWith.
+func metricsServer(addr string, reg *prometheus.Registry, log *slog.Logger) (*web.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ms, err := web.NewServer(addr, web.MetricsMux(reg), log)
+	if err != nil {
+		return nil, usageErr("--metrics-listen", err)
+	}
+	log.Info("metrics: serving", "url", "http://"+ms.Addr()+"/metrics")
+	return ms, nil
+}
+
+// serverAddr is ms's bound address, "" for no server.
+func serverAddr(ms *web.Server) string {
+	if ms == nil {
+		return ""
+	}
+	return ms.Addr()
+}
+
+// closeServer releases a server that will not run.
+func closeServer(ms *web.Server) {
+	if ms != nil {
+		_ = ms.Close()
+	}
+}

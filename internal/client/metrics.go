@@ -1,0 +1,100 @@
+package client
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Client metrics, exported by RegisterMetrics from the counters the client
+// keeps anyway (Stats, CacheStats), read once per scrape:
+//
+//	atoll_client_read_bytes_total              counter  file bytes handed to readers (FS)
+//	atoll_client_written_bytes_total           counter  file data bytes made durable in stripes
+//	atoll_client_stripes_written_total         counter
+//	atoll_client_degraded_stripes_written_total counter stripes written with fragments missing
+//	atoll_client_blocks_read_total             counter
+//	atoll_client_degraded_reads_total          counter  block reads that needed reconstruction
+//	atoll_client_corrupt_ranges_total          counter  fragment ranges found corrupt
+//	atoll_client_repairs_total                 counter  fragments rebuilt or rewritten by on-the-fly repair
+//	atoll_client_repair_failures_total         counter
+//	atoll_client_degraded_stripes              gauge    stripes known to miss fragments, waiting for repair
+//	atoll_client_cache_hits_total              counter  attribute and name cache hits (FS)
+//	atoll_client_cache_misses_total            counter
+
+// fsCounters are the FS's own counters (the data client keeps the rest).
+type fsCounters struct {
+	bytesRead atomic.Uint64
+}
+
+// BytesRead returns the file bytes handed to readers since the FS was made.
+func (f *FS) BytesRead() uint64 { return f.ctr.bytesRead.Load() }
+
+// RegisterMetrics exports c's counters and, when fs is not nil, the naming
+// layer's, on reg. The client keeps no metric state of its own: a process
+// that never calls this pays nothing.
+func RegisterMetrics(reg prometheus.Registerer, c *Client, fs *FS) error {
+	return reg.Register(&clientCollector{c: c, fs: fs, descs: newClientDescs()})
+}
+
+type clientDescs struct {
+	readBytes, writtenBytes, stripes, degradedWritten, blocksRead, degradedReads,
+	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses *prometheus.Desc
+}
+
+func newClientDescs() clientDescs {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("atoll_client_"+name, help, nil, nil)
+	}
+	return clientDescs{
+		readBytes:       d("read_bytes_total", "File bytes handed to readers."),
+		writtenBytes:    d("written_bytes_total", "File data bytes made durable in stripes."),
+		stripes:         d("stripes_written_total", "Stripes written."),
+		degradedWritten: d("degraded_stripes_written_total", "Stripes written with fragments missing."),
+		blocksRead:      d("blocks_read_total", "Blocks read from storage servers."),
+		degradedReads:   d("degraded_reads_total", "Block reads that needed reconstruction from parity or mirrors."),
+		corrupt:         d("corrupt_ranges_total", "Fragment ranges found corrupt (by servers or by the parental checksum)."),
+		repairs:         d("repairs_total", "Fragments rebuilt or rewritten by on-the-fly repair."),
+		repairFailures:  d("repair_failures_total", "On-the-fly repairs that failed."),
+		degraded:        d("degraded_stripes", "Stripes known to miss fragments, waiting for repair."),
+		cacheHits:       d("cache_hits_total", "Attribute and name cache hits."),
+		cacheMisses:     d("cache_misses_total", "Attribute and name cache misses."),
+	}
+}
+
+type clientCollector struct {
+	c     *Client
+	fs    *FS
+	descs clientDescs
+}
+
+func (k *clientCollector) Describe(ch chan<- *prometheus.Desc) {
+	d := &k.descs
+	for _, x := range []*prometheus.Desc{d.readBytes, d.writtenBytes, d.stripes, d.degradedWritten, d.blocksRead,
+		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses} {
+		ch <- x
+	}
+}
+
+func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
+	d := &k.descs
+	counter := func(desc *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v))
+	}
+	st := k.c.Stats()
+	counter(d.writtenBytes, st.BytesWritten)
+	counter(d.stripes, st.StripesWritten)
+	counter(d.degradedWritten, st.DegradedStripes)
+	counter(d.blocksRead, st.BlocksRead)
+	counter(d.degradedReads, st.DegradedReads)
+	counter(d.corrupt, st.CorruptDetected)
+	counter(d.repairs, st.Repairs)
+	counter(d.repairFailures, st.RepairFailures)
+	ch <- prometheus.MustNewConstMetric(d.degraded, prometheus.GaugeValue, float64(len(k.c.DegradedStripes())))
+	if k.fs != nil {
+		counter(d.readBytes, k.fs.BytesRead())
+		hits, misses := k.fs.CacheStats()
+		counter(d.cacheHits, hits)
+		counter(d.cacheMisses, misses)
+	}
+}

@@ -1,0 +1,211 @@
+package meta
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Island metrics (label island on every one):
+//
+//	atoll_meta_ops_total{op,result}          counter  requests served over the wire, by operation and result
+//	                                                  (ok, an errno name such as ENOENT, or stale_epoch,
+//	                                                  wrong_island, busy, unavailable, internal, bad_request)
+//	atoll_meta_op_duration_seconds{op}       histogram handler time per operation
+//	atoll_meta_tx_started_total              counter  cross-island transactions this island coordinated
+//	atoll_meta_tx_committed_total            counter  ... whose commit decision was made durable
+//	atoll_meta_tx_aborted_total              counter  ... that were aborted
+//	atoll_meta_block_cache_hits_total        counter  pebble block cache hits (the island's record cache)
+//	atoll_meta_block_cache_misses_total      counter
+//	atoll_meta_block_cache_bytes             gauge
+//
+// The "ok" child and the histogram of every known operation are resolved
+// at construction: the common path costs no label lookup. Failures look
+// their child up by label values (no allocation once it exists).
+
+// metaOps lists the operations with their metric label.
+var metaOps = []struct {
+	op   uint16
+	name string
+}{
+	{metawire.OpLookup, "lookup"}, {metawire.OpGetAttr, "getattr"}, {metawire.OpSetAttr, "setattr"},
+	{metawire.OpCreate, "create"}, {metawire.OpMkdir, "mkdir"}, {metawire.OpSymlink, "symlink"},
+	{metawire.OpReadlink, "readlink"}, {metawire.OpUnlink, "unlink"}, {metawire.OpRmdir, "rmdir"},
+	{metawire.OpRename, "rename"}, {metawire.OpLink, "link"}, {metawire.OpReaddir, "readdir"},
+	{metawire.OpGetXattr, "getxattr"}, {metawire.OpSetXattr, "setxattr"}, {metawire.OpListXattr, "listxattr"},
+	{metawire.OpRemoveXattr, "removexattr"}, {metawire.OpReadMap, "readmap"}, {metawire.OpCommit, "commit"},
+	{metawire.OpClean, "clean"}, {metawire.OpStatFS, "statfs"}, {metawire.OpAccess, "access"},
+	{metawire.OpLiveBytes, "livebytes"}, {metawire.OpStripeRefs, "striperefs"},
+	{metawire.OpPrepare, "prepare"}, {metawire.OpDecide, "decide"}, {metawire.OpOutcome, "outcome"},
+	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"},
+}
+
+// maxMetaOp bounds the op codes with their own label: codes without a
+// name in metaOps are "op_N", those above maxMetaOp (only malformed
+// requests send them) share "op_other".
+const maxMetaOp = 127
+
+// resultLabel names an error by its errno where that is unambiguous, and
+// by the sentinel where several share one (EAGAIN, EIO, EINVAL).
+func resultLabel(e error, errno syscall.Errno) string {
+	switch e {
+	case metawire.ErrStaleEpoch:
+		return "stale_epoch"
+	case metawire.ErrWrongIsland:
+		return "wrong_island"
+	case metawire.ErrBusy:
+		return "busy"
+	case metawire.ErrUnavailable:
+		return "unavailable"
+	case metawire.ErrInternal:
+		return "internal"
+	case metawire.ErrBadRequest:
+		return "bad_request"
+	}
+	if name := errnoNames[errno]; name != "" {
+		return name
+	}
+	return "errno_" + strconv.Itoa(int(errno))
+}
+
+var errnoNames = map[syscall.Errno]string{
+	syscall.ENOENT: "ENOENT", syscall.EEXIST: "EEXIST", syscall.ENOTDIR: "ENOTDIR", syscall.EISDIR: "EISDIR",
+	syscall.ENOTEMPTY: "ENOTEMPTY", syscall.EACCES: "EACCES", syscall.EPERM: "EPERM", syscall.EINVAL: "EINVAL",
+	syscall.ENAMETOOLONG: "ENAMETOOLONG", syscall.ESTALE: "ESTALE", syscall.ENOSPC: "ENOSPC", syscall.EIO: "EIO",
+	syscall.ELOOP: "ELOOP", syscall.EMLINK: "EMLINK", syscall.ENODATA: "ENODATA", syscall.ERANGE: "ERANGE",
+	syscall.EROFS: "EROFS", syscall.ENOTSUP: "ENOTSUP", syscall.EFBIG: "EFBIG",
+}
+
+// islandMetrics counts an island's work. With a nil Registerer the
+// counters still count; nothing exports them.
+type islandMetrics struct {
+	reg       prometheus.Registerer
+	opsVec    *prometheus.CounterVec
+	latVec    *prometheus.HistogramVec
+	opLabel   [maxMetaOp + 1]string
+	ok        [maxMetaOp + 1]prometheus.Counter  // nil for unnamed ops
+	latency   [maxMetaOp + 1]prometheus.Observer // nil for unnamed ops
+	results   map[uint32]string                  // status code -> result label (read-only after construction)
+	collected []prometheus.Collector
+
+	txStarted, txCommitted, txAborted prometheus.Counter
+	requests                          atomic.Uint64 // plain total, for heartbeats
+}
+
+func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
+	labels := prometheus.Labels{"island": strconv.FormatUint(uint64(id), 10)}
+	m := &islandMetrics{reg: reg, results: map[uint32]string{}}
+	m.opsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "atoll_meta_ops_total", Help: "Island requests served over the wire, by operation and result.", ConstLabels: labels,
+	}, []string{"op", "result"})
+	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "atoll_meta_op_duration_seconds", Help: "Time to serve an island request, by operation.", ConstLabels: labels,
+		Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10), // 50µs .. 13s
+	}, []string{"op"})
+	m.latVec = lat
+	for i := range m.opLabel {
+		m.opLabel[i] = "op_" + strconv.Itoa(i)
+	}
+	m.opLabel[maxMetaOp] = "op_other"
+	for _, o := range metaOps {
+		m.opLabel[o.op] = o.name
+		m.ok[o.op], m.latency[o.op] = m.opsVec.WithLabelValues(o.name, "ok"), lat.WithLabelValues(o.name)
+	}
+	for _, e := range metawire.Table {
+		m.results[e.Status] = resultLabel(e.Err, e.Errno)
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
+	}
+	m.txStarted = counter("atoll_meta_tx_started_total", "Cross-island transactions coordinated by this island.")
+	m.txCommitted = counter("atoll_meta_tx_committed_total", "Coordinated transactions whose commit decision was made durable.")
+	m.txAborted = counter("atoll_meta_tx_aborted_total", "Coordinated transactions aborted.")
+	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted}
+	return m
+}
+
+// register exports the metrics, with the island's pebble cache figures.
+func (m *islandMetrics) register(i *Island) error {
+	if m.reg == nil {
+		return nil
+	}
+	for _, c := range append(m.collected, newCacheCollector(i)) {
+		if err := m.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wrap counts every request h serves.
+func (m *islandMetrics) wrap(h wire.Handler) wire.Handler {
+	return func(ctx context.Context, req *wire.Request) (wire.Response, error) {
+		start := time.Now()
+		resp, err := h(ctx, req)
+		op := min(int(req.Op), maxMetaOp)
+		switch {
+		case err == nil && m.ok[op] != nil:
+			m.ok[op].Inc()
+		case err == nil:
+			m.opsVec.WithLabelValues(m.opLabel[op], "ok").Inc()
+		default:
+			res, ok := m.results[metawire.StatusOf(err)]
+			if !ok {
+				res = "internal"
+			}
+			m.opsVec.WithLabelValues(m.opLabel[op], res).Inc()
+		}
+		if l := m.latency[op]; l != nil {
+			l.Observe(time.Since(start).Seconds())
+		} else {
+			m.latVec.WithLabelValues(m.opLabel[op]).Observe(time.Since(start).Seconds())
+		}
+		m.requests.Add(1)
+		return resp, err
+	}
+}
+
+// Ops returns the requests this island served over the wire (for
+// heartbeats).
+func (i *Island) Ops() uint64 { return i.met.requests.Load() }
+
+// cacheCollector exports the pebble block cache figures, read at scrape
+// time (nothing once the island is closed).
+type cacheCollector struct {
+	i                   *Island
+	hits, misses, bytes *prometheus.Desc
+}
+
+func newCacheCollector(i *Island) *cacheCollector {
+	labels := prometheus.Labels{"island": strconv.FormatUint(uint64(i.cfg.ID), 10)}
+	return &cacheCollector{
+		i:      i,
+		hits:   prometheus.NewDesc("atoll_meta_block_cache_hits_total", "Pebble block cache hits.", nil, labels),
+		misses: prometheus.NewDesc("atoll_meta_block_cache_misses_total", "Pebble block cache misses.", nil, labels),
+		bytes:  prometheus.NewDesc("atoll_meta_block_cache_bytes", "Bytes held by the pebble block cache.", nil, labels),
+	}
+}
+
+func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.hits
+	ch <- c.misses
+	ch <- c.bytes
+}
+
+func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.i.enter() != nil {
+		return
+	}
+	bc := c.i.db.Metrics().BlockCache
+	c.i.leave()
+	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(bc.Hits))
+	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(bc.Misses))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(bc.Size))
+}
