@@ -113,6 +113,7 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 		ManagerListen: fmt.Sprintf("127.0.0.1:%d", cfg.BasePort),
 		StorageListen: fmt.Sprintf("127.0.0.1:%d", storageBase),
 		IslandListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+200),
+		CleanInterval: -1, // this benchmark runs its own passes
 		Out:           os.Stderr,
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -223,6 +224,33 @@ type backgroundCleaner struct {
 	interval     time.Duration
 	rebuildAfter time.Duration
 	g            *globalFlags
+	cur          atomic.Pointer[cleaner.Cleaner] // while leading
+}
+
+// status is the running cleaner's, or an idle one's.
+func (b *backgroundCleaner) status() cleaner.Status {
+	if c := b.cur.Load(); c != nil {
+		return c.Status()
+	}
+	return cleaner.Status{}
+}
+
+// jobs reports the cleaner to the manager's Status (atoll status, the
+// dashboard).
+func (b *backgroundCleaner) jobs() []cluster.Job {
+	c := b.cur.Load()
+	if c == nil {
+		return nil
+	}
+	st := c.Status()
+	l := &st.Last
+	sum := fmt.Sprintf("%d passes; last: %d stripes, %s on disk, %s live; deleted %d stripes, copied %s, repaired %d (%d failed, %d waiting)",
+		st.Passes, l.Stripes, hsize(uint64(l.Bytes)), hsize(uint64(l.LiveBytes)), l.DeletedStripes, hsize(uint64(l.CopiedBytes)),
+		l.Repaired, l.RepairFailed, l.RepairPending)
+	if len(l.Unreachable) > 0 {
+		sum += fmt.Sprintf("; unreachable slots %v", l.Unreachable)
+	}
+	return []cluster.Job{{Name: "cleaner", Phase: st.Phase, Done: st.Done, Total: st.Total, ETASeconds: st.ETASeconds, Summary: sum}}
 }
 
 func (b *backgroundCleaner) register(cmd *cobra.Command) {
@@ -274,6 +302,8 @@ func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *s
 	if err != nil {
 		return err
 	}
+	b.cur.Store(c)
+	defer b.cur.Store(nil)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	t := time.NewTicker(2 * time.Second)

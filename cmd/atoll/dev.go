@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -53,6 +54,9 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.StorageListen, "storage-listen", "127.0.0.1:7400", "address of the first storage server; the others take the next ports")
 	f.StringVar(&cfg.IslandListen, "island-listen", "127.0.0.1:7500", "address of the first island; the others take the next ports")
 	f.StringVar(&cfg.WebListen, "web-listen", "127.0.0.1:7380", "the manager's dashboard, /api/cluster and /metrics (empty: off)")
+	f.DurationVar(&cfg.CleanInterval, "clean-interval", 10*time.Second, "the manager's cleaner: time between passes (deletes dead stripes, repairs)")
+	f.DurationVar(&cfg.CleanGrace, "clean-grace", 2*time.Minute, "the manager's cleaner: never delete stripes younger than this")
+	f.DurationVar(&cfg.RebuildAfter, "rebuild-after", time.Minute, "rebuild a storage server's data onto the others once it has been unreachable this long")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:7600", "/metrics of the first storage server; the other storage servers, the islands, the NFS gateway and the mount take the next ports (empty: off)")
 	return cmd
 }

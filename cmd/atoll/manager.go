@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/web"
 	"github.com/atoll-fs/atoll/internal/web/dashboard"
@@ -13,6 +14,7 @@ import (
 func newManagerCmd(g *globalFlags) *cobra.Command {
 	var cfg cluster.Config
 	var addrFile, webListen string
+	var bc backgroundCleaner
 	cmd := &cobra.Command{
 		Use:   "manager --dir DIR --listen ADDR [--raft-listen ADDR] [--join ADDR] [--web-listen ADDR]",
 		Short: "Run a cluster manager (a raft voter holding the cluster map)",
@@ -40,6 +42,10 @@ heartbeat figures, a follower's only the map.`,
 				return err
 			}
 			reg := web.NewRegistry()
+			bc.g = g
+			if err := cleaner.RegisterMetrics(reg, bc.status); err != nil {
+				return err
+			}
 			cfg.Logger, cfg.Registerer = log, reg
 			if err := cfg.Validate(); err != nil {
 				return err
@@ -68,7 +74,20 @@ heartbeat figures, a follower's only the map.`,
 			if ws != nil {
 				log.Info("manager: dashboard", "url", "http://"+ws.Addr()+"/")
 			}
-			return web.RunWith(cmd.Context(), ws, m.Run)
+			m.SetJobs(bc.jobs)
+			return web.RunWith(cmd.Context(), ws, func(ctx context.Context) error {
+				// The cleaner runs beside the manager, in the leader only.
+				ctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				cleanDone := make(chan error, 1)
+				go func() { cleanDone <- bc.run(ctx, m) }()
+				err := m.Run(ctx)
+				cancel()
+				if cerr := <-cleanDone; err == nil {
+					err = cerr
+				}
+				return err
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -78,6 +97,7 @@ heartbeat figures, a follower's only the map.`,
 	f.StringVar(&cfg.Join, "join", "", "address of a running manager whose group to join (first start only)")
 	f.DurationVar(&cfg.DownAfter, "down-after", cluster.DefaultDownAfter, "mark a member down after this long without a heartbeat")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
+	bc.register(cmd)
 	f.StringVar(&webListen, "web-listen", "", "serve the dashboard, /api/cluster and /metrics here, e.g. 127.0.0.1:7380 (empty: off)")
 	return cmd
 }

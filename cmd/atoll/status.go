@@ -109,6 +109,7 @@ type statusJSON struct {
 	PolicyPinned  bool         `json:"policy_pinned"`
 	Formatted     bool         `json:"formatted"`
 	AnsweredBy    string       `json:"answered_by"`
+	Jobs          []jobJSON    `json:"jobs"`
 	RaftState     string       `json:"raft_state"`
 }
 
@@ -150,6 +151,15 @@ type tableJSON struct {
 	Entries []uint32 `json:"entries"`
 }
 
+type jobJSON struct {
+	Name       string  `json:"name"`
+	Phase      string  `json:"phase"`
+	Done       int     `json:"done"`
+	Total      int     `json:"total"`
+	ETASeconds float64 `json:"eta_seconds"`
+	Summary    string  `json:"summary"`
+}
+
 func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 	m := st.Map
 	out := statusJSON{
@@ -164,6 +174,10 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 	}
 	for _, v := range st.Voters {
 		out.Voters = append(out.Voters, voterJSON{ID: v.RaftID, RaftAddr: v.RaftAddr, Addr: v.ClientAddr, Voter: v.Voter})
+	}
+	out.Jobs = []jobJSON{}
+	for _, j := range st.Jobs {
+		out.Jobs = append(out.Jobs, jobJSON{Name: j.Name, Phase: j.Phase, Done: j.Done, Total: j.Total, ETASeconds: j.ETASeconds, Summary: j.Summary})
 	}
 	metrics := map[cluster.MemberKey]string{}
 	for _, l := range st.Live {
@@ -231,7 +245,7 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 		bw.printf("  none registered\n")
 	} else {
 		tw = tabwriter.NewWriter(bw, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  KIND\tID\tADDRESS\tSTATE\tPID\tHEARTBEAT\tCAPACITY\tUSED")
+		fmt.Fprintln(tw, "  KIND\tID\tADDRESS\tSTATE\tPID\tHEARTBEAT\tCAPACITY\tUSED\tDEGRADED")
 		for _, v := range members {
 			hb := "-"
 			if !v.LastHeartbeat.IsZero() {
@@ -244,7 +258,11 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 					capacity, used = "-", "-"
 				}
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", v.Kind, v.ID, v.Addr, v.State, v.PID, hb, capacity, used)
+			degraded := "-"
+			if v.Degraded > 0 {
+				degraded = fmt.Sprintf("%d stripes", v.Degraded)
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.Kind, v.ID, v.Addr, v.State, v.PID, hb, capacity, used, degraded)
 		}
 		tw.Flush()
 	}
@@ -270,6 +288,20 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", id, is.State, shares[id], share)
 		}
 		tw.Flush()
+	}
+	bw.printf("\nbackground jobs (run by the leader):\n")
+	if len(st.Jobs) == 0 {
+		bw.printf("  none reported by %s\n", st.Self)
+	}
+	for _, j := range st.Jobs {
+		phase := "idle"
+		if j.Phase != "" {
+			phase = fmt.Sprintf("%s %d/%d", j.Phase, j.Done, j.Total)
+			if j.ETASeconds > 0 {
+				phase += fmt.Sprintf(", about %s left", fmtAge(time.Duration(j.ETASeconds*float64(time.Second))))
+			}
+		}
+		bw.printf("  %s: %s\n    %s\n", j.Name, phase, j.Summary)
 	}
 	return bw.err
 }

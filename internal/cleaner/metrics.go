@@ -19,8 +19,8 @@ import (
 //	atoll_cleaner_phase_done, _phase_total     gauge    progress of the running phase (0 when idle)
 //	atoll_cleaner_phase_eta_seconds            gauge    estimated time left in the running phase
 type collector struct {
-	c     *Cleaner
-	descs []*prometheus.Desc
+	status func() Status
+	descs  []*prometheus.Desc
 }
 
 var metricNames = []struct{ name, help string }{
@@ -41,8 +41,12 @@ var metricNames = []struct{ name, help string }{
 }
 
 // Register adds the cleaner's metrics to reg.
-func (c *Cleaner) Register(reg prometheus.Registerer) error {
-	col := &collector{c: c}
+func (c *Cleaner) Register(reg prometheus.Registerer) error { return RegisterMetrics(reg, c.Status) }
+
+// RegisterMetrics adds cleaner metrics read from status to reg (for an
+// owner whose Cleaner comes and goes, like a manager's while it leads).
+func RegisterMetrics(reg prometheus.Registerer, status func() Status) error {
+	col := &collector{status: status}
 	for _, m := range metricNames {
 		col.descs = append(col.descs, prometheus.NewDesc(m.name, m.help, nil, nil))
 	}
@@ -56,7 +60,7 @@ func (col *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (col *collector) Collect(ch chan<- prometheus.Metric) {
-	st := col.c.Status()
+	st := col.status()
 	t := &st.Totals
 	vals := []float64{float64(st.Passes), float64(t.DeletedStripes), float64(t.DeletedBytes), float64(t.CopiedBytes),
 		float64(t.MovedBlocks), float64(t.RejectedBlocks), float64(t.Repaired), float64(t.RepairFailed),

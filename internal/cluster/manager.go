@@ -206,7 +206,26 @@ type Manager struct {
 		leaderTerm  uint64
 		leaderSince time.Time
 		live        map[MemberKey]liveInfo
+		jobs        func() []Job
 	}
+}
+
+// Job is the progress of a background job running in the manager's
+// process (the stripe cleaner), as its owner reports it.
+type Job struct {
+	Name       string
+	Phase      string // "" when idle between runs
+	Done       int
+	Total      int
+	ETASeconds float64
+	Summary    string // one line: what the last run did
+}
+
+// SetJobs installs the function Status calls to list background jobs.
+func (m *Manager) SetJobs(fn func() []Job) {
+	m.mu.Lock()
+	m.mu.jobs = fn
+	m.mu.Unlock()
 }
 
 // New opens (or creates) the manager's state in cfg.Dir, binds both
@@ -864,7 +883,11 @@ func (m *Manager) status() Status {
 	for k, li := range m.mu.live {
 		st.Live = append(st.Live, MemberLive{Key: k, LastHeartbeat: li.last, Stats: li.stats})
 	}
+	jobs := m.mu.jobs
 	m.mu.Unlock()
+	if jobs != nil {
+		st.Jobs = jobs()
+	}
 	slices.SortFunc(st.Live, func(a, b MemberLive) int { return compareKeys(a.Key, b.Key) })
 	return st
 }

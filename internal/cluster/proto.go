@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -265,6 +266,9 @@ type Status struct {
 	// heard from since it became leader, with its last reported stats.
 	// Empty from a follower.
 	Live []MemberLive
+	// Jobs are the background jobs running in the answering manager's
+	// process (the cleaner runs in the leader's).
+	Jobs []Job
 }
 
 // MemberLive is one member's entry of the leader's heartbeat table.
@@ -306,6 +310,16 @@ func (r *StatusResp) Encode(e *wire.Enc) {
 		e.I64(timeNanos(l.LastHeartbeat))
 		encodeStats(e, &l.Stats)
 	}
+	// Added after Live: background jobs.
+	e.Uvarint(uint64(len(s.Jobs)))
+	for _, j := range s.Jobs {
+		e.String(j.Name)
+		e.String(j.Phase)
+		e.U64(uint64(max(j.Done, 0)))
+		e.U64(uint64(max(j.Total, 0)))
+		e.U64(math.Float64bits(j.ETASeconds))
+		e.String(j.Summary)
+	}
 }
 
 func (r *StatusResp) Decode(d *wire.Dec) {
@@ -332,6 +346,16 @@ func (r *StatusResp) Decode(d *wire.Dec) {
 			l.Key = MemberKey{Kind(d.U8()), d.U32()}
 			l.LastHeartbeat = nanosTime(d.I64())
 			decodeStats(d, &l.Stats)
+		}
+	}
+	if n := d.Count(28); n > 0 {
+		s.Jobs = make([]Job, n)
+		for i := range s.Jobs {
+			j := &s.Jobs[i]
+			j.Name, j.Phase = d.Str(), d.Str()
+			j.Done, j.Total = int(min(d.U64(), 1<<31)), int(min(d.U64(), 1<<31))
+			j.ETASeconds = math.Float64frombits(d.U64())
+			j.Summary = d.Str()
 		}
 	}
 }

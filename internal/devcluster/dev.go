@@ -36,9 +36,16 @@ type Config struct {
 	MetricsListen string
 	// DownAfter is the manager's --down-after (default 3s).
 	DownAfter time.Duration
-	Exe       string // the atoll binary
-	LogLevel  string
-	Out       io.Writer
+	// The manager's background cleaner: time between passes (negative:
+	// none), the age below which no stripe is deleted, and how long a
+	// storage server stays unreachable before its data is rebuilt onto the
+	// others. Zero keeps the manager's defaults.
+	CleanInterval time.Duration
+	CleanGrace    time.Duration
+	RebuildAfter  time.Duration
+	Exe           string // the atoll binary
+	LogLevel      string
+	Out           io.Writer
 }
 
 // Validate checks the configuration.
@@ -230,6 +237,18 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		downAfter = 3 * time.Second
 	}
 	mgrArgs := []string{"manager", "--dir", filepath.Join(d.cfg.DataDir, "manager"), "--down-after", downAfter.String()}
+	switch {
+	case d.cfg.CleanInterval < 0:
+		mgrArgs = append(mgrArgs, "--clean-interval", "0")
+	case d.cfg.CleanInterval > 0:
+		mgrArgs = append(mgrArgs, "--clean-interval", d.cfg.CleanInterval.String())
+	}
+	if d.cfg.CleanGrace > 0 {
+		mgrArgs = append(mgrArgs, "--clean-grace", d.cfg.CleanGrace.String())
+	}
+	if d.cfg.RebuildAfter > 0 {
+		mgrArgs = append(mgrArgs, "--rebuild-after", d.cfg.RebuildAfter.String())
+	}
 	if d.cfg.WebListen != "" {
 		if err := portFree(d.cfg.WebListen); err != nil {
 			return nil, fmt.Errorf("dev: manager: dashboard address %s in use: %w", d.cfg.WebListen, err)

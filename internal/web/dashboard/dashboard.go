@@ -75,6 +75,18 @@ type View struct {
 	Table         TableView      `json:"table"`
 	Throughput    ThroughputView `json:"throughput"`
 	Totals        Totals         `json:"totals"`
+	Jobs          []JobView      `json:"jobs"`
+}
+
+// JobView is a background job of the manager (the cleaner: deletes,
+// repairs, copies and drains).
+type JobView struct {
+	Name       string  `json:"name"`
+	Phase      string  `json:"phase"` // "" when idle
+	Done       int     `json:"done"`
+	Total      int     `json:"total"`
+	ETASeconds float64 `json:"eta_seconds"`
+	Summary    string  `json:"summary"`
 }
 
 // RaftView is the answering manager's raft view.
@@ -192,6 +204,10 @@ func Build(sn cluster.Snapshot) View {
 	}
 	if v.Table.Owners == nil {
 		v.Table.Owners = []uint32{}
+	}
+	v.Jobs = []JobView{}
+	for _, j := range sn.Jobs {
+		v.Jobs = append(v.Jobs, JobView{Name: j.Name, Phase: j.Phase, Done: j.Done, Total: j.Total, ETASeconds: j.ETASeconds, Summary: j.Summary})
 	}
 	live := make(map[cluster.MemberKey]cluster.MemberLive, len(sn.Live))
 	for _, l := range sn.Live {
