@@ -3,7 +3,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-fs clean
+.PHONY: all build test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-fs bench-clean clean
 
 all: build
 
@@ -48,6 +48,11 @@ bench-meta: build
 # a local directory in one run, with the ratios.
 bench-fs: build
 	bash bench/run-fs.sh
+
+# The cleaner benchmark of issue #6: write amplification on random
+# overwrites, foreground writes while cleaning, rebuild of a replaced server.
+bench-clean: build
+	./bin/atoll bench clean
 
 clean:
 	rm -rf bin

@@ -250,6 +250,9 @@ func (b *backgroundCleaner) jobs() []cluster.Job {
 	if len(l.Unreachable) > 0 {
 		sum += fmt.Sprintf("; unreachable slots %v", l.Unreachable)
 	}
+	if l.DrainRemaining > 0 {
+		sum += fmt.Sprintf("; %d stripes wait to leave drained or lost slots (too few other servers for their width)", l.DrainRemaining)
+	}
 	return []cluster.Job{{Name: "cleaner", Phase: st.Phase, Done: st.Done, Total: st.Total, ETASeconds: st.ETASeconds, Summary: sum}}
 }
 

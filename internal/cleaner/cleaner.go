@@ -360,6 +360,15 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
 		drain[s] = true
 		c.cfg.Data.SetDown(s, true) // new stripes avoid it
 	}
+	// A stripe can leave a drained slot only if enough other slots are up
+	// for its width; otherwise its copy would be placed degraded on the
+	// same slot again, so it waits (for the server or a replacement).
+	avail := 0
+	for _, sl := range c.cfg.Data.Slots() {
+		if sl.Up && !drain[sl.ID] {
+			avail++
+		}
+	}
 	var repairs []repairJob
 	var drains []fragment.StripeID
 	for _, s := range list {
@@ -377,6 +386,10 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
 			onDrained = onDrained || drain[sl]
 		}
 		if onDrained {
+			if len(slots) > avail {
+				rep.DrainRemaining++
+				continue
+			}
 			drains = append(drains, s.ID)
 			continue // moving it is its repair
 		}
