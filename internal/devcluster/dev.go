@@ -95,6 +95,10 @@ func splitPort(addr string) (string, int, error) {
 	return host, port, nil
 }
 
+// MinFreeBytes is the free space `atoll dev` wants in its data directory
+// before it starts (logs, pebble stores and a little data).
+const MinFreeBytes = 256 << 20
+
 // Dev runs a local cluster.
 type Dev struct {
 	cfg  Config
@@ -112,6 +116,14 @@ func New(cfg Config) (*Dev, error) {
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("dev: data directory %s: %w", cfg.DataDir, err)
+	}
+	// A full disk would otherwise surface later as a storage server or an
+	// island failing to start with an ENOSPC deep in its log.
+	var fsst syscall.Statfs_t
+	if err := syscall.Statfs(cfg.DataDir, &fsst); err == nil {
+		if free := int64(fsst.Bavail) * int64(fsst.Bsize); free < MinFreeBytes {
+			return nil, fmt.Errorf("dev: data directory %s is full: %d MiB free, at least %d MiB needed", cfg.DataDir, free>>20, MinFreeBytes>>20)
+		}
 	}
 	f, err := os.OpenFile(filepath.Join(cfg.DataDir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {

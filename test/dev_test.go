@@ -1,0 +1,82 @@
+package test
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/atoll-fs/atoll/internal/devcluster"
+)
+
+// `atoll dev` refuses, with a clear message, a data directory another
+// `atoll dev` holds, a port in use, a read-only and a full data directory,
+// and the CLI says so when it cannot reach a cluster.
+func TestDevClearErrors(t *testing.T) {
+	exe := atoll(t)
+	cfg := func(dir string, base int) devcluster.Config {
+		return devcluster.Config{DataDir: dir, Storage: 1, Islands: 1, Exe: exe, LogLevel: "warn",
+			ManagerListen: addrAt(base), StorageListen: addrAt(base + 2), IslandListen: addrAt(base + 3)}
+	}
+	dir := t.TempDir()
+	base := freeBase(t, 4)
+	d1, err := devcluster.New(cfg(dir, base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d1.Close()
+	if _, err := devcluster.New(cfg(dir, base)); err == nil || !strings.Contains(err.Error(), "another atoll dev") {
+		t.Fatalf("second dev on the same directory: %v", err)
+	}
+
+	// A port in use.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := cfg(t.TempDir(), base)
+	c.ManagerListen = ln.Addr().String()
+	d2, err := devcluster.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if _, err := d2.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("manager port in use: %v", err)
+	}
+
+	// Read-only and full directories: small tmpfs mounts.
+	mnt := func(opts string) string {
+		p := t.TempDir()
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", p).CombinedOutput(); err != nil {
+			t.Skipf("cannot mount a tmpfs here (%v: %s): read-only and full directories not checked", err, out)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(p, syscall.MNT_DETACH) })
+		return p
+	}
+	ro := mnt("ro,size=64m")
+	if _, err := devcluster.New(cfg(filepath.Join(ro, "data"), base)); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("read-only data directory: %v", err)
+	}
+	full := mnt("size=300m")
+	if err := os.WriteFile(filepath.Join(full, "filler"), make([]byte, 280<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.New(cfg(filepath.Join(full, "data"), base)); err == nil || !strings.Contains(err.Error(), "is full") {
+		t.Fatalf("full data directory: %v", err)
+	}
+
+	// The CLI with nothing listening.
+	out, err := exec.Command(exe, "status", "--cluster", addrAt(base)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "atoll dev") {
+		t.Fatalf("status against no cluster: %v\n%s", err, out)
+	}
+}
+
+func addrAt(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
