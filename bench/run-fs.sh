@@ -6,7 +6,7 @@ set -euo pipefail
 atoll=${ATOLL:-./bin/atoll}
 size=${BENCH_FS_SIZE:-1GiB}
 files=${BENCH_FS_FILES:-10000}
-port=${ATOLL_BENCH_PORT:-39300}
+port=${ATOLL_BENCH_PORT:-29300} # below the ephemeral port range
 tmp=$(mktemp -d /tmp/atoll-bench-fs.XXXXXX)
 cleanup() {
 	[ -n "${devpid:-}" ] && kill "$devpid" 2>/dev/null && wait "$devpid" 2>/dev/null || true

@@ -7,7 +7,7 @@
 #   fs-suite.sh fsx                      data integrity (fsx, FSX_OPS ops)
 #
 # Environment: ATOLL (the binary, default bin/atoll), ATOLL_SUITE_PORT (first
-# port, default 37300; +100 storage, +200 islands), FSX_OPS (default
+# port, default 27300, below the ephemeral port range; +100 storage, +200 islands), FSX_OPS (default
 # 100000), FSX_SEED, PJDFSTEST_BASELINE=1 (also run pjdfstest on a local
 # directory for comparison), KEEP=1 (keep the temporary directory).
 # The tools come from .ci/install-fs-tools.sh. Must run as root (pjdfstest
@@ -19,7 +19,7 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
 atoll=${ATOLL:-$repo/bin/atoll}
-port=${ATOLL_SUITE_PORT:-37300}
+port=${ATOLL_SUITE_PORT:-27300}
 export PATH="$PATH:${CARGO_HOME:-$HOME/.cargo}/bin"
 
 for tool in "$suite"; do
