@@ -13,7 +13,6 @@ import (
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/layout"
-	"github.com/atoll-fs/atoll/internal/metawire"
 )
 
 // Defaults.
@@ -670,13 +669,7 @@ func (c *Cleaner) repair(ctx context.Context, jobs []repairJob, rep *Report, opt
 // cleaner's log, makes the copies durable, commits conditional deltas,
 // and deletes each stripe once nothing points into it.
 func (c *Cleaner) relocate(ctx context.Context, batch []*Stripe, rep *Report) error {
-	type pending struct {
-		log  *client.Log
-		ptrs []layout.Pointer
-	}
-	logs := map[*client.Log]*pending{}
-	var deltas []metawire.CleanDelta
-	var copied int64
+	var moves []client.BlockMove
 	for _, s := range batch {
 		refs, err := c.cfg.FS.StripeRefs(ctx, s.ID)
 		if err != nil {
@@ -687,51 +680,22 @@ func (c *Cleaner) relocate(ctx context.Context, batch []*Stripe, rep *Report) er
 			if err != nil || len(rest) != 0 || p.Stripe != s.ID {
 				continue
 			}
-			buf := make([]byte, p.Length)
-			if err := c.cfg.Data.Read(ctx, &p, buf); err != nil {
-				return fmt.Errorf("cleaner: copy %s: block %d of inode %x: %w", s.ID, r.Index, r.Ino, err)
-			}
-			l, err := c.cfg.Data.Log(ctx, copyPolicy(&p))
-			if err != nil {
-				return fmt.Errorf("cleaner: copy %s: %w", s.ID, err)
-			}
-			ptr, err := l.AppendBlock(ctx, buf)
-			if err != nil {
-				return fmt.Errorf("cleaner: copy %s: %w", s.ID, err)
-			}
-			ptrs := []layout.Pointer{ptr}
-			pd := logs[l]
-			if pd == nil {
-				pd = &pending{log: l}
-				logs[l] = pd
-			}
-			pd.ptrs = append(pd.ptrs, ptrs[0])
-			deltas = append(deltas, metawire.CleanDelta{Ino: r.Ino, Index: r.Index, Old: r.Ptr, New: ptrs[0].AppendBinary(nil)})
-			copied += int64(len(buf))
-			if err := c.throttle(ctx, 2*int64(len(buf))); err != nil {
-				return err
-			}
+			moves = append(moves, client.BlockMove{Ino: r.Ino, Index: r.Index, Old: r.Ptr, Policy: copyPolicy(&p)})
 		}
 	}
-	for _, pd := range logs {
-		if err := pd.log.Sync(ctx, pd.ptrs); err != nil {
-			return fmt.Errorf("cleaner: copy: %w", err)
-		}
+	applied, copied, err := c.cfg.FS.MoveBlocks(ctx, moves, client.MoveHooks{
+		// Reading and writing both cost the disks.
+		Copied:       func(ctx context.Context, n int64) error { return c.throttle(ctx, 2*n) },
+		BeforeCommit: func() error { return c.cfg.Faults.Hit(FailAfterCopy) },
+	})
+	if err != nil {
+		return fmt.Errorf("cleaner: copy: %w", err)
 	}
-	if err := c.cfg.Faults.Hit(FailAfterCopy); err != nil {
-		return err
-	}
-	if len(deltas) > 0 {
-		applied, err := c.cfg.FS.Clean(ctx, deltas)
-		if err != nil {
-			return fmt.Errorf("cleaner: copy: %w", err)
-		}
-		for _, a := range applied {
-			if a {
-				rep.MovedBlocks++
-			} else {
-				rep.RejectedBlocks++
-			}
+	for _, a := range applied {
+		if a {
+			rep.MovedBlocks++
+		} else {
+			rep.RejectedBlocks++
 		}
 	}
 	rep.CopiedStripes += len(batch)
@@ -749,14 +713,13 @@ func (c *Cleaner) relocate(ctx context.Context, batch []*Stripe, rep *Report) er
 }
 
 // copyPolicy is the policy of the cleaner's log for a block: the same
-// redundancy and shard size as its stripe, with blocks as large as a
-// fragment so every block stays one pointer.
+// redundancy and shard size as its stripe (MoveBlocks makes its blocks as
+// large as a fragment).
 func copyPolicy(p *layout.Pointer) layout.Policy {
 	pol := p.Policy()
 	if fs := int(p.Shard); fs >= layout.MinFragmentSize && fs <= layout.MaxFragmentSize {
 		pol.FragmentSize = fs
 	}
-	pol.BlockSize = pol.FragmentSize
 	return pol
 }
 

@@ -156,12 +156,92 @@ func (f *FS) BlockPointers(ctx context.Context, cred metawire.Cred, ino uint64) 
 	return bm.ptrs, nil
 }
 
+// BlockMove is one block to copy into a stripe of Policy and repoint: the
+// cleaner's, a drain's and a re-striping's unit of work.
+type BlockMove struct {
+	Ino, Index uint64
+	Old        []byte // the encoded pointer the island holds for the block
+	Policy     layout.Policy
+}
+
+// MoveHooks let the caller pace a move and observe its steps.
+type MoveHooks struct {
+	// Copied is called after each block is copied with its size (the
+	// cleaner's throttle).
+	Copied func(ctx context.Context, n int64) error
+	// BeforeCommit is called once the copies are durable and before the
+	// deltas are sent (the cleaner's failpoint).
+	BeforeCommit func() error
+}
+
+// MoveBlocks copies blocks into logs of their new policies, makes the
+// copies durable, then replaces each block's pointer only if the island
+// still holds Old (a conditional cleaner delta, so a concurrent writer's
+// newer block always wins). It reports, in order, which moves were
+// applied, and the bytes copied. Each Policy's BlockSize is raised to its
+// FragmentSize so every block stays one pointer.
+func (f *FS) MoveBlocks(ctx context.Context, moves []BlockMove, h MoveHooks) ([]bool, int64, error) {
+	type pending struct {
+		log  *Log
+		ptrs []layout.Pointer
+	}
+	logs := map[*Log]*pending{}
+	deltas := make([]metawire.CleanDelta, 0, len(moves))
+	var copied int64
+	for _, m := range moves {
+		old, rest, err := layout.DecodePointer(m.Old)
+		if err != nil || len(rest) != 0 {
+			return nil, copied, fmt.Errorf("client: move block %d of %s: %w", m.Index, namespace.Ino(m.Ino), layout.ErrBadPointer)
+		}
+		buf := make([]byte, old.Length)
+		if err := f.data.Read(ctx, &old, buf); err != nil {
+			return nil, copied, fmt.Errorf("client: move block %d of %s: %w: %v", m.Index, namespace.Ino(m.Ino), metawire.ErrIO, err)
+		}
+		pol := m.Policy
+		pol.BlockSize = pol.FragmentSize
+		l, err := f.data.Log(ctx, pol)
+		if err != nil {
+			return nil, copied, fmt.Errorf("client: move block %d of %s: %w", m.Index, namespace.Ino(m.Ino), err)
+		}
+		np, err := l.AppendBlock(ctx, buf)
+		if err != nil {
+			return nil, copied, fmt.Errorf("client: move block %d of %s: %w: %v", m.Index, namespace.Ino(m.Ino), metawire.ErrIO, err)
+		}
+		pd := logs[l]
+		if pd == nil {
+			pd = &pending{log: l}
+			logs[l] = pd
+		}
+		pd.ptrs = append(pd.ptrs, np)
+		deltas = append(deltas, metawire.CleanDelta{Ino: m.Ino, Index: m.Index, Old: m.Old, New: np.AppendBinary(nil)})
+		copied += int64(len(buf))
+		if h.Copied != nil {
+			if err := h.Copied(ctx, int64(len(buf))); err != nil {
+				return nil, copied, err
+			}
+		}
+	}
+	for _, pd := range logs {
+		if err := pd.log.Sync(ctx, pd.ptrs); err != nil {
+			return nil, copied, fmt.Errorf("client: move: %w: %v", metawire.ErrIO, err)
+		}
+	}
+	if h.BeforeCommit != nil {
+		if err := h.BeforeCommit(); err != nil {
+			return nil, copied, err
+		}
+	}
+	if len(deltas) == 0 {
+		return nil, copied, nil
+	}
+	applied, err := f.Clean(ctx, deltas)
+	return applied, copied, err
+}
+
 // Restripe rewrites a regular file's blocks that are not stored under its
-// current policy: each block is copied into a stripe of the new policy
-// and its pointer replaced by a conditional (cleaner) delta, so a
-// concurrent writer's newer block always wins. It returns how many
-// blocks moved. Directories and inline files have nothing to move. The
-// old stripes are left to the cleaner.
+// current policy, through MoveBlocks: a concurrent writer's newer block
+// always wins. It returns how many blocks moved. Directories and inline
+// files have nothing to move. The old stripes are left to the cleaner.
 func (f *FS) Restripe(ctx context.Context, cred metawire.Cred, ino uint64) (int, error) {
 	a, err := f.GetAttrFresh(ctx, cred, ino)
 	if err != nil {
@@ -178,58 +258,31 @@ func (f *FS) Restripe(ctx context.Context, cred metawire.Cred, ino uint64) (int,
 	if err != nil {
 		return 0, fmt.Errorf("client: restripe %s: policy %q: %w", namespace.Ino(ino), ps, metawire.ErrInvalid)
 	}
-	pol.BlockSize = pol.FragmentSize // every block stays one pointer
 	ptrs, err := f.BlockPointers(ctx, cred, ino)
 	if err != nil {
 		return 0, err
 	}
-	idxs := make([]uint64, 0, len(ptrs))
+	var moves []BlockMove
 	for idx, p := range ptrs {
 		if p.Kind != pol.Kind || int(p.K) != pol.K || int(p.M) != pol.M {
-			idxs = append(idxs, idx)
+			moves = append(moves, BlockMove{Ino: ino, Index: idx, Old: p.AppendBinary(nil), Policy: pol})
 		}
 	}
-	if len(idxs) == 0 {
-		return 0, nil
-	}
-	sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
-	log, err := f.data.Log(ctx, pol)
-	if err != nil {
-		return 0, fmt.Errorf("client: restripe %s: %w", namespace.Ino(ino), err)
-	}
+	sort.Slice(moves, func(i, j int) bool { return moves[i].Index < moves[j].Index })
 	moved := 0
 	// Batches bound the memory held and the work lost to a failure.
-	const batch = 256
-	for len(idxs) > 0 {
-		n := min(batch, len(idxs))
-		var deltas []metawire.CleanDelta
-		var written []layout.Pointer
-		for _, idx := range idxs[:n] {
-			old := ptrs[idx]
-			buf := make([]byte, old.Length)
-			if err := f.data.Read(ctx, &old, buf); err != nil {
-				return moved, fmt.Errorf("client: restripe %s block %d: %w: %v", namespace.Ino(ino), idx, metawire.ErrIO, err)
-			}
-			np, err := log.AppendBlock(ctx, buf)
-			if err != nil {
-				return moved, fmt.Errorf("client: restripe %s block %d: %w: %v", namespace.Ino(ino), idx, metawire.ErrIO, err)
-			}
-			written = append(written, np)
-			deltas = append(deltas, metawire.CleanDelta{Ino: ino, Index: idx, Old: old.AppendBinary(nil), New: np.AppendBinary(nil)})
-		}
-		if err := log.Sync(ctx, written); err != nil {
-			return moved, fmt.Errorf("client: restripe %s: %w: %v", namespace.Ino(ino), metawire.ErrIO, err)
-		}
-		applied, err := f.Clean(ctx, deltas)
+	for len(moves) > 0 {
+		n := min(256, len(moves))
+		applied, _, err := f.MoveBlocks(ctx, moves[:n], MoveHooks{})
 		if err != nil {
-			return moved, err
+			return moved, fmt.Errorf("client: restripe %s: %w", namespace.Ino(ino), err)
 		}
 		for _, ok := range applied {
 			if ok {
 				moved++
 			}
 		}
-		idxs = idxs[n:]
+		moves = moves[n:]
 	}
 	return moved, nil
 }
