@@ -129,9 +129,37 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
+// lowAddrs returns n free 127.0.0.1 addresses below the ephemeral port
+// range: a test that restarts a server on the same address must not lose
+// the port to another process's outgoing connection in between.
+func lowAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	for try := 0; try < 200; try++ {
+		base := 20000 + r.IntN(12000)
+		var out []string
+		for i := 0; i < n; i++ {
+			a := net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i))
+			ln, err := net.Listen("tcp", a)
+			if err != nil {
+				break
+			}
+			ln.Close()
+			out = append(out, a)
+		}
+		if len(out) == n {
+			return out
+		}
+	}
+	t.Fatal("no free port range")
+	return nil
+}
+
 func TestSingleVoterRegisterFormatRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
+	addrs := lowAddrs(t, 2)
+	cfg.Listen, cfg.RaftListen = addrs[0], addrs[1]
 	n := startNode(t, cfg)
 	waitLeader(t, n)
 	ctx := ctxT(t, 30*time.Second)
