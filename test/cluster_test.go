@@ -107,7 +107,9 @@ func startServers(t testing.TB, n int) []*server {
 	t.Helper()
 	var out []*server
 	for i := 0; i < n; i++ {
-		s := &server{t: t, slot: uint16(i), dir: t.TempDir()}
+		// A port below the ephemeral range: a restarted server gets its
+		// address back (no outgoing connection can take it meanwhile).
+		s := &server{t: t, slot: uint16(i), dir: t.TempDir(), addr: fmt.Sprintf("127.0.0.1:%d", freeBase(t, 1))}
 		s.start()
 		out = append(out, s)
 		t.Cleanup(s.stop)

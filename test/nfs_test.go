@@ -1566,7 +1566,7 @@ func TestNFSConcurrentWriters(t *testing.T) {
 }
 
 // freeBase returns a port p such that p..p+n-1 are free on 127.0.0.1.
-func freeBase(t *testing.T, n int) int {
+func freeBase(t testing.TB, n int) int {
 	t.Helper()
 	r := newRand(uint64(time.Now().UnixNano()))
 	for try := 0; try < 200; try++ {
