@@ -14,7 +14,6 @@ import (
 	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/devcluster"
-	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
@@ -267,19 +266,12 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 		return res, err
 	}
 	res.RebuildSeconds = time.Since(start).Seconds()
-	for after := (*fragment.ID)(nil); ; {
-		page, err := conn.Data.ScanSlot(ctx, slot, after, 5000)
-		if err != nil {
-			return res, err
-		}
-		for _, e := range page.Entries {
-			res.RebuildBytes += int64(e.Length)
-		}
-		if !page.More || len(page.Entries) == 0 {
-			break
-		}
-		last := page.Entries[len(page.Entries)-1].ID
-		after = &last
+	scan, err := conn.Data.ScanAllSlot(ctx, slot)
+	if err != nil {
+		return res, err
+	}
+	for _, e := range scan.Entries {
+		res.RebuildBytes += int64(e.Length)
 	}
 	res.RebuildMBps = mbps(res.RebuildBytes, time.Duration(res.RebuildSeconds*float64(time.Second)))
 	say("rebuilt %d fragments (%s) in %.1fs: %.0f MB/s; %d failed", rep.Repaired, human(res.RebuildBytes), res.RebuildSeconds, res.RebuildMBps, rep.RepairFailed)

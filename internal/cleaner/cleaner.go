@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -160,6 +161,7 @@ type Cleaner struct {
 	cfg  Config
 	log  *slog.Logger
 	pass sync.Mutex
+	kick chan struct{} // Kick -> Run, never closed
 
 	mu struct {
 		sync.Mutex
@@ -171,7 +173,6 @@ type Cleaner struct {
 		running     string // phase of the pass in progress
 		done, total int
 		phaseStart  time.Time
-		kick        chan struct{}
 	}
 }
 
@@ -183,7 +184,7 @@ func New(cfg Config) (*Cleaner, error) {
 	c := &Cleaner{cfg: cfg, log: cfg.Logger}
 	c.mu.geom = map[fragment.StripeID]geom{}
 	c.mu.unreachable = map[uint16]time.Time{}
-	c.mu.kick = make(chan struct{}, 1)
+	c.kick = make(chan struct{}, 1)
 	return c, nil
 }
 
@@ -215,7 +216,7 @@ func (c *Cleaner) Status() Status {
 // Kick asks Run for a copying pass now.
 func (c *Cleaner) Kick() {
 	select {
-	case c.mu.kick <- struct{}{}:
+	case c.kick <- struct{}{}:
 	default:
 	}
 }
@@ -248,7 +249,7 @@ func (c *Cleaner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		case <-c.mu.kick:
+		case <-c.kick:
 			kicked = true
 		}
 	}
@@ -408,7 +409,7 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
 				if have[uint16(i)] {
 					continue
 				}
-				if unreachable(rep.Unreachable, sl) {
+				if slices.Contains(rep.Unreachable, sl) {
 					rep.RepairPending++
 					continue
 				}
@@ -473,44 +474,23 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
 // copies are synced and its deltas sent.
 const batchBytes = 32 << 20
 
-func unreachable(list []uint16, s uint16) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // inventory lists every fragment of every reachable slot.
 func (c *Cleaner) inventory(ctx context.Context, rep *Report) (map[fragment.StripeID]*Stripe, error) {
 	stripes := map[fragment.StripeID]*Stripe{}
 	now := c.cfg.Now()
 	reached := 0
 	for _, sl := range c.cfg.Data.Slots() {
-		var after *fragment.ID
-		ok := true
-		var found []fragment.ScanEntry
+		scan, err := c.cfg.Data.ScanAllSlot(ctx, sl.ID)
+		if err != nil && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		ok := err == nil
+		if !ok {
+			c.log.Debug("cleaner: slot unreachable", "slot", sl.ID, "err", err)
+		}
 		suspect := map[fragment.ID]bool{}
-		for {
-			page, err := c.cfg.Data.ScanSlot(ctx, sl.ID, after, 5000)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				c.log.Debug("cleaner: slot unreachable", "slot", sl.ID, "err", err)
-				ok = false
-				break
-			}
-			found = append(found, page.Entries...)
-			for _, id := range page.Suspect {
-				suspect[id] = true
-			}
-			if !page.More || len(page.Entries) == 0 {
-				break
-			}
-			last := page.Entries[len(page.Entries)-1].ID
-			after = &last
+		for _, id := range scan.Suspect {
+			suspect[id] = true
 		}
 		c.mu.Lock()
 		if !ok {
@@ -526,7 +506,7 @@ func (c *Cleaner) inventory(ctx context.Context, rep *Report) (map[fragment.Stri
 			continue
 		}
 		reached++
-		for _, e := range found {
+		for _, e := range scan.Entries {
 			sid := e.ID.Stripe()
 			s := stripes[sid]
 			if s == nil {

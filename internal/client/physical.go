@@ -165,3 +165,23 @@ func (c *Client) ScanSlot(ctx context.Context, slot uint16, after *fragment.ID, 
 	}
 	return r, nil
 }
+
+// ScanAllSlot lists every fragment a storage server holds, following the
+// pages of ScanSlot, and the fragments it found corrupt.
+func (c *Client) ScanAllSlot(ctx context.Context, slot uint16) (fragment.ScanResp, error) {
+	var all fragment.ScanResp
+	var after *fragment.ID
+	for {
+		page, err := c.ScanSlot(ctx, slot, after, 5000)
+		if err != nil {
+			return all, err
+		}
+		all.Entries = append(all.Entries, page.Entries...)
+		all.Suspect = append(all.Suspect, page.Suspect...)
+		if !page.More || len(page.Entries) == 0 {
+			return all, nil
+		}
+		last := page.Entries[len(page.Entries)-1].ID
+		after = &last
+	}
+}
