@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/cleaner"
+	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -25,10 +26,15 @@ type CleanConfig struct {
 	Rounds     int   // overwrite rounds, each rewriting half the blocks at random
 	Foreground int64 // bytes written by the foreground writer, alone and during cleaning
 	Rate       int64 // cleaner copy rate (bytes/s)
-	Dir        string
-	Exe        string
-	BasePort   int
-	Logger     *slog.Logger
+	// RebuildData is written (sequential 4 MiB files) just before a
+	// server is killed, so the rebuild has enough to time. Default 1 GiB.
+	RebuildData int64
+	// RebuildOnly skips the overwrite and cleaning phases.
+	RebuildOnly bool
+	Dir         string
+	Exe         string
+	BasePort    int
+	Logger      *slog.Logger
 }
 
 // Validate checks the configuration and fills defaults.
@@ -50,6 +56,9 @@ func (c *CleanConfig) Validate() error {
 	}
 	if c.BasePort == 0 {
 		c.BasePort = 17600
+	}
+	if c.RebuildData == 0 {
+		c.RebuildData = 1 << 30
 	}
 	switch {
 	case c.Storage < 5:
@@ -143,20 +152,92 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 			return res, err
 		}
 	}
+	c, err := cleaner.New(cleaner.Config{Data: conn.Data, FS: fs, Grace: time.Nanosecond, Rate: cfg.Rate, Parallel: 16, Logger: cfg.Logger})
+	if err != nil {
+		return res, err
+	}
+	if !cfg.RebuildOnly {
+		if err := measureCleaning(ctx, cfg, c, fs, r, nFiles, &res, say); err != nil {
+			return res, err
+		}
+	}
+	say("writing %s more for the rebuild", human(cfg.RebuildData))
+	for i := 0; int64(i)*fileSize < cfg.RebuildData; i++ {
+		fillRand(r, buf)
+		if err := fs.WriteFile(ctx, cred, fmt.Sprintf("/rb%04d", i), buf, 0o644); err != nil {
+			return res, err
+		}
+	}
+
+	// Rebuild: storage slot 2 dies and an empty server takes its slot.
+	const slot = 2
+	victim := cl.Child("storage" + strconv.Itoa(slot))
+	if victim == nil {
+		return res, fmt.Errorf("bench: no storage%d child", slot)
+	}
+	addr := victim.Addr
+	victim.Kill()
+	<-victim.Done()
+	say("storage%d killed; starting an empty replacement on slot %d", slot, slot)
+	repl, err := devcluster.Start(ctx, devcluster.ChildSpec{
+		Name: "replacement", Exe: cfg.Exe,
+		Args: []string{"storage", "--dir", filepath.Join(dir, "replacement"), "--slot", strconv.Itoa(slot),
+			"--manager", cl.Manager, "--listen", addr, "--log-level", "warn"},
+		AddrFile: filepath.Join(dir, "replacement.addr"),
+		Output:   os.Stderr,
+	})
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = repl.Stop(10 * time.Second) }()
+	start := time.Now()
+	lastPhase := ""
+	rep, err := c.Pass(ctx, cleaner.PassOptions{Repair: true, Progress: func(phase string, done, total int) {
+		if phase != lastPhase || done%64 == 0 {
+			lastPhase = phase
+			say("  %6.2fs %s %d/%d", time.Since(start).Seconds(), phase, done, total)
+		}
+	}})
+	if err != nil {
+		return res, err
+	}
+	res.RebuildSeconds = time.Since(start).Seconds()
+	scan, err := conn.Data.ScanAllSlot(ctx, slot)
+	if err != nil {
+		return res, err
+	}
+	for _, e := range scan.Entries {
+		res.RebuildBytes += int64(e.Length)
+	}
+	res.RebuildMBps = mbps(res.RebuildBytes, time.Duration(res.RebuildSeconds*float64(time.Second)))
+	say("rebuilt %d fragments (%s) in %.1fs: %.0f MB/s; %d failed", rep.Repaired, human(res.RebuildBytes), res.RebuildSeconds, res.RebuildMBps, rep.RepairFailed)
+	if rep.RepairFailed > 0 {
+		return res, fmt.Errorf("bench: %d fragments could not be rebuilt: %v", rep.RepairFailed, rep.Errors)
+	}
+	return res, nil
+}
+
+// measureCleaning overwrites the working set, then measures the
+// foreground writer alone and during a copying cleaner pass.
+func measureCleaning(ctx context.Context, cfg CleanConfig, c *cleaner.Cleaner, fs *client.FS, r *rand.Rand, nFiles int, res *CleanResult, say func(string, ...any)) error {
+	const fileSize, blk = 4 << 20, 64 << 10
+	cred := metawire.Root
+	buf := make([]byte, fileSize)
+	var err error
 	for round := 0; round < cfg.Rounds; round++ {
 		for i := 0; i < nFiles; i++ {
 			fh, err := fs.OpenPath(ctx, cred, fmt.Sprintf("/ws%04d", i))
 			if err != nil {
-				return res, err
+				return err
 			}
 			for b := 0; b < fileSize/blk/2; b++ {
 				fillRand(r, buf[:blk])
 				if _, err := fh.WriteAt(ctx, buf[:blk], int64(r.IntN(fileSize/blk))*blk); err != nil {
-					return res, err
+					return err
 				}
 			}
 			if err := fh.Close(ctx); err != nil {
-				return res, err
+				return err
 			}
 		}
 	}
@@ -182,20 +263,16 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 	}
 	say("foreground writer alone: %s", human(cfg.Foreground))
 	if res.ForegroundMBps, err = fg("/fg-alone"); err != nil {
-		return res, err
+		return err
 	}
 	if err := fs.Unlink(ctx, cred, uint64(namespace.RootIno), "fg-alone"); err != nil {
-		return res, err
+		return err
 	}
 
-	c, err := cleaner.New(cleaner.Config{Data: conn.Data, FS: fs, Grace: time.Nanosecond, Rate: cfg.Rate, Parallel: 16, Logger: cfg.Logger})
-	if err != nil {
-		return res, err
-	}
 	// The deleted foreground file's stripes are dead: a first pass takes
 	// them (not counted), so the measured pass is about overwrites only.
 	if _, err := c.Pass(ctx, cleaner.PassOptions{}); err != nil {
-		return res, err
+		return err
 	}
 	say("cleaning (copy rate limit %s/s) while the foreground writer runs", human(cfg.Rate))
 	type passOut struct {
@@ -212,10 +289,10 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 	during, fgErr := fg("/fg-during")
 	p := <-passDone
 	if fgErr != nil {
-		return res, fgErr
+		return fgErr
 	}
 	if p.err != nil {
-		return res, p.err
+		return p.err
 	}
 	res.ForegroundCleanMBs = during
 	if res.ForegroundMBps > 0 {
@@ -230,55 +307,16 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 		res.WriteAmplification = float64(res.CopiedBytes) / float64(res.ReclaimedBytes)
 	}
 	if err := fs.Unlink(ctx, cred, uint64(namespace.RootIno), "fg-during"); err != nil {
-		return res, err
+		return err
 	}
 	after, err := c.Pass(ctx, cleaner.PassOptions{})
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.DiskAfterBytes = after.Bytes - after.DeletedBytes
 	say("cleaner: copied %s, reclaimed %s (write amplification %.2f)", human(res.CopiedBytes), human(res.ReclaimedBytes), res.WriteAmplification)
 
-	// Rebuild: storage slot 2 dies and an empty server takes its slot.
-	const slot = 2
-	victim := cl.Child("storage" + strconv.Itoa(slot))
-	if victim == nil {
-		return res, fmt.Errorf("bench: no storage%d child", slot)
-	}
-	addr := victim.Addr
-	victim.Kill()
-	<-victim.Done()
-	say("storage%d killed; starting an empty replacement on slot %d", slot, slot)
-	repl, err := devcluster.Start(ctx, devcluster.ChildSpec{
-		Name: "replacement", Exe: cfg.Exe,
-		Args: []string{"storage", "--dir", filepath.Join(dir, "replacement"), "--slot", strconv.Itoa(slot),
-			"--manager", cl.Manager, "--listen", addr, "--log-level", "warn"},
-		AddrFile: filepath.Join(dir, "replacement.addr"),
-		Output:   os.Stderr,
-	})
-	if err != nil {
-		return res, err
-	}
-	defer func() { _ = repl.Stop(10 * time.Second) }()
-	start := time.Now()
-	rep, err := c.Pass(ctx, cleaner.PassOptions{Repair: true})
-	if err != nil {
-		return res, err
-	}
-	res.RebuildSeconds = time.Since(start).Seconds()
-	scan, err := conn.Data.ScanAllSlot(ctx, slot)
-	if err != nil {
-		return res, err
-	}
-	for _, e := range scan.Entries {
-		res.RebuildBytes += int64(e.Length)
-	}
-	res.RebuildMBps = mbps(res.RebuildBytes, time.Duration(res.RebuildSeconds*float64(time.Second)))
-	say("rebuilt %d fragments (%s) in %.1fs: %.0f MB/s; %d failed", rep.Repaired, human(res.RebuildBytes), res.RebuildSeconds, res.RebuildMBps, rep.RepairFailed)
-	if rep.RepairFailed > 0 {
-		return res, fmt.Errorf("bench: %d fragments could not be rebuilt: %v", rep.RepairFailed, rep.Errors)
-	}
-	return res, nil
+	return nil
 }
 
 func fillRand(r *rand.Rand, b []byte) {

@@ -88,3 +88,50 @@ func BenchmarkMetaStat(b *testing.B) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkMetaSmallFiles creates, writes (4 KiB) and closes files with 16
+// concurrent clients against one in-process island; run with -cpuprofile.
+func BenchmarkMetaSmallFiles(b *testing.B) {
+	fc := startFSCluster(b, 3, 1)
+	fs := fc.newFS(b)
+	ctx := context.Background()
+	dirs := make([]uint64, 16)
+	for i := range dirs {
+		a, err := fs.MkdirAll(ctx, root, fmt.Sprintf("/d%d", i), 0o755)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dirs[i] = a.Ino
+	}
+	block := make([]byte, 4096)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	per := b.N/16 + 1
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				r, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dirs[w], Name: fmt.Sprintf("f%d", i), Mode: 0o644})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				fh, err := fs.OpenWithAttr(ctx, root, r.Attr)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := fh.WriteAt(ctx, block, 0); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := fh.Close(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+}

@@ -326,10 +326,10 @@ func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *s
 
 func newBenchCleanCmd(g *globalFlags) *cobra.Command {
 	var cfg bench.CleanConfig
-	var size, fg, rate string
+	var size, fg, rate, rebuild string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "clean [--size 256MiB] [--foreground 256MiB] [--json]",
+		Use:   "clean [--size 256MiB] [--foreground 256MiB] [--rebuild-size 1GiB] [--rebuild-only] [--json]",
 		Short: "Cleaner: write amplification on an overwrite-heavy workload, foreground throughput while cleaning, rebuild rate of a replaced server",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -347,6 +347,9 @@ func newBenchCleanCmd(g *globalFlags) *cobra.Command {
 			if cfg.Rate, err = parseSize64(rate, "--rate"); err != nil {
 				return err
 			}
+			if cfg.RebuildData, err = parseSize64(rebuild, "--rebuild-size"); err != nil {
+				return err
+			}
 			if cfg.Exe, err = os.Executable(); err != nil {
 				return err
 			}
@@ -359,6 +362,8 @@ func newBenchCleanCmd(g *globalFlags) *cobra.Command {
 	f.IntVar(&cfg.Rounds, "rounds", 2, "overwrite rounds (each rewrites half the blocks)")
 	f.StringVar(&fg, "foreground", "256MiB", "bytes the foreground writer writes, alone and while cleaning")
 	f.StringVar(&rate, "rate", "64MiB", "cleaner copy rate limit per second")
+	f.StringVar(&rebuild, "rebuild-size", "1GiB", "data written just before a server is killed, for the rebuild to restore")
+	f.BoolVar(&cfg.RebuildOnly, "rebuild-only", false, "skip the overwrite and cleaning phases; measure the rebuild only")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
 	return cmd

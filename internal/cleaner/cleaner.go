@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/client"
@@ -318,21 +319,33 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("cleaner: %w", err)
 	}
-	list := make([]Stripe, 0, len(stripes))
+	// Geometry of live stripes, looked up in parallel (one island round
+	// trip each the first time a stripe is seen; cached after).
+	var need []*Stripe
 	for id, s := range stripes {
 		s.Live = live[id]
 		rep.LiveBytes += max(s.Live, 0)
 		if s.Live > 0 {
-			g, err := c.geometry(ctx, id)
-			if err != nil {
-				if ctx.Err() != nil {
-					return rep, ctx.Err()
-				}
-				rep.Errors = append(rep.Errors, err.Error())
-			} else if g.slots != nil {
-				s.K, s.M = g.k, g.m
-			}
+			need = append(need, s)
 		}
+	}
+	var gmu sync.Mutex
+	c.forEach(len(need), func(i int) {
+		s := need[i]
+		g, err := c.geometry(ctx, s.ID)
+		gmu.Lock()
+		defer gmu.Unlock()
+		if err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+		} else if g.slots != nil {
+			s.K, s.M = g.k, g.m
+		}
+	})
+	if ctx.Err() != nil {
+		return rep, ctx.Err()
+	}
+	list := make([]Stripe, 0, len(stripes))
+	for _, s := range stripes {
 		list = append(list, *s)
 	}
 	sort.Slice(list, func(i, j int) bool { return less(list[i].ID, list[j].ID) })
@@ -479,11 +492,18 @@ func (c *Cleaner) inventory(ctx context.Context, rep *Report) (map[fragment.Stri
 	stripes := map[fragment.StripeID]*Stripe{}
 	now := c.cfg.Now()
 	reached := 0
-	for _, sl := range c.cfg.Data.Slots() {
-		scan, err := c.cfg.Data.ScanAllSlot(ctx, sl.ID)
-		if err != nil && ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+	// Every server is scanned at once; the results are merged in slot order.
+	slots := c.cfg.Data.Slots()
+	scans := make([]fragment.ScanResp, len(slots))
+	errs := make([]error, len(slots))
+	c.forEach(len(slots), func(i int) {
+		scans[i], errs[i] = c.cfg.Data.ScanAllSlot(ctx, slots[i].ID)
+	})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	for i, sl := range slots {
+		scan, err := scans[i], errs[i]
 		ok := err == nil
 		if !ok {
 			c.log.Debug("cleaner: slot unreachable", "slot", sl.ID, "err", err)
@@ -526,6 +546,22 @@ func (c *Cleaner) inventory(ctx context.Context, rep *Report) (map[fragment.Stri
 		return nil, fmt.Errorf("cleaner: no storage server reachable: %w", fragment.ErrUnavailable)
 	}
 	return stripes, nil
+}
+
+// forEach runs fn(0..n-1) on up to Parallel goroutines and waits.
+func (c *Cleaner) forEach(n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(c.cfg.Parallel, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // geom is a committed stripe's placement and redundancy.

@@ -109,6 +109,17 @@ func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slot
 	} else {
 		plen := int(min(int64(tr.DataLen), int64(tr.FragSize)))
 		shards := make([][]byte, w)
+		// Survivors are read straight into pooled shard buffers, and the
+		// rebuilt shard gets room for its trailer: a rebuild moves (w-1)
+		// fragments per fragment written, so copies are its main cost.
+		var bufs [][]byte
+		defer func() {
+			for _, b := range bufs {
+				wire.PutBuf(b)
+			}
+		}()
+		out := wire.GetBuf(plen + fragment.TrailerSize)
+		bufs = append(bufs, out)
 		// The other fragments are read in parallel: a rebuild is bound by
 		// the slowest of them, not their sum.
 		var wg sync.WaitGroup
@@ -116,14 +127,21 @@ func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slot
 			if j == f {
 				continue
 			}
+			b := wire.GetBuf(plen)
+			bufs = append(bufs, b)
 			wg.Add(1)
-			go func(j int) {
+			go func(j int, b []byte) {
 				defer wg.Done()
-				b, err := c.readContent(ctx, slots[j], sid.Fragment(j), tr.ContentLen(j, ec))
-				if err == nil {
-					shards[j] = append(b, make([]byte, plen-len(b))...)
+				n := tr.ContentLen(j, ec)
+				got, err := 0, error(nil)
+				if n > 0 {
+					got, _, err = c.readFragment(ctx, slots[j], sid.Fragment(j), 0, b[:n])
 				}
-			}(j)
+				if err == nil && int64(got) == n {
+					clear(b[n:])
+					shards[j] = b
+				}
+			}(j, b)
 		}
 		wg.Wait()
 		have := 0
@@ -139,6 +157,7 @@ func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slot
 		if err != nil {
 			return err
 		}
+		shards[f] = out[:0] // Reconstruct fills it in place (capacity suffices)
 		if err := enc.Reconstruct(shards); err != nil {
 			return fmt.Errorf("client: repair %s: %w: %v", id, ErrUnrecoverable, err)
 		}
@@ -152,7 +171,9 @@ func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slot
 		}
 		content = shards[f][:tr.ContentLen(f, ec)]
 	}
-	data := tr.Append(append([]byte(nil), content...))
+	// A rebuilt shard has room for the trailer after its content (out's
+	// capacity); otherwise Append copies.
+	data := tr.Append(content)
 	if err := c.putFragment(ctx, slots[f], id, data, mode == repairRewrite); err != nil {
 		if mode == repairRecreate && errors.Is(err, fragment.ErrExists) {
 			// It was there after all (a server that came back): rewrite it
