@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -362,10 +363,19 @@ func TestCleanerDrain(t *testing.T) {
 	fc.checkFsck(t, drained)
 }
 
-// kill -9 the cleaner (`atoll clean` as a child process) at each of its
-// failpoints in the middle of cleaning: afterwards nothing is lost, fsck
-// is clean, and the next pass finishes the work.
-func TestCleanerKill9AtFailpoints(t *testing.T) {
+// cleanCrashCluster is a child-process cluster (5 storage servers, 2
+// islands) with churned files, for killing the cleaner or the servers it
+// talks to in the middle of a pass.
+type cleanCrashCluster struct {
+	t    *testing.T
+	exe  string
+	cl   *devcluster.Cluster
+	fs   *client.FS
+	r    *rand.Rand
+	want map[string][]byte
+}
+
+func startCleanCrashCluster(t *testing.T) *cleanCrashCluster {
 	exe := atoll(t)
 	dir := t.TempDir()
 	const nStorage, nIslands = 5, 2
@@ -375,6 +385,7 @@ func TestCleanerKill9AtFailpoints(t *testing.T) {
 		ManagerListen: fmt.Sprintf("127.0.0.1:%d", base),
 		StorageListen: fmt.Sprintf("127.0.0.1:%d", base+2),
 		IslandListen:  fmt.Sprintf("127.0.0.1:%d", base+2+nStorage),
+		CleanInterval: -1, // the test runs every pass itself
 		Out:           os.Stderr,
 	})
 	if err != nil {
@@ -386,91 +397,211 @@ func TestCleanerKill9AtFailpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cl.Stop)
+	t.Cleanup(func() { cl.Stop() })
 	conn, err := connect.Dial(ctx, []string{cl.Manager}, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	fs := conn.FS
-	r := newRand(71)
-	want := map[string][]byte{}
-	churn := func(n int) {
-		for i := 0; i < n; i++ {
-			p := fmt.Sprintf("/k%02d", r.IntN(40))
-			want[p] = randBytes(r, 100<<10+r.IntN(500<<10))
-			if err := fs.WriteFile(ctx, root, p, want[p], 0o644); err != nil {
-				t.Fatal(err)
-			}
+	t.Cleanup(func() { conn.Close() })
+	c := &cleanCrashCluster{t: t, exe: exe, cl: cl, fs: conn.FS, r: newRand(71), want: map[string][]byte{}}
+	c.churn(80)
+	return c
+}
+
+// churn overwrites n random files of a set of 40 (100–600 KiB each).
+func (c *cleanCrashCluster) churn(n int) {
+	c.t.Helper()
+	r := c.r
+	for i := 0; i < n; i++ {
+		p := fmt.Sprintf("/k%02d", r.IntN(40))
+		c.want[p] = randBytes(r, 100<<10+r.IntN(500<<10))
+		if err := c.fs.WriteFile(context.Background(), root, p, c.want[p], 0o644); err != nil {
+			c.t.Fatal(err)
 		}
 	}
-	churn(80)
-	check := func(when string) {
-		t.Helper()
-		fresh, err := connect.Dial(ctx, []string{cl.Manager}, quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fresh.Close()
-		checkFiles(t, fresh.FS, want)
-		rep, err := fsck.Run(ctx, fresh.View.Map())
-		if err != nil {
-			t.Fatalf("%s: fsck: %v", when, err)
-		}
-		if !rep.Clean() {
-			t.Fatalf("%s: fsck: %v", when, rep.Problems())
-		}
+}
+
+// check reads every file through a fresh client and runs fsck.
+func (c *cleanCrashCluster) check(when string) {
+	c.t.Helper()
+	ctx := context.Background()
+	fresh, err := connect.Dial(ctx, []string{c.cl.Manager}, quietLogger())
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	clean := func(env ...string) ([]byte, error) {
-		args := []string{"clean", "--cluster", cl.Manager, "--grace", "1ns", "--json", "--log-level", "warn"}
-		if len(env) > 0 {
-			args = append(args, "--copy", "--max-live", "1") // every live stripe is copied: each failpoint is reached
-		} else {
-			args = append(args, "--copy")
-		}
-		cmd := exec.Command(exe, args...)
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stderr = os.Stderr
-		return cmd.Output()
+	defer fresh.Close()
+	checkFiles(c.t, fresh.FS, c.want)
+	rep, err := fsck.Run(ctx, fresh.View.Map())
+	if err != nil {
+		c.t.Fatalf("%s: fsck: %v", when, err)
 	}
+	if !rep.Clean() {
+		c.t.Fatalf("%s: fsck: %v", when, rep.Problems())
+	}
+}
+
+// cleanCmd is `atoll clean --copy --max-live 1` against the cluster: it
+// copies every live stripe, so that each failpoint is reached and a pass
+// leaves only dense stripes behind.
+func (c *cleanCrashCluster) cleanCmd(env ...string) *exec.Cmd {
+	args := []string{"clean", "--cluster", c.cl.Manager, "--grace", "1ns", "--json", "--log-level", "warn", "--copy", "--max-live", "1"}
+	cmd := exec.Command(c.exe, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+func (c *cleanCrashCluster) clean() cleaner.Report {
+	c.t.Helper()
+	cmd := c.cleanCmd()
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		c.t.Fatalf("atoll clean: %v\n%s", err, out)
+	}
+	var rep cleaner.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		c.t.Fatalf("report %q: %v", out, err)
+	}
+	return rep
+}
+
+// finish runs two passes after the crashes: the first does the work left
+// behind (and copies every live block), the second sees the disk as the
+// first left it, which must hold the live data and its parity within 10%:
+// nothing the crashes left behind survives.
+func (c *cleanCrashCluster) finish() {
+	c.t.Helper()
+	rep := c.clean()
+	if rep.DeletedStripes == 0 || rep.MovedBlocks == 0 {
+		c.t.Fatalf("final pass did nothing: %+v", rep)
+	}
+	c.t.Logf("final pass: %+v", rep)
+	c.check("after the final pass")
+	rep = c.clean()
+	var live int64
+	for _, w := range c.want {
+		live += int64(len(w))
+	}
+	if rep.Bytes > live*5/4*110/100 {
+		c.t.Fatalf("disk holds %d B for %d B of live data (ec:4+1): %+v", rep.Bytes, live, rep)
+	}
+}
+
+// kill -9 the cleaner (`atoll clean` as a child process) at each of its
+// failpoints in the middle of cleaning: afterwards nothing is lost, fsck
+// is clean, and the next pass finishes the work.
+func TestCleanerKill9AtFailpoints(t *testing.T) {
+	c := startCleanCrashCluster(t)
 	for _, fp := range []string{cleaner.FailAfterCopy, cleaner.FailAfterDeltas, cleaner.FailMidDelete} {
-		_, err := clean("ATOLL_FAILPOINTS=" + fp + "=crash")
+		cmd := c.cleanCmd("ATOLL_FAILPOINTS=" + fp + "=crash")
+		cmd.Stderr = os.Stderr
+		_, err := cmd.Output()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("%s: atoll clean did not die by SIGKILL: %v", fp, err)
 		}
-		check("after kill at " + fp)
-		churn(10)
+		c.check("after kill at " + fp)
+		c.churn(10)
 	}
-	out, err := clean()
-	if err != nil {
-		t.Fatalf("clean after the crashes: %v\n%s", err, out)
+	c.finish()
+}
+
+// kill -9 an island or a storage server while a cleaning pass is parked at
+// one of its failpoints (copies made but not committed; deltas committed
+// but old stripes not deleted; a stripe half deleted). The victim is
+// restarted on the same directory and address either while the pass is
+// parked or only after the pass went on without it and ended. The pass may
+// fail or report errors, but nothing is lost, fsck is clean, and the next
+// passes finish the work.
+func TestCleanerSurvivesKill9OfIslandOrStorage(t *testing.T) {
+	c := startCleanCrashCluster(t)
+	ctx := context.Background()
+	cases := []struct {
+		fp, victim string
+		late       bool // restart after the pass ended
+	}{
+		{cleaner.FailAfterCopy, "island1", false},
+		{cleaner.FailAfterCopy, "island2", true},
+		{cleaner.FailAfterDeltas, "island1", true},
+		{cleaner.FailAfterCopy, "storage1", true},
+		{cleaner.FailAfterDeltas, "storage2", false},
+		{cleaner.FailMidDelete, "storage3", true},
 	}
-	var rep cleaner.Report
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("report %q: %v", out, err)
+	for _, tc := range cases {
+		name := tc.victim + "@" + tc.fp
+		cmd := c.cleanCmd("ATOLL_FAILPOINTS=" + tc.fp + "=1*sleep(3s)")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		parked := make(chan struct{})
+		var tail bytes.Buffer
+		var tailMu sync.Mutex
+		go func() {
+			buf := make([]byte, 4096)
+			signalled := false
+			for {
+				n, err := stderr.Read(buf)
+				tailMu.Lock()
+				tail.Write(buf[:n])
+				hit := bytes.Contains(tail.Bytes(), []byte("faults: sleeping"))
+				tailMu.Unlock()
+				if hit && !signalled {
+					signalled = true
+					close(parked)
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case <-parked:
+		case err := <-exited:
+			tailMu.Lock()
+			defer tailMu.Unlock()
+			t.Fatalf("%s: the pass ended (%v) before reaching the failpoint:\n%s\n%s", name, err, out.String(), tail.String())
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Kill()
+			t.Fatalf("%s: the pass never reached the failpoint", name)
+		}
+		victim := c.cl.Child(tc.victim)
+		if victim == nil {
+			t.Fatalf("no child %s", tc.victim)
+		}
+		victim.Kill()
+		<-victim.Done()
+		restart := func() {
+			if _, err := c.cl.Restart(ctx, tc.victim); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		if !tc.late {
+			restart()
+		}
+		select {
+		case err := <-exited:
+			// Either outcome is allowed: the pass failed, or it went on
+			// with errors about single stripes in its report.
+			t.Logf("%s: pass ended: %v: %s", name, err, bytes.TrimSpace(out.Bytes()))
+		case <-time.After(3 * time.Minute):
+			_ = cmd.Process.Kill()
+			t.Fatalf("%s: the pass hung", name)
+		}
+		if tc.late {
+			restart()
+		}
+		c.check("after killing " + name)
+		c.churn(10)
 	}
-	if rep.DeletedStripes == 0 || rep.MovedBlocks == 0 {
-		t.Fatalf("final pass did nothing: %s", out)
-	}
-	check("after the final pass")
-	// Everything the crashed passes left behind is gone: the disk holds
-	// the live data and its parity, within 10% (the inventory of a pass
-	// shows the disk as the previous pass left it).
-	out, err = clean()
-	if err != nil {
-		t.Fatalf("second clean: %v\n%s", err, out)
-	}
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatal(err)
-	}
-	var live int64
-	for _, w := range want {
-		live += int64(len(w))
-	}
-	if rep.Bytes > live*5/4*110/100 {
-		t.Fatalf("disk holds %d B for %d B of live data (ec:4+1): %s", rep.Bytes, live, out)
-	}
+	c.finish()
 }
 
 // Setting user.atoll.policy on a file re-stripes what it holds: ec:4+1

@@ -297,12 +297,11 @@ func (c *Cleaner) phase(name string, done, total int, opts *PassOptions) {
 
 // Pass runs one cleaning pass. Errors about single stripes are collected
 // in the report; the error return is for a pass that could not run.
-func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (Report, error) {
+func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (rep Report, err error) {
 	c.pass.Lock()
 	defer c.pass.Unlock()
 	start := time.Now()
-	var rep Report
-	defer func() {
+	defer func() { // named results: the caller's report gets the time too
 		rep.Seconds = time.Since(start).Seconds()
 		c.mu.Lock()
 		c.mu.last, c.mu.running = rep, ""
@@ -608,14 +607,37 @@ func (c *Cleaner) deleteIfUnreferenced(ctx context.Context, s *Stripe, rep *Repo
 	if len(refs) > 0 {
 		return nil // referenced after all (counters read earlier)
 	}
+	// Besides the fragments the inventory saw, every fragment the stripe's
+	// placement allows: a repair in this same pass may have recreated one
+	// after the inventory, and it must not stay behind as an orphan.
+	frags := slices.Clone(s.Frags)
+	c.mu.Lock()
+	g := c.mu.geom[s.ID]
+	c.mu.Unlock()
+	var typical int64
+	for _, f := range frags {
+		typical = max(typical, f.Length)
+	}
+	for i, sl := range g.slots {
+		// An unreachable server's copy (if any) waits for a later pass.
+		if slices.Contains(rep.Unreachable, sl) {
+			continue
+		}
+		if !slices.ContainsFunc(s.Frags, func(f Frag) bool { return int(f.Index) == i }) {
+			frags = append(frags, Frag{Slot: sl, Index: uint16(i), Length: typical, unseen: true})
+		}
+	}
 	var errs []error
-	for i, f := range s.Frags {
+	for i, f := range frags {
 		if i == 1 {
 			if err := c.cfg.Faults.Hit(FailMidDelete); err != nil {
 				return err
 			}
 		}
 		err := c.cfg.Data.DeleteFragment(ctx, f.Slot, s.ID.Fragment(int(f.Index)))
+		if f.unseen && errors.Is(err, fragment.ErrNotFound) {
+			continue // the usual case: no repair made it
+		}
 		if err != nil && !errors.Is(err, fragment.ErrNotFound) {
 			errs = append(errs, err)
 			continue

@@ -25,6 +25,7 @@ type Frag struct {
 	Index   uint16
 	Length  int64
 	Suspect bool // its server found it corrupt and it was not repaired since
+	unseen  bool // not in the inventory; deleted in case a repair made it
 }
 
 // PlanConfig tunes Plan.

@@ -202,6 +202,32 @@ func (c *Cluster) Child(name string) *Child {
 	return nil
 }
 
+// Restart starts the named child again with its original command line
+// (same directory and address) after it has exited, for crash tests, and
+// waits until it is ready.
+func (c *Cluster) Restart(ctx context.Context, name string) (*Child, error) {
+	for i, ch := range c.Children {
+		if ch.Name != name {
+			continue
+		}
+		select {
+		case <-ch.Done():
+		default:
+			return nil, fmt.Errorf("devcluster: restart %s: still running", name)
+		}
+		spec := ch.spec
+		spec.NoWait = false
+		n, err := Start(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("devcluster: restart %s: %w", name, err)
+		}
+		n.MetricsAddr = ch.MetricsAddr
+		c.Children[i] = n
+		return n, nil
+	}
+	return nil, fmt.Errorf("devcluster: restart: no child %q", name)
+}
+
 // Start starts every role and returns once all have registered with the
 // manager and the namespace is formatted. On error, whatever started is
 // stopped.

@@ -153,6 +153,9 @@ func (s *Set) Hit(name string) error {
 	case Error:
 		return fmt.Errorf("%w at %s", ErrInjected, name)
 	case Sleep:
+		// Announced so that a test driving a child process knows the
+		// child is parked here.
+		fmt.Fprintf(os.Stderr, "faults: sleeping %v at failpoint %s\n", p.act.Sleep, name)
 		time.Sleep(p.act.Sleep)
 	case Crash:
 		if s.OnCrash != nil {
