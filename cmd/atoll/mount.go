@@ -63,6 +63,9 @@ and repairs its reads found.`,
 			if err := client.RegisterMetrics(reg, conn.Data, conn.FS); err != nil {
 				return err
 			}
+			// POSIX creates need not be durable before fsync or close;
+			// the mount's close/fsync/fsyncdir make them so.
+			conn.FS.SetLazyCreate(true)
 			cfg.FS, cfg.StatFS = conn.FS, statfs
 			if err := cfg.Validate(); err != nil {
 				return err

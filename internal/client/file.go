@@ -397,7 +397,11 @@ func (h *File) fetchOnceLocked(ctx context.Context, buf []byte, lo uint64) error
 func (h *File) Flush(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.flushLocked(ctx)
+	if err := h.flushLocked(ctx); err != nil {
+		return err
+	}
+	// A lazily created file with nothing to commit is made durable here.
+	return h.fs.settle(ctx, h.ino)
 }
 
 // Fsync is Flush (every flush is synchronous).
@@ -463,6 +467,7 @@ func (h *File) flushLocked(ctx context.Context) error {
 		h.mu.attr = resp.Attrs[0]
 		h.fs.cacheAttr(resp.Attrs[0])
 	}
+	h.fs.durable(h.ino) // the commit synced the island's log
 	h.mu.dirty = map[uint64][]byte{}
 	h.mu.dirtyN = 0
 	h.mu.modified = false

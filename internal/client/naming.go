@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/layout"
@@ -93,11 +94,19 @@ func (c *FSConfig) Validate() error {
 // the metadata islands and the data path, shared by the FUSE adapter, the
 // NFS gateway and the CLI. It is safe for concurrent use.
 type FS struct {
-	cfg   FSConfig
-	data  *Client
-	pool  *wire.Pool
-	log   *slog.Logger
-	ctr   fsCounters // metrics.go
+	cfg  FSConfig
+	data *Client
+	pool *wire.Pool
+	log  *slog.Logger
+	ctr  fsCounters // metrics.go
+	// lazyCreate: regular files are created with CreateReq.Lazy (see
+	// SetLazyCreate); lazy holds those not yet made durable by a commit
+	// or an OpSync.
+	lazyCreate atomic.Bool
+	lazy       struct {
+		sync.Mutex
+		m map[uint64]struct{}
+	}
 	cache struct {
 		sync.Mutex
 		attrs  map[uint64]cachedAttr
@@ -342,8 +351,13 @@ func (f *FS) rewriteTail(ctx context.Context, cred metawire.Cred, a metawire.Att
 func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (metawire.CreateResp, error) {
 	var resp metawire.CreateResp
 	f.invalidateDentry(req.Dir, req.Name)
+	req.Lazy = op == metawire.OpCreate && !req.Exclusive && f.lazyCreate.Load() &&
+		req.Mode&metawire.ModeType == metawire.ModeFile
 	if err := f.call(ctx, req.Dir, op, &req, &resp); err != nil {
 		return resp, err
+	}
+	if req.Lazy && !resp.Existed {
+		f.addLazy(resp.Attr.Ino)
 	}
 	f.cacheAttr(resp.Attr)
 	f.cacheAttr(resp.DirAttr)
@@ -357,6 +371,69 @@ func (f *FS) Create(ctx context.Context, req metawire.CreateReq) (metawire.Creat
 		req.Mode |= metawire.ModeFile
 	}
 	return f.create(ctx, metawire.OpCreate, req)
+}
+
+// SetLazyCreate makes this FS create regular files lazily (POSIX
+// semantics, for the FUSE mount): a create returns before the island's log
+// is synced, and the file is durable once its Flush, Fsync or Close
+// returns (which commit or sync) — or within one island log sync anyway.
+// Exclusive creates stay durable at once (lock files rely on them). An NFS
+// gateway leaves this off: NFS CREATE must be stable when answered.
+func (f *FS) SetLazyCreate(on bool) { f.lazyCreate.Store(on) }
+
+// maxLazy bounds the lazily created files remembered; past it they are
+// made durable at once (files created and never closed).
+const maxLazy = 4096
+
+func (f *FS) addLazy(ino uint64) {
+	f.lazy.Lock()
+	if f.lazy.m == nil {
+		f.lazy.m = map[uint64]struct{}{}
+	}
+	f.lazy.m[ino] = struct{}{}
+	over := len(f.lazy.m) > maxLazy
+	f.lazy.Unlock()
+	if over {
+		// Forget them: the islands sync within one log sync of a lazy
+		// create anyway; this only bounds memory.
+		f.lazy.Lock()
+		clear(f.lazy.m)
+		f.lazy.Unlock()
+	}
+}
+
+// durable records that ino's island has synced its log since ino was
+// created (a commit to it returned).
+func (f *FS) durable(ino uint64) {
+	f.lazy.Lock()
+	delete(f.lazy.m, ino)
+	f.lazy.Unlock()
+}
+
+// settle makes a lazily created ino durable if nothing did yet: one
+// OpSync to its island.
+func (f *FS) settle(ctx context.Context, ino uint64) error {
+	f.lazy.Lock()
+	_, pending := f.lazy.m[ino]
+	f.lazy.Unlock()
+	if !pending {
+		return nil
+	}
+	if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, nil); err != nil {
+		return fmt.Errorf("client: sync of created %x: %w", ino, err)
+	}
+	f.durable(ino)
+	return nil
+}
+
+// SyncDir makes every change acknowledged so far by the island owning
+// directory dir durable, lazy creates of its files included (fsync on a
+// directory).
+func (f *FS) SyncDir(ctx context.Context, dir uint64) error {
+	if err := f.call(ctx, dir, metawire.OpSync, metawire.Empty{}, nil); err != nil {
+		return fmt.Errorf("client: sync of directory %x: %w", dir, err)
+	}
+	return nil
 }
 
 // Mkdir makes a directory.

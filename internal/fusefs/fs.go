@@ -761,7 +761,10 @@ func (a *adapter) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 func (a *adapter) ReleaseDir(in *fuse.ReleaseIn) {}
 
 func (a *adapter) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	return fuse.OK // namespace changes are durable when they return
+	// Namespace changes are durable when they return, except lazy creates
+	// of regular files: the directory's island syncs its log.
+	ctx := reqCtx(cancel, &in.InHeader)
+	return status(a.fs.SyncDir(ctx, ino(in.NodeId)))
 }
 
 func (a *adapter) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {

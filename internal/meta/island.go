@@ -63,6 +63,12 @@ type Island struct {
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
 
+	// Lazy creates kick syncKick; the syncer goroutine (done closes
+	// syncDone) then syncs the log, which makes every record before it
+	// durable.
+	syncKick chan struct{}
+	syncDone chan struct{}
+
 	timing timing
 }
 
@@ -75,6 +81,7 @@ type timing struct {
 	resolveAfter time.Duration // a prepared transaction's age before asking its coordinator
 	resolveEvery time.Duration // background resolver period
 	maxAttempts  int           // operation attempts on conflicts
+	noSyncer     bool          // tests: lazy creates wait for an explicit sync
 }
 
 func defaultTiming() timing {
@@ -217,6 +224,44 @@ func (i *Island) start() error {
 	i.resolveOnce(pass, true)
 	pcancel()
 	go i.background(ctx)
+	i.syncKick, i.syncDone = make(chan struct{}, 1), make(chan struct{})
+	go i.syncer(ctx)
+	return nil
+}
+
+// kickSync asks the syncer for a log sync soon.
+func (i *Island) kickSync() {
+	if i.timing.noSyncer {
+		return
+	}
+	select {
+	case i.syncKick <- struct{}{}:
+	default: // one is pending: it will cover this record too
+	}
+}
+
+// syncer makes lazily committed records durable. A sync that starts after
+// a record was committed covers it, so kicks that arrive during a sync
+// coalesce into the next one.
+func (i *Island) syncer(ctx context.Context) {
+	defer close(i.syncDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-i.syncKick:
+			if err := i.syncLog(); err != nil {
+				i.log.Warn("meta: log sync failed", "err", err)
+			}
+		}
+	}
+}
+
+// syncLog makes everything committed so far durable (OpSync, the syncer).
+func (i *Island) syncLog() error {
+	if err := i.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("%w: log sync: %v", metawire.ErrIO, err)
+	}
 	return nil
 }
 
@@ -281,6 +326,7 @@ func (i *Island) Close() error {
 	if i.bgCancel != nil {
 		i.bgCancel()
 		<-i.bgDone
+		<-i.syncDone
 	}
 	i.state.Lock()
 	defer i.state.Unlock()
@@ -292,6 +338,7 @@ func (i *Island) Close() error {
 		i.ln.Close()
 	}
 	i.closePool()
+	_ = i.syncLog() // lazy records committed since the syncer's last sync
 	return i.db.Close()
 }
 
@@ -357,11 +404,12 @@ func (i *Island) checkIno(op string, ino namespace.Ino) error {
 	return nil
 }
 
-// allocIno allocates a fresh inode id in bucket. The counter is written
-// at once, in allocation order, so it never goes backwards; with sync the
-// write is durable before allocIno returns, otherwise it becomes durable
-// with the synced batch that uses the id.
-func (i *Island) allocIno(bucket uint32, sync bool) (namespace.Ino, error) {
+// allocIno allocates a fresh inode id in bucket. The counter reservation
+// is durable before any id from it is handed out: a lazily committed
+// create may be lost in a crash, and its id must not then be given to
+// another file while a client still holds it. One synced write per
+// seqReserve ids.
+func (i *Island) allocIno(bucket uint32) (namespace.Ino, error) {
 	i.seq.Lock()
 	defer i.seq.Unlock()
 	last, err := i.lastSeqLocked(bucket)
@@ -378,11 +426,7 @@ func (i *Island) allocIno(bucket uint32, sync bool) (namespace.Ino, error) {
 		// create). A crash skips the unused rest of the run: numbers are
 		// never reused, they may be skipped.
 		high := uint32(min(uint64(next)+seqReserve-1, uint64(^uint32(0))))
-		opt := pebble.NoSync
-		if sync {
-			opt = pebble.Sync
-		}
-		if err := i.db.Set(seqKey(bucket), encodeU32(high), opt); err != nil {
+		if err := i.db.Set(seqKey(bucket), encodeU32(high), pebble.Sync); err != nil {
 			return 0, fmt.Errorf("%w: %v", metawire.ErrIO, err)
 		}
 		i.seq.high[bucket] = high

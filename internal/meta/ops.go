@@ -343,7 +343,8 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	if op == metawire.OpMkdir {
 		as = append(as, metawire.Action{Kind: metawire.ActTouch, Ino: uint64(dirIno), Delta: 1, Time: now})
 	}
-	if err := i.execute(ctx, as); err != nil {
+	lazy := r.Lazy && op == metawire.OpCreate && !r.Exclusive
+	if err := i.executeOpt(ctx, as, lazy); err != nil {
 		return nil, err
 	}
 	resp := &metawire.CreateResp{Attr: newInode(ino, &init).attr()}
@@ -389,7 +390,7 @@ func (i *Island) existing(ctx context.Context, op uint16, r *metawire.CreateReq,
 func (i *Island) allocFor(ctx context.Context, bucket uint32) (namespace.Ino, error) {
 	owner := i.cfg.Map.Table().Lookup(bucket)
 	if owner == i.id {
-		return i.allocIno(bucket, false)
+		return i.allocIno(bucket)
 	}
 	var resp metawire.AllocInoResp
 	if _, err := i.call(ctx, owner, metawire.OpAllocIno, &metawire.AllocInoReq{Bucket: bucket}, &resp); err != nil {

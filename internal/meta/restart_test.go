@@ -1,7 +1,10 @@
 package meta
 
 import (
+	"math/rand/v2"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -59,4 +62,58 @@ func TestCommitWrongIslandAppliesNothing(t *testing.T) {
 	if m := must(r.readmap(fa.Ino, 0, 0)); m.Attr.Size != 0 || len(m.Inline) != 0 {
 		t.Fatal("part of a refused batch applied")
 	}
+}
+
+// A lazy create is durable once the island's log is synced: by an OpSync
+// or by a commit to the file. One that was not synced may be lost in a
+// crash, but its inode number is never handed out again.
+func TestLazyCreateDurability(t *testing.T) {
+	c := newCluster(t, 1)
+	c.isl[1].Close()
+	isl, err := newIsland(Config{Dir: "/island", FS: c.fs[1], ID: 1, Map: c.m, Peer: c.net.Peer(1), Faults: c.fp[1], Logger: quiet},
+		func() timing { tm := testTiming(); tm.noSyncer = true; return tm }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.isl[1] = isl
+	r := c.root()
+	d := must(r.mkdir(rootIno(), "d", 0o755))
+	lazy := func(name string) metawire.Attr {
+		t.Helper()
+		resp, err := r.createReq(metawire.OpCreate, metawire.CreateReq{Dir: d.Ino, Name: name, Mode: metawire.ModeFile | 0o644, Lazy: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Attr
+	}
+	crash := func() {
+		c.restart(1, c.fs[1].CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 2))}))
+		c.isl[1].timing.noSyncer = true
+	}
+	a := lazy("a")
+	if err := c.call(metawire.OpSync, d.Ino, metawire.Empty{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	crash()
+	if got := must(r.lookup(d.Ino, "a")); got.Ino != a.Ino {
+		t.Fatal("lazy create synced by OpSync lost in a crash")
+	}
+	b := lazy("b")
+	must(r.commit(metawire.FileWrite{Ino: b.Ino, Size: 5, SetInline: true, Inline: []byte("hello")}))
+	crash()
+	if m := must(r.readmap(b.Ino, 0, 0)); string(m.Inline) != "hello" {
+		t.Fatalf("lazy create committed to lost in a crash: %q", m.Inline)
+	}
+	lost := lazy("c")
+	if got := must(r.lookup(d.Ino, "c")); got.Ino != lost.Ino {
+		t.Fatal("a lazy create is not visible at once")
+	}
+	crash()
+	_, err = r.lookup(d.Ino, "c")
+	wantErr(t, err, metawire.ErrNotFound, "unsynced lazy create after a crash (nothing synced it)")
+	e := must(r.create(d.Ino, "e", 0o644))
+	if namespace.Ino(e.Ino).Seq() <= namespace.Ino(lost.Ino).Seq() {
+		t.Fatalf("inode number of a lost create reused: %v after %v", namespace.Ino(e.Ino), namespace.Ino(lost.Ino))
+	}
+	c.mustFsck()
 }

@@ -99,6 +99,10 @@ func (i *Island) Handle(ctx context.Context, op uint16, epoch uint64, msg []byte
 		return serve(msg, &metawire.RefsReq{}, func(r *metawire.RefsReq) (metawire.Message, error) { return i.stripeRefs(r) })
 	case metawire.OpStatFS:
 		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) { return i.statFS() })
+	case metawire.OpSync:
+		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) {
+			return metawire.Empty{}, i.syncLog()
+		})
 	case metawire.OpAccess:
 		return serve(msg, &metawire.AccessReq{}, func(r *metawire.AccessReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.access(ctx, r)
@@ -144,7 +148,7 @@ func (i *Island) allocRemote(r *metawire.AllocInoReq) (*metawire.AllocInoResp, e
 	if i.cfg.Map.Table().Lookup(r.Bucket) != i.id {
 		return nil, fmt.Errorf("alloc ino in bucket %08x: %w", r.Bucket, metawire.ErrWrongIsland)
 	}
-	ino, err := i.allocIno(r.Bucket, true)
+	ino, err := i.allocIno(r.Bucket)
 	if err != nil {
 		return nil, err
 	}

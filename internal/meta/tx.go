@@ -118,6 +118,12 @@ func txHex(t metawire.TxID) string { return hex.EncodeToString(t[:]) }
 // one batch, or as a two-phase commit with the islands owning the other
 // actions' inodes, this island coordinating.
 func (i *Island) execute(ctx context.Context, as []metawire.Action) error {
+	return i.executeOpt(ctx, as, false)
+}
+
+// executeOpt is execute; lazy commits a single-island batch without
+// waiting for the log sync (the syncer makes it durable right after).
+func (i *Island) executeOpt(ctx context.Context, as []metawire.Action, lazy bool) error {
 	tab := i.cfg.Map.Table()
 	var local []metawire.Action
 	remote := map[namespace.IslandID][]metawire.Action{}
@@ -152,6 +158,13 @@ func (i *Island) execute(ctx context.Context, as []metawire.Action) error {
 	if len(remote) == 0 {
 		if err := i.fp(FailLocalBeforeCommit); err != nil {
 			return err
+		}
+		if lazy {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+			}
+			i.kickSync()
+			return nil
 		}
 		if err := b.Commit(pebble.Sync); err != nil {
 			return fmt.Errorf("%w: %v", metawire.ErrIO, err)

@@ -32,6 +32,7 @@ const (
 	OpAccess      uint16 = 21 // AccessReq -> Empty
 	OpLiveBytes   uint16 = 22 // LiveReq -> LiveResp (one page of per-stripe live bytes, for the cleaner)
 	OpStripeRefs  uint16 = 23 // RefsReq -> RefsResp (the blocks pointing into one stripe)
+	OpSync        uint16 = 24 // Empty -> Empty (everything the island acknowledged before is durable)
 
 	OpPrepare uint16 = 64 // PrepareReq -> Empty (participant prepared)
 	OpDecide  uint16 = 65 // DecideReq -> Empty (commit or abort a prepared tx)
@@ -144,6 +145,12 @@ type CreateReq struct {
 	Exclusive bool
 	Verf      uint64
 	Target    string
+	// Lazy asks for a regular, non-exclusive file to be created without
+	// waiting for the island's log to reach the disk: it is durable after
+	// the next synced write to that island (the file's first commit, an
+	// OpSync) and within one log sync in any case. A POSIX create need not
+	// be durable before fsync; NFS CREATE must be, so gateways never set it.
+	Lazy bool
 }
 
 func (r *CreateReq) Encode(e *wire.Enc) {
@@ -155,12 +162,13 @@ func (r *CreateReq) Encode(e *wire.Enc) {
 	e.Bool(r.Exclusive)
 	e.U64(r.Verf)
 	e.String(r.Target)
+	e.Bool(r.Lazy)
 }
 
 func (r *CreateReq) Decode(d *wire.Dec) {
 	r.Cred.Decode(d)
 	r.Dir, r.Name, r.Mode, r.Rdev = d.U64(), d.Str(), d.U32(), d.U32()
-	r.Exclusive, r.Verf, r.Target = d.Bool(), d.U64(), d.Str()
+	r.Exclusive, r.Verf, r.Target, r.Lazy = d.Bool(), d.U64(), d.Str(), d.Bool()
 }
 
 // CreateResp returns the new (or existing) entry's attributes and the
