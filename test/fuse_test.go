@@ -274,6 +274,24 @@ func TestFUSE(t *testing.T) {
 		if err != nil || len(ents) != 600 || ents[0].Type() != 0 {
 			t.Fatalf("ReadDir: %d %v", len(ents), err)
 		}
+		// rewinddir after a partial read lists everything again (the
+		// mount's per-handle buffer must not serve a stale position).
+		f, err = os.Open(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if part, err := f.Readdirnames(50); err != nil || len(part) != 50 {
+			t.Fatalf("partial read: %d %v", len(part), err)
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		again, err := f.Readdirnames(-1)
+		sort.Strings(again)
+		if err != nil || !slices.Equal(again, want) {
+			t.Fatalf("after rewind: %d names, %v", len(again), err)
+		}
 	})
 
 	t.Run("symlinks", func(t *testing.T) {

@@ -93,11 +93,12 @@ func BenchmarkMetaStat(b *testing.B) {
 
 // BenchmarkMetaSmallFiles creates, writes (4 KiB) and closes files with 16
 // concurrent clients against one in-process island, creating lazily as the
-// FUSE mount does (each file durable when Close returns).
+// FUSE mount does (each file durable when Close returns); SYNCCREATE=1
+// creates as the NFS gateway does.
 func BenchmarkMetaSmallFiles(b *testing.B) {
 	fc := startFSCluster(b, 3, 1)
 	fs := fc.newFS(b)
-	fs.SetLazyCreate(true)
+	fs.SetLazyCreate(os.Getenv("SYNCCREATE") == "")
 	ctx := context.Background()
 	dirs := make([]uint64, 16)
 	for i := range dirs {

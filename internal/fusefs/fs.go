@@ -42,6 +42,7 @@ type adapter struct {
 	mu      sync.Mutex
 	files   map[uint64]*openFile // by inode
 	handles map[uint64]*handle   // by FUSE file handle
+	dirs    map[uint64]*dirStream // by FUSE directory handle
 	nextFh  uint64
 }
 
@@ -54,6 +55,7 @@ func newAdapter(cfg *Config) *adapter {
 		creds:         newCredCache(),
 		files:         map[uint64]*openFile{},
 		handles:       map[uint64]*handle{},
+		dirs:          map[uint64]*dirStream{},
 	}
 }
 
@@ -755,10 +757,37 @@ func (a *adapter) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 			return status(err)
 		}
 	}
+	a.mu.Lock()
+	a.nextFh++
+	out.Fh = a.nextFh
+	a.dirs[out.Fh] = &dirStream{}
+	a.mu.Unlock()
 	return fuse.OK
 }
 
-func (a *adapter) ReleaseDir(in *fuse.ReleaseIn) {}
+func (a *adapter) ReleaseDir(in *fuse.ReleaseIn) {
+	a.mu.Lock()
+	delete(a.dirs, in.Fh)
+	a.mu.Unlock()
+}
+
+// dirStream buffers an open directory's listing. The kernel asks for a
+// page (about 25 entries with attributes) at a time; the island is asked
+// for dirPage entries and the following requests are served from the
+// buffer while their offsets continue where the last one ended and the
+// buffer is younger than the attribute timeout.
+type dirStream struct {
+	mu      sync.Mutex
+	plus    bool   // the entries carry attributes
+	next    uint64 // the offset the buffer continues from
+	at      time.Time
+	entries []metawire.Dirent
+	eof     bool
+	valid   bool
+}
+
+// dirPage is how many entries one island request fetches for a stream.
+const dirPage = 512
 
 func (a *adapter) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	// Namespace changes are durable when they return, except lazy creates
@@ -785,33 +814,55 @@ func (a *adapter) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 		per = 160
 	}
 	want := max(in.Size/per, 8)
+	a.mu.Lock()
+	ds := a.dirs[in.Fh]
+	a.mu.Unlock()
+	if ds != nil {
+		ds.mu.Lock()
+		defer ds.mu.Unlock()
+		want = dirPage
+	}
 	for {
-		resp, err := a.fs.Readdir(ctx, cred, dir, cookie, want, plus)
-		if err != nil {
-			if cookie != in.Offset {
-				return fuse.OK // return what was gathered
+		var ents []metawire.Dirent
+		var eof bool
+		if ds != nil && ds.valid && ds.next == cookie && (ds.plus || !plus) && time.Since(ds.at) < a.cfg.AttrTTL {
+			ents, eof = ds.entries, ds.eof
+		} else {
+			resp, err := a.fs.Readdir(ctx, cred, dir, cookie, want, plus)
+			if err != nil {
+				if cookie != in.Offset {
+					return fuse.OK // return what was gathered
+				}
+				return status(err)
 			}
-			return status(err)
+			ents, eof = resp.Entries, resp.EOF
+			if ds != nil {
+				ds.plus, ds.at = plus, time.Now()
+			}
 		}
-		for i := range resp.Entries {
-			e := &resp.Entries[i]
+		for k := range ents {
+			e := &ents[k]
 			de := fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Type, Off: e.Cookie}
+			full := false
 			if !plus {
-				if !out.AddDirEntry(de) {
-					return fuse.OK
+				full = !out.AddDirEntry(de)
+			} else if eo := out.AddDirLookupEntry(de); eo == nil {
+				full = true
+			} else if e.HasAttr && e.Name != "." && e.Name != ".." {
+				a.fillEntry(eo, e.Attr)
+			}
+			if full {
+				if ds != nil { // the rest waits for the next request
+					ds.entries, ds.next, ds.eof, ds.valid = ents[k:], cookie, eof, true
 				}
-			} else {
-				eo := out.AddDirLookupEntry(de)
-				if eo == nil {
-					return fuse.OK
-				}
-				if e.HasAttr && e.Name != "." && e.Name != ".." {
-					a.fillEntry(eo, e.Attr)
-				}
+				return fuse.OK
 			}
 			cookie = e.Cookie
 		}
-		if resp.EOF || len(resp.Entries) == 0 {
+		if ds != nil {
+			ds.entries, ds.next, ds.eof, ds.valid = nil, cookie, eof, eof
+		}
+		if eof || len(ents) == 0 {
 			return fuse.OK
 		}
 	}
