@@ -40,8 +40,8 @@ type adapter struct {
 	killed atomic.Bool // Mount.Kill: write nothing back any more
 
 	mu      sync.Mutex
-	files   map[uint64]*openFile // by inode
-	handles map[uint64]*handle   // by FUSE file handle
+	files   map[uint64]*openFile  // by inode
+	handles map[uint64]*handle    // by FUSE file handle
 	dirs    map[uint64]*dirStream // by FUSE directory handle
 	nextFh  uint64
 }
