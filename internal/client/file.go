@@ -10,6 +10,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/wire"
 )
 
 // blockMap is a cached copy of a file's block map at one data version.
@@ -104,11 +105,23 @@ type File struct {
 		dirty    map[uint64][]byte // block index -> block buffer (len bs)
 		dirtyN   int
 		modified bool
-		// read-ahead window of clean data
+		// read-ahead window of clean data (a wire pool buffer)
 		raOff  uint64
 		raData []byte
 		raNext uint64 // where the last read ended, to detect sequential reads
+		// pf is the next window, being fetched in the background while a
+		// sequential reader consumes this one.
+		pf *prefetch
 	}
+}
+
+// prefetch is a read-ahead window fetched by a background goroutine;
+// done closes when buf and err are set.
+type prefetch struct {
+	off  uint64
+	buf  []byte
+	err  error
+	done chan struct{}
 }
 
 // Open opens a regular file. Attributes are fetched fresh (close-to-open).
@@ -190,7 +203,7 @@ func (h *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	defer h.mu.Unlock()
 	end := uint64(off) + uint64(len(p))
 	h.mu.modified = true
-	h.mu.raData = nil
+	h.dropReadAheadLocked()
 	if h.mu.inline {
 		if end <= uint64(h.fs.cfg.InlineMax) {
 			if uint64(len(h.mu.inl)) < end {
@@ -293,18 +306,39 @@ func (h *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 const readAhead = 8 << 20
 
 // readCleanLocked fills p with committed data at off (not dirty blocks),
-// through the read-ahead window.
+// through the read-ahead window. A sequential reader gets the next window
+// fetched in the background while it consumes this one.
 func (h *File) readCleanLocked(ctx context.Context, p []byte, off uint64) error {
 	end := off + uint64(len(p))
+	seq := off == h.mu.raNext || off == 0
 	if ra := h.mu.raData; ra != nil && off >= h.mu.raOff && end <= h.mu.raOff+uint64(len(ra)) {
 		copy(p, ra[off-h.mu.raOff:])
 		h.mu.raNext = end
+		if seq {
+			h.prefetchLocked()
+		}
 		return nil
+	}
+	if pf := h.mu.pf; pf != nil && off >= pf.off && end <= pf.off+uint64(len(pf.buf)) {
+		h.mu.pf = nil
+		select {
+		case <-pf.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if pf.err == nil {
+			h.setWindowLocked(pf.off, pf.buf)
+			copy(p, pf.buf[off-pf.off:])
+			h.mu.raNext = end
+			h.prefetchLocked()
+			return nil
+		}
+		// A failed prefetch is redone in the foreground, which reports.
 	}
 	bs := uint64(h.mu.bs)
 	lo := off / bs * bs
 	hi := (end + bs - 1) / bs * bs
-	if off == h.mu.raNext || off == 0 {
+	if seq {
 		hi = max(hi, lo+readAhead)
 	}
 	committed := h.mu.attr.Size
@@ -313,11 +347,12 @@ func (h *File) readCleanLocked(ctx context.Context, p []byte, off uint64) error 
 		clear(p)
 		return nil
 	}
-	buf := make([]byte, hi-lo)
+	buf := wire.GetBuf(int(hi - lo))
 	if err := h.fetchLocked(ctx, buf, lo); err != nil {
+		wire.PutBuf(buf)
 		return err
 	}
-	h.mu.raOff, h.mu.raData = lo, buf
+	h.setWindowLocked(lo, buf)
 	if off >= lo && end <= hi {
 		copy(p, buf[off-lo:])
 	} else {
@@ -325,7 +360,52 @@ func (h *File) readCleanLocked(ctx context.Context, p []byte, off uint64) error 
 		copy(p, buf[off-lo:])
 	}
 	h.mu.raNext = end
+	if seq {
+		h.prefetchLocked()
+	}
 	return nil
+}
+
+// setWindowLocked makes buf (a wire pool buffer) the read-ahead window.
+func (h *File) setWindowLocked(off uint64, buf []byte) {
+	if h.mu.raData != nil {
+		wire.PutBuf(h.mu.raData)
+	}
+	h.mu.raOff, h.mu.raData = off, buf
+}
+
+// dropReadAheadLocked forgets the window and any prefetch (the data
+// changed). A prefetch still running finishes into a buffer nobody reads.
+func (h *File) dropReadAheadLocked() {
+	if h.mu.raData != nil {
+		wire.PutBuf(h.mu.raData)
+	}
+	h.mu.raData, h.mu.pf = nil, nil
+}
+
+// prefetchLocked starts fetching the window after the current one unless
+// one is under way or the file ends within the current window.
+func (h *File) prefetchLocked() {
+	if h.mu.pf != nil || h.mu.raData == nil || len(h.mu.raData) < readAhead {
+		return
+	}
+	bs := uint64(h.mu.bs)
+	lo := h.mu.raOff + uint64(len(h.mu.raData))
+	hi := min(lo+readAhead, (h.mu.attr.Size+bs-1)/bs*bs)
+	if hi <= lo {
+		return
+	}
+	pf := &prefetch{off: lo, buf: wire.GetBuf(int(hi - lo)), done: make(chan struct{})}
+	h.mu.pf = pf
+	ver := h.mu.attr.Version
+	h.fs.prefetches.Add(1)
+	go func() {
+		defer h.fs.prefetches.Done()
+		defer close(pf.done)
+		ctx, cancel := context.WithTimeout(h.fs.data.ctx, 2*time.Minute)
+		defer cancel()
+		pf.err = h.fetch(ctx, pf.buf, lo, ver, bs)
+	}()
 }
 
 // fetchLocked reads committed blocks covering [lo, lo+len(buf)) (lo block
@@ -335,24 +415,29 @@ func (h *File) readCleanLocked(ctx context.Context, p []byte, off uint64) error 
 // and deleted (the cleaner does not change the data version): on a failed
 // read the map is fetched again from the island and the read retried once.
 func (h *File) fetchLocked(ctx context.Context, buf []byte, lo uint64) error {
-	err := h.fetchOnceLocked(ctx, buf, lo)
+	return h.fetch(ctx, buf, lo, h.mu.attr.Version, uint64(h.mu.bs))
+}
+
+// fetch is fetchLocked for a given data version and block size; it does
+// not touch h.mu (prefetches run it unlocked).
+func (h *File) fetch(ctx context.Context, buf []byte, lo, ver, bs uint64) error {
+	err := h.fetchOnce(ctx, buf, lo, ver, bs)
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
 	h.fs.forgetBlocks(h.ino)
-	if err2 := h.fetchOnceLocked(ctx, buf, lo); err2 != nil {
+	if err2 := h.fetchOnce(ctx, buf, lo, ver, bs); err2 != nil {
 		return err
 	}
 	return nil
 }
 
-func (h *File) fetchOnceLocked(ctx context.Context, buf []byte, lo uint64) error {
-	bm, err := h.fs.readMap(ctx, h.cred, h.ino, h.mu.attr.Version)
+func (h *File) fetchOnce(ctx context.Context, buf []byte, lo, ver, bs uint64) error {
+	bm, err := h.fs.readMap(ctx, h.cred, h.ino, ver)
 	if err != nil {
 		return err
 	}
 	clear(buf)
-	bs := uint64(h.mu.bs)
 	var ptrs []layout.Pointer
 	var starts []int
 	for pos := uint64(0); pos < uint64(len(buf)); pos += bs {
@@ -471,7 +556,7 @@ func (h *File) flushLocked(ctx context.Context) error {
 	h.mu.dirty = map[uint64][]byte{}
 	h.mu.dirtyN = 0
 	h.mu.modified = false
-	h.mu.raData = nil
+	h.dropReadAheadLocked()
 	return nil
 }
 
@@ -491,7 +576,8 @@ func (h *File) Truncate(ctx context.Context, size uint64) error {
 	if a, err = h.fs.GetAttrFresh(ctx, h.cred, h.ino); err != nil {
 		return err
 	}
-	h.mu.attr, h.mu.size, h.mu.raData = a, a.Size, nil
+	h.mu.attr, h.mu.size = a, a.Size
+	h.dropReadAheadLocked()
 	if h.mu.inline {
 		if size <= uint64(len(h.mu.inl)) {
 			h.mu.inl = h.mu.inl[:size]

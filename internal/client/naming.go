@@ -102,6 +102,7 @@ type FS struct {
 	// lazyCreate: regular files are created with CreateReq.Lazy (see
 	// SetLazyCreate); lazy holds those not yet made durable by a commit
 	// or an OpSync.
+	prefetches sync.WaitGroup // read-ahead goroutines (File.prefetchLocked)
 	lazyCreate atomic.Bool
 	lazy       struct {
 		sync.Mutex
@@ -158,6 +159,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 
 // Close closes the island connections (not the data client).
 func (f *FS) Close() error {
+	f.prefetches.Wait()
 	f.pool.Close()
 	return nil
 }
