@@ -35,4 +35,22 @@
 //
 // Invariant: Read returns nil only with bytes whose CRC32C equals the
 // pointer's; otherwise ErrUnrecoverable (EIO at the edges).
+//
+// A File keeps an 8 MiB read-ahead window for a sequential reader and,
+// while the reader consumes it, fetches the next window in a background
+// goroutine (owned by the FS: Close waits for it). Any write, commit or
+// truncation drops both; a prefetch that finishes after that is discarded.
+//
+// # Lazy creates
+//
+// With FS.SetLazyCreate (the FUSE mount) a non-exclusive regular-file
+// create asks its island not to wait for the log sync (CreateReq.Lazy).
+// The FS remembers such files until something made them durable: a commit
+// to the file (always synced), or, when Flush, Fsync or Close has nothing
+// to commit, an OpSync to its island. So a lazily created file is durable
+// when close or fsync returns, as every other change is; before that an
+// island crash may lose it (the island's syncer usually makes it durable
+// within one log sync anyway), and its inode number is never reused. The
+// NFS gateway never creates lazily: NFS CREATE must be stable when
+// answered.
 package client

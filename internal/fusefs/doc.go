@@ -19,7 +19,14 @@
 //   - READDIR and READDIRPLUS offsets are the islands' directory cookies,
 //     which are stable for an entry's life, so a listing resumed after
 //     concurrent changes neither repeats nor skips entries. The node API
-//     would re-number entries per open directory stream.
+//     would re-number entries per open directory stream. Each open
+//     directory handle buffers one island page (512 entries) and serves
+//     the kernel's page-sized requests from it while their offsets follow
+//     on and the page is younger than the attribute timeout; any other
+//     offset (rewinddir, seekdir) asks the island again.
+//   - FSYNCDIR syncs the directory's island log, which makes lazy creates
+//     of files in it durable (see client.FS.SetLazyCreate; the mount
+//     creates lazily, as POSIX allows).
 //   - Every request is answered from client.FS with the caller's
 //     credentials, so the islands, not the kernel, check permissions
 //     (the mount uses allow_other and no default_permissions).

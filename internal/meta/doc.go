@@ -201,6 +201,18 @@
 // that island (metawire.OpAllocIno, durably); an id never used is
 // skipped.
 //
+// # Durability
+//
+// Every change is committed with a synced write before it is answered,
+// except a create with CreateReq.Lazy (regular, non-exclusive files; the
+// FUSE mount): it is committed without waiting for the log sync and kicks
+// the syncer goroutine, which syncs the log right after (kicks during a
+// sync coalesce into the next). Any later synced write — the file's first
+// commit, OpSync — makes it durable too, since pebble's log is written in
+// order. Inode-number reservations are always synced, so the number of a
+// lazy create lost in a crash is never handed out again. Close syncs the
+// log once more.
+//
 // # Failpoints
 //
 //	meta.tx.afterIntent            coordinator: intent durable, nothing prepared
