@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ type fsCluster struct {
 	t       testing.TB
 	storage []*server
 	islands []*meta.Island
+	regs    []*prometheus.Registry // each island's metrics
 	smap    *meta.StaticMap
 	view    *client.StaticMapView
 }
@@ -40,7 +42,8 @@ func startFSCluster(t testing.TB, nStorage, nIslands int) *fsCluster {
 	fc.smap = meta.NewStaticMap(tab, nil)
 	addrs := map[namespace.IslandID]string{}
 	for _, id := range ids {
-		is, err := meta.New(meta.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", ID: uint32(id), Map: fc.smap, Logger: quietLogger()})
+		reg := prometheus.NewRegistry()
+		is, err := meta.New(meta.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", ID: uint32(id), Map: fc.smap, Logger: quietLogger(), Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,6 +59,7 @@ func startFSCluster(t testing.TB, nStorage, nIslands int) *fsCluster {
 			}
 		})
 		fc.islands = append(fc.islands, is)
+		fc.regs = append(fc.regs, reg)
 	}
 	fc.view = &client.StaticMapView{MapEpoch: 1, Table: tab, Addrs: addrs, Policy: "ec:4+1"}
 	return fc
@@ -301,5 +305,98 @@ func TestFSTruncateThenExtendReadsZeros(t *testing.T) {
 	want := append(append([]byte(nil), data[:70000]...), make([]byte, 80000)...)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("after truncate+extend: %d bytes, equal=%v", len(got), bytes.Equal(got, want))
+	}
+}
+
+// islandOps is how many requests of op (its metrics label) the first
+// island answered without error.
+func (fc *fsCluster) islandOps(t *testing.T, op string) float64 {
+	t.Helper()
+	mfs, err := fc.regs[0].Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "atoll_meta_ops_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var gotOp, ok bool
+			for _, l := range m.GetLabel() {
+				gotOp = gotOp || l.GetName() == "op" && l.GetValue() == op
+				ok = ok || l.GetName() == "result" && l.GetValue() == "ok"
+			}
+			if gotOp && ok {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// A lazily created file (the FUSE mount's creates) is made durable when
+// it is closed: by its commit when it has data, else by one OpSync to its
+// island. Exclusive creates and an FS that does not create lazily need
+// neither.
+func TestLazyCreateSettledAtClose(t *testing.T) {
+	fc := startFSCluster(t, 3, 1)
+	ctx := context.Background()
+	lazy := fc.newFS(t)
+	lazy.SetLazyCreate(true)
+	d, err := lazy.MkdirAll(ctx, root, "/lazy", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(fs *client.FS, name string, excl bool, data []byte) {
+		t.Helper()
+		r, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: name, Mode: 0o644, Exclusive: excl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fh, err := fs.OpenWithAttr(ctx, root, r.Attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data != nil {
+			if _, err := fh.WriteAt(ctx, data, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := fh.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fh.Close(ctx); err != nil { // a second close has nothing to do
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		name      string
+		fs        *client.FS
+		excl      bool
+		data      []byte
+		wantSyncs float64
+	}{
+		{"empty", lazy, false, nil, 1},
+		{"with-data", lazy, false, []byte("inline"), 1},
+		{"exclusive", lazy, true, nil, 1},
+		{"not-lazy", fc.newFS(t), false, nil, 1},
+		{"empty-again", lazy, false, nil, 2},
+	}
+	for _, s := range steps {
+		create(s.fs, s.name, s.excl, s.data)
+		if got := fc.islandOps(t, "sync"); got != s.wantSyncs {
+			t.Fatalf("after %s: %v island syncs, want %v", s.name, got, s.wantSyncs)
+		}
+	}
+	// Everything is there, with its data, for another client.
+	other := fc.newFS(t)
+	for _, s := range steps {
+		b, err := other.ReadFile(ctx, root, "/lazy/"+s.name)
+		if err != nil || string(b) != string(s.data) {
+			t.Fatalf("%s: %q %v", s.name, b, err)
+		}
+	}
+	if err := other.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
 	}
 }
