@@ -227,7 +227,10 @@ func decodeInode(ino namespace.Ino, v []byte) (*inode, error) {
 	n.policy, n.inline = d.Str(), d.Bool()
 	n.parent, n.path, n.nextCookie = namespace.Ino(d.U64()), d.Str(), d.U64()
 	n.target = d.Str()
-	n.data = append([]byte(nil), d.Bytes()...)
+	// data aliases v: callers pass a value they own (get copies it) or
+	// use the inode at once (fsck), so a second copy of inline data (up to
+	// inline_max per inode read) is saved.
+	n.data = d.Bytes()
 	n.verf = d.U64()
 	if err := finish(d); err != nil {
 		return nil, err
