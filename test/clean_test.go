@@ -139,6 +139,20 @@ func TestCleanerReclaimsOverwrittenAndDeletedSpace(t *testing.T) {
 	}
 	checkFiles(t, fs, want)
 	fc.checkFsck(t)
+	// The islands forgot the counters of the stripes the pass deleted: the
+	// counters left are those of stripes holding live data.
+	if rep.Forgotten < rep.DeletedStripes {
+		t.Fatalf("%d stripes deleted, %d counters forgotten", rep.DeletedStripes, rep.Forgotten)
+	}
+	counters, err := fs.LiveBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range counters {
+		if n <= 0 {
+			t.Fatalf("live counter of stripe %s is %d after cleaning", id, n)
+		}
+	}
 	// A fresh client (no cached maps) reads the moved blocks too, and a
 	// client whose cached block maps point into deleted stripes refetches.
 	checkFiles(t, fc.newFS(t), want)

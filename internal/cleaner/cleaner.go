@@ -137,6 +137,11 @@ type Report struct {
 	DrainRemaining int      `json:"drain_remaining"`
 	Errors         []string `json:"errors,omitempty"`
 	Seconds        float64  `json:"seconds"`
+	// Forgotten counts the islands' live counters of deleted stripes
+	// dropped at the end of the pass (they would pile up forever).
+	Forgotten int `json:"forgotten_counters,omitempty"`
+
+	deleted []fragment.StripeID // stripes this pass deleted
 }
 
 // add sums the counters of r into t (the inventory figures are the last
@@ -301,7 +306,16 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (rep Report, err e
 	c.pass.Lock()
 	defer c.pass.Unlock()
 	start := time.Now()
-	defer func() { // named results: the caller's report gets the time too
+	defer func() { // named results: the caller's report gets these too
+		if len(rep.deleted) > 0 && ctx.Err() == nil {
+			dropped, kept, ferr := c.cfg.FS.ForgetStripes(ctx, rep.deleted)
+			rep.Forgotten += dropped
+			if ferr != nil {
+				rep.Errors = append(rep.Errors, ferr.Error())
+			} else if kept > 0 {
+				rep.Errors = append(rep.Errors, fmt.Sprintf("cleaner: %d deleted stripes still had live bytes counted by an island", kept))
+			}
+		}
 		rep.Seconds = time.Since(start).Seconds()
 		c.mu.Lock()
 		c.mu.last, c.mu.running = rep, ""
@@ -651,6 +665,7 @@ func (c *Cleaner) deleteIfUnreferenced(ctx context.Context, s *Stripe, rep *Repo
 		return fmt.Errorf("cleaner: delete %s: %w", s.ID, errors.Join(errs...))
 	}
 	rep.DeletedStripes++
+	rep.deleted = append(rep.deleted, s.ID)
 	return nil
 }
 

@@ -29,4 +29,10 @@
 //     a replacement server takes over the slot of the one it replaces).
 //   - Drain moves every live block with a fragment on the drained slot
 //     into new stripes that avoid it, through the same copy path.
+//   - Deleting a stripe deletes every fragment its placement allows, not
+//     only those the inventory saw (a repair in the same pass may have
+//     recreated one), and at the end of the pass the islands drop the
+//     stripe's live counter (metawire.OpForget) if it is zero, so counters
+//     do not pile up with every stripe ever written. A counter a crash
+//     brings back is a zero key, which means the same as no key.
 package cleaner

@@ -82,6 +82,32 @@ func (f *FS) LiveBytes(ctx context.Context) (map[fragment.StripeID]int64, error)
 	return out, nil
 }
 
+// ForgetStripes tells every island to drop the (zero) live counters of
+// stripes the cleaner deleted. It returns how many counters were dropped
+// and how many were kept because they were not zero.
+func (f *FS) ForgetStripes(ctx context.Context, ids []fragment.StripeID) (dropped, kept int, err error) {
+	addrs, err := f.islandAddrs()
+	if err != nil {
+		return 0, 0, err
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), metawire.MaxForget)
+		req := metawire.ForgetReq{Stripes: make([]metawire.StripeLive, n)}
+		for i, id := range ids[:n] {
+			req.Stripes[i] = metawire.StripeLive{Log: id.Log, Seq: id.Seq}
+		}
+		for _, addr := range addrs {
+			var resp metawire.ForgetResp
+			if err := f.callAddr(ctx, addr, metawire.OpForget, &req, &resp); err != nil {
+				return dropped, kept, fmt.Errorf("forget stripes: %w", err)
+			}
+			dropped, kept = dropped+int(resp.Dropped), kept+int(resp.Kept)
+		}
+		ids = ids[n:]
+	}
+	return dropped, kept, nil
+}
+
 // StripeRefs lists every block, in every island, that points into s.
 func (f *FS) StripeRefs(ctx context.Context, s fragment.StripeID) ([]metawire.BlockRef, error) {
 	addrs, err := f.islandAddrs()

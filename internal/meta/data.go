@@ -320,6 +320,46 @@ func (i *Island) liveBytes(r *metawire.LiveReq) (*metawire.LiveResp, error) {
 	return resp, it.Error()
 }
 
+// forget drops the live counters of stripes the cleaner deleted, where
+// they are zero. The cleaner deletes a stripe only when no block points
+// into it and after the commit deadline of any writer, and stripe ids are
+// never reused, so no delta can still move such a counter; a nonzero one
+// means something is off and is kept (and counted) for the cleaner to see.
+func (i *Island) forget(r *metawire.ForgetReq) (*metawire.ForgetResp, error) {
+	if len(r.Stripes) > metawire.MaxForget {
+		return nil, fmt.Errorf("%w: forget %d stripes (at most %d)", metawire.ErrBadRequest, len(r.Stripes), metawire.MaxForget)
+	}
+	b := i.db.NewBatch()
+	defer b.Close()
+	resp := &metawire.ForgetResp{}
+	for _, s := range r.Stripes {
+		k := liveKey(fragment.StripeID{Log: s.Log, Seq: s.Seq})
+		v, ok, err := get(i.db, k)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if xs, err := decodeCounters(v); err != nil || len(xs) != 1 || xs[0] != 0 {
+			resp.Kept++
+			continue
+		}
+		if err := b.Delete(k, nil); err != nil {
+			return nil, err
+		}
+		resp.Dropped++
+	}
+	if resp.Dropped > 0 {
+		// Not synced: a crash may bring some back, which only costs a
+		// zero key each (zero and absent mean the same to the cleaner).
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return nil, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+		}
+	}
+	return resp, nil
+}
+
 // stripeRefs lists the blocks of this island pointing into a stripe, from
 // the reverse index kept beside the block records.
 func (i *Island) stripeRefs(r *metawire.RefsReq) (*metawire.RefsResp, error) {

@@ -42,7 +42,7 @@ var metaOps = []struct {
 	{metawire.OpGetXattr, "getxattr"}, {metawire.OpSetXattr, "setxattr"}, {metawire.OpListXattr, "listxattr"},
 	{metawire.OpRemoveXattr, "removexattr"}, {metawire.OpReadMap, "readmap"}, {metawire.OpCommit, "commit"},
 	{metawire.OpClean, "clean"}, {metawire.OpStatFS, "statfs"}, {metawire.OpAccess, "access"},
-	{metawire.OpLiveBytes, "livebytes"}, {metawire.OpStripeRefs, "striperefs"}, {metawire.OpSync, "sync"},
+	{metawire.OpLiveBytes, "livebytes"}, {metawire.OpStripeRefs, "striperefs"}, {metawire.OpSync, "sync"}, {metawire.OpForget, "forget"},
 	{metawire.OpPrepare, "prepare"}, {metawire.OpDecide, "decide"}, {metawire.OpOutcome, "outcome"},
 	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"},
 }

@@ -99,6 +99,8 @@ func (i *Island) Handle(ctx context.Context, op uint16, epoch uint64, msg []byte
 		return serve(msg, &metawire.RefsReq{}, func(r *metawire.RefsReq) (metawire.Message, error) { return i.stripeRefs(r) })
 	case metawire.OpStatFS:
 		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) { return i.statFS() })
+	case metawire.OpForget:
+		return serve(msg, &metawire.ForgetReq{}, func(r *metawire.ForgetReq) (metawire.Message, error) { return i.forget(r) })
 	case metawire.OpSync:
 		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) {
 			return metawire.Empty{}, i.syncLog()

@@ -33,6 +33,7 @@ const (
 	OpLiveBytes   uint16 = 22 // LiveReq -> LiveResp (one page of per-stripe live bytes, for the cleaner)
 	OpStripeRefs  uint16 = 23 // RefsReq -> RefsResp (the blocks pointing into one stripe)
 	OpSync        uint16 = 24 // Empty -> Empty (everything the island acknowledged before is durable)
+	OpForget      uint16 = 25 // ForgetReq -> ForgetResp (drop the zero live counters of deleted stripes)
 
 	OpPrepare uint16 = 64 // PrepareReq -> Empty (participant prepared)
 	OpDecide  uint16 = 65 // DecideReq -> Empty (commit or abort a prepared tx)
@@ -604,6 +605,37 @@ func (r *LiveResp) Decode(d *wire.Dec) {
 	}
 	r.More = d.Bool()
 }
+
+// ForgetReq names stripes the cleaner deleted: an island drops their live
+// counters if they are zero (no block of it points there; none can again,
+// since stripe ids are never reused), so counters do not pile up forever.
+type ForgetReq struct{ Stripes []StripeLive } // Live unused
+
+// MaxForget bounds the stripes of one ForgetReq.
+const MaxForget = 10000
+
+func (r *ForgetReq) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Stripes)))
+	for _, s := range r.Stripes {
+		e.U64(s.Log)
+		e.U64(s.Seq)
+	}
+}
+
+func (r *ForgetReq) Decode(d *wire.Dec) {
+	n := d.Count(16)
+	r.Stripes = make([]StripeLive, n)
+	for i := range r.Stripes {
+		r.Stripes[i] = StripeLive{Log: d.U64(), Seq: d.U64()}
+	}
+}
+
+// ForgetResp says how many counters were dropped and how many were kept
+// because they were not zero.
+type ForgetResp struct{ Dropped, Kept uint32 }
+
+func (r *ForgetResp) Encode(e *wire.Enc) { e.U32(r.Dropped); e.U32(r.Kept) }
+func (r *ForgetResp) Decode(d *wire.Dec) { r.Dropped, r.Kept = d.U32(), d.U32() }
 
 // RefsReq asks which blocks of an island point into stripe (Log, Seq).
 type RefsReq struct{ Log, Seq uint64 }
