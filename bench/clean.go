@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/cleaner"
@@ -22,10 +24,11 @@ import (
 // CleanConfig configures the cleaner benchmark.
 type CleanConfig struct {
 	Storage    int
-	WorkingSet int64 // bytes of files overwritten
-	Rounds     int   // overwrite rounds, each rewriting half the blocks at random
-	Foreground int64 // bytes written by the foreground writer, alone and during cleaning
-	Rate       int64 // cleaner copy rate (bytes/s)
+	WorkingSet int64   // bytes of files overwritten
+	Rounds     int     // overwrite rounds, each rewriting half the blocks at random
+	Foreground int64   // bytes written by the foreground writer, alone and during cleaning
+	Rate       int64   // cleaner copy rate (bytes/s)
+	Share      float64 // cleaner share of the measured capacity (0: cleaner.DefaultShare)
 	// RebuildData is written (sequential 4 MiB files) just before a
 	// server is killed, so the rebuild has enough to time. Default 1 GiB.
 	RebuildData int64
@@ -152,12 +155,19 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 			return res, err
 		}
 	}
-	c, err := cleaner.New(cleaner.Config{Data: conn.Data, FS: fs, Grace: time.Nanosecond, Rate: cfg.Rate, Parallel: 16, Logger: cfg.Logger})
+	// The cleaner's capacity is what the foreground writer alone made the
+	// storage servers write (its bytes plus parity), as the manager's
+	// heartbeat history would show it.
+	var capacity atomic.Uint64
+	c, err := cleaner.New(cleaner.Config{Data: conn.Data, FS: fs, Grace: time.Nanosecond, Rate: cfg.Rate, Parallel: 16, Logger: cfg.Logger,
+		Share: cfg.Share, Capacity: func() float64 { return math.Float64frombits(capacity.Load()) }})
 	if err != nil {
 		return res, err
 	}
 	if !cfg.RebuildOnly {
-		if err := measureCleaning(ctx, cfg, c, fs, r, nFiles, &res, say); err != nil {
+		if err := measureCleaning(ctx, cfg, c, fs, r, nFiles, &res, say, func(mbps float64) {
+			capacity.Store(math.Float64bits(mbps * 1e6 * 5 / 4))
+		}); err != nil {
 			return res, err
 		}
 	}
@@ -219,7 +229,7 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 
 // measureCleaning overwrites the working set, then measures the
 // foreground writer alone and during a copying cleaner pass.
-func measureCleaning(ctx context.Context, cfg CleanConfig, c *cleaner.Cleaner, fs *client.FS, r *rand.Rand, nFiles int, res *CleanResult, say func(string, ...any)) error {
+func measureCleaning(ctx context.Context, cfg CleanConfig, c *cleaner.Cleaner, fs *client.FS, r *rand.Rand, nFiles int, res *CleanResult, say func(string, ...any), measured func(mbps float64)) error {
 	const fileSize, blk = 4 << 20, 64 << 10
 	cred := metawire.Root
 	buf := make([]byte, fileSize)
@@ -265,6 +275,7 @@ func measureCleaning(ctx context.Context, cfg CleanConfig, c *cleaner.Cleaner, f
 	if res.ForegroundMBps, err = fg("/fg-alone"); err != nil {
 		return err
 	}
+	measured(res.ForegroundMBps)
 	if err := fs.Unlink(ctx, cred, uint64(namespace.RootIno), "fg-alone"); err != nil {
 		return err
 	}
@@ -274,7 +285,12 @@ func measureCleaning(ctx context.Context, cfg CleanConfig, c *cleaner.Cleaner, f
 	if _, err := c.Pass(ctx, cleaner.PassOptions{}); err != nil {
 		return err
 	}
-	say("cleaning (copy rate limit %s/s) while the foreground writer runs", human(cfg.Rate))
+	share := cfg.Share
+	if share == 0 {
+		share = cleaner.DefaultShare
+	}
+	say("cleaning (copy rate limit %s/s, or %.0f%% of the %.0f MB/s the disks took from the writer alone) while the foreground writer runs",
+		human(cfg.Rate), share*100, res.ForegroundMBps*5/4)
 	type passOut struct {
 		rep cleaner.Report
 		err error

@@ -223,6 +223,7 @@ type backgroundCleaner struct {
 	flags        cleanFlags
 	interval     time.Duration
 	rebuildAfter time.Duration
+	share        float64
 	g            *globalFlags
 	cur          atomic.Pointer[cleaner.Cleaner] // while leading
 }
@@ -260,6 +261,7 @@ func (b *backgroundCleaner) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.DurationVar(&b.flags.grace, "clean-grace", cleaner.DefaultGrace, "cleaner: never delete stripes younger than this")
 	fl.Int64Var(&b.flags.rate, "clean-rate", cleaner.DefaultRate, "cleaner: bytes copied per second at most")
+	fl.Float64Var(&b.share, "clean-share", cleaner.DefaultShare, "cleaner: copy at most this share of the storage servers' peak observed throughput (read plus written)")
 	fl.DurationVar(&b.interval, "clean-interval", cleaner.DefaultInterval, "cleaner: time between passes (0: no background cleaner)")
 	fl.DurationVar(&b.rebuildAfter, "rebuild-after", 30*time.Minute, "rebuild the data of a storage server unreachable this long onto the others (0: never)")
 }
@@ -290,6 +292,16 @@ func (b *backgroundCleaner) run(ctx context.Context, m *cluster.Manager) error {
 	}
 }
 
+// peakThroughput is the highest read-plus-write rate of the storage
+// servers in the manager's throughput history (0 without history).
+func peakThroughput(pts []cluster.ThroughputPoint) float64 {
+	var peak float64
+	for _, p := range pts {
+		peak = max(peak, p.ReadBytesPerSec+p.WriteBytesPerSec)
+	}
+	return peak
+}
+
 // lead runs the cleaner until ctx is done or leadership is lost.
 func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -300,6 +312,7 @@ func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *s
 	}
 	defer conn.Close()
 	cfg := cleaner.Config{Data: conn.Data, FS: conn.FS, Grace: b.flags.grace, Rate: b.flags.rate,
+		Share: b.share, Capacity: func() float64 { return peakThroughput(m.Snapshot().Throughput) },
 		Interval: b.interval, RebuildAfter: b.rebuildAfter, Logger: log.With("role", "cleaner")}
 	c, err := cleaner.New(cfg)
 	if err != nil {
@@ -362,6 +375,7 @@ func newBenchCleanCmd(g *globalFlags) *cobra.Command {
 	f.IntVar(&cfg.Rounds, "rounds", 2, "overwrite rounds (each rewrites half the blocks)")
 	f.StringVar(&fg, "foreground", "256MiB", "bytes the foreground writer writes, alone and while cleaning")
 	f.StringVar(&rate, "rate", "64MiB", "cleaner copy rate limit per second")
+	f.Float64Var(&cfg.Share, "share", cleaner.DefaultShare, "cleaner copies at most this share of the disk throughput the writer alone reached")
 	f.StringVar(&rebuild, "rebuild-size", "1GiB", "data written just before a server is killed, for the rebuild to restore")
 	f.BoolVar(&cfg.RebuildOnly, "rebuild-only", false, "skip the overwrite and cleaning phases; measure the rebuild only")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")

@@ -25,6 +25,10 @@ const (
 	DefaultCopyBudget = 1 << 30
 	DefaultInterval   = 30 * time.Second
 	DefaultFreeBelow  = 0.2
+	DefaultShare      = 0.2
+	// MinRate is the copy rate Share never lowers Rate below, so a quiet
+	// cluster (small observed peak) still gets cleaned.
+	MinRate = 8 << 20
 )
 
 // Failpoints, in the order a copy reaches them.
@@ -48,6 +52,16 @@ type Config struct {
 	// Rate bounds the bytes copied per second (read plus written), so
 	// foreground work keeps most of the disks. Default 64 MiB/s.
 	Rate int64
+	// Share, with Capacity, bounds copying further to this fraction of
+	// what the storage servers have been seen to move (the foreground
+	// loses at most about this share of a saturated cluster's
+	// throughput). Default 0.2; the rate never drops below MinRate.
+	Share float64
+	// Capacity, if set, returns the storage servers' peak observed
+	// throughput (read plus written bytes per second, summed over the
+	// cluster; 0 if unknown). The manager's cleaner uses its heartbeat
+	// history.
+	Capacity func() float64
 	// MaxLive is the highest live fraction of a stripe worth copying.
 	MaxLive float64
 	// CopyBudget bounds the live bytes one pass copies. Default 1 GiB.
@@ -76,7 +90,7 @@ func (c *Config) Validate() error {
 	if c.Grace < 0 || c.Rate < 0 || c.CopyBudget < 0 || c.Interval < 0 || c.RebuildAfter < 0 {
 		return fmt.Errorf("%w: negative duration or size", ErrBadConfig)
 	}
-	if c.MaxLive < 0 || c.MaxLive > 1 || c.FreeBelow < 0 || c.FreeBelow > 1 {
+	if c.MaxLive < 0 || c.MaxLive > 1 || c.FreeBelow < 0 || c.FreeBelow > 1 || c.Share < 0 || c.Share > 1 {
 		return fmt.Errorf("%w: fractions must be within 0..1", ErrBadConfig)
 	}
 	if c.Grace == 0 {
@@ -87,6 +101,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxLive == 0 {
 		c.MaxLive = DefaultMaxLive
+	}
+	if c.Share == 0 {
+		c.Share = DefaultShare
 	}
 	if c.CopyBudget == 0 {
 		c.CopyBudget = DefaultCopyBudget
@@ -173,6 +190,8 @@ type Cleaner struct {
 		sync.Mutex
 		geom        map[fragment.StripeID]geom // committed stripes (immutable)
 		unreachable map[uint16]time.Time       // first seen unreachable
+		capacity    float64                    // Config.Capacity's last answer
+		capAt       time.Time
 		last        Report
 		totals      Report // summed over every pass of this Cleaner
 		passes      int
@@ -776,9 +795,27 @@ func copyPolicy(p *layout.Pointer) layout.Policy {
 	return pol
 }
 
-// throttle sleeps so that copying stays within Rate bytes per second.
+// rate is the copy rate allowed now: Rate, lowered to Share of the
+// observed capacity when that is known (looked up at most every 2s).
+func (c *Cleaner) rate() float64 {
+	r := float64(c.cfg.Rate)
+	if c.cfg.Capacity == nil {
+		return r
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := time.Now(); now.Sub(c.mu.capAt) > 2*time.Second {
+		c.mu.capacity, c.mu.capAt = c.cfg.Capacity(), now
+	}
+	if c.mu.capacity > 0 {
+		r = min(r, max(c.cfg.Share*c.mu.capacity, MinRate))
+	}
+	return r
+}
+
+// throttle sleeps so that copying stays within the allowed rate.
 func (c *Cleaner) throttle(ctx context.Context, n int64) error {
-	d := time.Duration(float64(n) / float64(c.cfg.Rate) * float64(time.Second))
+	d := time.Duration(float64(n) / c.rate() * float64(time.Second))
 	if d <= 0 {
 		return nil
 	}

@@ -96,3 +96,31 @@ func TestMetricsRegister(t *testing.T) {
 		t.Fatalf("metrics: %v", got)
 	}
 }
+
+// The copy rate is Rate, lowered to Share of the observed capacity when
+// that is known, but never below MinRate.
+func TestRateFollowsShareOfCapacity(t *testing.T) {
+	const mb = 1e6
+	for _, tc := range []struct {
+		name     string
+		capacity float64 // 0: unknown
+		noCap    bool    // no Capacity function at all
+		want     float64
+	}{
+		{"no capacity function", 0, true, DefaultRate},
+		{"capacity unknown", 0, false, DefaultRate},
+		{"fast cluster: Rate caps", 1000 * mb, false, DefaultRate},
+		{"slow cluster: share", 100 * mb, false, 20 * mb},
+		{"quiet cluster: floor", 10 * mb, false, MinRate},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Cleaner{cfg: Config{Rate: DefaultRate, Share: DefaultShare}}
+			if !tc.noCap {
+				c.cfg.Capacity = func() float64 { return tc.capacity }
+			}
+			if got := c.rate(); got != tc.want {
+				t.Fatalf("rate %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
