@@ -42,6 +42,9 @@ type FSResult struct {
 	ColdCache      bool    `json:"cold_cache"` // page cache dropped before the read
 	SmallFiles     int     `json:"small_files"`
 	SmallFilesPerS float64 `json:"small_files_per_s"`
+	// SmallFsyncPerS is create+write+fsync+close: durable files, the
+	// like-for-like comparison (Atoll's close is already durable).
+	SmallFsyncPerS float64 `json:"small_files_fsync_per_s"`
 	StatPerS       float64 `json:"stat_per_s"` // readdir + stat of every small file
 }
 
@@ -131,6 +134,32 @@ func RunFS(ctx context.Context, cfg FSConfig, progress io.Writer) (FSResult, err
 	}
 	res.SmallFilesPerS = float64(cfg.SmallFiles) / time.Since(start).Seconds()
 	say("  4 KiB files            %8.0f files/s", res.SmallFilesPerS)
+
+	// The same, durable: fsync before close (a quarter as many files).
+	synced := filepath.Join(work, "synced")
+	if err := os.Mkdir(synced, 0o755); err != nil {
+		return res, err
+	}
+	nSync := max(cfg.SmallFiles/4, 1)
+	start = time.Now()
+	for i := 0; i < nSync; i++ {
+		f, err := os.OpenFile(filepath.Join(synced, fmt.Sprintf("f%06d", i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return res, err
+		}
+		_, err = f.Write(block)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return res, err
+		}
+	}
+	res.SmallFsyncPerS = float64(nSync) / time.Since(start).Seconds()
+	say("  4 KiB files, fsync     %8.0f files/s", res.SmallFsyncPerS)
 
 	// readdir + stat of every small file.
 	start = time.Now()
