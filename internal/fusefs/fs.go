@@ -814,9 +814,12 @@ func (a *adapter) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 		per = 160
 	}
 	want := max(in.Size/per, 8)
-	a.mu.Lock()
-	ds := a.dirs[in.Fh]
-	a.mu.Unlock()
+	var ds *dirStream
+	if a.cfg.AttrTTL > 0 { // with no attribute caching, no listing is kept either
+		a.mu.Lock()
+		ds = a.dirs[in.Fh]
+		a.mu.Unlock()
+	}
 	if ds != nil {
 		ds.mu.Lock()
 		defer ds.mu.Unlock()
