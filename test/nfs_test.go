@@ -1347,6 +1347,9 @@ func TestNFSGatewaysAndRestart(t *testing.T) {
 	if st, _ := ca2.getattr(f); st != sStale {
 		t.Fatalf("getattr of a removed file: %d", st)
 	}
+	// After the gateway's revalidation interval the READ revalidates the
+	// open file it caches: that must end in STALE, not loop.
+	time.Sleep(1100 * time.Millisecond)
 	if st, _, _ := ca2.read(f, 0, 1); st != sStale {
 		t.Fatalf("read of a removed file: %d", st)
 	}

@@ -134,7 +134,14 @@ func (fc *fileCache) remove(o *openFile) {
 func (fc *fileCache) revalidate(ctx context.Context, cred metawire.Cred, o *openFile) {
 	a, err := fc.s.fs.GetAttrFresh(ctx, cred, o.ino)
 	if err != nil {
-		return // the next request sees the error when it reopens
+		// A removed file is reopened, which reports ESTALE; on any error
+		// the request goes on with what it has rather than asking again
+		// at once (acquire loops until the file is valid).
+		if errors.Is(err, metawire.ErrStale) || errors.Is(err, metawire.ErrNotFound) {
+			o.stale.Store(true)
+		}
+		o.validated.Store(time.Now().UnixNano())
+		return
 	}
 	fc.noteAttr(&a)
 	o.validated.Store(time.Now().UnixNano())
