@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/metawire"
-	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
 // BenchmarkMetaCreateUnlink creates and unlinks files with 16 concurrent
@@ -19,15 +19,7 @@ func BenchmarkMetaCreateUnlink(b *testing.B) {
 	fs := fc.newFS(b)
 	fs.SetLazyCreate(os.Getenv("LAZY") != "")
 	ctx := context.Background()
-	dirs := make([]uint64, 16)
-	for i := range dirs {
-		a, err := fs.MkdirAll(ctx, root, fmt.Sprintf("/d%d", i), 0o755)
-		if err != nil {
-			b.Fatal(err)
-		}
-		dirs[i] = a.Ino
-	}
-	_ = namespace.RootIno
+	dirs := benchDirs(b, fs, 16)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	per := b.N/16 + 1
@@ -100,14 +92,7 @@ func BenchmarkMetaSmallFiles(b *testing.B) {
 	fs := fc.newFS(b)
 	fs.SetLazyCreate(os.Getenv("SYNCCREATE") == "")
 	ctx := context.Background()
-	dirs := make([]uint64, 16)
-	for i := range dirs {
-		a, err := fs.MkdirAll(ctx, root, fmt.Sprintf("/d%d", i), 0o755)
-		if err != nil {
-			b.Fatal(err)
-		}
-		dirs[i] = a.Ino
-	}
+	dirs := benchDirs(b, fs, 16)
 	block := make([]byte, 4096)
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -139,4 +124,18 @@ func BenchmarkMetaSmallFiles(b *testing.B) {
 		}(w)
 	}
 	wg.Wait()
+}
+
+// benchDirs makes directories /d0../d(n-1), one per benchmark worker.
+func benchDirs(b *testing.B, fs *client.FS, n int) []uint64 {
+	b.Helper()
+	dirs := make([]uint64, n)
+	for i := range dirs {
+		a, err := fs.MkdirAll(context.Background(), root, fmt.Sprintf("/d%d", i), 0o755)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dirs[i] = a.Ino
+	}
+	return dirs
 }
