@@ -21,30 +21,24 @@ func BenchmarkMetaCreateUnlink(b *testing.B) {
 	ctx := context.Background()
 	dirs := benchDirs(b, fs, 16)
 	b.ResetTimer()
-	var wg sync.WaitGroup
 	per := b.N/16 + 1
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := 0; i < per; i++ {
-				if _, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dirs[w], Name: fmt.Sprintf("f%d", i), Mode: 0o644}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-			if os.Getenv("NOUNLINK") != "" {
+	fanOut(16, func(w int) {
+		for i := 0; i < per; i++ {
+			if _, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dirs[w], Name: fmt.Sprintf("f%d", i), Mode: 0o644}); err != nil {
+				b.Error(err)
 				return
 			}
-			for i := 0; i < per; i++ {
-				if err := fs.Unlink(ctx, root, dirs[w], fmt.Sprintf("f%d", i)); err != nil {
-					b.Error(err)
-					return
-				}
+		}
+		if os.Getenv("NOUNLINK") != "" {
+			return
+		}
+		for i := 0; i < per; i++ {
+			if err := fs.Unlink(ctx, root, dirs[w], fmt.Sprintf("f%d", i)); err != nil {
+				b.Error(err)
+				return
 			}
-		}(w)
-	}
-	wg.Wait()
+		}
+	})
 }
 
 // BenchmarkMetaStat stats files with 16 concurrent clients against one
@@ -66,21 +60,15 @@ func BenchmarkMetaStat(b *testing.B) {
 		inos = append(inos, r.Attr.Ino)
 	}
 	b.ResetTimer()
-	var wg sync.WaitGroup
 	per := b.N/16 + 1
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := 0; i < per; i++ {
-				if _, err := fs.GetAttrFresh(ctx, root, inos[(w*per+i)%len(inos)]); err != nil {
-					b.Error(err)
-					return
-				}
+	fanOut(16, func(w int) {
+		for i := 0; i < per; i++ {
+			if _, err := fs.GetAttrFresh(ctx, root, inos[(w*per+i)%len(inos)]); err != nil {
+				b.Error(err)
+				return
 			}
-		}(w)
-	}
-	wg.Wait()
+		}
+	})
 }
 
 // BenchmarkMetaSmallFiles creates, writes (4 KiB) and closes files with 16
@@ -95,35 +83,29 @@ func BenchmarkMetaSmallFiles(b *testing.B) {
 	dirs := benchDirs(b, fs, 16)
 	block := make([]byte, 4096)
 	b.ResetTimer()
-	var wg sync.WaitGroup
 	per := b.N/16 + 1
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := 0; i < per; i++ {
-				r, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dirs[w], Name: fmt.Sprintf("f%d", i), Mode: 0o644})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				fh, err := fs.OpenWithAttr(ctx, root, r.Attr)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if _, err := fh.WriteAt(ctx, block, 0); err != nil {
-					b.Error(err)
-					return
-				}
-				if err := fh.Close(ctx); err != nil {
-					b.Error(err)
-					return
-				}
+	fanOut(16, func(w int) {
+		for i := 0; i < per; i++ {
+			r, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dirs[w], Name: fmt.Sprintf("f%d", i), Mode: 0o644})
+			if err != nil {
+				b.Error(err)
+				return
 			}
-		}(w)
-	}
-	wg.Wait()
+			fh, err := fs.OpenWithAttr(ctx, root, r.Attr)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := fh.WriteAt(ctx, block, 0); err != nil {
+				b.Error(err)
+				return
+			}
+			if err := fh.Close(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 // benchDirs makes directories /d0../d(n-1), one per benchmark worker.
@@ -138,4 +120,17 @@ func benchDirs(b *testing.B, fs *client.FS, n int) []uint64 {
 		dirs[i] = a.Ino
 	}
 	return dirs
+}
+
+// fanOut runs fn(0..n-1) on n goroutines and waits for them.
+func fanOut(n int, fn func(w int)) {
+	var wg sync.WaitGroup
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(w)
+		}()
+	}
+	wg.Wait()
 }
