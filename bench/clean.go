@@ -28,7 +28,7 @@ type CleanConfig struct {
 	Rounds     int     // overwrite rounds, each rewriting half the blocks at random
 	Foreground int64   // bytes written by the foreground writer, alone and during cleaning
 	Rate       int64   // cleaner copy rate (bytes/s)
-	Share      float64 // cleaner share of the measured capacity (0: cleaner.DefaultShare)
+	Share      float64 // cleaner share of the measured capacity (default cleaner.DefaultShare)
 	// RebuildData is written (sequential 4 MiB files) just before a
 	// server is killed, so the rebuild has enough to time. Default 1 GiB.
 	RebuildData int64
@@ -62,6 +62,9 @@ func (c *CleanConfig) Validate() error {
 	}
 	if c.RebuildData == 0 {
 		c.RebuildData = 1 << 30
+	}
+	if c.Share == 0 {
+		c.Share = cleaner.DefaultShare
 	}
 	switch {
 	case c.Storage < 5:
@@ -285,12 +288,8 @@ func measureCleaning(ctx context.Context, cfg CleanConfig, c *cleaner.Cleaner, f
 	if _, err := c.Pass(ctx, cleaner.PassOptions{}); err != nil {
 		return err
 	}
-	share := cfg.Share
-	if share == 0 {
-		share = cleaner.DefaultShare
-	}
 	say("cleaning (copy rate limit %s/s, or %.0f%% of the %.0f MB/s the disks took from the writer alone) while the foreground writer runs",
-		human(cfg.Rate), share*100, res.ForegroundMBps*5/4)
+		human(cfg.Rate), cfg.Share*100, res.ForegroundMBps*5/4)
 	type passOut struct {
 		rep cleaner.Report
 		err error
