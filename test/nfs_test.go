@@ -496,13 +496,33 @@ func nfsCluster(t *testing.T) (*fsCluster, *client.FS) {
 	return fc, fc.newFS(t)
 }
 
-// goNFSTarget mounts path through go-nfs-client without a portmapper.
-func goNFSTarget(t *testing.T, addr, path string) *nfsc.Target {
+// retryAddrInUse runs one go-nfs-client dial step until it does not fail
+// with EADDRINUSE: the client binds a random source port of its own
+// choosing (49152-65535, or below 1024 as root through the portmapper),
+// and one still held by a socket of this package's many connections (in
+// TIME_WAIT, say) fails the dial. It fails the test on any other error or
+// after 20 retries.
+func retryAddrInUse(t *testing.T, step func() error) {
 	t.Helper()
-	rc, err := nfsrpc.DialTCP("tcp", addr, false)
+	var err error
+	for try := 0; try <= 20; try++ {
+		if err = step(); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// goNFSTarget mounts path through go-nfs-client without a portmapper.
+func goNFSTarget(t *testing.T, addr, path string) *nfsc.Target {
+	t.Helper()
+	var rc *nfsrpc.Client
+	retryAddrInUse(t, func() (err error) {
+		rc, err = nfsrpc.DialTCP("tcp", addr, false)
+		return err
+	})
 	m := &nfsc.Mount{Client: rc}
 	tgt, err := m.Mount(path, nfsrpc.NewAuthUnix("atoll-test", 0, 0).Auth())
 	if err != nil {
@@ -1459,24 +1479,19 @@ func TestNFSLibnfs(t *testing.T) {
 	if out := string(runTool(t, ls, "nfs://127.0.0.1/lib")); !strings.Contains(out, "dir") {
 		t.Fatalf("nfs-ls through the portmapper:\n%s", out)
 	}
-	// go-nfs-client finds MOUNT and NFS through the portmapper too.
-	// go-nfs-client binds a random source port of its own choosing; a
-	// choice that is still in use fails with EADDRINUSE, so retry.
+	// go-nfs-client finds MOUNT and NFS through the portmapper too (in
+	// DialMount and again inside Mount).
 	var m *nfsc.Mount
-	for try := 0; ; try++ {
+	retryAddrInUse(t, func() (err error) {
 		m, err = nfsc.DialMount("127.0.0.1", time.Second)
-		if err == nil || try == 20 || !errors.Is(err, syscall.EADDRINUSE) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+		return err
+	})
 	defer m.Close()
-	v, err := m.Mount("/lib/dir", nfsrpc.NewAuthUnix("atoll-test", 0, 0).Auth())
-	if err != nil {
-		t.Fatal(err)
-	}
+	var v *nfsc.Target
+	retryAddrInUse(t, func() (err error) {
+		v, err = m.Mount("/lib/dir", nfsrpc.NewAuthUnix("atoll-test", 0, 0).Auth())
+		return err
+	})
 	defer v.Close()
 	if fi, _, err := v.Lookup("small"); err != nil || fi.Size() != int64(len(files["small"])) {
 		t.Fatalf("lookup through go-nfs-client via the portmapper: %v", err)
