@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -80,11 +81,12 @@ func BenchmarkMetaSmallFiles(b *testing.B) {
 	fs := fc.newFS(b)
 	fs.SetLazyCreate(os.Getenv("SYNCCREATE") == "")
 	ctx := context.Background()
-	dirs := benchDirs(b, fs, 16)
+	workers := benchWorkers()
+	dirs := benchDirs(b, fs, workers)
 	block := make([]byte, 4096)
 	b.ResetTimer()
-	per := b.N/16 + 1
-	fanOut(16, func(w int) {
+	per := b.N/workers + 1
+	fanOut(workers, func(w int) {
 		for i := 0; i < per; i++ {
 			r, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dirs[w], Name: fmt.Sprintf("f%d", i), Mode: 0o644})
 			if err != nil {
@@ -133,4 +135,12 @@ func fanOut(n int, fn func(w int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// benchWorkers is the number of concurrent clients: WORKERS, else 16.
+func benchWorkers() int {
+	if n, err := strconv.Atoi(os.Getenv("WORKERS")); err == nil && n > 0 {
+		return n
+	}
+	return 16
 }
