@@ -57,8 +57,7 @@ type Client struct {
 	conn net.Conn
 	cfg  ClientConfig
 
-	wmu sync.Mutex // serializes frame writes
-	whd [HeaderSize]byte
+	w *frameWriter
 
 	mu struct {
 		sync.Mutex
@@ -88,7 +87,7 @@ func NewClient(c net.Conn, cfg ClientConfig) *Client {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	cl := &Client{conn: c, cfg: cfg, readerDone: make(chan struct{})}
+	cl := &Client{conn: c, cfg: cfg, w: newFrameWriter(c, cfg.IOTimeout), readerDone: make(chan struct{})}
 	cl.mu.pending = make(map[uint64]*call)
 	go cl.readLoop()
 	return cl
@@ -177,19 +176,8 @@ func (c *Client) CallV(ctx context.Context, op uint16, epoch uint64, msg []byte,
 }
 
 func (c *Client) write(ctx context.Context, h *Header, msg []byte, payload [][]byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	dl := time.Now().Add(c.cfg.IOTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-		dl = d
-	}
-	_ = c.conn.SetWriteDeadline(dl)
-	PutHeader(c.whd[:], h, msg)
-	bufs := make(net.Buffers, 0, 2+len(payload))
-	bufs = append(bufs, c.whd[:], msg)
-	bufs = append(bufs, payload...)
-	_, err := bufs.WriteTo(c.conn)
-	return err
+	dl, _ := ctx.Deadline()
+	return c.w.write(h, msg, payload, dl)
 }
 
 func (c *Client) readLoop() {

@@ -32,6 +32,11 @@
 // limits, checksum) closes the connection with a logged reason; it never
 // reaches a handler and never crashes the process.
 //
+// Both ends combine small frames (at most 16 KiB) that are ready at the same
+// time into one write: a busy connection makes one syscall for a burst of
+// requests or responses (see frameWriter). Large frames are written from the
+// caller's buffers without a copy.
+//
 // An error response has a nonzero status and its message is the UTF-8 error
 // text; the meaning of status codes belongs to the protocol built on top.
 package wire

@@ -146,11 +146,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 type serverConn struct {
-	s    *Server
-	c    net.Conn
-	wmu  sync.Mutex
-	hdr  [HeaderSize]byte // write header buffer, guarded by wmu
-	werr error            // first write error, guarded by wmu
+	s *Server
+	w *frameWriter
 }
 
 func (s *Server) serveConn(ctx context.Context, c net.Conn) {
@@ -164,7 +161,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		delete(s.mu.conns, c)
 		s.mu.Unlock()
 	}()
-	sc := &serverConn{s: s, c: c}
+	sc := &serverConn{s: s, w: newFrameWriter(c, s.cfg.IOTimeout)}
 	// Requests go to a pool of worker goroutines that lives as long as the
 	// connection: a fresh goroutine per request would grow (copy) its
 	// stack on every deep handler call.
@@ -265,18 +262,8 @@ func (sc *serverConn) handle(ctx context.Context, h Header, req *Request) {
 		defer resp.Release()
 	}
 	out.PayloadLen = uint32(len(resp.Payload))
-	sc.wmu.Lock()
-	defer sc.wmu.Unlock()
-	if sc.werr != nil {
-		return
-	}
-	PutHeader(sc.hdr[:], &out, resp.Msg)
-	bufs := net.Buffers{sc.hdr[:], resp.Msg, resp.Payload}
-	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.cfg.IOTimeout))
-	if _, err := bufs.WriteTo(sc.c); err != nil {
-		sc.werr = err
-		sc.c.Close() // a half-written frame poisons the stream
-	}
+	// A write error closes the connection; the reader then ends it.
+	_ = sc.w.write(&out, resp.Msg, [][]byte{resp.Payload}, time.Time{})
 }
 
 // call runs the handler, turning a panic into an error so that no request
