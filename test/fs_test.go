@@ -400,3 +400,114 @@ func TestLazyCreateSettledAtClose(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With SetLazyClose (the FUSE mount) Close commits without an island log
+// sync: another client sees the data at once (close-to-open), no OpSync
+// is spent, and Fsync afterwards settles it with exactly one OpSync;
+// Fsync with data to commit commits synced and needs none. SyncLazy
+// settles every lazily closed file with one OpSync per island.
+func TestLazyCloseVisibleAndFsyncDurable(t *testing.T) {
+	fc := startFSCluster(t, 3, 1)
+	ctx := context.Background()
+	fs := fc.newFS(t)
+	fs.SetLazyCreate(true)
+	fs.SetLazyClose(true)
+	other := fc.newFS(t)
+	d, err := fs.MkdirAll(ctx, root, "/lc", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncs := func() float64 { return fc.islandOps(t, "sync") }
+	open := func(name string) *client.File {
+		t.Helper()
+		r, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: name, Mode: 0o644})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fh, err := fs.OpenWithAttr(ctx, root, r.Attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fh
+	}
+	write := func(fh *client.File, data string) {
+		t.Helper()
+		if _, err := fh.WriteAt(ctx, []byte(data), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(step string, want float64) {
+		t.Helper()
+		if got := syncs(); got != want {
+			t.Fatalf("after %s: %v island syncs, want %v", step, got, want)
+		}
+	}
+	readBack := func(name, want string) {
+		t.Helper()
+		b, err := other.ReadFile(ctx, root, "/lc/"+name)
+		if err != nil || string(b) != want {
+			t.Fatalf("%s through another client: %q %v, want %q", name, b, err, want)
+		}
+	}
+
+	// Close: visible, not synced by an OpSync.
+	fh := open("a")
+	write(fh, "alpha")
+	if err := fh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("lazy close", 0)
+	readBack("a", "alpha")
+	// Fsync after a lazy close settles it once; a second Fsync is free.
+	if err := fh.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("fsync after lazy close", 1)
+	if err := fh.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("second fsync", 1)
+	// Fsync with data commits synced: no OpSync.
+	fh = open("b")
+	write(fh, "beta")
+	if err := fh.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("fsync with data", 1)
+	readBack("b", "beta")
+	// An empty lazily created file closed lazily needs a sync at fsync.
+	fh = open("c")
+	if err := fh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("close of an empty file", 1)
+	if err := fh.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("fsync of an empty file", 2)
+	// Many lazily closed files: one OpSync settles them all, and then a
+	// fsync of any of them has nothing left to do.
+	var fhs []*client.File
+	for i := 0; i < 20; i++ {
+		fh := open(fmt.Sprintf("m%d", i))
+		write(fh, fmt.Sprintf("data %d", i))
+		if err := fh.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fhs = append(fhs, fh)
+	}
+	expect("20 lazy closes", 2)
+	if err := fs.SyncLazy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("SyncLazy", 3)
+	for _, fh := range fhs {
+		if err := fh.Fsync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect("fsyncs after SyncLazy", 3)
+	for i := 0; i < 20; i++ {
+		readBack(fmt.Sprintf("m%d", i), fmt.Sprintf("data %d", i))
+	}
+}

@@ -40,9 +40,12 @@ func fuseUsable(t *testing.T) {
 }
 
 // mountFS mounts fs on a new temporary directory; the mount goes at the
-// end of the test (before the directory is removed).
+// end of the test (before the directory is removed). fs creates and
+// closes lazily from then on, as under `atoll mount`.
 func mountFS(t *testing.T, fs *client.FS) (*fusefs.Mount, string) {
 	t.Helper()
+	fs.SetLazyCreate(true)
+	fs.SetLazyClose(true)
 	dir := t.TempDir()
 	m, err := fusefs.New(fusefs.Config{FS: fs, Mountpoint: dir, Logger: quietLogger()})
 	if err != nil {

@@ -63,9 +63,10 @@ and repairs its reads found.`,
 			if err := client.RegisterMetrics(reg, conn.Data, conn.FS); err != nil {
 				return err
 			}
-			// POSIX creates need not be durable before fsync or close;
-			// the mount's close/fsync/fsyncdir make them so.
+			// Neither a POSIX create nor close promises durability; fsync
+			// and fsyncdir do (and unmount makes everything durable).
 			conn.FS.SetLazyCreate(true)
+			conn.FS.SetLazyClose(true)
 			cfg.FS, cfg.StatFS = conn.FS, statfs
 			if err := cfg.Validate(); err != nil {
 				return err

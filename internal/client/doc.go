@@ -41,16 +41,24 @@
 // goroutine (owned by the FS: Close waits for it). Any write, commit or
 // truncation drops both; a prefetch that finishes after that is discarded.
 //
-// # Lazy creates
+// # Lazy creates and closes
 //
 // With FS.SetLazyCreate (the FUSE mount) a non-exclusive regular-file
-// create asks its island not to wait for the log sync (CreateReq.Lazy).
-// The FS remembers such files until something made them durable: a commit
-// to the file (always synced), or, when Flush, Fsync or Close has nothing
-// to commit, an OpSync to its island. So a lazily created file is durable
-// when close or fsync returns, as every other change is; before that an
-// island crash may lose it (the island's syncer usually makes it durable
-// within one log sync anyway), and its inode number is never reused. The
-// NFS gateway never creates lazily: NFS CREATE must be stable when
-// answered.
+// create asks its island not to wait for the log sync (CreateReq.Lazy);
+// with FS.SetLazyClose, File.Flush and File.Close commit the same way
+// (CommitReq.Lazy): the data is on the storage servers and the commit is
+// applied, so every client sees it (close-to-open), but the island's log
+// may not be on disk yet. POSIX promises durability only at fsync, and a
+// local file system also loses data closed but not fsynced in a crash.
+// The FS remembers such files (with a generation, so a change made while
+// a sync was under way is not forgotten) until something made them
+// durable: a synced commit to the file, or an OpSync to its island, which
+// File.Fsync sends when it has nothing left to commit. So fsync always
+// returns durable. Before that an island crash may lose a suffix of the
+// lazy changes (the island's syncer usually makes them durable within one
+// log sync anyway); a lost create's inode number is never reused. Past
+// 4096 remembered files, and at unmount (FS.SyncLazy), one OpSync per
+// island settles them all. Without SetLazyClose, Flush and Close are
+// Fsync. The NFS gateway uses neither: NFS CREATE must be stable when
+// answered, and COMMIT calls Fsync.
 package client

@@ -86,8 +86,9 @@ const MaxCommitDelay = 2 * time.Minute
 
 // File is an open regular file with a write-back cache: writes collect in
 // memory (at most FSConfig.DirtyMax bytes) and reach the cluster on Flush,
-// Fsync or Close, which return only once the data is durable and committed
-// to the island (close-to-open consistency). Reads see this File's own
+// Fsync or Close, which return only once the data is on the storage servers
+// and committed to the island (close-to-open consistency); see Flush and
+// Fsync for when the commit itself is durable. Reads see this File's own
 // unflushed writes. It is safe for concurrent use.
 type File struct {
 	fs   *FS
@@ -229,7 +230,7 @@ func (h *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	h.mu.size = max(h.mu.size, end)
 	if h.mu.dirtyN >= h.fs.cfg.DirtyMax {
-		if err := h.flushLocked(ctx); err != nil {
+		if err := h.flushLocked(ctx, h.fs.lazyClose.Load()); err != nil {
 			return len(p), err
 		}
 	}
@@ -478,24 +479,37 @@ func (h *File) fetchOnce(ctx context.Context, buf []byte, lo, ver, bs uint64) er
 }
 
 // Flush writes dirty data back: durable on the storage servers, then
-// committed to the island. It returns only when both happened.
+// committed to the island, which every client sees from then on
+// (close-to-open). With FS.SetLazyClose the commit may still wait for the
+// island's log sync when Flush returns; otherwise Flush is Fsync.
 func (h *File) Flush(ctx context.Context) error {
+	if !h.fs.lazyClose.Load() {
+		return h.Fsync(ctx)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err := h.flushLocked(ctx); err != nil {
+	return h.flushLocked(ctx, true)
+}
+
+// Fsync is Flush made durable: it returns once the data and the commit
+// (and the file's creation) survive a crash of any process.
+func (h *File) Fsync(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.flushLocked(ctx, false); err != nil {
 		return err
 	}
-	// A lazily created file with nothing to commit is made durable here.
+	// A lazy create or commit with nothing to commit now is made durable
+	// here.
 	return h.fs.settle(ctx, h.ino)
 }
 
-// Fsync is Flush (every flush is synchronous).
-func (h *File) Fsync(ctx context.Context) error { return h.Flush(ctx) }
-
-// Close flushes.
+// Close flushes (Flush).
 func (h *File) Close(ctx context.Context) error { return h.Flush(ctx) }
 
-func (h *File) flushLocked(ctx context.Context) error {
+// flushLocked writes back and commits; lazy commits without waiting for
+// the island's log sync (CommitReq.Lazy).
+func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 	if !h.mu.modified {
 		return nil
 	}
@@ -540,7 +554,8 @@ func (h *File) flushLocked(ctx context.Context) error {
 	}
 	var resp metawire.CommitResp
 	cctx, cancel := context.WithDeadline(ctx, commitBy)
-	err := h.fs.call(cctx, h.ino, metawire.OpCommit, &metawire.CommitReq{Cred: h.cred, Writes: []metawire.FileWrite{w}}, &resp)
+	mark := h.fs.lazyMark()
+	err := h.fs.call(cctx, h.ino, metawire.OpCommit, &metawire.CommitReq{Cred: h.cred, Writes: []metawire.FileWrite{w}, Lazy: lazy}, &resp)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -552,7 +567,11 @@ func (h *File) flushLocked(ctx context.Context) error {
 		h.mu.attr = resp.Attrs[0]
 		h.fs.cacheAttr(resp.Attrs[0])
 	}
-	h.fs.durable(h.ino) // the commit synced the island's log
+	if lazy {
+		h.fs.addLazy(ctx, h.ino)
+	} else {
+		h.fs.durable(h.ino, mark) // the commit synced the island's log
+	}
 	h.mu.dirty = map[uint64][]byte{}
 	h.mu.dirtyN = 0
 	h.mu.modified = false
@@ -564,7 +583,8 @@ func (h *File) flushLocked(ctx context.Context) error {
 func (h *File) Truncate(ctx context.Context, size uint64) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err := h.flushLocked(ctx); err != nil {
+	// SetAttr syncs the island's log after this commit, which covers it.
+	if err := h.flushLocked(ctx, h.fs.lazyClose.Load()); err != nil {
 		return err
 	}
 	a, err := h.fs.SetAttr(ctx, metawire.SetAttrReq{Cred: h.cred, Ino: h.ino, Valid: metawire.SetSize, Size: size})

@@ -100,13 +100,16 @@ type FS struct {
 	log  *slog.Logger
 	ctr  fsCounters // metrics.go
 	// lazyCreate: regular files are created with CreateReq.Lazy (see
-	// SetLazyCreate); lazy holds those not yet made durable by a commit
-	// or an OpSync.
+	// SetLazyCreate); lazyClose: Flush and Close commit with
+	// CommitReq.Lazy (SetLazyClose). lazy holds the files with such
+	// changes not yet made durable by a synced commit or an OpSync.
 	prefetches sync.WaitGroup // read-ahead goroutines (File.prefetchLocked)
 	lazyCreate atomic.Bool
+	lazyClose  atomic.Bool
 	lazy       struct {
 		sync.Mutex
-		m map[uint64]struct{}
+		m   map[uint64]uint64 // ino → generation of its last lazy change
+		gen uint64
 	}
 	cache struct {
 		sync.Mutex
@@ -347,7 +350,7 @@ func (f *FS) rewriteTail(ctx context.Context, cred metawire.Cred, a metawire.Att
 	if _, err := fh.WriteAt(ctx, buf, int64(start)); err != nil {
 		return err
 	}
-	return fh.Flush(ctx)
+	return fh.Fsync(ctx) // part of a setattr, which is durable when answered
 }
 
 func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (metawire.CreateResp, error) {
@@ -359,7 +362,7 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 		return resp, err
 	}
 	if req.Lazy && !resp.Existed {
-		f.addLazy(resp.Attr.Ino)
+		f.addLazy(ctx, resp.Attr.Ino)
 	}
 	f.cacheAttr(resp.Attr)
 	f.cacheAttr(resp.DirAttr)
@@ -383,48 +386,106 @@ func (f *FS) Create(ctx context.Context, req metawire.CreateReq) (metawire.Creat
 // gateway leaves this off: NFS CREATE must be stable when answered.
 func (f *FS) SetLazyCreate(on bool) { f.lazyCreate.Store(on) }
 
-// maxLazy bounds the lazily created files remembered; past it they are
-// made durable at once (files created and never closed).
+// SetLazyClose makes File.Flush and File.Close commit without waiting for
+// the island's log sync (CommitReq.Lazy; the FUSE mount): the data is on
+// the storage servers and the commit applied and visible to every client
+// when they return (close-to-open), but an island crash right after may
+// lose the commit, as a local file system may lose data closed but not
+// fsynced. File.Fsync is always durable: it commits synced, or syncs the
+// island when an earlier lazy commit or create of the file is unsettled.
+func (f *FS) SetLazyClose(on bool) { f.lazyClose.Store(on) }
+
+// maxLazy bounds the unsettled files remembered; past it the islands of
+// all of them are synced and the list starts over.
 const maxLazy = 4096
 
-func (f *FS) addLazy(ino uint64) {
+// lazyMark returns the current lazy generation: a file added after it has
+// a larger one. A synced write sent after lazyMark covers every change
+// acknowledged before it.
+func (f *FS) lazyMark() uint64 {
+	f.lazy.Lock()
+	defer f.lazy.Unlock()
+	return f.lazy.gen
+}
+
+// addLazy records that ino has a change acknowledged but not yet synced.
+func (f *FS) addLazy(ctx context.Context, ino uint64) {
 	f.lazy.Lock()
 	if f.lazy.m == nil {
-		f.lazy.m = map[uint64]struct{}{}
+		f.lazy.m = map[uint64]uint64{}
 	}
-	f.lazy.m[ino] = struct{}{}
+	f.lazy.gen++
+	f.lazy.m[ino] = f.lazy.gen
 	over := len(f.lazy.m) > maxLazy
 	f.lazy.Unlock()
+	// Forgetting files without syncing their islands would let a later
+	// fsync skip its sync.
 	if over {
-		// Forget them: the islands sync within one log sync of a lazy
-		// create anyway; this only bounds memory.
-		f.lazy.Lock()
-		clear(f.lazy.m)
-		f.lazy.Unlock()
+		if err := f.SyncLazy(ctx); err != nil {
+			f.log.Warn("client: settling lazily committed files", "err", err)
+		}
 	}
 }
 
-// durable records that ino's island has synced its log since ino was
-// created (a commit to it returned).
-func (f *FS) durable(ino uint64) {
+// SyncLazy makes every lazy create and commit this FS made so far durable:
+// one OpSync to each island concerned (unmount).
+func (f *FS) SyncLazy(ctx context.Context) error {
 	f.lazy.Lock()
-	delete(f.lazy.m, ino)
+	mark := f.lazy.gen
+	var one []uint64 // one file per island
+	seen := map[string]bool{}
+	for ino := range f.lazy.m {
+		addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket())
+		if !seen[addr] {
+			seen[addr] = true
+			one = append(one, ino)
+		}
+	}
+	f.lazy.Unlock()
+	for _, ino := range one {
+		if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, nil); err != nil {
+			return fmt.Errorf("client: sync of %x: %w", ino, err) // keep them all: a later fsync syncs each
+		}
+	}
+	f.settled(mark)
+	return nil
+}
+
+// durable records that a synced write to ino's island was sent after
+// mark (lazyMark) and answered: ino's earlier changes are durable.
+func (f *FS) durable(ino, mark uint64) {
+	f.lazy.Lock()
+	if g, ok := f.lazy.m[ino]; ok && g <= mark {
+		delete(f.lazy.m, ino)
+	}
 	f.lazy.Unlock()
 }
 
-// settle makes a lazily created ino durable if nothing did yet: one
-// OpSync to its island.
+// settled forgets every file added up to mark.
+func (f *FS) settled(mark uint64) {
+	f.lazy.Lock()
+	for ino, g := range f.lazy.m {
+		if g <= mark {
+			delete(f.lazy.m, ino)
+		}
+	}
+	f.lazy.Unlock()
+}
+
+// settle makes ino's lazy changes durable if nothing did yet: one OpSync
+// to its island.
 func (f *FS) settle(ctx context.Context, ino uint64) error {
 	f.lazy.Lock()
 	_, pending := f.lazy.m[ino]
+	mark := f.lazy.gen
 	f.lazy.Unlock()
 	if !pending {
 		return nil
 	}
 	if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, nil); err != nil {
-		return fmt.Errorf("client: sync of created %x: %w", ino, err)
+		return fmt.Errorf("client: sync of %x: %w", ino, err)
 	}
-	f.durable(ino)
+	f.durable(ino, mark)
 	return nil
 }
 

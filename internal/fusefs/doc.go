@@ -24,9 +24,12 @@
 //     the kernel's page-sized requests from it while their offsets follow
 //     on and the page is younger than the attribute timeout; any other
 //     offset (rewinddir, seekdir) asks the island again.
-//   - FSYNCDIR syncs the directory's island log, which makes lazy creates
-//     of files in it durable (see client.FS.SetLazyCreate; the mount
-//     creates lazily, as POSIX allows).
+//   - FLUSH (close) writes back and commits without waiting for the
+//     island's log sync; FSYNC commits synced (or syncs the island after
+//     an earlier lazy commit); FSYNCDIR syncs the directory's island log,
+//     which makes lazy creates of files in it durable; unmount syncs every
+//     island with lazy changes (see client.FS.SetLazyCreate and
+//     SetLazyClose: the mount creates and closes lazily, as POSIX allows).
 //   - Every request is answered from client.FS with the caller's
 //     credentials, so the islands, not the kernel, check permissions
 //     (the mount uses allow_other and no default_permissions).

@@ -43,21 +43,27 @@ type orphanName struct {
 
 func (of *openFile) dirty() bool { return of.writes.Load() != of.flushed.Load() }
 
-// flush writes back and commits the File's dirty data.
-func (of *openFile) flush(ctx context.Context) error {
+// flush writes back and commits the File's dirty data; durable (fsync)
+// also waits for the commit to be synced (client.File.Fsync), else it is
+// close-to-open only (client.File.Flush).
+func (of *openFile) flush(ctx context.Context, durable bool) error {
 	of.mu.RLock()
 	defer of.mu.RUnlock()
-	return of.flushShared(ctx)
+	return of.flushShared(ctx, durable)
 }
 
 // flushShared flushes with of.mu held (either way).
-func (of *openFile) flushShared(ctx context.Context) error {
+func (of *openFile) flushShared(ctx context.Context, durable bool) error {
 	f := of.file.Load()
 	if f == nil {
 		return nil
 	}
 	w := of.writes.Load()
-	if err := f.Flush(ctx); err != nil {
+	flush := f.Flush
+	if durable {
+		flush = f.Fsync
+	}
+	if err := flush(ctx); err != nil {
 		return err
 	}
 	// Only move forward: a concurrent flush may have recorded more.
@@ -182,7 +188,7 @@ func (a *adapter) release(of *openFile) {
 	a.mu.Unlock()
 	if of.dirty() && !a.killed.Load() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		if err := of.flush(ctx); err != nil {
+		if err := of.flush(ctx, false); err != nil {
 			a.log.Error("fusefs: write-back at release failed; unflushed data of this file is lost", "ino", fmt.Sprintf("%x", of.ino), "err", err)
 		}
 		cancel()
@@ -240,9 +246,14 @@ func (a *adapter) closeAll(ctx context.Context) error {
 	a.mu.Unlock()
 	var first error
 	for _, of := range ofs {
-		if err := of.flush(ctx); err != nil && first == nil {
+		if err := of.flush(ctx, false); err != nil && first == nil {
 			first = fmt.Errorf("fusefs: write-back of inode %x at unmount: %w", of.ino, err)
 		}
+	}
+	// Files closed lazily before (and written back just now) become
+	// durable before the mount goes away.
+	if err := a.fs.SyncLazy(ctx); err != nil && first == nil {
+		first = fmt.Errorf("fusefs: sync at unmount: %w", err)
 	}
 	return first
 }
@@ -256,7 +267,8 @@ func (a *adapter) modifyOpen(ctx context.Context, of *openFile, fn func() error)
 	if of.file.Load() == nil {
 		return fn()
 	}
-	if err := of.flushShared(ctx); err != nil {
+	// fn is a synced island change: it makes this commit durable too.
+	if err := of.flushShared(ctx, false); err != nil {
 		return err
 	}
 	ferr := fn()

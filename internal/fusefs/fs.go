@@ -105,6 +105,13 @@ func reqCtx(cancel <-chan struct{}, h *fuse.InHeader) *fuse.Context {
 	return &fuse.Context{Caller: h.Caller, Cancel: cancel}
 }
 
+// mutCtx is the context of a request that changes something: it ignores
+// interrupts. A change the island has applied must not be answered EINTR,
+// or the caller retries it (Go's runtime retries open, mkdir, unlink...
+// on EINTR, and its preemption signals interrupt syscalls all the time):
+// open(O_EXCL) would then fail with EEXIST, unlink with ENOENT.
+func mutCtx(h *fuse.InHeader) *fuse.Context { return reqCtx(nil, h) }
+
 func (a *adapter) cred(h *fuse.InHeader) metawire.Cred { return a.creds.cred(&h.Caller) }
 
 // merge adds what this mount knows and the island does not yet: the size
@@ -191,7 +198,7 @@ func (a *adapter) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 }
 
 func (a *adapter) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	ctx := reqCtx(cancel, &in.InHeader)
+	ctx := mutCtx(&in.InHeader)
 	req := metawire.SetAttrReq{Cred: a.cred(&in.InHeader), Ino: ino(in.NodeId)}
 	v := in.Valid
 	if v&fuse.FATTR_MODE != 0 {
@@ -309,7 +316,7 @@ func (a *adapter) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 	if mode&metawire.ModeType == 0 {
 		mode |= metawire.ModeFile
 	}
-	r, err := a.fs.Create(reqCtx(cancel, &in.InHeader), metawire.CreateReq{
+	r, err := a.fs.Create(mutCtx(&in.InHeader), metawire.CreateReq{
 		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: mode, Rdev: in.Rdev, Exclusive: true,
 	})
 	if err != nil {
@@ -320,7 +327,7 @@ func (a *adapter) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 }
 
 func (a *adapter) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	r, err := a.fs.Mkdir(reqCtx(cancel, &in.InHeader), metawire.CreateReq{
+	r, err := a.fs.Mkdir(mutCtx(&in.InHeader), metawire.CreateReq{
 		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: in.Mode & metawire.ModePerm,
 	})
 	if err != nil {
@@ -331,7 +338,7 @@ func (a *adapter) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 }
 
 func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
-	r, err := a.fs.Symlink(reqCtx(cancel, h), metawire.CreateReq{
+	r, err := a.fs.Symlink(mutCtx(h), metawire.CreateReq{
 		Cred: a.cred(h), Dir: ino(h.NodeId), Name: name, Target: target, Exclusive: true,
 	})
 	if err != nil {
@@ -342,7 +349,7 @@ func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name
 }
 
 func (a *adapter) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	at, err := a.fs.Link(reqCtx(cancel, &in.InHeader), metawire.LinkReq{
+	at, err := a.fs.Link(mutCtx(&in.InHeader), metawire.LinkReq{
 		Cred: a.cred(&in.InHeader), Ino: ino(in.Oldnodeid), Dir: ino(in.NodeId), Name: name,
 	})
 	if err != nil {
@@ -390,7 +397,7 @@ func (a *adapter) renameAside(ctx context.Context, cred metawire.Cred, of *openF
 }
 
 func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	ctx, cred, dir := reqCtx(cancel, h), a.cred(h), ino(h.NodeId)
+	ctx, cred, dir := mutCtx(h), a.cred(h), ino(h.NodeId)
 	vino, of, ok := a.victim(ctx, cred, dir, name)
 	if of != nil {
 		return status(a.renameAside(ctx, cred, of, dir, name))
@@ -405,7 +412,7 @@ func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) 
 }
 
 func (a *adapter) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return status(a.fs.Rmdir(reqCtx(cancel, h), a.cred(h), ino(h.NodeId), name))
+	return status(a.fs.Rmdir(mutCtx(h), a.cred(h), ino(h.NodeId), name))
 }
 
 // Linux renameat2 flags.
@@ -416,7 +423,7 @@ const (
 )
 
 func (a *adapter) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	ctx, cred := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader)
+	ctx, cred := mutCtx(&in.InHeader), a.cred(&in.InHeader)
 	req := metawire.RenameReq{Cred: cred, SrcDir: ino(in.NodeId), SrcName: oldName, DstDir: ino(in.Newdir), DstName: newName}
 	if in.Flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
 		return fuse.EINVAL
@@ -506,7 +513,7 @@ func (a *adapter) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byt
 }
 
 func (a *adapter) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) fuse.Status {
-	ctx, cred, i := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	ctx, cred, i := mutCtx(&in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
 	if in.Flags&^uint32(metawire.XattrCreate|metawire.XattrReplace) != 0 {
 		return fuse.EINVAL
 	}
@@ -524,7 +531,7 @@ func (a *adapter) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name str
 }
 
 func (a *adapter) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	ctx, cred, i := reqCtx(cancel, h), a.cred(h), ino(h.NodeId)
+	ctx, cred, i := mutCtx(h), a.cred(h), ino(h.NodeId)
 	do := func() error { return a.fs.RemoveXattr(ctx, cred, i, name) }
 	if name == PolicyXattr {
 		if of := a.lookupOpen(i); of != nil {
@@ -554,7 +561,7 @@ func accessMask(flags uint32) uint32 {
 }
 
 func (a *adapter) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	ctx, cred, i := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	ctx, cred, i := mutCtx(&in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
 	if cred.UID != 0 {
 		if err := a.fs.Access(ctx, cred, i, accessMask(in.Flags)); err != nil {
 			return status(err)
@@ -586,7 +593,7 @@ func (a *adapter) openHandle(ctx context.Context, cred metawire.Cred, i uint64, 
 }
 
 func (a *adapter) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	ctx, cred, dir := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	ctx, cred, dir := mutCtx(&in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
 	mode := in.Mode&metawire.ModePerm | metawire.ModeFile
 	r, err := a.fs.Create(ctx, metawire.CreateReq{
 		Cred: cred, Dir: dir, Name: name, Mode: mode, Exclusive: in.Flags&syscall.O_EXCL != 0,
@@ -663,7 +670,7 @@ func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 	of.mu.RLock()
 	f := of.file.Load()
 	of.mtime.Store(time.Now().UnixNano())
-	n, err := f.WriteAt(reqCtx(cancel, &in.InHeader), data, int64(in.Offset))
+	n, err := f.WriteAt(mutCtx(&in.InHeader), data, int64(in.Offset))
 	// Counted after the File has the data: a flush that read the count
 	// before cannot mark this write as committed.
 	of.writes.Add(1)
@@ -692,7 +699,7 @@ func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	// interrupt close(2) all the time, and an interrupted flush would turn
 	// into EINTR from close, which must not be retried. The data has to
 	// reach the cluster anyway.
-	err := h.of.flush(reqCtx(nil, &in.InHeader))
+	err := h.of.flush(reqCtx(nil, &in.InHeader), false)
 	a.ioError("fsync", h.of.ino, err)
 	return status(err)
 }
@@ -709,7 +716,7 @@ func (a *adapter) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	// interrupt close(2) all the time, and an interrupted flush would turn
 	// into EINTR from close, which must not be retried. The data has to
 	// reach the cluster anyway.
-	err := h.of.flush(reqCtx(nil, &in.InHeader))
+	err := h.of.flush(reqCtx(nil, &in.InHeader), true)
 	a.ioError("fsync", h.of.ino, err)
 	return status(err)
 }
@@ -737,7 +744,7 @@ func (a *adapter) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.S
 	if end < in.Offset || int64(end) < 0 {
 		return fuse.Status(syscall.EFBIG)
 	}
-	ctx := reqCtx(cancel, &in.InHeader)
+	ctx := mutCtx(&in.InHeader)
 	of := h.of
 	return status(a.modifyOpen(ctx, of, func() error {
 		if f := of.file.Load(); f != nil && f.Size() >= end {
@@ -792,7 +799,7 @@ const dirPage = 512
 func (a *adapter) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	// Namespace changes are durable when they return, except lazy creates
 	// of regular files: the directory's island syncs its log.
-	ctx := reqCtx(cancel, &in.InHeader)
+	ctx := mutCtx(&in.InHeader)
 	return status(a.fs.SyncDir(ctx, ino(in.NodeId)))
 }
 

@@ -133,7 +133,7 @@ func (i *Island) commit(ctx context.Context, r *metawire.CommitReq) (*metawire.C
 	var resp metawire.CommitResp
 	err := i.retry(ctx, func() error {
 		resp.Attrs = resp.Attrs[:0]
-		return i.withInodes(ctx, inos, func(b *pebble.Batch) error {
+		return i.withInodesOpt(ctx, inos, r.Lazy, func(b *pebble.Batch) error {
 			var d deltas
 			for k := range r.Writes {
 				a, err := i.applyWrite(b, &r.Cred, &r.Writes[k], &d)

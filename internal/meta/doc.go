@@ -204,12 +204,14 @@
 // # Durability
 //
 // Every change is committed with a synced write before it is answered,
-// except a create with CreateReq.Lazy (regular, non-exclusive files; the
-// FUSE mount): it is committed without waiting for the log sync and kicks
-// the syncer goroutine, which syncs the log right after (kicks during a
-// sync coalesce into the next). Any later synced write — the file's first
-// commit, OpSync — makes it durable too, since pebble's log is written in
-// order. Inode-number reservations are always synced, so the number of a
+// except a create with CreateReq.Lazy (regular, non-exclusive files) and a
+// commit with CommitReq.Lazy (both from the FUSE mount, for creates and
+// close; its fsync asks for synced writes): they are committed without
+// waiting for the log sync and kick the syncer goroutine, which syncs the
+// log right after (kicks during a sync coalesce into the next). Any later
+// synced write — a synced commit, OpSync — makes them durable too, since
+// pebble's log is written in order, and a crash loses a suffix of the
+// lazily committed changes, never a change in the middle. Inode-number reservations are always synced, so the number of a
 // lazy create lost in a crash is never handed out again. Close syncs the
 // log once more.
 //

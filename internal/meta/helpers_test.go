@@ -282,6 +282,13 @@ func (k *client) commit(ws ...metawire.FileWrite) (metawire.CommitResp, error) {
 	return r, err
 }
 
+// lazyCommit is commit with CommitReq.Lazy (close on the FUSE mount).
+func (k *client) lazyCommit(ws ...metawire.FileWrite) (metawire.CommitResp, error) {
+	var r metawire.CommitResp
+	err := k.c.call(metawire.OpCommit, ws[0].Ino, &metawire.CommitReq{Cred: k.cred, Writes: ws, Lazy: true}, &r)
+	return r, err
+}
+
 func (k *client) readmap(ino, first, count uint64) (metawire.ReadMapResp, error) {
 	var r metawire.ReadMapResp
 	err := k.c.call(metawire.OpReadMap, ino, &metawire.ReadMapReq{Cred: k.cred, Ino: ino, First: first, Count: count}, &r)

@@ -82,6 +82,7 @@ type timing struct {
 	resolveEvery time.Duration // background resolver period
 	maxAttempts  int           // operation attempts on conflicts
 	noSyncer     bool          // tests: lazy creates wait for an explicit sync
+	syncDelay    time.Duration // the syncer waits this long after a kick, gathering more
 }
 
 func defaultTiming() timing {
@@ -93,8 +94,16 @@ func defaultTiming() timing {
 		resolveAfter: 2 * time.Second,
 		resolveEvery: 250 * time.Millisecond,
 		maxAttempts:  12,
+		syncDelay:    syncDelay,
 	}
 }
+
+// syncDelay is how long the syncer lets lazy changes gather before it
+// syncs the log: a sync costs the island a disk flush and CPU whether it
+// covers one change or a hundred, and a lazy change promises durability
+// only at the next fsync (which syncs at once) — this bounds how long it
+// may stay volatile otherwise.
+const syncDelay = 5 * time.Millisecond
 
 // New opens (creating if needed) the island's database, resolves every
 // open intent and prepared transaction it can (see the package doc),
@@ -250,6 +259,13 @@ func (i *Island) syncer(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-i.syncKick:
+			if d := i.timing.syncDelay; d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
 			if err := i.syncLog(); err != nil {
 				i.log.Warn("meta: log sync failed", "err", err)
 			}

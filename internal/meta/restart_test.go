@@ -115,5 +115,39 @@ func TestLazyCreateDurability(t *testing.T) {
 	if namespace.Ino(e.Ino).Seq() <= namespace.Ino(lost.Ino).Seq() {
 		t.Fatalf("inode number of a lost create reused: %v after %v", namespace.Ino(e.Ino), namespace.Ino(lost.Ino))
 	}
+
+	// Lazy commits (close on the mount): visible at once, durable after
+	// an OpSync or any synced write, and lost by a crash before either;
+	// the file then keeps its last durable contents.
+	write := func(data string) metawire.FileWrite {
+		return metawire.FileWrite{Ino: e.Ino, Size: uint64(len(data)), SetInline: true, Inline: []byte(data)}
+	}
+	content := func() string {
+		t.Helper()
+		return string(must(r.readmap(e.Ino, 0, 0)).Inline)
+	}
+	must(r.commit(write("durable")))
+	must(r.lazyCommit(write("lazy-1")))
+	if got := content(); got != "lazy-1" {
+		t.Fatalf("lazy commit not visible at once: %q", got)
+	}
+	crash()
+	if got := content(); got != "durable" {
+		t.Fatalf("after a crash before any sync: %q, want the last synced contents", got)
+	}
+	must(r.lazyCommit(write("lazy-2")))
+	if err := c.call(metawire.OpSync, e.Ino, metawire.Empty{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	crash()
+	if got := content(); got != "lazy-2" {
+		t.Fatalf("lazy commit synced by OpSync lost in a crash: %q", got)
+	}
+	must(r.lazyCommit(write("lazy-3")))
+	must(r.create(d.Ino, "f", 0o644)) // a synced write covers it
+	crash()
+	if got := content(); got != "lazy-3" {
+		t.Fatalf("lazy commit followed by a synced create lost in a crash: %q", got)
+	}
 	c.mustFsck()
 }

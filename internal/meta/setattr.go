@@ -18,6 +18,12 @@ const allSetAttr = metawire.SetMode | metawire.SetUID | metawire.SetGID | metawi
 // withInodes runs f on an indexed batch with the inodes locked
 // exclusively, and commits the batch (synced) if f succeeds.
 func (i *Island) withInodes(ctx context.Context, inos []namespace.Ino, f func(b *pebble.Batch) error) error {
+	return i.withInodesOpt(ctx, inos, false, f)
+}
+
+// withInodesOpt is withInodes; lazy commits without waiting for the log
+// sync and kicks the syncer instead.
+func (i *Island) withInodesOpt(ctx context.Context, inos []namespace.Ino, lazy bool, f func(b *pebble.Batch) error) error {
 	owner := i.newTxID()
 	reqs := make([]lockReq, len(inos))
 	for k, ino := range inos {
@@ -33,6 +39,13 @@ func (i *Island) withInodes(ctx context.Context, inos []namespace.Ino, f func(b 
 		return err
 	}
 	if b.Empty() {
+		return nil
+	}
+	if lazy {
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+		}
+		i.kickSync()
 		return nil
 	}
 	if err := b.Commit(pebble.Sync); err != nil {

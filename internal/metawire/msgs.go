@@ -449,6 +449,13 @@ type FileWrite struct {
 type CommitReq struct {
 	Cred   Cred
 	Writes []FileWrite
+	// Lazy asks the island to apply the commit without waiting for its log
+	// to reach the disk (close on the FUSE mount: POSIX close is no
+	// durability promise, fsync is). The commit is visible at once and
+	// durable after the next synced write to that island (OpSync, any
+	// synced commit) and within one log sync in any case. Pointers must be
+	// durable before a lazy commit too.
+	Lazy bool
 }
 
 func (r *CommitReq) Encode(e *wire.Enc) {
@@ -463,6 +470,7 @@ func (r *CommitReq) Encode(e *wire.Enc) {
 		e.Bytes(w.Inline)
 		encodeBlocks(e, w.Blocks)
 	}
+	e.Bool(r.Lazy)
 }
 
 func (r *CommitReq) Decode(d *wire.Dec) {
@@ -475,6 +483,7 @@ func (r *CommitReq) Decode(d *wire.Dec) {
 		w.Inline = append([]byte(nil), d.Bytes()...)
 		w.Blocks = decodeBlocks(d)
 	}
+	r.Lazy = d.Bool()
 }
 
 // CommitResp returns each written file's attributes after the commit.

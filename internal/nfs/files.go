@@ -200,7 +200,7 @@ func (fc *fileCache) wrote(o *openFile, n int) {
 func (fc *fileCache) flush(ctx context.Context, o *openFile) error {
 	w := o.written.Load()
 	p := o.pending.Load()
-	if err := o.fh.Flush(ctx); err != nil {
+	if err := o.fh.Fsync(ctx); err != nil { // COMMIT and stable writes need it durable
 		return err
 	}
 	for {
