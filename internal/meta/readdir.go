@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -51,12 +52,43 @@ func (i *Island) readdir(ctx context.Context, r *metawire.ReaddirReq) (*metawire
 	limit = min(limit, MaxReaddirEntries)
 	resp := &metawire.ReaddirResp{DirAttr: da}
 	size := 0
+	// Files live in their directory's bucket, next to each other in inode
+	// order, which mostly follows cookie order: one iterator seeking
+	// forward reads their inodes far cheaper than a point lookup each.
+	var inodes *pebble.Iterator
+	if r.Plus {
+		p := bucketPrefix(dirIno.Bucket(), tagInode)
+		if inodes, err = snap.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)}); err != nil {
+			return nil, err
+		}
+		defer inodes.Close()
+	}
+	attrOf := func(ino namespace.Ino) (metawire.Attr, bool) {
+		if ino.Bucket() != dirIno.Bucket() {
+			n, err := readInode(snap, ino)
+			if err != nil || n == nil {
+				return metawire.Attr{}, false
+			}
+			return n.attr(), true
+		}
+		k := inodeKey(ino)
+		if !inodes.SeekGE(k) || !bytes.Equal(inodes.Key(), k) {
+			return metawire.Attr{}, false
+		}
+		v, err := inodes.ValueAndErr()
+		if err != nil {
+			return metawire.Attr{}, false
+		}
+		n, err := decodeInode(ino, v) // aliases v: take the attributes now
+		if err != nil {
+			return metawire.Attr{}, false
+		}
+		return n.attr(), true
+	}
 	add := func(name string, ino namespace.Ino, typ uint32, cookie uint64) {
 		de := metawire.Dirent{Name: name, Ino: uint64(ino), Type: typ, Cookie: cookie}
 		if r.Plus && i.owns(ino) {
-			if n, err := readInode(snap, ino); err == nil && n != nil {
-				de.HasAttr, de.Attr = true, n.attr()
-			}
+			de.Attr, de.HasAttr = attrOf(ino)
 		}
 		size += 40 + len(name) + 100
 		resp.Entries = append(resp.Entries, de)

@@ -57,6 +57,40 @@ func TestReaddirBasics(t *testing.T) {
 	if !empty.EOF || len(empty.Entries) != 0 {
 		t.Fatal("readdir past the end")
 	}
+
+	// Attributes with Plus are the inode's own, whatever the order of
+	// inodes against cookies (a file renamed within the directory keeps
+	// its old inode under a new cookie), for files with inline data and
+	// for a subdirectory (its own bucket) and a file linked in from
+	// another directory.
+	must(r.commit(metawire.FileWrite{Ino: must(r.lookup(d.Ino, "f3")).Ino, Size: 5, SetInline: true, Inline: []byte("three")}))
+	if err := r.rename(d.Ino, "f0", d.Ino, "g0", 0); err != nil {
+		t.Fatal(err)
+	}
+	sub := must(r.mkdir(d.Ino, "sub", 0o700))
+	other := must(r.mkdir(rootIno(), "other", 0o755))
+	far := must(r.create(other.Ino, "far", 0o600))
+	must(r.link(far.Ino, d.Ino, "linked"))
+	resp = must(r.readdir(d.Ino, 0, 0, true))
+	names := map[string]bool{}
+	for _, e := range resp.Entries {
+		names[e.Name] = true
+		if e.Name == ".." {
+			continue
+		}
+		want := must(r.getattr(e.Ino))
+		if !e.HasAttr || e.Attr != want {
+			t.Fatalf("entry %q: attributes %+v (has %v), getattr says %+v", e.Name, e.Attr, e.HasAttr, want)
+		}
+	}
+	for _, n := range []string{"g0", "f3", "sub", "linked"} {
+		if !names[n] {
+			t.Fatalf("listing lacks %q: %v", n, names)
+		}
+	}
+	if a := must(r.getattr(sub.Ino)); a.Mode&0o777 != 0o700 {
+		t.Fatalf("subdirectory mode %o", a.Mode)
+	}
 }
 
 // TestReaddirCookiesStable lists a directory page by page while other
