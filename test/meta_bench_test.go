@@ -73,13 +73,14 @@ func BenchmarkMetaStat(b *testing.B) {
 }
 
 // BenchmarkMetaSmallFiles creates, writes (4 KiB) and closes files with 16
-// concurrent clients against one in-process island, creating lazily as the
-// FUSE mount does (each file durable when Close returns); SYNCCREATE=1
-// creates as the NFS gateway does.
+// (WORKERS) concurrent clients against one in-process island, creating and
+// closing lazily as the FUSE mount does (each file durable at fsync);
+// SYNCCREATE=1 creates and closes as the NFS gateway does (durable at once).
 func BenchmarkMetaSmallFiles(b *testing.B) {
 	fc := startFSCluster(b, 3, 1)
 	fs := fc.newFS(b)
 	fs.SetLazyCreate(os.Getenv("SYNCCREATE") == "")
+	fs.SetLazyClose(os.Getenv("SYNCCREATE") == "")
 	ctx := context.Background()
 	workers := benchWorkers()
 	dirs := benchDirs(b, fs, workers)

@@ -136,24 +136,32 @@ func (i *Island) checkActions(as []metawire.Action) error {
 // an errConflict means a fact the caller relied on changed; other errors
 // are final answers (ErrNotEmpty, ErrTooManyLinks, I/O).
 func (i *Island) applyActions(b *pebble.Batch, as []metawire.Action) error {
+	return i.applyActionsOpt(b, as, nil)
+}
+
+// applyActionsOpt is applyActions with the options of a local execution
+// (o may be nil).
+func (i *Island) applyActionsOpt(b *pebble.Batch, as []metawire.Action, o *execOpts) error {
 	var d deltas
 	for k := range as {
-		if err := i.applyAction(b, &as[k], &d); err != nil {
+		if err := i.applyAction(b, &as[k], &d, o); err != nil {
 			return err
 		}
 	}
 	return d.write(b)
 }
 
-func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas) error {
+func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *execOpts) (err error) {
 	ino := namespace.Ino(a.Ino)
 	if a.Kind == metawire.ActCreateInode {
-		n, err := readInode(b, ino)
-		if err != nil {
-			return err
-		}
-		if n != nil {
-			return conflict("inode %v exists", ino)
+		if o == nil || ino != o.fresh { // a number just allocated here is unused
+			n, err := readInode(b, ino)
+			if err != nil {
+				return err
+			}
+			if n != nil {
+				return conflict("inode %v exists", ino)
+			}
 		}
 		return i.createInode(b, ino, &a.Init, d)
 	}
@@ -163,6 +171,14 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas) err
 	}
 	if n == nil {
 		return conflict("inode %v is gone", ino)
+	}
+	if o != nil && o.after != nil && ino == o.watch {
+		// The actions below change n in place before writing it.
+		defer func() {
+			if err == nil {
+				*o.after = n.attr()
+			}
+		}()
 	}
 	if a.Type != 0 && a.Kind != metawire.ActAddEntry && n.typ() != a.Type {
 		return conflict("inode %v has type %o, not %o", ino, n.typ(), a.Type)

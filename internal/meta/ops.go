@@ -343,13 +343,19 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	if op == metawire.OpMkdir {
 		as = append(as, metawire.Action{Kind: metawire.ActTouch, Ino: uint64(dirIno), Delta: 1, Time: now})
 	}
-	lazy := r.Lazy && op == metawire.OpCreate && !r.Exclusive
-	if err := i.executeOpt(ctx, as, lazy); err != nil {
+	var dirAfter metawire.Attr
+	o := execOpts{lazy: r.Lazy && op == metawire.OpCreate && !r.Exclusive, watch: dirIno, after: &dirAfter}
+	if i.owns(ino) {
+		o.fresh = ino
+	}
+	if err := i.executeOpt(ctx, as, o); err != nil {
 		return nil, err
 	}
-	resp := &metawire.CreateResp{Attr: newInode(ino, &init).attr()}
-	if d, err := readInode(i.db, dirIno); err == nil && d != nil {
-		resp.DirAttr = d.attr()
+	resp := &metawire.CreateResp{Attr: newInode(ino, &init).attr(), DirAttr: dirAfter}
+	if dirAfter.Ino == 0 {
+		if d, err := readInode(i.db, dirIno); err == nil && d != nil {
+			resp.DirAttr = d.attr()
+		}
 	}
 	return resp, nil
 }

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -308,4 +309,31 @@ func TestExclusiveCreateVerifier(t *testing.T) {
 	wantErr(t, err, metawire.ErrIsDir, "create over a directory")
 	_, err = r.createReq(metawire.OpMkdir, metawire.CreateReq{Dir: rootIno(), Name: "f", Mode: 0o755})
 	wantErr(t, err, metawire.ErrExists, "mkdir over a file")
+}
+
+// A create's answer carries the directory's attributes as the create left
+// them (mtime, ctime, link count of a mkdir), on one island and when the
+// new directory lives on another.
+func TestCreateReturnsDirAttrAfter(t *testing.T) {
+	for _, islands := range []int{1, 3} {
+		c := newCluster(t, islands)
+		r := c.root()
+		d := must(r.mkdir(rootIno(), "d", 0o755))
+		for k, op := range []uint16{metawire.OpCreate, metawire.OpMkdir, metawire.OpCreate, metawire.OpMkdir} {
+			req := metawire.CreateReq{Dir: d.Ino, Name: fmt.Sprintf("e%d", k), Mode: 0o644, Lazy: k == 2}
+			if op == metawire.OpMkdir {
+				req.Mode = metawire.ModeDir | 0o755
+			}
+			resp, err := r.createReq(op, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := must(r.getattr(d.Ino)); resp.DirAttr != want {
+				t.Fatalf("%d islands, op %d: DirAttr %+v, getattr %+v", islands, op, resp.DirAttr, want)
+			}
+		}
+		if got := must(r.getattr(d.Ino)).Nlink; got != 4 {
+			t.Fatalf("%d islands: directory nlink %d after two mkdirs", islands, got)
+		}
+	}
 }

@@ -118,12 +118,25 @@ func txHex(t metawire.TxID) string { return hex.EncodeToString(t[:]) }
 // one batch, or as a two-phase commit with the islands owning the other
 // actions' inodes, this island coordinating.
 func (i *Island) execute(ctx context.Context, as []metawire.Action) error {
-	return i.executeOpt(ctx, as, false)
+	return i.executeOpt(ctx, as, execOpts{})
 }
 
-// executeOpt is execute; lazy commits a single-island batch without
-// waiting for the log sync (the syncer makes it durable right after).
-func (i *Island) executeOpt(ctx context.Context, as []metawire.Action, lazy bool) error {
+// execOpts tunes executeOpt.
+type execOpts struct {
+	// lazy commits a single-island batch without waiting for the log
+	// sync (the syncer makes it durable right after).
+	lazy bool
+	// fresh is an inode number this island just allocated: its
+	// ActCreateInode need not check that it is absent.
+	fresh namespace.Ino
+	// When set, *after receives the attributes of inode watch (one of
+	// this island's) as the actions leave it, saving a read afterwards.
+	watch namespace.Ino
+	after *metawire.Attr
+}
+
+// executeOpt is execute with options (execOpts).
+func (i *Island) executeOpt(ctx context.Context, as []metawire.Action, o execOpts) error {
 	tab := i.cfg.Map.Table()
 	var local []metawire.Action
 	remote := map[namespace.IslandID][]metawire.Action{}
@@ -152,14 +165,14 @@ func (i *Island) executeOpt(ctx context.Context, as []metawire.Action, lazy bool
 	defer release()
 	b := i.db.NewIndexedBatch()
 	defer b.Close()
-	if err := i.applyActions(b, local); err != nil {
+	if err := i.applyActionsOpt(b, local, &o); err != nil {
 		return err
 	}
 	if len(remote) == 0 {
 		if err := i.fp(FailLocalBeforeCommit); err != nil {
 			return err
 		}
-		if lazy {
+		if o.lazy {
 			if err := b.Commit(pebble.NoSync); err != nil {
 				return fmt.Errorf("%w: %v", metawire.ErrIO, err)
 			}
