@@ -438,17 +438,22 @@ func (h *File) fetchOnce(ctx context.Context, buf []byte, lo, ver, bs uint64) er
 	if err != nil {
 		return err
 	}
-	clear(buf)
 	var ptrs []layout.Pointer
 	var starts []int
 	for pos := uint64(0); pos < uint64(len(buf)); pos += bs {
+		end := min(pos+bs, uint64(len(buf)))
 		p, ok := bm.ptrs[(lo+pos)/bs]
 		if !ok {
+			clear(buf[pos:end]) // a hole
 			continue
 		}
 		if uint64(p.Length) > bs {
 			return fmt.Errorf("client: inode %x: block longer than the block size: %w", h.ino, metawire.ErrIO)
 		}
+		// Only what the block does not cover is zeroed (a short block's
+		// tail): buf may be a reused buffer, and clearing whole windows
+		// cost more than any other step of a cached read.
+		clear(buf[min(pos+uint64(p.Length), end):end])
 		ptrs = append(ptrs, p)
 		starts = append(starts, int(pos))
 	}
