@@ -221,7 +221,7 @@ func (h *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	for len(p) > 0 {
 		idx, in := pos/bs, pos%bs
 		n := min(uint64(len(p)), bs-in)
-		buf, err := h.blockForWriteLocked(ctx, idx, in == 0 && (n == bs || pos+n >= h.mu.size))
+		buf, err := h.blockForWriteLocked(ctx, idx, in == 0 && (n == bs || pos+n >= h.mu.size), n)
 		if err != nil {
 			return int(pos - uint64(off)), err
 		}
@@ -241,8 +241,8 @@ func (h *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 func (h *File) leaveInlineLocked() {
 	bs := h.mu.bs
 	for i := 0; i < len(h.mu.inl); i += bs {
-		b := make([]byte, bs)
-		copy(b, h.mu.inl[i:min(i+bs, len(h.mu.inl))])
+		b := wire.GetBuf(bs)
+		clear(b[copy(b, h.mu.inl[i:min(i+bs, len(h.mu.inl))]):])
 		h.mu.dirty[uint64(i/bs)] = b
 		h.mu.dirtyN += bs
 	}
@@ -250,16 +250,25 @@ func (h *File) leaveInlineLocked() {
 }
 
 // blockForWriteLocked returns the dirty buffer of block idx, reading the
-// old contents first unless the write replaces everything that matters.
-func (h *File) blockForWriteLocked(ctx context.Context, idx uint64, whole bool) ([]byte, error) {
+// old contents first unless the write replaces everything that matters
+// (whole: the write fills its first n bytes and the rest is past the end).
+// Buffers come from the wire pool and go back when a flush commits them:
+// a fresh zeroed 1 MiB per block was a page-faulting memclr per block.
+func (h *File) blockForWriteLocked(ctx context.Context, idx uint64, whole bool, n uint64) ([]byte, error) {
 	if b, ok := h.mu.dirty[idx]; ok {
 		return b, nil
 	}
-	b := make([]byte, h.mu.bs)
-	if !whole && idx*uint64(h.mu.bs) < h.mu.attr.Size {
+	b := wire.GetBuf(h.mu.bs)
+	switch {
+	case whole:
+		clear(b[min(n, uint64(len(b))):])
+	case idx*uint64(h.mu.bs) < h.mu.attr.Size:
 		if err := h.readCleanLocked(ctx, b, idx*uint64(h.mu.bs)); err != nil {
+			wire.PutBuf(b)
 			return nil, err
 		}
+	default:
+		clear(b)
 	}
 	h.mu.dirty[idx] = b
 	h.mu.dirtyN += len(b)
@@ -576,6 +585,9 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 		h.fs.addLazy(ctx, h.ino)
 	} else {
 		h.fs.durable(h.ino, mark) // the commit synced the island's log
+	}
+	for _, b := range h.mu.dirty { // the log copied them
+		wire.PutBuf(b)
 	}
 	h.mu.dirty = map[uint64][]byte{}
 	h.mu.dirtyN = 0
