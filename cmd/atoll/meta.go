@@ -116,6 +116,7 @@ at epoch 1.`,
 	f.StringVar(&managers, "manager", "", "manager address(es): register, wait for the namespace to be formatted, follow the map")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
 	f.StringVar(&inlineMax, "inline-max", "16KiB", "largest file kept inline in its inode")
+	f.DurationVar(&cfg.LazySync, "lazy-sync", meta.DefaultLazySync, "longest wait of a lazily committed change (mount creates and closes) for the log sync, unless an fsync syncs first")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:7605 (empty: off)")
 	return cmd
 }

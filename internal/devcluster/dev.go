@@ -43,6 +43,8 @@ type Config struct {
 	CleanInterval time.Duration
 	CleanGrace    time.Duration
 	RebuildAfter  time.Duration
+	// LazySync is the islands' --lazy-sync (zero: their default).
+	LazySync time.Duration
 	Exe           string // the atoll binary
 	LogLevel      string
 	Out           io.Writer
@@ -305,8 +307,11 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		}
 	}
 	for i := 1; i <= d.cfg.Islands; i++ {
-		if _, err := start(fmt.Sprintf("island%d", i), nthAddr(d.cfg.IslandListen, i-1), metrics.Islands[i-1], "meta",
-			"--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--id", strconv.Itoa(i), "--manager", mgr.Addr); err != nil {
+		args := []string{"meta", "--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--id", strconv.Itoa(i), "--manager", mgr.Addr}
+		if d.cfg.LazySync > 0 {
+			args = append(args, "--lazy-sync", d.cfg.LazySync.String())
+		}
+		if _, err := start(fmt.Sprintf("island%d", i), nthAddr(d.cfg.IslandListen, i-1), metrics.Islands[i-1], args...); err != nil {
 			return nil, err
 		}
 	}

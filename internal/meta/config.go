@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -52,6 +53,12 @@ type Config struct {
 	Peer Peer
 	// InlineMax is the largest inline file data (default DefaultInlineMax).
 	InlineMax int
+	// LazySync is how long lazily committed changes (creates and closes
+	// from FUSE mounts) may wait for the log sync that makes them durable
+	// when no fsync asks for it first (default 5ms, at most MaxLazySync).
+	// Longer gathers more changes per sync; it is also how much such
+	// changes a crash of the island can lose.
+	LazySync time.Duration
 	// Faults holds failpoints; nil in production.
 	Faults *faults.Set
 	// Logger receives the island's logs (default slog.Default()).
@@ -69,6 +76,8 @@ func (c *Config) Validate() error {
 		return errors.New("meta: config: ID must not be 0")
 	case c.Map == nil:
 		return errors.New("meta: config: Map is nil")
+	case c.LazySync < 0 || c.LazySync > MaxLazySync:
+		return fmt.Errorf("meta: config: LazySync %v not in [0, %v]", c.LazySync, MaxLazySync)
 	case c.InlineMax < 0 || c.InlineMax > MaxInlineMax:
 		return fmt.Errorf("meta: config: InlineMax %d not in [0, %d]", c.InlineMax, MaxInlineMax)
 	}

@@ -208,7 +208,7 @@
 // commit with CommitReq.Lazy (both from the FUSE mount, for creates and
 // close; its fsync asks for synced writes): they are committed without
 // waiting for the log sync and kick the syncer goroutine, which syncs the
-// log right after (kicks during a sync coalesce into the next). Any later
+// log within Config.LazySync (5ms by default; kicks meanwhile coalesce). Any later
 // synced write — a synced commit, OpSync — makes them durable too, since
 // pebble's log is written in order, and a crash loses a suffix of the
 // lazily committed changes, never a change in the middle. Inode-number reservations are always synced, so the number of a

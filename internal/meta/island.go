@@ -94,16 +94,19 @@ func defaultTiming() timing {
 		resolveAfter: 2 * time.Second,
 		resolveEvery: 250 * time.Millisecond,
 		maxAttempts:  12,
-		syncDelay:    syncDelay,
+		syncDelay:    DefaultLazySync,
 	}
 }
 
-// syncDelay is how long the syncer lets lazy changes gather before it
-// syncs the log: a sync costs the island a disk flush and CPU whether it
-// covers one change or a hundred, and a lazy change promises durability
-// only at the next fsync (which syncs at once) — this bounds how long it
-// may stay volatile otherwise.
-const syncDelay = 5 * time.Millisecond
+// DefaultLazySync is how long the syncer lets lazy changes gather before it
+// syncs the log (Config.LazySync): a sync costs the island a disk flush and
+// CPU whether it covers one change or a hundred, and a lazy change promises
+// durability only at the next fsync (which syncs at once) — this bounds
+// how long it may stay volatile otherwise. MaxLazySync caps the setting.
+const (
+	DefaultLazySync = 5 * time.Millisecond
+	MaxLazySync     = time.Minute
+)
 
 // New opens (creating if needed) the island's database, resolves every
 // open intent and prepared transaction it can (see the package doc),
@@ -122,6 +125,9 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 	}
 	if cfg.InlineMax == 0 {
 		cfg.InlineMax = DefaultInlineMax
+	}
+	if cfg.LazySync != 0 {
+		tm.syncDelay = cfg.LazySync
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
