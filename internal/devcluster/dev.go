@@ -45,9 +45,9 @@ type Config struct {
 	RebuildAfter  time.Duration
 	// LazySync is the islands' --lazy-sync (zero: their default).
 	LazySync time.Duration
-	Exe           string // the atoll binary
-	LogLevel      string
-	Out           io.Writer
+	Exe      string // the atoll binary
+	LogLevel string
+	Out      io.Writer
 }
 
 // Validate checks the configuration.
