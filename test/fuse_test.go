@@ -915,7 +915,7 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	_, mnt := mountFS(t, conn.FS)
+	m, mnt := mountFS(t, conn.FS)
 
 	r := newRand(91)
 	durable := map[string][]byte{}
@@ -1002,4 +1002,24 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(mnt, "f00")); err != nil || !bytes.Equal(got, durable["/f00"]) {
 		t.Fatalf("read through the mount after the restart: %d bytes, %v", len(got), err)
 	}
+
+	// A clean unmount makes everything closed through the mount durable.
+	closed := map[string][]byte{}
+	for i := 0; i < 5; i++ {
+		name := fmt.Sprintf("/u%d", i)
+		closed[name] = randBytes(r, 1000+i*7000)
+		if err := os.WriteFile(filepath.Join(mnt, name), closed[name], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	island = cl.Child("island1")
+	island.Kill()
+	<-island.Done()
+	if _, err := cl.Restart(ctx, "island1"); err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, fresh.FS, closed)
 }
