@@ -90,8 +90,10 @@ func (h *handle) writable() bool {
 // acquire returns the shared open state of ino with a new reference,
 // opening the File if this is the first handle. A File that has no
 // unflushed writes is replaced when the island has a newer version
-// (close-to-open: another client committed since).
-func (a *adapter) acquire(ctx context.Context, cred metawire.Cred, ino uint64) (*openFile, error) {
+// (close-to-open: another client committed since). created, when set,
+// holds the attributes of a file the caller has just created, which open
+// it without asking the island again.
+func (a *adapter) acquire(ctx context.Context, cred metawire.Cred, ino uint64, created *metawire.Attr) (*openFile, error) {
 	a.mu.Lock()
 	of := a.files[ino]
 	if of != nil {
@@ -110,7 +112,13 @@ func (a *adapter) acquire(ctx context.Context, cred metawire.Cred, ino uint64) (
 	of.mu.Lock()
 	a.files[ino] = of
 	a.mu.Unlock()
-	f, err := a.fs.Open(ctx, cred, ino)
+	var f *client.File
+	var err error
+	if created != nil {
+		f, err = a.fs.OpenWithAttr(ctx, cred, *created)
+	} else {
+		f, err = a.fs.Open(ctx, cred, ino)
+	}
 	if err != nil {
 		of.err = err
 		of.mu.Unlock()

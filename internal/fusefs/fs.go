@@ -278,7 +278,7 @@ func (a *adapter) truncate(ctx context.Context, cred metawire.Cred, i, size uint
 		a.mu.Unlock()
 	} else {
 		var err error
-		if of, err = a.acquire(ctx, cred, i); err != nil {
+		if of, err = a.acquire(ctx, cred, i, nil); err != nil {
 			return setattr() // not a regular file (or gone): the island says why
 		}
 	}
@@ -567,12 +567,14 @@ func (a *adapter) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 			return status(err)
 		}
 	}
-	return a.openHandle(ctx, cred, i, in.Flags, &out.Fh)
+	return a.openHandle(ctx, cred, i, in.Flags, nil, &out.Fh)
 }
 
 // openHandle opens ino for a new handle (O_TRUNC truncates).
-func (a *adapter) openHandle(ctx context.Context, cred metawire.Cred, i uint64, flags uint32, fh *uint64) fuse.Status {
-	of, err := a.acquire(ctx, cred, i)
+// openHandle opens a handle on i; created holds the attributes of a file
+// this request just created (nil otherwise).
+func (a *adapter) openHandle(ctx context.Context, cred metawire.Cred, i uint64, flags uint32, created *metawire.Attr, fh *uint64) fuse.Status {
+	of, err := a.acquire(ctx, cred, i, created)
 	if err != nil {
 		return status(err)
 	}
@@ -615,7 +617,11 @@ func (a *adapter) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string,
 	} else {
 		flags &^= syscall.O_TRUNC
 	}
-	if st := a.openHandle(ctx, cred, r.Attr.Ino, flags, &out.Fh); !st.Ok() {
+	var created *metawire.Attr
+	if !r.Existed {
+		created = &r.Attr
+	}
+	if st := a.openHandle(ctx, cred, r.Attr.Ino, flags, created, &out.Fh); !st.Ok() {
 		return st
 	}
 	at := r.Attr
