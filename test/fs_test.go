@@ -312,6 +312,13 @@ func TestFSTruncateThenExtendReadsZeros(t *testing.T) {
 // island answered without error.
 func (fc *fsCluster) islandOps(t *testing.T, op string) float64 {
 	t.Helper()
+	return fc.islandOpsResult(t, op, "ok")
+}
+
+// islandOpsResult counts island 0's requests of op that ended with result
+// ("" for any result).
+func (fc *fsCluster) islandOpsResult(t *testing.T, op, result string) float64 {
+	t.Helper()
 	mfs, err := fc.regs[0].Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -320,16 +327,18 @@ func (fc *fsCluster) islandOps(t *testing.T, op string) float64 {
 		if mf.GetName() != "atoll_meta_ops_total" {
 			continue
 		}
+		sum := 0.0
 		for _, m := range mf.GetMetric() {
 			var gotOp, ok bool
 			for _, l := range m.GetLabel() {
 				gotOp = gotOp || l.GetName() == "op" && l.GetValue() == op
-				ok = ok || l.GetName() == "result" && l.GetValue() == "ok"
+				ok = ok || l.GetName() == "result" && (result == "" || l.GetValue() == result)
 			}
 			if gotOp && ok {
-				return m.GetCounter().GetValue()
+				sum += m.GetCounter().GetValue()
 			}
 		}
+		return sum
 	}
 	return 0
 }

@@ -1023,3 +1023,41 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 	}
 	checkFiles(t, fresh.FS, closed)
 }
+
+// TestFUSESmallFileIslandRoundTrips counts the island requests a small
+// file written through the mount costs (os.WriteFile: the kernel's
+// LOOKUP, CREATE, WRITE, FLUSH, RELEASE): one lookup (the name is new),
+// one create (its reply opens the file) and one commit at close; no
+// getattr, no sync (close is lazy; fsync is not asked).
+func TestFUSESmallFileIslandRoundTrips(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	_, mnt := mountFS(t, fc.newFS(t))
+	dir := filepath.Join(mnt, "small")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ops := []string{"lookup", "create", "commit", "getattr", "sync", "readmap"}
+	before := map[string]float64{}
+	for _, op := range ops {
+		before[op] = fc.islandOpsResult(t, op, "")
+	}
+	const n = 20
+	for i := 0; i < n; i++ {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d", i)), bytes.Repeat([]byte{byte(i)}, 4096), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]float64{"lookup": n, "create": n, "commit": n}
+	for _, op := range ops {
+		if got := fc.islandOpsResult(t, op, "") - before[op]; got != want[op] {
+			t.Errorf("%d small files: %v island %s requests, want %v", n, got, op, want[op])
+		}
+	}
+	for i := 0; i < n; i++ {
+		got, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("f%d", i)))
+		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(i)}, 4096)) {
+			t.Fatalf("f%d: %d bytes, %v", i, len(got), err)
+		}
+	}
+}
