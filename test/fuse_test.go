@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -884,6 +885,10 @@ func TestFUSEStorageDiesDuringDD(t *testing.T) {
 // mount` does). Every file that was fsynced — before close (its commit is
 // synced), or after a lazy close (the island is synced) — reads back
 // exactly; a file only closed may be gone but is never torn; fsck is clean.
+// A file whose lazily committed data the crash lost fails its next fsync
+// with EIO (once), and the unmount's final sync reports such a file too;
+// what was closed after the last restart is durable once the unmount
+// returns.
 func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 	fuseUsable(t)
 	exe := atoll(t)
@@ -931,6 +936,7 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer f.Close() // before the mount goes, should the test fail
 			if _, err := f.Write(data); err != nil {
 				t.Fatal(err)
 			}
@@ -949,6 +955,7 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer f.Close()
 			if err := f.Sync(); err != nil {
 				t.Fatal(err)
 			}
@@ -960,6 +967,19 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 			}
 			maybe[name] = data
 		}
+	}
+	// Created durably (O_EXCL), then written and closed lazily: the crash
+	// takes the data but not the file.
+	victim := filepath.Join(mnt, "victim")
+	vf, err := os.OpenFile(victim, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vf.Write([]byte("lost with the island")); err != nil {
+		t.Fatal(err)
+	}
+	if err := vf.Close(); err != nil {
+		t.Fatal(err)
 	}
 	island := cl.Child("island1")
 	if island == nil {
@@ -1002,8 +1022,30 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(mnt, "f00")); err != nil || !bytes.Equal(got, durable["/f00"]) {
 		t.Fatalf("read through the mount after the restart: %d bytes, %v", len(got), err)
 	}
+	// fsync of the file whose close the crash undid reports it, once.
+	vf, err = os.OpenFile(victim, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vf.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("fsync of a file whose lazily committed data an island crash lost: %v, want EIO", err)
+	}
+	if err := vf.Sync(); err != nil {
+		t.Fatalf("second fsync: %v", err)
+	}
+	vf.Close()
 
-	// A clean unmount makes everything closed through the mount durable.
+	// A file only closed, then another crash: the unmount reports it.
+	if err := os.WriteFile(filepath.Join(mnt, "late"), []byte("late"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	island = cl.Child("island1")
+	island.Kill()
+	<-island.Done()
+	if _, err := cl.Restart(ctx, "island1"); err != nil {
+		t.Fatal(err)
+	}
+	// The unmount makes everything closed since durable.
 	closed := map[string][]byte{}
 	for i := 0; i < 5; i++ {
 		name := fmt.Sprintf("/u%d", i)
@@ -1012,8 +1054,8 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := m.Unmount(); err != nil {
-		t.Fatal(err)
+	if err := m.Unmount(); !errors.Is(err, metawire.ErrIO) || !strings.Contains(err.Error(), "may be lost") {
+		t.Fatalf("unmount after the island lost a file only closed: %v, want it reported", err)
 	}
 	island = cl.Child("island1")
 	island.Kill()

@@ -54,7 +54,12 @@
 // a sync was under way is not forgotten) until something made them
 // durable: a synced commit to the file, or an OpSync to its island, which
 // File.Fsync sends when it has nothing left to commit. So fsync always
-// returns durable. Before that an island crash may lose a suffix of the
+// returns durable. Each lazy change is remembered with the incarnation of
+// the island that acknowledged it (metawire.SyncResp.Boot, which changes
+// only when an island restarts after a crash): if the synced write that
+// settles it is answered by another incarnation, the change may have been
+// lost, and that fsync (or FS.SyncLazy, FS.SyncDir) fails with ErrIO, once,
+// as Linux reports a failed write-back. Before that an island crash may lose a suffix of the
 // lazy changes (the island's syncer usually makes them durable within one
 // log sync anyway); a lost create's inode number is never reused. Past
 // 4096 remembered files, and at unmount (FS.SyncLazy), one OpSync per

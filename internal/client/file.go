@@ -581,10 +581,13 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 		h.mu.attr = resp.Attrs[0]
 		h.fs.cacheAttr(resp.Attrs[0])
 	}
+	var lost error
 	if lazy {
-		h.fs.addLazy(ctx, h.ino)
+		h.fs.addLazy(ctx, h.ino, resp.Boot)
 	} else {
-		h.fs.durable(h.ino, mark) // the commit synced the island's log
+		// The commit synced the island's log: earlier lazy changes of
+		// this file are durable now, unless a crash came between.
+		lost = h.fs.durable(h.ino, mark, resp.Boot)
 	}
 	for _, b := range h.mu.dirty { // the log copied them
 		wire.PutBuf(b)
@@ -593,7 +596,7 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 	h.mu.dirtyN = 0
 	h.mu.modified = false
 	h.dropReadAheadLocked()
-	return nil
+	return lost
 }
 
 // Truncate flushes and then sets the size.

@@ -108,7 +108,7 @@ type FS struct {
 	lazyClose  atomic.Bool
 	lazy       struct {
 		sync.Mutex
-		m   map[uint64]uint64 // ino → generation of its last lazy change
+		m   map[uint64]lazyChange // by ino: its last unsettled change
 		gen uint64
 	}
 	cache struct {
@@ -358,11 +358,17 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 	f.invalidateDentry(req.Dir, req.Name)
 	req.Lazy = op == metawire.OpCreate && !req.Exclusive && f.lazyCreate.Load() &&
 		req.Mode&metawire.ModeType == metawire.ModeFile
+	mark := f.lazyMark()
 	if err := f.call(ctx, req.Dir, op, &req, &resp); err != nil {
 		return resp, err
 	}
-	if req.Lazy && !resp.Existed {
-		f.addLazy(ctx, resp.Attr.Ino)
+	switch {
+	case req.Lazy && !resp.Existed:
+		f.addLazy(ctx, resp.Attr.Ino, resp.Boot)
+	case !req.Lazy && resp.Boot != 0:
+		// A synced create makes what its island acknowledged before durable.
+		addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(req.Dir).Bucket())
+		f.settleIsland(addr, mark, resp.Boot, false)
 	}
 	f.cacheAttr(resp.Attr)
 	f.cacheAttr(resp.DirAttr)
@@ -399,23 +405,37 @@ func (f *FS) SetLazyClose(on bool) { f.lazyClose.Store(on) }
 // all of them are synced and the list starts over.
 const maxLazy = 4096
 
+// lazyChange is a file's last lazily acknowledged change: its generation
+// (lazyMark) and the incarnation of the island that acknowledged it.
+type lazyChange struct{ gen, boot uint64 }
+
+// errLazyLost reports lazily acknowledged changes of ino that an island
+// crash may have lost before anything made them durable.
+func errLazyLost(ino uint64) error {
+	return fmt.Errorf("client: %x: its island restarted after a crash before the last changes were durable; they may be lost: %w", ino, metawire.ErrIO)
+}
+
 // lazyMark returns the current lazy generation: a file added after it has
 // a larger one. A synced write sent after lazyMark covers every change
-// acknowledged before it.
+// acknowledged before it, by the same incarnation of that island.
 func (f *FS) lazyMark() uint64 {
 	f.lazy.Lock()
 	defer f.lazy.Unlock()
 	return f.lazy.gen
 }
 
-// addLazy records that ino has a change acknowledged but not yet synced.
-func (f *FS) addLazy(ctx context.Context, ino uint64) {
+// addLazy records that ino has a change acknowledged, not yet synced, by
+// incarnation boot of its island.
+func (f *FS) addLazy(ctx context.Context, ino, boot uint64) {
 	f.lazy.Lock()
 	if f.lazy.m == nil {
-		f.lazy.m = map[uint64]uint64{}
+		f.lazy.m = map[uint64]lazyChange{}
 	}
 	f.lazy.gen++
-	f.lazy.m[ino] = f.lazy.gen
+	if old, ok := f.lazy.m[ino]; ok && old.boot != boot {
+		boot = 0 // an older change went to an earlier incarnation: keep it suspect
+	}
+	f.lazy.m[ino] = lazyChange{gen: f.lazy.gen, boot: boot}
 	over := len(f.lazy.m) > maxLazy
 	f.lazy.Unlock()
 	// Forgetting files without syncing their islands would let a later
@@ -428,48 +448,76 @@ func (f *FS) addLazy(ctx context.Context, ino uint64) {
 }
 
 // SyncLazy makes every lazy create and commit this FS made so far durable:
-// one OpSync to each island concerned (unmount).
+// one OpSync to each island concerned (unmount). It fails if an island
+// restarted after a crash before syncing some of them (errLazyLost).
 func (f *FS) SyncLazy(ctx context.Context) error {
 	f.lazy.Lock()
-	mark := f.lazy.gen
-	var one []uint64 // one file per island
-	seen := map[string]bool{}
+	one := map[string]uint64{} // a file per island, to route the sync
 	for ino := range f.lazy.m {
 		addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket())
-		if !seen[addr] {
-			seen[addr] = true
-			one = append(one, ino)
+		one[addr] = ino
+	}
+	f.lazy.Unlock()
+	var lost error
+	for addr, ino := range one {
+		mark := f.lazyMark()
+		var resp metawire.SyncResp
+		if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
+			return fmt.Errorf("client: sync of %x: %w", ino, err) // keep them: a later fsync syncs each
+		}
+		if err := f.settleIsland(addr, mark, resp.Boot, true); err != nil && lost == nil {
+			lost = err
+		}
+	}
+	return lost
+}
+
+// durable records that a synced write to ino's island, sent after mark
+// (lazyMark), was answered by incarnation boot (settleIsland); it reports
+// ino's own changes if they may be lost.
+func (f *FS) durable(ino, mark, boot uint64) error {
+	addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket())
+	f.lazy.Lock()
+	var lost error
+	if ch, ok := f.lazy.m[ino]; ok && ch.gen <= mark {
+		delete(f.lazy.m, ino)
+		if ch.boot != boot {
+			lost = errLazyLost(ino)
 		}
 	}
 	f.lazy.Unlock()
-	for _, ino := range one {
-		if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, nil); err != nil {
-			return fmt.Errorf("client: sync of %x: %w", ino, err) // keep them all: a later fsync syncs each
-		}
-	}
-	f.settled(mark)
-	return nil
+	f.settleIsland(addr, mark, boot, false) // others' losses are theirs to report
+	return lost
 }
 
-// durable records that a synced write to ino's island was sent after
-// mark (lazyMark) and answered: ino's earlier changes are durable.
-func (f *FS) durable(ino, mark uint64) {
+// settleIsland records that a synced write to island addr, sent after
+// mark, was answered by incarnation boot: every change there up to mark
+// that the same incarnation acknowledged is durable. One another
+// incarnation acknowledged may be lost: with takeLost it is reported
+// (once, as fsync reports a failed write-back) and forgotten, else kept
+// for its own file's fsync to report.
+func (f *FS) settleIsland(addr string, mark, boot uint64, takeLost bool) error {
 	f.lazy.Lock()
-	if g, ok := f.lazy.m[ino]; ok && g <= mark {
+	defer f.lazy.Unlock()
+	var lost error
+	for ino, ch := range f.lazy.m {
+		if ch.gen > mark {
+			continue
+		}
+		if a, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket()); a != addr {
+			continue
+		}
+		if ch.boot != boot {
+			if !takeLost {
+				continue
+			}
+			if lost == nil {
+				lost = errLazyLost(ino)
+			}
+		}
 		delete(f.lazy.m, ino)
 	}
-	f.lazy.Unlock()
-}
-
-// settled forgets every file added up to mark.
-func (f *FS) settled(mark uint64) {
-	f.lazy.Lock()
-	for ino, g := range f.lazy.m {
-		if g <= mark {
-			delete(f.lazy.m, ino)
-		}
-	}
-	f.lazy.Unlock()
+	return lost
 }
 
 // settle makes ino's lazy changes durable if nothing did yet: one OpSync
@@ -482,21 +530,24 @@ func (f *FS) settle(ctx context.Context, ino uint64) error {
 	if !pending {
 		return nil
 	}
-	if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, nil); err != nil {
+	var resp metawire.SyncResp
+	if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
 		return fmt.Errorf("client: sync of %x: %w", ino, err)
 	}
-	f.durable(ino, mark)
-	return nil
+	return f.durable(ino, mark, resp.Boot)
 }
 
 // SyncDir makes every change acknowledged so far by the island owning
 // directory dir durable, lazy creates of its files included (fsync on a
 // directory).
 func (f *FS) SyncDir(ctx context.Context, dir uint64) error {
-	if err := f.call(ctx, dir, metawire.OpSync, metawire.Empty{}, nil); err != nil {
+	addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(dir).Bucket())
+	mark := f.lazyMark()
+	var resp metawire.SyncResp
+	if err := f.call(ctx, dir, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
 		return fmt.Errorf("client: sync of directory %x: %w", dir, err)
 	}
-	return nil
+	return f.settleIsland(addr, mark, resp.Boot, true)
 }
 
 // Mkdir makes a directory.

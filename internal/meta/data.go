@@ -148,6 +148,7 @@ func (i *Island) commit(ctx context.Context, r *metawire.CommitReq) (*metawire.C
 	if err != nil {
 		return nil, err
 	}
+	resp.Boot = i.boot
 	return &resp, nil
 }
 

@@ -211,7 +211,11 @@
 // log within Config.LazySync (5ms by default; kicks meanwhile coalesce). Any later
 // synced write — a synced commit, OpSync — makes them durable too, since
 // pebble's log is written in order, and a crash loses a suffix of the
-// lazily committed changes, never a change in the middle. Inode-number reservations are always synced, so the number of a
+// lazily committed changes, never a change in the middle. Clients learn
+// of such a loss from the island's incarnation (metawire.SyncResp.Boot,
+// also in create and commit replies): a random id recorded at start under
+// a global key, kept across a clean Close (which syncs everything first),
+// new after a crash. Inode-number reservations are always synced, so the number of a
 // lazy create lost in a crash is never handed out again. Close syncs the
 // log once more.
 //

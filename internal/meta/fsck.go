@@ -107,6 +107,10 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 			if len(k) != len(globalKey(gRef))+32 {
 				problem(k, "stripe reference: bad key length %d", len(k))
 			}
+		case gBoot:
+			if len(v) != 9 {
+				problem(k, "incarnation record of %d bytes", len(v))
+			}
 		case gMeta:
 		default:
 			problem(k, "unknown island record")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"sync"
@@ -68,6 +69,8 @@ type Island struct {
 	// durable.
 	syncKick chan struct{}
 	syncDone chan struct{}
+	// boot is this run's incarnation (startBoot), set before serving.
+	boot uint64
 
 	timing timing
 }
@@ -226,6 +229,9 @@ func (i *Island) start() error {
 	} else if err := i.db.Set(globalKey(gMeta), encodeMeta(i.cfg.ID), pebble.Sync); err != nil {
 		return err
 	}
+	if err := i.startBoot(); err != nil {
+		return err
+	}
 	if err := i.recoverTx(); err != nil {
 		return err
 	}
@@ -360,8 +366,39 @@ func (i *Island) Close() error {
 		i.ln.Close()
 	}
 	i.closePool()
-	_ = i.syncLog() // lazy records committed since the syncer's last sync
+	// Lazy records committed since the syncer's last sync become durable,
+	// and the next start keeps this incarnation: nothing acknowledged was
+	// lost.
+	if err := i.syncLog(); err == nil && i.boot != 0 {
+		_ = i.db.Set(globalKey(gBoot), encodeBoot(i.boot, true), pebble.Sync)
+	}
 	return i.db.Close()
+}
+
+// startBoot picks this run's incarnation (metawire.SyncResp): the last
+// one if the island closed cleanly, else a new random one, and records
+// it as not closed cleanly until Close says otherwise.
+func (i *Island) startBoot() error {
+	v, ok, err := get(i.db, globalKey(gBoot))
+	if err != nil {
+		return err
+	}
+	if ok && len(v) == 9 && v[8] == 1 && binary.BigEndian.Uint64(v) != 0 {
+		i.boot = binary.BigEndian.Uint64(v)
+	} else {
+		for i.boot == 0 {
+			i.boot = mrand.Uint64()
+		}
+	}
+	return i.db.Set(globalKey(gBoot), encodeBoot(i.boot, false), pebble.Sync)
+}
+
+func encodeBoot(boot uint64, clean bool) []byte {
+	v := binary.BigEndian.AppendUint64(nil, boot)
+	if clean {
+		return append(v, 1)
+	}
+	return append(v, 0)
 }
 
 func (i *Island) closePool() {

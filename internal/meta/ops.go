@@ -230,6 +230,7 @@ func (i *Island) create(ctx context.Context, op uint16, r *metawire.CreateReq) (
 	if err != nil {
 		return nil, fmt.Errorf("%s %q in %v: %w", opName, r.Name, dir, err)
 	}
+	resp.Boot = i.boot
 	return resp, nil
 }
 

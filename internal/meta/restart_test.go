@@ -151,3 +151,46 @@ func TestLazyCreateDurability(t *testing.T) {
 	}
 	c.mustFsck()
 }
+
+// An island's incarnation (SyncResp.Boot, also in create and commit
+// replies) survives a clean restart, which syncs every lazy change, and
+// changes after a crash, which may lose some: that is how a client holding
+// lazily acknowledged changes learns they may be gone.
+func TestIslandBootChangesOnlyAfterCrash(t *testing.T) {
+	c := newCluster(t, 1)
+	boot := func() uint64 {
+		t.Helper()
+		var r metawire.SyncResp
+		if err := c.call(metawire.OpSync, rootIno(), metawire.Empty{}, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Boot == 0 {
+			t.Fatal("zero incarnation")
+		}
+		return r.Boot
+	}
+	r := c.root()
+	first := boot()
+	d := must(r.mkdir(rootIno(), "d", 0o755))
+	resp, err := r.createReq(metawire.OpCreate, metawire.CreateReq{Dir: d.Ino, Name: "f", Mode: metawire.ModeFile | 0o644, Lazy: true})
+	if err != nil || resp.Boot != first {
+		t.Fatalf("create reply incarnation %x (%v), sync says %x", resp.Boot, err, first)
+	}
+	if cr := must(r.lazyCommit(metawire.FileWrite{Ino: resp.Attr.Ino, Size: 1, SetInline: true, Inline: []byte("x")})); cr.Boot != first {
+		t.Fatalf("commit reply incarnation %x, sync says %x", cr.Boot, first)
+	}
+	c.restart(1, c.fs[1]) // clean: Close syncs
+	if got := boot(); got != first {
+		t.Fatalf("incarnation after a clean restart %x, want %x", got, first)
+	}
+	c.restart(1, c.fs[1].CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(5, 6))}))
+	second := boot()
+	if second == first {
+		t.Fatal("incarnation unchanged after a crash")
+	}
+	c.restart(1, c.fs[1].CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(7, 8))}))
+	if got := boot(); got == second || got == first {
+		t.Fatalf("incarnation %x after a second crash (before: %x, %x)", got, first, second)
+	}
+	c.mustFsck()
+}

@@ -31,6 +31,7 @@ const (
 	gLive     = 'L'
 	gStats    = 'S'
 	gRef      = 'R'
+	gBoot     = 'B' // incarnation (8 bytes) + 1 if the island closed cleanly
 )
 
 const recordVersion = 1

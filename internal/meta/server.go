@@ -103,7 +103,7 @@ func (i *Island) Handle(ctx context.Context, op uint16, epoch uint64, msg []byte
 		return serve(msg, &metawire.ForgetReq{}, func(r *metawire.ForgetReq) (metawire.Message, error) { return i.forget(r) })
 	case metawire.OpSync:
 		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) {
-			return metawire.Empty{}, i.syncLog()
+			return &metawire.SyncResp{Boot: i.boot}, i.syncLog()
 		})
 	case metawire.OpAccess:
 		return serve(msg, &metawire.AccessReq{}, func(r *metawire.AccessReq) (metawire.Message, error) {

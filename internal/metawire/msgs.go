@@ -32,7 +32,7 @@ const (
 	OpAccess      uint16 = 21 // AccessReq -> Empty
 	OpLiveBytes   uint16 = 22 // LiveReq -> LiveResp (one page of per-stripe live bytes, for the cleaner)
 	OpStripeRefs  uint16 = 23 // RefsReq -> RefsResp (the blocks pointing into one stripe)
-	OpSync        uint16 = 24 // Empty -> Empty (everything the island acknowledged before is durable)
+	OpSync        uint16 = 24 // Empty -> SyncResp (everything the island acknowledged before is durable)
 	OpForget      uint16 = 25 // ForgetReq -> ForgetResp (drop the zero live counters of deleted stripes)
 
 	OpPrepare uint16 = 64 // PrepareReq -> Empty (participant prepared)
@@ -178,10 +178,32 @@ type CreateResp struct {
 	Attr    Attr
 	DirAttr Attr
 	Existed bool
+	// Boot is the island's incarnation (see SyncResp).
+	Boot uint64
 }
 
-func (r *CreateResp) Encode(e *wire.Enc) { r.Attr.Encode(e); r.DirAttr.Encode(e); e.Bool(r.Existed) }
-func (r *CreateResp) Decode(d *wire.Dec) { r.Attr.Decode(d); r.DirAttr.Decode(d); r.Existed = d.Bool() }
+func (r *CreateResp) Encode(e *wire.Enc) {
+	r.Attr.Encode(e)
+	r.DirAttr.Encode(e)
+	e.Bool(r.Existed)
+	e.U64(r.Boot)
+}
+
+func (r *CreateResp) Decode(d *wire.Dec) {
+	r.Attr.Decode(d)
+	r.DirAttr.Decode(d)
+	r.Existed, r.Boot = d.Bool(), d.U64()
+}
+
+// SyncResp answers OpSync. Boot is the island's incarnation: it changes
+// when the island restarts after a crash (a clean shutdown syncs
+// everything and keeps it), so a client that holds lazily acknowledged
+// changes (CreateReq.Lazy, CommitReq.Lazy) learns whether they may have
+// been lost before this sync covered them.
+type SyncResp struct{ Boot uint64 }
+
+func (r *SyncResp) Encode(e *wire.Enc) { e.U64(r.Boot) }
+func (r *SyncResp) Decode(d *wire.Dec) { r.Boot = d.U64() }
 
 // ReadlinkResp returns a symlink's target.
 type ReadlinkResp struct{ Target string }
@@ -487,13 +509,17 @@ func (r *CommitReq) Decode(d *wire.Dec) {
 }
 
 // CommitResp returns each written file's attributes after the commit.
-type CommitResp struct{ Attrs []Attr }
+type CommitResp struct {
+	Attrs []Attr
+	Boot  uint64 // the island's incarnation (see SyncResp)
+}
 
 func (r *CommitResp) Encode(e *wire.Enc) {
 	e.Uvarint(uint64(len(r.Attrs)))
 	for i := range r.Attrs {
 		r.Attrs[i].Encode(e)
 	}
+	e.U64(r.Boot)
 }
 
 func (r *CommitResp) Decode(d *wire.Dec) {
@@ -502,6 +528,7 @@ func (r *CommitResp) Decode(d *wire.Dec) {
 	for i := range r.Attrs {
 		r.Attrs[i].Decode(d)
 	}
+	r.Boot = d.U64()
 }
 
 // CleanDelta moves block Index of Ino from Old to New only if the block
