@@ -297,55 +297,41 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 	}
 	res.Imbalance = namespace.Imbalance(fl)
 
-	// small files: create + write 4 KiB + close
+	// small files: create + write 4 KiB + close (as the FUSE mount: the
+	// close is lazy), then a quarter as many made durable at once (fsync
+	// before close).
 	block := make([]byte, 4096)
-	start = time.Now()
-	err = parallel(ctx, cfg.Clients, cfg.SmallFiles, func(w, i int) error {
-		r, err := fss[w].Create(ctx, metawire.CreateReq{Cred: cred, Dir: dirIno[i%cfg.Dirs], Name: fmt.Sprintf("s%06d", i), Mode: 0o644})
-		if err != nil {
-			return err
-		}
-		fh, err := fss[w].OpenWithAttr(ctx, cred, r.Attr)
-		if err != nil {
-			return err
-		}
-		if _, err := fh.WriteAt(ctx, block, 0); err != nil {
-			return err
-		}
-		totalOps.Add(3)
-		return fh.Close(ctx)
-	})
-	if err != nil {
+	smallFiles := func(n int, prefix string, fsync bool) (float64, error) {
+		start := time.Now()
+		err := parallel(ctx, cfg.Clients, n, func(w, i int) error {
+			r, err := fss[w].Create(ctx, metawire.CreateReq{Cred: cred, Dir: dirIno[i%cfg.Dirs], Name: fmt.Sprintf("%s%06d", prefix, i), Mode: 0o644})
+			if err != nil {
+				return err
+			}
+			fh, err := fss[w].OpenWithAttr(ctx, cred, r.Attr)
+			if err != nil {
+				return err
+			}
+			if _, err := fh.WriteAt(ctx, block, 0); err != nil {
+				return err
+			}
+			if fsync {
+				if err := fh.Fsync(ctx); err != nil {
+					return err
+				}
+			}
+			totalOps.Add(3)
+			return fh.Close(ctx)
+		})
+		return float64(n) / time.Since(start).Seconds(), err
+	}
+	if res.SmallFilesPerS, err = smallFiles(cfg.SmallFiles, "s", false); err != nil {
 		return res, err
 	}
-	res.SmallFilesPerS = float64(cfg.SmallFiles) / time.Since(start).Seconds()
 	say("  small files  %9.0f /s (4 KiB create+write+close, as the FUSE mount)", res.SmallFilesPerS)
-
-	// The same, durable at once: fsync before close (a quarter as many).
-	nSync := max(cfg.SmallFiles/4, 1)
-	start = time.Now()
-	err = parallel(ctx, cfg.Clients, nSync, func(w, i int) error {
-		r, err := fss[w].Create(ctx, metawire.CreateReq{Cred: cred, Dir: dirIno[i%cfg.Dirs], Name: fmt.Sprintf("y%06d", i), Mode: 0o644})
-		if err != nil {
-			return err
-		}
-		fh, err := fss[w].OpenWithAttr(ctx, cred, r.Attr)
-		if err != nil {
-			return err
-		}
-		if _, err := fh.WriteAt(ctx, block, 0); err != nil {
-			return err
-		}
-		if err := fh.Fsync(ctx); err != nil {
-			return err
-		}
-		totalOps.Add(3)
-		return fh.Close(ctx)
-	})
-	if err != nil {
+	if res.SmallFilesFsyncPerS, err = smallFiles(max(cfg.SmallFiles/4, 1), "y", true); err != nil {
 		return res, err
 	}
-	res.SmallFilesFsyncPerS = float64(nSync) / time.Since(start).Seconds()
 	say("  small files  %9.0f /s (4 KiB create+write+fsync+close)", res.SmallFilesFsyncPerS)
 
 	// unlink

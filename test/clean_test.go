@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -390,33 +389,10 @@ type cleanCrashCluster struct {
 }
 
 func startCleanCrashCluster(t *testing.T) *cleanCrashCluster {
+	// The test runs every cleaner pass itself.
+	cl, _ := startDev(t, 5, 2, 0, func(c *devcluster.Config) { c.CleanInterval = -1 })
+	conn := dialDev(t, cl)
 	exe := atoll(t)
-	dir := t.TempDir()
-	const nStorage, nIslands = 5, 2
-	base := freeBase(t, nStorage+nIslands+2)
-	dev, err := devcluster.New(devcluster.Config{
-		DataDir: filepath.Join(dir, "cluster"), Storage: nStorage, Islands: nIslands, Exe: exe, LogLevel: "warn",
-		ManagerListen: fmt.Sprintf("127.0.0.1:%d", base),
-		StorageListen: fmt.Sprintf("127.0.0.1:%d", base+2),
-		IslandListen:  fmt.Sprintf("127.0.0.1:%d", base+2+nStorage),
-		CleanInterval: -1, // the test runs every pass itself
-		Out:           os.Stderr,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	ctx := context.Background()
-	cl, err := dev.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Stop() })
-	conn, err := connect.Dial(ctx, []string{cl.Manager}, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
 	c := &cleanCrashCluster{t: t, exe: exe, cl: cl, fs: conn.FS, r: newRand(71), want: map[string][]byte{}}
 	c.churn(80)
 	return c

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/storage"
 )
@@ -184,4 +185,47 @@ func startChild(t *testing.T, slot int, env ...string) *childServer {
 		}
 	})
 	return s
+}
+
+// startDev starts a child-process cluster of the atoll binary (a manager,
+// storage storage servers, islands islands) on free ports below the
+// ephemeral range, keeping extra ports after them free for the caller; it
+// returns the cluster and its first port. tune may adjust the config.
+// Everything stops at the end of the test.
+func startDev(t *testing.T, storage, islands, extra int, tune func(*devcluster.Config)) (*devcluster.Cluster, int) {
+	t.Helper()
+	base := freeBase(t, storage+islands+2+extra) // manager, its raft port, storage, islands
+	cfg := devcluster.Config{
+		DataDir: filepath.Join(t.TempDir(), "cluster"), Storage: storage, Islands: islands, Exe: atoll(t), LogLevel: "warn",
+		ManagerListen: fmt.Sprintf("127.0.0.1:%d", base),
+		StorageListen: fmt.Sprintf("127.0.0.1:%d", base+2),
+		IslandListen:  fmt.Sprintf("127.0.0.1:%d", base+2+storage),
+		Out:           os.Stderr,
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	dev, err := devcluster.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	cl, err := dev.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	return cl, base
+}
+
+// dialDev connects a client to a startDev cluster, closed at the end of
+// the test.
+func dialDev(t *testing.T, cl *devcluster.Cluster) *connect.Conn {
+	t.Helper()
+	conn, err := connect.Dial(context.Background(), []string{cl.Manager}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

@@ -891,35 +891,11 @@ func TestFUSEStorageDiesDuringDD(t *testing.T) {
 // returns.
 func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 	fuseUsable(t)
-	exe := atoll(t)
-	const nStorage, nIslands = 5, 1
-	base := freeBase(t, nStorage+nIslands+2)
-	dev, err := devcluster.New(devcluster.Config{
-		DataDir: filepath.Join(t.TempDir(), "cluster"), Storage: nStorage, Islands: nIslands, Exe: exe, LogLevel: "warn",
-		ManagerListen: fmt.Sprintf("127.0.0.1:%d", base),
-		StorageListen: fmt.Sprintf("127.0.0.1:%d", base+2),
-		IslandListen:  fmt.Sprintf("127.0.0.1:%d", base+2+nStorage),
-		CleanInterval: -1,
-		// The island's own syncer stays out of the way: what survives
-		// is what fsync made durable.
-		LazySync: time.Minute,
-		Out:      os.Stderr,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
+	// The island's own syncer stays out of the way: what survives is
+	// what fsync made durable.
+	cl, _ := startDev(t, 5, 1, 0, func(c *devcluster.Config) { c.CleanInterval, c.LazySync = -1, time.Minute })
 	ctx := context.Background()
-	cl, err := dev.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Stop() })
-	conn, err := connect.Dial(ctx, []string{cl.Manager}, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := dialDev(t, cl)
 	m, mnt := mountFS(t, conn.FS)
 
 	r := newRand(91)

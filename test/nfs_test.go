@@ -1612,24 +1612,8 @@ func devGateway(t *testing.T, storage, islands int) int {
 	t.Helper()
 	exe := atoll(t)
 	dir := t.TempDir()
-	base := freeBase(t, storage+islands+3) // manager, its raft port, storage, islands, nfs
-	dev, err := devcluster.New(devcluster.Config{
-		DataDir: filepath.Join(dir, "cluster"), Storage: storage, Islands: islands, Exe: exe, LogLevel: "warn",
-		ManagerListen: fmt.Sprintf("127.0.0.1:%d", base),
-		StorageListen: fmt.Sprintf("127.0.0.1:%d", base+2),
-		IslandListen:  fmt.Sprintf("127.0.0.1:%d", base+2+storage),
-		Out:           os.Stderr,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
+	cl, base := startDev(t, storage, islands, 1, nil) // one more port: nfs
 	ctx := context.Background()
-	cl, err := dev.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
 	nfsPort := base + 2 + storage + islands
 	gw, err := devcluster.Start(ctx, devcluster.ChildSpec{
 		Name: "nfs", Exe: exe,
