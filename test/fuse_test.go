@@ -59,12 +59,32 @@ func mountFS(t *testing.T, fs *client.FS) (*fusefs.Mount, string) {
 	if err := m.Mount(); err != nil {
 		t.Skipf("FUSE mount impossible here: %v", err)
 	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := m.Unmount(); err != nil {
 			t.Errorf("unmount: %v", err)
+			abortFUSE(t, st.Dev)
 		}
 	})
 	return m, dir
+}
+
+// abortFUSE aborts the kernel's FUSE connection of device dev. A failed
+// test can leave a file open on this process's own mount; closing it at
+// exit would wait forever on the stopped in-process server and hang the
+// test binary (and go test) instead of reporting the failure.
+func abortFUSE(t *testing.T, dev uint64) {
+	const ctl = "/sys/fs/fuse/connections"
+	if ents, _ := os.ReadDir(ctl); len(ents) == 0 {
+		_ = unix.Mount("fusectl", ctl, "fusectl", 0, "")
+	}
+	path := fmt.Sprintf("%s/%d/abort", ctl, unix.Minor(dev))
+	if err := os.WriteFile(path, []byte("1"), 0); err != nil {
+		t.Logf("aborting the FUSE connection: %v", err)
+	}
 }
 
 func errnoOf(err error) syscall.Errno {
