@@ -459,17 +459,29 @@ func (f *FS) SyncLazy(ctx context.Context) error {
 	}
 	f.lazy.Unlock()
 	var lost error
-	for addr, ino := range one {
-		mark := f.lazyMark()
-		var resp metawire.SyncResp
-		if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
+	for _, ino := range one {
+		l, err := f.syncIsland(ctx, ino)
+		if err != nil {
 			return fmt.Errorf("client: sync of %x: %w", ino, err) // keep them: a later fsync syncs each
 		}
-		if err := f.settleIsland(addr, mark, resp.Boot, true); err != nil && lost == nil {
-			lost = err
+		if lost == nil {
+			lost = l
 		}
 	}
 	return lost
+}
+
+// syncIsland syncs the log of the island owning route and settles this
+// FS's lazy changes there (settleIsland, reporting those lost); err is the
+// sync's own failure.
+func (f *FS) syncIsland(ctx context.Context, route uint64) (lost, err error) {
+	addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(route).Bucket())
+	mark := f.lazyMark()
+	var resp metawire.SyncResp
+	if err := f.call(ctx, route, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
+		return nil, err
+	}
+	return f.settleIsland(addr, mark, resp.Boot, true), nil
 }
 
 // durable records that a synced write to ino's island, sent after mark
@@ -541,13 +553,11 @@ func (f *FS) settle(ctx context.Context, ino uint64) error {
 // directory dir durable, lazy creates of its files included (fsync on a
 // directory).
 func (f *FS) SyncDir(ctx context.Context, dir uint64) error {
-	addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(dir).Bucket())
-	mark := f.lazyMark()
-	var resp metawire.SyncResp
-	if err := f.call(ctx, dir, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
+	lost, err := f.syncIsland(ctx, dir)
+	if err != nil {
 		return fmt.Errorf("client: sync of directory %x: %w", dir, err)
 	}
-	return f.settleIsland(addr, mark, resp.Boot, true)
+	return lost
 }
 
 // Mkdir makes a directory.
