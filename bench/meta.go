@@ -62,12 +62,15 @@ type MetaResult struct {
 	UnlinkPerS          float64 `json:"unlink_per_s"`
 	SmallFilesPerS      float64 `json:"small_files_per_s"`       // as the FUSE mount: close-to-open, durable at fsync
 	SmallFilesFsyncPerS float64 `json:"small_files_fsync_per_s"` // create+write+fsync+close: durable at once
-	CrossIslandFraction float64 `json:"cross_island_fraction"`
-	Imbalance           float64 `json:"imbalance"`
-	EntriesPerIsland    []int   `json:"entries_per_island"`
-	LocalCreatePerS     float64 `json:"local_create_per_s"`
-	LocalStatPerS       float64 `json:"local_stat_per_s"`
-	LocalSmallFilesPerS float64 `json:"local_small_files_per_s"`
+	// SmallFilesOneCallPerS is the same files written with one
+	// CreateWithData each (FS.WriteFile, atoll cp): durable as the mount's.
+	SmallFilesOneCallPerS float64 `json:"small_files_one_call_per_s"`
+	CrossIslandFraction   float64 `json:"cross_island_fraction"`
+	Imbalance             float64 `json:"imbalance"`
+	EntriesPerIsland      []int   `json:"entries_per_island"`
+	LocalCreatePerS       float64 `json:"local_create_per_s"`
+	LocalStatPerS         float64 `json:"local_stat_per_s"`
+	LocalSmallFilesPerS   float64 `json:"local_small_files_per_s"`
 }
 
 // RunMeta starts a cluster (1 manager, Storage servers, Islands islands,
@@ -299,12 +302,19 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 
 	// small files: create + write 4 KiB + close (as the FUSE mount: the
 	// close is lazy), then a quarter as many made durable at once (fsync
-	// before close).
+	// before close), then as many again written with one request each
+	// (create with data).
 	block := make([]byte, 4096)
 	smallFiles := func(n int, prefix string, fsync bool) (float64, error) {
 		start := time.Now()
 		err := parallel(ctx, cfg.Clients, n, func(w, i int) error {
-			r, err := fss[w].Create(ctx, metawire.CreateReq{Cred: cred, Dir: dirIno[i%cfg.Dirs], Name: fmt.Sprintf("%s%06d", prefix, i), Mode: 0o644})
+			req := metawire.CreateReq{Cred: cred, Dir: dirIno[i%cfg.Dirs], Name: fmt.Sprintf("%s%06d", prefix, i), Mode: 0o644}
+			if prefix == "o" {
+				totalOps.Add(1)
+				_, err := fss[w].CreateWithData(ctx, req, block)
+				return err
+			}
+			r, err := fss[w].Create(ctx, req)
 			if err != nil {
 				return err
 			}
@@ -333,6 +343,10 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 		return res, err
 	}
 	say("  small files  %9.0f /s (4 KiB create+write+fsync+close)", res.SmallFilesFsyncPerS)
+	if res.SmallFilesOneCallPerS, err = smallFiles(cfg.SmallFiles, "o", false); err != nil {
+		return res, err
+	}
+	say("  small files  %9.0f /s (4 KiB, one create with data each)", res.SmallFilesOneCallPerS)
 
 	// unlink
 	start = time.Now()

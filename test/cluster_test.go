@@ -1,13 +1,16 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -228,4 +231,37 @@ func dialDev(t *testing.T, cl *devcluster.Cluster) *connect.Conn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// atoll cp copies files into and out of a cluster: a small file (sent
+// with its create) and a large one, byte for byte, and overwrites.
+func TestCLICopyRoundTrip(t *testing.T) {
+	cl, _ := startDev(t, 5, 1, 0, nil)
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		name string
+		size int
+	}{{"small", 3000}, {"large", 3<<20 + 17}, {"small", 10}, {"empty", 0}} {
+		want := make([]byte, c.size)
+		for i := range want {
+			want[i] = byte(rng.Uint32())
+		}
+		src, back := filepath.Join(dir, c.name), filepath.Join(dir, c.name+".back")
+		if err := os.WriteFile(src, want, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"cp", "-q", "--cluster", cl.Manager, src, "atoll:/" + c.name},
+			{"cp", "-q", "--cluster", cl.Manager, "atoll:/" + c.name, back},
+		} {
+			if out, err := exec.Command(atoll(t), args...).CombinedOutput(); err != nil {
+				t.Fatalf("atoll %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+		got, err := os.ReadFile(back)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s (%d bytes) copied in and out: %d bytes back (%v)", c.name, c.size, len(got), err)
+		}
+	}
 }

@@ -520,3 +520,92 @@ func TestLazyCloseVisibleAndFsyncDurable(t *testing.T) {
 		readBack(fmt.Sprintf("m%d", i), fmt.Sprintf("data %d", i))
 	}
 }
+
+// A small file written with WriteFile (CreateWithData) costs one island
+// request: its create carries the data. Another client reads it back; an
+// existing name is overwritten the usual way; data over the inline maximum
+// goes the usual way too, and an island refuses more than its own inline
+// maximum from a client configured otherwise.
+func TestCreateWithDataOneRequest(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	ctx := context.Background()
+	fs, other := fc.newFS(t), fc.newFS(t)
+	d, err := fs.MkdirAll(ctx, root, "/one", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	data := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	readBack := func(path string, want []byte) {
+		t.Helper()
+		got, err := other.ReadFile(ctx, root, path)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: read %d bytes (%v), want %d written", path, len(got), err, len(want))
+		}
+	}
+	creates, commits := fc.islandOps(t, "create"), fc.islandOps(t, "commit")
+	small := data(4096)
+	if err := fs.WriteFile(ctx, root, "/one/small", small, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if c, m := fc.islandOps(t, "create")-creates, fc.islandOps(t, "commit")-commits; c != 1 || m != 0 {
+		t.Fatalf("a 4 KiB WriteFile cost %v creates and %v commits, want 1 and 0", c, m)
+	}
+	readBack("/one/small", small)
+	a, err := other.Lookup(ctx, root, d.Ino, "small")
+	if err != nil || a.Size != 4096 || a.Mode&0o777 != 0o640 {
+		t.Fatalf("attributes of a file created with data: %+v %v", a, err)
+	}
+	shorter := data(100)
+	if err := fs.WriteFile(ctx, root, "/one/small", shorter, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	readBack("/one/small", shorter)
+	large := data(100 << 10)
+	if err := fs.WriteFile(ctx, root, "/one/large", large, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	readBack("/one/large", large)
+
+	// A client whose inline maximum exceeds the island's is refused.
+	wide, err := client.NewFS(client.FSConfig{Data: newClient(t, fc.storage, nil), Map: fc.view, Logger: quietLogger(), InlineMax: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wide.Close()
+	_, err = wide.CreateWithData(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: "wide", Mode: 0o644}, data(32<<10))
+	if metawire.Errno(err) != metawire.Errno(metawire.ErrFileTooBig) {
+		t.Fatalf("32 KiB of initial data: %v, want EFBIG", err)
+	}
+	if _, err := other.Lookup(ctx, root, d.Ino, "wide"); metawire.Errno(err) != metawire.Errno(metawire.ErrNotFound) {
+		t.Fatalf("a refused create with data left a file: %v", err)
+	}
+	if _, err := fs.CreateWithData(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: "dir", Mode: metawire.ModeDir | 0o755}, small); metawire.Errno(err) != metawire.Errno(metawire.ErrInvalid) {
+		t.Fatalf("create with data of a directory: %v, want EINVAL", err)
+	}
+
+	// Lazy (as the mount): visible at once, no island sync until SyncLazy.
+	lazy := fc.newFS(t)
+	lazy.SetLazyCreate(true)
+	lazy.SetLazyClose(true)
+	syncs := fc.islandOps(t, "sync")
+	if _, err := lazy.CreateWithData(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: "lazy", Mode: 0o644}, small); err != nil {
+		t.Fatal(err)
+	}
+	readBack("/one/lazy", small)
+	if got := fc.islandOps(t, "sync") - syncs; got != 0 {
+		t.Fatalf("lazy create with data spent %v island syncs", got)
+	}
+	if err := lazy.SyncLazy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := fc.islandOps(t, "sync") - syncs; got != 1 {
+		t.Fatalf("SyncLazy after a lazy create with data: %v island syncs, want 1", got)
+	}
+}

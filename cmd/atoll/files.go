@@ -157,6 +157,13 @@ func newCpCmd(g *globalFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if st.Size() <= smallCopy { // a small file: one island request
+					data, err := io.ReadAll(io.LimitReader(f, smallCopy+1))
+					if err != nil {
+						return err
+					}
+					return c.FS.WriteFile(ctx, cred, strings.TrimPrefix(dst, atollPrefix), data, uint32(st.Mode().Perm()))
+				}
 				fh, err := c.FS.CreateFile(ctx, cred, strings.TrimPrefix(dst, atollPrefix), uint32(st.Mode().Perm()))
 				if err != nil {
 					return err
@@ -191,6 +198,11 @@ func newCpCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
 	return cmd
 }
+
+// smallCopy is the largest source that cp reads whole and writes with
+// one FS.WriteFile (which sends a file of up to the inline maximum with
+// its create).
+const smallCopy = 64 << 10
 
 func newBar(n int64, what string, quiet bool) io.Writer {
 	if quiet || n < 8<<20 {

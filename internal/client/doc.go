@@ -66,4 +66,14 @@
 // island settles them all. Without SetLazyClose, Flush and Close are
 // Fsync. The NFS gateway uses neither: NFS CREATE must be stable when
 // answered, and COMMIT calls Fsync.
+//
+// # Small files in one request
+//
+// FS.CreateWithData sends a new file's contents (at most InlineMax bytes)
+// with its create (CreateReq.Data): the island makes the inode with its
+// inline data in the same batch, so the file appears whole or not at all,
+// and create, write and close cost one round trip instead of two. It is
+// lazy only when both lazy settings are on. FS.WriteFile (and atoll cp)
+// use it for small new files and fall back to create, truncate, write and
+// close when the name exists.
 package client

@@ -357,7 +357,7 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 	var resp metawire.CreateResp
 	f.invalidateDentry(req.Dir, req.Name)
 	req.Lazy = op == metawire.OpCreate && !req.Exclusive && f.lazyCreate.Load() &&
-		req.Mode&metawire.ModeType == metawire.ModeFile
+		req.Mode&metawire.ModeType == metawire.ModeFile && (len(req.Data) == 0 || f.lazyClose.Load())
 	mark := f.lazyMark()
 	if err := f.call(ctx, req.Dir, op, &req, &resp); err != nil {
 		return resp, err
@@ -381,6 +381,25 @@ func (f *FS) Create(ctx context.Context, req metawire.CreateReq) (metawire.Creat
 	if req.Mode&metawire.ModeType == 0 {
 		req.Mode |= metawire.ModeFile
 	}
+	return f.create(ctx, metawire.OpCreate, req)
+}
+
+// CreateWithData creates the regular file req.Name in req.Dir holding data
+// in one island request: create, write and close at once, for small files
+// (data of at most FSConfig.InlineMax bytes, which the island keeps in the
+// inode). When the name exists nothing is written and the reply says
+// Existed; the caller then writes the usual way. It is as durable as a
+// create followed by a close: at once unless both SetLazyCreate and
+// SetLazyClose are on.
+func (f *FS) CreateWithData(ctx context.Context, req metawire.CreateReq, data []byte) (metawire.CreateResp, error) {
+	if len(data) > f.cfg.InlineMax {
+		return metawire.CreateResp{}, fmt.Errorf("client: create %q with %d bytes (inline max %d): %w", req.Name, len(data), f.cfg.InlineMax, metawire.ErrFileTooBig)
+	}
+	if t := req.Mode & metawire.ModeType; t != 0 && t != metawire.ModeFile {
+		return metawire.CreateResp{}, fmt.Errorf("client: create %q with data and type %#o: %w", req.Name, t, metawire.ErrInvalid)
+	}
+	req.Mode |= metawire.ModeFile
+	req.Data = data
 	return f.create(ctx, metawire.OpCreate, req)
 }
 

@@ -151,8 +151,20 @@ func (f *FS) OpenPath(ctx context.Context, cred metawire.Cred, path string) (*Fi
 	return f.Open(ctx, cred, a.Ino)
 }
 
-// WriteFile writes data to path (created or truncated), durably.
+// WriteFile writes data to path (created or truncated) and closes it. A
+// new file of at most InlineMax bytes takes one island request
+// (CreateWithData).
 func (f *FS) WriteFile(ctx context.Context, cred metawire.Cred, path string, data []byte, mode uint32) error {
+	if len(data) <= f.cfg.InlineMax {
+		dir, name, err := f.ResolveParent(ctx, cred, path)
+		if err != nil {
+			return err
+		}
+		r, err := f.CreateWithData(ctx, metawire.CreateReq{Cred: cred, Dir: dir.Ino, Name: name, Mode: mode}, data)
+		if err != nil || !r.Existed {
+			return err
+		}
+	}
 	fh, err := f.CreateFile(ctx, cred, path, mode)
 	if err != nil {
 		return err

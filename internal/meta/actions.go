@@ -163,7 +163,11 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *
 				return conflict("inode %v exists", ino)
 			}
 		}
-		return i.createInode(b, ino, &a.Init, d)
+		var data []byte
+		if o != nil && ino == o.fresh {
+			data = o.data
+		}
+		return i.createInode(b, ino, &a.Init, data, d)
 	}
 	n, err := readInode(b, ino)
 	if err != nil {
@@ -297,11 +301,12 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *
 }
 
 // createInode writes a new inode record from init.
-func (i *Island) createInode(b *pebble.Batch, ino namespace.Ino, init *metawire.InodeInit, d *deltas) error {
+func (i *Island) createInode(b *pebble.Batch, ino namespace.Ino, init *metawire.InodeInit, data []byte, d *deltas) error {
 	if err := i.noteSeq(ino); err != nil {
 		return err
 	}
 	n := newInode(ino, init)
+	n.setData(data)
 	d.inodes++
 	return putInode(b, n)
 }
@@ -325,6 +330,13 @@ func newInode(ino namespace.Ino, init *metawire.InodeInit) *inode {
 		n.blockSize = init.BlockSize
 	}
 	return n
+}
+
+// setData makes data the contents of a new regular file (inline).
+func (n *inode) setData(data []byte) {
+	if len(data) > 0 && n.typ() == metawire.ModeFile {
+		n.data, n.size = data, uint64(len(data))
+	}
 }
 
 // dirEmpty reports whether directory dir has no entries.

@@ -157,7 +157,11 @@
 // concurrent rename can make a directory its own ancestor). Actions
 // re-verify the facts the operation read; a fact that changed is a
 // conflict, and the operation starts over (ErrBusy to the client only
-// after many attempts).
+// after many attempts). A create with CreateReq.Data (a regular file, at
+// most InlineMax bytes) writes the data into the new inode inside its
+// CreateInode (execOpts.data, never through an intent: a file is always
+// created on its directory's island), so the file exists whole or not at
+// all; an existing name is answered Existed and left alone.
 //
 // The actions are grouped by the island owning their inode. Actions of
 // one island run in one pebble batch under in-memory inode locks (taken

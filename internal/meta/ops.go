@@ -250,6 +250,14 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	if err := checkName(r.Name); err != nil {
 		return nil, err
 	}
+	if len(r.Data) > 0 {
+		switch {
+		case op != metawire.OpCreate || r.Mode&metawire.ModeType != metawire.ModeFile && r.Mode&metawire.ModeType != 0:
+			return nil, fmt.Errorf("initial data for a file of type %#o: %w", r.Mode&metawire.ModeType, metawire.ErrInvalid)
+		case len(r.Data) > i.cfg.InlineMax:
+			return nil, fmt.Errorf("%d bytes of initial data (inline max %d): %w", len(r.Data), i.cfg.InlineMax, metawire.ErrFileTooBig)
+		}
+	}
 	old, exists, err := readDirent(i.db, dirIno, r.Name)
 	if err != nil {
 		return nil, err
@@ -347,12 +355,16 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	var dirAfter metawire.Attr
 	o := execOpts{lazy: r.Lazy && op == metawire.OpCreate && !r.Exclusive, watch: dirIno, after: &dirAfter}
 	if i.owns(ino) {
-		o.fresh = ino
+		o.fresh, o.data = ino, r.Data
+	} else if len(r.Data) > 0 {
+		return nil, fmt.Errorf("%w: file %v created off its directory's island", metawire.ErrInternal, ino)
 	}
 	if err := i.executeOpt(ctx, as, o); err != nil {
 		return nil, err
 	}
-	resp := &metawire.CreateResp{Attr: newInode(ino, &init).attr(), DirAttr: dirAfter}
+	n := newInode(ino, &init)
+	n.setData(r.Data)
+	resp := &metawire.CreateResp{Attr: n.attr(), DirAttr: dirAfter}
 	if dirAfter.Ino == 0 {
 		if d, err := readInode(i.db, dirIno); err == nil && d != nil {
 			resp.DirAttr = d.attr()

@@ -129,6 +129,9 @@ type execOpts struct {
 	// fresh is an inode number this island just allocated: its
 	// ActCreateInode need not check that it is absent.
 	fresh namespace.Ino
+	// data, when not nil, is the contents of the fresh inode (a regular
+	// file created with its data: CreateReq.Data).
+	data []byte
 	// When set, *after receives the attributes of inode watch (one of
 	// this island's) as the actions leave it, saving a read afterwards.
 	watch namespace.Ino

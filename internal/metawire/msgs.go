@@ -152,6 +152,12 @@ type CreateReq struct {
 	// OpSync) and within one log sync in any case. A POSIX create need not
 	// be durable before fsync; NFS CREATE must be, so gateways never set it.
 	Lazy bool
+	// Data is the contents of a new regular file, at most the island's
+	// inline maximum: create, write and close in one request (small-file
+	// ingest). It is written only when the create makes the file; when the
+	// name exists the reply says Existed and the caller writes the usual
+	// way. A lazy create with Data is a lazy commit too.
+	Data []byte
 }
 
 func (r *CreateReq) Encode(e *wire.Enc) {
@@ -164,12 +170,14 @@ func (r *CreateReq) Encode(e *wire.Enc) {
 	e.U64(r.Verf)
 	e.String(r.Target)
 	e.Bool(r.Lazy)
+	e.Bytes(r.Data)
 }
 
 func (r *CreateReq) Decode(d *wire.Dec) {
 	r.Cred.Decode(d)
 	r.Dir, r.Name, r.Mode, r.Rdev = d.U64(), d.Str(), d.U32(), d.U32()
 	r.Exclusive, r.Verf, r.Target, r.Lazy = d.Bool(), d.U64(), d.Str(), d.Bool()
+	r.Data = d.Bytes()
 }
 
 // CreateResp returns the new (or existing) entry's attributes and the
