@@ -308,6 +308,9 @@ func (i *Island) createInode(b *pebble.Batch, ino namespace.Ino, init *metawire.
 	n := newInode(ino, init)
 	n.setData(data)
 	d.inodes++
+	if n.isReg() { // created with data (CreateReq.Data)
+		d.bytes += int64(n.size)
+	}
 	return putInode(b, n)
 }
 

@@ -175,12 +175,33 @@ func TestCreateWithDataAtomic(t *testing.T) {
 		a := must(r.lookup(d.Ino, name))
 		return a, string(must(r.readmap(a.Ino, 0, 0)).Inline)
 	}
+	statfs := func() metawire.StatFSResp {
+		t.Helper()
+		var r metawire.StatFSResp
+		if err := c.call(metawire.OpStatFS, d.Ino, metawire.Empty{}, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	before := statfs()
 	resp, err := create("synced", "synced contents", false)
 	if err != nil || resp.Existed || resp.Attr.Size != 15 || !resp.Attr.Inline {
 		t.Fatalf("create with data: %+v %v", resp.Attr, err)
 	}
 	if a, got := content("synced"); got != "synced contents" || a.Size != 15 || a != resp.Attr {
 		t.Fatalf("after create with data: %q, %+v; reply said %+v", got, a, resp.Attr)
+	}
+	if after := statfs(); after.Bytes != before.Bytes+15 || after.Inodes != before.Inodes+1 {
+		t.Fatalf("statfs after a create with 15 bytes: %+v, before %+v", after, before)
+	}
+	if err := r.unlink(d.Ino, "synced"); err != nil {
+		t.Fatal(err)
+	}
+	if after := statfs(); after != before {
+		t.Fatalf("statfs after the file is unlinked: %+v, before %+v", after, before)
+	}
+	if _, err := create("synced", "synced contents", false); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := create("lazy", "lazy contents", true); err != nil {
 		t.Fatal(err)
