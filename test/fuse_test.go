@@ -49,10 +49,20 @@ func fuseUsable(t *testing.T) {
 // closes lazily from then on, as under `atoll mount`.
 func mountFS(t *testing.T, fs *client.FS) (*fusefs.Mount, string) {
 	t.Helper()
+	return mountFSWith(t, fs, nil)
+}
+
+// mountFSWith is mountFS with the mount's configuration adjusted by tune.
+func mountFSWith(t *testing.T, fs *client.FS, tune func(*fusefs.Config)) (*fusefs.Mount, string) {
+	t.Helper()
 	fs.SetLazyCreate(true)
 	fs.SetLazyClose(true)
 	dir := t.TempDir()
-	m, err := fusefs.New(fusefs.Config{FS: fs, Mountpoint: dir, Logger: quietLogger()})
+	cfg := fusefs.Config{FS: fs, Mountpoint: dir, Logger: quietLogger()}
+	if tune != nil {
+		tune(&cfg)
+	}
+	m, err := fusefs.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1097,5 +1107,85 @@ func TestFUSESmallFileIslandRoundTrips(t *testing.T) {
 		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(i)}, 4096)) {
 			t.Fatalf("f%d: %d bytes, %v", i, len(got), err)
 		}
+	}
+}
+
+// A process blocked on the mount in a change (mkdir) whose island hangs
+// (SIGSTOP: its connections stay open, nothing answers) can be killed: the
+// request gives up InterruptGrace after the kernel interrupts it, instead
+// of holding the process until the island answers. A process not
+// interrupted keeps waiting and completes once the island resumes, and
+// the mount serves on.
+func TestFUSEKilledWhileIslandHangs(t *testing.T) {
+	fuseUsable(t)
+	cl, _ := startDev(t, 5, 1, 0, nil)
+	conn := dialDev(t, cl)
+	_, mnt := mountFSWith(t, conn.FS, func(c *fusefs.Config) { c.InterruptGrace = time.Second })
+	if err := os.Mkdir(filepath.Join(mnt, "before"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	island := cl.Child("island1")
+	if island == nil {
+		t.Fatal("no child island1")
+	}
+	if err := syscall.Kill(island.PID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(island.PID(), syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume) // before the mount and the cluster go
+
+	start := func(name string) (*exec.Cmd, chan error) {
+		cmd := exec.Command("mkdir", filepath.Join(mnt, name))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		return cmd, done
+	}
+	victim, victimDone := start("killed")
+	patient, patientDone := start("patient")
+	select {
+	case err := <-victimDone:
+		t.Fatalf("mkdir returned while its island is stopped: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-victimDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a process killed while blocked on a hung island did not exit")
+	}
+	select {
+	case err := <-patientDone:
+		t.Fatalf("an uninterrupted mkdir returned while its island is stopped: %v", err)
+	default:
+	}
+	resume()
+	select {
+	case err := <-patientDone:
+		if err != nil {
+			t.Fatalf("mkdir after the island resumed: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		_ = patient.Process.Kill()
+		t.Fatal("mkdir did not complete after the island resumed")
+	}
+	if st, err := os.Stat(filepath.Join(mnt, "patient")); err != nil || !st.IsDir() {
+		t.Fatalf("patient: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "after"), []byte("served on"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "after")); err != nil || string(b) != "served on" {
+		t.Fatalf("after: %q %v", b, err)
 	}
 }

@@ -87,6 +87,20 @@
 // system is unmounted from outside, then unmounts (lazily if busy) and
 // writes back every open file. Kill simulates a crash for tests.
 //
+// # Interrupts
+//
+// Lookups, reads and listings stop when the kernel interrupts them (a
+// signal to the caller) and answer EINTR. Requests that change something
+// do not: a change the cluster applied must not be answered EINTR, since
+// callers retry (Go's runtime retries syscalls its own preemption signals
+// interrupt), and a retried exclusive create or unlink would then fail.
+// But the kernel holds a process, even one killed with SIGKILL, until its
+// request is answered, so an interrupted change gives up after
+// Config.InterruptGrace (5s, longer than a client retries a server that
+// is down): only a server that hangs (stopped, or its machine frozen with
+// connections open) makes a killed process wait that long. One goroutine
+// per mount polls the interrupted requests; none is started per request.
+//
 // # Errors
 //
 // Every error of client.FS becomes an errno through metawire.Errno, the

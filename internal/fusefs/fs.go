@@ -39,6 +39,11 @@ type adapter struct {
 	silly  atomic.Uint64
 	killed atomic.Bool // Mount.Kill: write nothing back any more
 
+	muts struct { // changing requests in flight (mutCtx)
+		sync.Mutex
+		m map[*mutation]struct{}
+	}
+
 	mu      sync.Mutex
 	files   map[uint64]*openFile  // by inode
 	handles map[uint64]*handle    // by FUSE file handle
@@ -47,7 +52,7 @@ type adapter struct {
 }
 
 func newAdapter(cfg *Config) *adapter {
-	return &adapter{
+	a := &adapter{
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		cfg:           cfg,
 		fs:            cfg.FS,
@@ -57,6 +62,8 @@ func newAdapter(cfg *Config) *adapter {
 		handles:       map[uint64]*handle{},
 		dirs:          map[uint64]*dirStream{},
 	}
+	a.muts.m = map[*mutation]struct{}{}
+	return a
 }
 
 func (a *adapter) String() string          { return "atoll" }
@@ -105,12 +112,71 @@ func reqCtx(cancel <-chan struct{}, h *fuse.InHeader) *fuse.Context {
 	return &fuse.Context{Caller: h.Caller, Cancel: cancel}
 }
 
-// mutCtx is the context of a request that changes something: it ignores
-// interrupts. A change the island has applied must not be answered EINTR,
-// or the caller retries it (Go's runtime retries open, mkdir, unlink...
-// on EINTR, and its preemption signals interrupt syscalls all the time):
-// open(O_EXCL) would then fail with EEXIST, unlink with ENOENT.
-func mutCtx(h *fuse.InHeader) *fuse.Context { return reqCtx(nil, h) }
+// mutCtx is the context of a request that changes something; done must
+// be called when the request ends. It ignores interrupts for
+// Config.InterruptGrace: a change the island has applied must not be
+// answered EINTR, or the caller retries it (Go's runtime retries open,
+// mkdir, unlink... on EINTR, and its preemption signals interrupt syscalls
+// all the time): open(O_EXCL) would then fail with EEXIST, unlink with
+// ENOENT. A request still waiting that long after its interrupt is on a
+// hung server: giving up lets a killed process exit (the kernel holds it
+// until the request is answered).
+func (a *adapter) mutCtx(cancel <-chan struct{}) (ctx context.Context, done func()) {
+	if cancel == nil || a.cfg.InterruptGrace < 0 {
+		return context.Background(), func() {}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	m := &mutation{cancel: cancel, stop: stop}
+	a.muts.Lock()
+	a.muts.m[m] = struct{}{}
+	a.muts.Unlock()
+	return ctx, func() {
+		a.muts.Lock()
+		delete(a.muts.m, m)
+		a.muts.Unlock()
+		stop()
+	}
+}
+
+// mutation is a changing request in flight (mutCtx).
+type mutation struct {
+	cancel      <-chan struct{} // closed by go-fuse when the kernel interrupts the request
+	stop        context.CancelFunc
+	interrupted time.Time // when the watcher first saw cancel closed
+}
+
+// watchInterrupts gives up the changing requests interrupted more than
+// Config.InterruptGrace ago, until done is closed. One goroutine polling a
+// few times a second costs less than one per request.
+func (a *adapter) watchInterrupts(done <-chan struct{}) {
+	if a.cfg.InterruptGrace < 0 {
+		return
+	}
+	tick := time.NewTicker(min(a.cfg.InterruptGrace/4, 250*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-tick.C:
+			a.muts.Lock()
+			for m := range a.muts.m {
+				select {
+				case <-m.cancel:
+				default:
+					continue
+				}
+				if m.interrupted.IsZero() {
+					m.interrupted = now
+				} else if now.Sub(m.interrupted) >= a.cfg.InterruptGrace {
+					m.stop()
+					delete(a.muts.m, m)
+				}
+			}
+			a.muts.Unlock()
+		}
+	}
+}
 
 func (a *adapter) cred(h *fuse.InHeader) metawire.Cred { return a.creds.cred(&h.Caller) }
 
@@ -198,7 +264,8 @@ func (a *adapter) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 }
 
 func (a *adapter) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	ctx := mutCtx(&in.InHeader)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
 	req := metawire.SetAttrReq{Cred: a.cred(&in.InHeader), Ino: ino(in.NodeId)}
 	v := in.Valid
 	if v&fuse.FATTR_MODE != 0 {
@@ -316,7 +383,9 @@ func (a *adapter) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 	if mode&metawire.ModeType == 0 {
 		mode |= metawire.ModeFile
 	}
-	r, err := a.fs.Create(mutCtx(&in.InHeader), metawire.CreateReq{
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	r, err := a.fs.Create(ctx, metawire.CreateReq{
 		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: mode, Rdev: in.Rdev, Exclusive: true,
 	})
 	if err != nil {
@@ -327,7 +396,9 @@ func (a *adapter) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 }
 
 func (a *adapter) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	r, err := a.fs.Mkdir(mutCtx(&in.InHeader), metawire.CreateReq{
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	r, err := a.fs.Mkdir(ctx, metawire.CreateReq{
 		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: in.Mode & metawire.ModePerm,
 	})
 	if err != nil {
@@ -338,7 +409,9 @@ func (a *adapter) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 }
 
 func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
-	r, err := a.fs.Symlink(mutCtx(h), metawire.CreateReq{
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	r, err := a.fs.Symlink(ctx, metawire.CreateReq{
 		Cred: a.cred(h), Dir: ino(h.NodeId), Name: name, Target: target, Exclusive: true,
 	})
 	if err != nil {
@@ -349,7 +422,9 @@ func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name
 }
 
 func (a *adapter) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	at, err := a.fs.Link(mutCtx(&in.InHeader), metawire.LinkReq{
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	at, err := a.fs.Link(ctx, metawire.LinkReq{
 		Cred: a.cred(&in.InHeader), Ino: ino(in.Oldnodeid), Dir: ino(in.NodeId), Name: name,
 	})
 	if err != nil {
@@ -397,7 +472,9 @@ func (a *adapter) renameAside(ctx context.Context, cred metawire.Cred, of *openF
 }
 
 func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	ctx, cred, dir := mutCtx(h), a.cred(h), ino(h.NodeId)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	cred, dir := a.cred(h), ino(h.NodeId)
 	vino, of, ok := a.victim(ctx, cred, dir, name)
 	if of != nil {
 		return status(a.renameAside(ctx, cred, of, dir, name))
@@ -412,7 +489,9 @@ func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) 
 }
 
 func (a *adapter) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return status(a.fs.Rmdir(mutCtx(h), a.cred(h), ino(h.NodeId), name))
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	return status(a.fs.Rmdir(ctx, a.cred(h), ino(h.NodeId), name))
 }
 
 // Linux renameat2 flags.
@@ -423,7 +502,9 @@ const (
 )
 
 func (a *adapter) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	ctx, cred := mutCtx(&in.InHeader), a.cred(&in.InHeader)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	cred := a.cred(&in.InHeader)
 	req := metawire.RenameReq{Cred: cred, SrcDir: ino(in.NodeId), SrcName: oldName, DstDir: ino(in.Newdir), DstName: newName}
 	if in.Flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
 		return fuse.EINVAL
@@ -513,7 +594,9 @@ func (a *adapter) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byt
 }
 
 func (a *adapter) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) fuse.Status {
-	ctx, cred, i := mutCtx(&in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	cred, i := a.cred(&in.InHeader), ino(in.NodeId)
 	if in.Flags&^uint32(metawire.XattrCreate|metawire.XattrReplace) != 0 {
 		return fuse.EINVAL
 	}
@@ -531,7 +614,9 @@ func (a *adapter) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name str
 }
 
 func (a *adapter) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	ctx, cred, i := mutCtx(h), a.cred(h), ino(h.NodeId)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	cred, i := a.cred(h), ino(h.NodeId)
 	do := func() error { return a.fs.RemoveXattr(ctx, cred, i, name) }
 	if name == PolicyXattr {
 		if of := a.lookupOpen(i); of != nil {
@@ -561,7 +646,9 @@ func accessMask(flags uint32) uint32 {
 }
 
 func (a *adapter) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	ctx, cred, i := mutCtx(&in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	cred, i := a.cred(&in.InHeader), ino(in.NodeId)
 	if cred.UID != 0 {
 		if err := a.fs.Access(ctx, cred, i, accessMask(in.Flags)); err != nil {
 			return status(err)
@@ -595,7 +682,9 @@ func (a *adapter) openHandle(ctx context.Context, cred metawire.Cred, i uint64, 
 }
 
 func (a *adapter) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	ctx, cred, dir := mutCtx(&in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	cred, dir := a.cred(&in.InHeader), ino(in.NodeId)
 	mode := in.Mode&metawire.ModePerm | metawire.ModeFile
 	r, err := a.fs.Create(ctx, metawire.CreateReq{
 		Cred: cred, Dir: dir, Name: name, Mode: mode, Exclusive: in.Flags&syscall.O_EXCL != 0,
@@ -676,7 +765,9 @@ func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 	of.mu.RLock()
 	f := of.file.Load()
 	of.mtime.Store(time.Now().UnixNano())
-	n, err := f.WriteAt(mutCtx(&in.InHeader), data, int64(in.Offset))
+	ctx, done := a.mutCtx(cancel)
+	n, err := f.WriteAt(ctx, data, int64(in.Offset))
+	done()
 	// Counted after the File has the data: a flush that read the count
 	// before cannot mark this write as committed.
 	of.writes.Add(1)
@@ -705,7 +796,9 @@ func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	// interrupt close(2) all the time, and an interrupted flush would turn
 	// into EINTR from close, which must not be retried. The data has to
 	// reach the cluster anyway.
-	err := h.of.flush(reqCtx(nil, &in.InHeader), false)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	err := h.of.flush(ctx, false)
 	a.ioError("fsync", h.of.ino, err)
 	return status(err)
 }
@@ -722,7 +815,9 @@ func (a *adapter) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	// interrupt close(2) all the time, and an interrupted flush would turn
 	// into EINTR from close, which must not be retried. The data has to
 	// reach the cluster anyway.
-	err := h.of.flush(reqCtx(nil, &in.InHeader), true)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	err := h.of.flush(ctx, true)
 	a.ioError("fsync", h.of.ino, err)
 	return status(err)
 }
@@ -750,7 +845,8 @@ func (a *adapter) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.S
 	if end < in.Offset || int64(end) < 0 {
 		return fuse.Status(syscall.EFBIG)
 	}
-	ctx := mutCtx(&in.InHeader)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
 	of := h.of
 	return status(a.modifyOpen(ctx, of, func() error {
 		if f := of.file.Load(); f != nil && f.Size() >= end {
@@ -805,7 +901,8 @@ const dirPage = 512
 func (a *adapter) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	// Namespace changes are durable when they return, except lazy creates
 	// of regular files: the directory's island syncs its log.
-	ctx := mutCtx(&in.InHeader)
+	ctx, done := a.mutCtx(cancel)
+	defer done()
 	return status(a.fs.SyncDir(ctx, ino(in.NodeId)))
 }
 

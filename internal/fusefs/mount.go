@@ -39,6 +39,15 @@ type Config struct {
 	Private bool
 	// FsName is the "device" column of mount(8) and df. Default "atoll".
 	FsName string
+	// InterruptGrace is how long a request that changes something keeps
+	// waiting for its island or storage servers once the caller is
+	// interrupted (a signal: SIGKILL, Ctrl-C) before it gives up with
+	// EINTR. Such requests ignore interrupts otherwise (a change the
+	// cluster applied must not be answered EINTR), so without a limit a
+	// process blocked on a hung server could not be killed. Default 5s,
+	// more than a client spends retrying a server that is down; negative:
+	// wait as long as the server takes.
+	InterruptGrace time.Duration
 	// Debug logs every FUSE request (go-fuse's debug output).
 	Debug  bool
 	Logger *slog.Logger
@@ -64,6 +73,9 @@ type Mount struct {
 	mu     sync.Mutex
 	server *fuse.Server
 	done   chan struct{}
+	// watched is closed when the interrupt watcher (started by Mount)
+	// has returned, after the server stopped.
+	watched chan struct{}
 }
 
 // New checks the configuration and the environment (/dev/fuse, the
@@ -82,6 +94,9 @@ func New(cfg Config) (*Mount, error) {
 	if cfg.FsName == "" {
 		cfg.FsName = "atoll"
 	}
+	if cfg.InterruptGrace == 0 {
+		cfg.InterruptGrace = 5 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -95,7 +110,7 @@ func New(cfg Config) (*Mount, error) {
 	if err := CheckMountpoint(mp); err != nil {
 		return nil, err
 	}
-	return &Mount{cfg: cfg, log: cfg.Logger, ad: newAdapter(&cfg), mp: mp, done: make(chan struct{})}, nil
+	return &Mount{cfg: cfg, log: cfg.Logger, ad: newAdapter(&cfg), mp: mp, done: make(chan struct{}), watched: make(chan struct{})}, nil
 }
 
 // Mountpoint returns the absolute mountpoint.
@@ -213,6 +228,10 @@ func (m *Mount) Mount() error {
 		srv.Serve()
 		close(m.done)
 	}()
+	go func() {
+		defer close(m.watched)
+		m.ad.watchInterrupts(m.done)
+	}()
 	if err := srv.WaitMount(); err != nil {
 		_ = srv.Unmount()
 		return fmt.Errorf("fusefs: mount %s: %w", m.mp, err)
@@ -256,6 +275,7 @@ func (m *Mount) Unmount() error {
 	}
 	select {
 	case <-m.done:
+		<-m.watched
 	case <-time.After(10 * time.Second):
 		if uerr == nil {
 			uerr = fmt.Errorf("fusefs: server of %s did not stop", m.mp)
