@@ -17,6 +17,9 @@ type FSConfig struct {
 	Dir        string
 	Size       int64 // sequential file size
 	SmallFiles int   // 4 KiB files created, written and closed; then stat'ed
+	// Jobs is the number of concurrent writers of the parallel small-file
+	// phase (the serial phase has one). Default 8.
+	Jobs int
 }
 
 // Validate checks the configuration.
@@ -29,6 +32,9 @@ func (c *FSConfig) Validate() error {
 	}
 	if c.Size < 1<<20 || c.SmallFiles < 1 {
 		return errors.New("bench: --size must be at least 1MiB and --small-files positive")
+	}
+	if c.Jobs < 0 || c.Jobs > 256 {
+		return fmt.Errorf("bench: --jobs %d: want 1 to 256", c.Jobs)
 	}
 	return nil
 }
@@ -45,7 +51,11 @@ type FSResult struct {
 	// SmallFsyncPerS is create+write+fsync+close: durable files, the
 	// like-for-like comparison (Atoll's close is already durable).
 	SmallFsyncPerS float64 `json:"small_files_fsync_per_s"`
-	StatPerS       float64 `json:"stat_per_s"` // readdir + stat of every small file
+	// SmallParallelPerS is create+write+close by Jobs concurrent writers,
+	// each in its own directory.
+	SmallParallelPerS float64 `json:"small_files_parallel_per_s"`
+	Jobs              int     `json:"jobs"`
+	StatPerS          float64 `json:"stat_per_s"` // readdir + stat of every small file
 }
 
 // RunFS writes Size bytes sequentially with a final fsync, reads them back
@@ -65,7 +75,10 @@ func RunFS(ctx context.Context, cfg FSConfig, progress io.Writer) (FSResult, err
 		return FSResult{}, err
 	}
 	defer os.RemoveAll(work)
-	res := FSResult{Dir: cfg.Dir, SizeBytes: cfg.Size, SmallFiles: cfg.SmallFiles}
+	if cfg.Jobs == 0 {
+		cfg.Jobs = 8
+	}
+	res := FSResult{Dir: cfg.Dir, SizeBytes: cfg.Size, SmallFiles: cfg.SmallFiles, Jobs: cfg.Jobs}
 	src := newSource(cfg.Size)
 
 	// Sequential write + fsync.
@@ -136,6 +149,34 @@ func RunFS(ctx context.Context, cfg FSConfig, progress io.Writer) (FSResult, err
 	}
 	res.SmallFilesPerS = float64(cfg.SmallFiles) / time.Since(start).Seconds()
 	say("  4 KiB files            %8.0f files/s", res.SmallFilesPerS)
+
+	// The same with Jobs concurrent writers, each in its own directory.
+	par := filepath.Join(work, "parallel")
+	start = time.Now()
+	errs := make(chan error, cfg.Jobs)
+	for j := 0; j < cfg.Jobs; j++ {
+		go func() {
+			dir := filepath.Join(par, fmt.Sprintf("j%03d", j))
+			err := os.MkdirAll(dir, 0o755)
+			b := make([]byte, 4096)
+			for i := j; i < cfg.SmallFiles && err == nil; i += cfg.Jobs {
+				b[0], b[1] = byte(i), byte(i>>8)
+				err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%06d", i)), b, 0o644)
+			}
+			errs <- err
+		}()
+	}
+	var perr error
+	for j := 0; j < cfg.Jobs; j++ {
+		if e := <-errs; e != nil && perr == nil {
+			perr = e
+		}
+	}
+	if perr != nil {
+		return res, perr
+	}
+	res.SmallParallelPerS = float64(cfg.SmallFiles) / time.Since(start).Seconds()
+	say("  %-22s %8.0f files/s", fmt.Sprintf("4 KiB files, %d jobs", cfg.Jobs), res.SmallParallelPerS)
 
 	// The same, durable: fsync before close (a quarter as many files).
 	synced := filepath.Join(work, "synced")

@@ -114,7 +114,7 @@ func newBenchFSCmd() *cobra.Command {
 	var size string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "fs --dir DIR [--size 1GiB] [--small-files 10000] [--json]",
+		Use:   "fs --dir DIR [--size 1GiB] [--small-files 10000] [--jobs 8] [--json]",
 		Short: "File system workloads on a directory: an Atoll mount, or a local directory to compare",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -129,6 +129,7 @@ func newBenchFSCmd() *cobra.Command {
 	f.StringVar(&cfg.Dir, "dir", "", "directory to run in (a FUSE mount of Atoll, or a local directory)")
 	f.StringVar(&size, "size", "1GiB", "sequential file size")
 	f.IntVar(&cfg.SmallFiles, "small-files", 10000, "4 KiB files to create, then list and stat")
+	f.IntVar(&cfg.Jobs, "jobs", 8, "concurrent writers of the parallel small-file phase")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
 	return cmd
 }
