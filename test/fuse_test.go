@@ -1189,3 +1189,44 @@ func TestFUSEKilledWhileIslandHangs(t *testing.T) {
 		t.Fatalf("after: %q %v", b, err)
 	}
 }
+
+// A file created with its data in one request (CreateWithData, as atoll cp
+// sends small files) is an ordinary file on the mount: it reads back,
+// grows past the inline maximum (moving to the storage servers), and the
+// writing client then reads what the mount wrote.
+func TestFUSECreatedWithDataGrows(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	ctx := context.Background()
+	lib := fc.newFS(t)
+	_, mnt := mountFS(t, fc.newFS(t))
+	r := newRand(17)
+	head := randBytes(r, 3000)
+	if err := lib.WriteFile(ctx, root, "/cwd", head, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(mnt, "cwd")
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, head) {
+		t.Fatalf("created with data, read through the mount: %d bytes, %v", len(got), err)
+	}
+	tail := randBytes(r, 40000)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(tail); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte(nil), head...), tail...)
+	got, err := lib.ReadFile(ctx, root, "/cwd")
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after an append through the mount: %d bytes (%v), want %d", len(got), err, len(want))
+	}
+	if a, err := lib.Resolve(ctx, root, "/cwd"); err != nil || a.Inline || a.Size != uint64(len(want)) {
+		t.Fatalf("attributes after growing past the inline maximum: %+v %v", a, err)
+	}
+}
