@@ -59,7 +59,7 @@ at epoch 1.`,
 				if view, err = islandView(cmd.Context(), splitList(managers), id, cfg.Listen, log); err != nil {
 					return err
 				}
-				cfg.Map = cluster.IslandMap{View: view}
+				cfg.Map = cluster.NewIslandMap(view)
 			case mapFile != "":
 				m, err := meta.LoadMapFile(mapFile)
 				if err != nil {

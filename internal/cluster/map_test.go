@@ -209,3 +209,24 @@ func TestStateKindStrings(t *testing.T) {
 		t.Error("invalid values reported valid")
 	}
 }
+
+// An IslandMap converts each map's table once and follows map updates.
+func TestIslandMapTableFollowsUpdates(t *testing.T) {
+	v := &View{}
+	v.mu.m = &Map{Epoch: 3, Table: Table{Depth: 1, Entries: []uint32{1, 2}}}
+	im := NewIslandMap(v)
+	a, b := im.Table(), im.Table()
+	if a.Epoch != 3 || a.Depth != 1 || len(a.Entries) != 2 || a.Entries[1] != 2 {
+		t.Fatalf("table %+v", a)
+	}
+	if &a.Entries[0] != &b.Entries[0] {
+		t.Error("the table of an unchanged map was converted again")
+	}
+	v.Update(&Map{Epoch: 4, Table: Table{Depth: 1, Entries: []uint32{1, 3}}})
+	if c := im.Table(); c.Epoch != 4 || c.Entries[1] != 3 {
+		t.Fatalf("after an update: %+v", c)
+	}
+	if z := (IslandMap{View: v}).Table(); z.Epoch != 4 || z.Entries[1] != 3 {
+		t.Fatalf("without a memo: %+v", z)
+	}
+}

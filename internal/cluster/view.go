@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -162,16 +163,42 @@ type SlotInfo struct {
 }
 
 // IslandMap adapts a View to what a metadata island needs of the map: the
-// namespace table and other islands' addresses by id.
-type IslandMap struct{ *View }
+// namespace table and other islands' addresses by id. Make it with
+// NewIslandMap.
+type IslandMap struct {
+	*View
+	// last is the table of the last map converted: an island asks for
+	// the table on every request, and maps change rarely. Maps are never
+	// changed once published, and namespace.Table operations copy, so the
+	// table is shared.
+	last *atomic.Pointer[islandTable]
+}
+
+type islandTable struct {
+	m *Map
+	t namespace.Table
+}
+
+// NewIslandMap returns the IslandMap of v.
+func NewIslandMap(v *View) IslandMap {
+	return IslandMap{View: v, last: new(atomic.Pointer[islandTable])}
+}
 
 // Table returns the namespace table of the current map (empty before the
 // namespace is formatted: every lookup then finds no island).
 func (m IslandMap) Table() namespace.Table {
 	mp := m.Map()
+	if m.last != nil {
+		if c := m.last.Load(); c != nil && c.m == mp {
+			return c.t
+		}
+	}
 	t := namespace.Table{Depth: mp.Table.Depth, Epoch: mp.Epoch}
 	for _, e := range mp.Table.Entries {
 		t.Entries = append(t.Entries, namespace.IslandID(e))
+	}
+	if m.last != nil {
+		m.last.Store(&islandTable{mp, t})
 	}
 	return t
 }
