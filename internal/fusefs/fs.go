@@ -152,7 +152,7 @@ func (a *adapter) watchInterrupts(done <-chan struct{}) {
 	if a.cfg.InterruptGrace < 0 {
 		return
 	}
-	tick := time.NewTicker(min(a.cfg.InterruptGrace/4, 250*time.Millisecond))
+	tick := time.NewTicker(max(min(a.cfg.InterruptGrace/4, 250*time.Millisecond), time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
