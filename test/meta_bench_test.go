@@ -75,7 +75,8 @@ func BenchmarkMetaStat(b *testing.B) {
 // BenchmarkMetaSmallFiles creates, writes (4 KiB) and closes files with 16
 // (WORKERS) concurrent clients against one in-process island, creating and
 // closing lazily as the FUSE mount does (each file durable at fsync);
-// SYNCCREATE=1 creates and closes as the NFS gateway does (durable at once).
+// SYNCCREATE=1 creates and closes as the NFS gateway does (durable at once);
+// ONECALL=1 sends each file's data with its create (CreateWithData).
 func BenchmarkMetaSmallFiles(b *testing.B) {
 	fc := startFSCluster(b, 3, 1)
 	fs := fc.newFS(b)
@@ -85,11 +86,20 @@ func BenchmarkMetaSmallFiles(b *testing.B) {
 	workers := benchWorkers()
 	dirs := benchDirs(b, fs, workers)
 	block := make([]byte, 4096)
+	oneCall := os.Getenv("ONECALL") != ""
 	b.ResetTimer()
 	per := b.N/workers + 1
 	fanOut(workers, func(w int) {
 		for i := 0; i < per; i++ {
-			r, err := fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dirs[w], Name: fmt.Sprintf("f%d", i), Mode: 0o644})
+			req := metawire.CreateReq{Cred: root, Dir: dirs[w], Name: fmt.Sprintf("f%d", i), Mode: 0o644}
+			if oneCall {
+				if _, err := fs.CreateWithData(ctx, req, block); err != nil {
+					b.Error(err)
+					return
+				}
+				continue
+			}
+			r, err := fs.Create(ctx, req)
 			if err != nil {
 				b.Error(err)
 				return
