@@ -126,7 +126,12 @@ func (f *FS) CreateFile(ctx context.Context, cred metawire.Cred, path string, mo
 	if err != nil {
 		return nil, err
 	}
-	r, err := f.Create(ctx, metawire.CreateReq{Cred: cred, Dir: dir.Ino, Name: name, Mode: mode})
+	return f.createIn(ctx, cred, dir.Ino, name, mode)
+}
+
+// createIn creates (or truncates) name in dir and opens it.
+func (f *FS) createIn(ctx context.Context, cred metawire.Cred, dir uint64, name string, mode uint32) (*File, error) {
+	r, err := f.Create(ctx, metawire.CreateReq{Cred: cred, Dir: dir, Name: name, Mode: mode})
 	if err != nil {
 		return nil, err
 	}
@@ -155,17 +160,17 @@ func (f *FS) OpenPath(ctx context.Context, cred metawire.Cred, path string) (*Fi
 // new file of at most InlineMax bytes takes one island request
 // (CreateWithData).
 func (f *FS) WriteFile(ctx context.Context, cred metawire.Cred, path string, data []byte, mode uint32) error {
+	dir, name, err := f.ResolveParent(ctx, cred, path)
+	if err != nil {
+		return err
+	}
 	if len(data) <= f.cfg.InlineMax {
-		dir, name, err := f.ResolveParent(ctx, cred, path)
-		if err != nil {
-			return err
-		}
 		r, err := f.CreateWithData(ctx, metawire.CreateReq{Cred: cred, Dir: dir.Ino, Name: name, Mode: mode}, data)
 		if err != nil || !r.Existed {
 			return err
 		}
 	}
-	fh, err := f.CreateFile(ctx, cred, path, mode)
+	fh, err := f.createIn(ctx, cred, dir.Ino, name, mode)
 	if err != nil {
 		return err
 	}
