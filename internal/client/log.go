@@ -28,6 +28,7 @@ type Log struct {
 		seq   uint64 // sequence number of the open stripe
 		open  bool
 		buf   []byte // data of the open stripe; cap K*F
+		sums  []blockSum
 		place layout.Placement
 		// inflight holds a channel per stripe being written, closed when
 		// it is done. (fusefs fix: a sync.WaitGroup here raced when one
@@ -145,12 +146,14 @@ func (l *Log) appendLocked(ctx context.Context, data []byte) ([]layout.Pointer, 
 		off := len(buf)
 		buf = append(buf, data[:n]...)
 		l.mu.buf = buf
+		sum := crc32.Checksum(buf[off:off+n], castagnoli)
+		l.mu.sums = append(l.mu.sums, blockSum{off: off, n: n, crc: sum})
 		ptrs = append(ptrs, layout.Pointer{
 			Kind: l.pol.Kind, K: uint8(l.pol.K), M: uint8(l.pol.M),
 			Stripe: fragment.StripeID{Log: l.id, Seq: l.mu.seq},
 			Shard:  uint32(l.pol.FragmentSize),
 			Offset: uint32(off), Length: uint32(n),
-			CRC:   crc32.Checksum(buf[off:off+n], castagnoli),
+			CRC:   sum,
 			Slots: l.mu.place.Slots,
 		})
 		data = data[n:]
@@ -208,6 +211,7 @@ func (l *Log) openLocked() error {
 	}
 	l.mu.place = pl
 	l.mu.buf = wire.GetBuf(l.pol.StripeData())[:0]
+	l.mu.sums = nil
 	l.mu.open = true
 	return nil
 }
@@ -224,10 +228,11 @@ func (l *Log) sealLocked(ctx context.Context) error {
 		id:    fragment.StripeID{Log: l.id, Seq: l.mu.seq},
 		pol:   l.pol,
 		data:  l.mu.buf,
+		sums:  l.mu.sums,
 		place: l.mu.place,
 	}
 	l.mu.open = false
-	l.mu.buf = nil
+	l.mu.buf, l.mu.sums = nil, nil
 	l.mu.seq++
 	live := l.mu.inflight[:0]
 	for _, ch := range l.mu.inflight {
@@ -334,7 +339,18 @@ type stripe struct {
 	id    fragment.StripeID
 	pol   layout.Policy
 	data  []byte // L bytes of log data, from wire.GetBuf
+	sums  []blockSum
 	place layout.Placement
+}
+
+// blockSum is the checksum of one block appended to a stripe, at offset
+// off of the stripe's data. A block that covers exactly one chunk of a
+// data fragment gives that chunk's checksum without a second pass over
+// its bytes (blocks are chunk-sized by default and packed in order, so a
+// sequential writer's stripe is all such blocks).
+type blockSum struct {
+	off, n int
+	crc    uint32
 }
 
 // writeStripe computes parity and puts every fragment in parallel. It
@@ -402,7 +418,13 @@ func (c *Client) writeStripe(ctx context.Context, s *stripe) error {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			errs[i] = c.putFragmentV(ctx, s.place.Slots[i], s.id.Fragment(i), contents[i], tr)
+			var crcs []uint32
+			if i < pol.K || pol.Kind != layout.EC {
+				crcs = fragmentCRCs(contents[i], s.fragmentBase(i), s.sums, tr)
+			} else {
+				crcs = chunkCRCsV(contents[i], tr)
+			}
+			errs[i] = c.putFragmentV(ctx, s.place.Slots[i], s.id.Fragment(i), contents[i], tr, crcs)
 		}(i)
 	}
 	wg.Wait()
@@ -433,14 +455,50 @@ func dataOrEnough(pol layout.Policy, missing []int) bool {
 	return pol.Width()-len(missing) >= pol.K
 }
 
-// putFragmentV puts content followed by the trailer without joining them.
-func (c *Client) putFragmentV(ctx context.Context, slot uint16, id fragment.ID, content, trailer []byte) error {
+// fragmentBase is the offset in the stripe's data where data fragment i's
+// content starts (every fragment of a mirror or "none" starts at 0).
+func (s *stripe) fragmentBase(i int) int {
+	if s.pol.Kind != layout.EC {
+		return 0
+	}
+	return min(i*s.pol.FragmentSize, len(s.data))
+}
+
+// fragmentCRCs returns chunkCRCsV(content, trailer) for content found at
+// offset base of a stripe whose blocks have the checksums sums (sorted by
+// offset): a chunk that is exactly one block takes the block's checksum,
+// and only the other chunks are read.
+func fragmentCRCs(content []byte, base int, sums []blockSum, trailer []byte) []uint32 {
+	out := make([]uint32, 0, (len(content)+len(trailer)+chunkSize-1)/chunkSize)
+	k := 0
+	for lo := 0; lo < len(content); lo += chunkSize {
+		hi := min(lo+chunkSize, len(content))
+		for k < len(sums) && sums[k].off < base+lo {
+			k++
+		}
+		if k < len(sums) && sums[k].off == base+lo && sums[k].n == hi-lo {
+			out = append(out, sums[k].crc)
+		} else {
+			out = append(out, crc32.Checksum(content[lo:hi], castagnoli))
+		}
+	}
+	if r := len(content) % chunkSize; r != 0 && len(trailer) > 0 {
+		// The trailer's head completes the last, partial chunk.
+		n := min(chunkSize-r, len(trailer))
+		out[len(out)-1] = crc32.Update(out[len(out)-1], castagnoli, trailer[:n])
+		trailer = trailer[n:]
+	}
+	return append(out, chunkCRCsV(trailer)...)
+}
+
+// putFragmentV puts content followed by the trailer without joining them;
+// crcs are chunkCRCsV(content, trailer).
+func (c *Client) putFragmentV(ctx context.Context, slot uint16, id fragment.ID, content, trailer []byte, crcs []uint32) error {
 	if err := c.cfg.Faults.Hit("client.put.before"); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
 	defer cancel()
-	crcs := chunkCRCsV(content, trailer)
 	req := &fragment.PutReq{ID: id, ChunkSize: chunkSize, CRCs: crcs}
 	addr, ok := c.slots.Load().addr[slot]
 	if !ok {
