@@ -609,3 +609,77 @@ func TestCreateWithDataOneRequest(t *testing.T) {
 		t.Fatalf("SyncLazy after a lazy create with data: %v island syncs, want 1", got)
 	}
 }
+
+// TestFileReadViewOutlivesWindow reads a file through File.ReadView, as
+// the FUSE mount does: a view is a slice of the read-ahead window itself,
+// and it must keep its bytes after the file has moved on to later windows
+// (whose buffers come from the same pool) until it is released. Dirty
+// bytes of the file are never served from the window.
+func TestFileReadViewOutlivesWindow(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	data := randBytes(rand.New(rand.NewPCG(41, 41)), 32<<20) // four full windows
+	if err := fs.WriteFile(ctx, root, "/v", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := fs.Resolve(ctx, root, "/v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.Open(ctx, root, a.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 128 << 10
+	p := make([]byte, n)
+	var held []byte
+	var release func()
+	views := 0
+	for off := 0; off < len(data); off += n {
+		v, rel, err := f.ReadView(ctx, p, int64(off))
+		if err != nil {
+			t.Fatalf("ReadView at %d: %v", off, err)
+		}
+		if !bytes.Equal(v, data[off:min(off+n, len(data))]) {
+			t.Fatalf("ReadView at %d: wrong bytes", off)
+		}
+		if &v[0] != &p[0] {
+			views++
+		}
+		if off == n { // keep the second read's view while reading on
+			held, release = v, rel
+			continue
+		}
+		rel()
+	}
+	if views < len(data)/n/2 {
+		t.Fatalf("only %d of %d reads were served from the window", views, len(data)/n)
+	}
+	if &held[0] == &p[0] {
+		t.Fatal("the held read was not a view of the window")
+	}
+	// Later windows were fetched into pool buffers meanwhile.
+	if !bytes.Equal(held, data[n:2*n]) {
+		t.Fatal("a view changed after its window was replaced: the window went back to the pool while still held")
+	}
+	release()
+
+	// A dirty block is read from the file's own writes, not the window.
+	patch := bytes.Repeat([]byte{0xAB}, 1000)
+	if _, err := f.WriteAt(ctx, patch, 3<<20); err != nil {
+		t.Fatal(err)
+	}
+	v, rel, err := f.ReadView(ctx, p, 3<<20-500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(append(append([]byte(nil), data[3<<20-500:3<<20]...), patch...), data[3<<20+1000:3<<20-500+n]...)
+	if !bytes.Equal(v, want) {
+		t.Fatal("ReadView over a dirty block did not return the unflushed write")
+	}
+	rel()
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/layout"
@@ -106,9 +107,10 @@ type File struct {
 		dirty    map[uint64][]byte // block index -> block buffer (len bs)
 		dirtyN   int
 		modified bool
-		// read-ahead window of clean data (a wire pool buffer)
+		// read-ahead window of clean data; ra.buf is nil when there is none
+		ra     *window
 		raOff  uint64
-		raData []byte
+		raData []byte // ra.buf
 		raNext uint64 // where the last read ended, to detect sequential reads
 		// pf is the next window, being fetched in the background while a
 		// sequential reader consumes this one.
@@ -311,6 +313,58 @@ func (h *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return int(n), nil
 }
 
+// ReadView is ReadAt without the copy where it can be avoided: when the
+// bytes at off are clean data inside the read-ahead window, it returns a
+// slice of the window itself, which stays valid and unchanged until
+// release is called (release must be called exactly once, and is never
+// nil). Otherwise it reads into p and returns p's prefix. A FUSE read
+// reply is written straight from the window this way (a copy of every
+// byte read was about an eighth of the mount's CPU on a cold read).
+func (h *File) ReadView(ctx context.Context, p []byte, off int64) (data []byte, release func(), err error) {
+	if off >= 0 {
+		h.mu.Lock()
+		if v, w := h.viewLocked(len(p), uint64(off)); w != nil {
+			h.mu.Unlock()
+			return v, w.release, nil
+		}
+		h.mu.Unlock()
+	}
+	n, err := h.ReadAt(ctx, p, off)
+	return p[:n], func() {}, err
+}
+
+// viewLocked returns the window's bytes for a read of n bytes at off, with
+// a reference taken, or nil when the read is not wholly clean data in the
+// window. It also does ReadAt's bookkeeping (counters, sequential read
+// detection and the next prefetch).
+func (h *File) viewLocked(n int, off uint64) ([]byte, *window) {
+	w := h.mu.ra
+	if w == nil || h.mu.inline || off >= h.mu.size || n == 0 {
+		return nil, nil
+	}
+	end := min(off+uint64(n), h.mu.size)
+	if off < h.mu.raOff || end > h.mu.raOff+uint64(len(w.buf)) {
+		return nil, nil
+	}
+	if len(h.mu.dirty) > 0 {
+		bs := uint64(h.mu.bs)
+		for idx := off / bs; idx*bs < end; idx++ {
+			if _, ok := h.mu.dirty[idx]; ok {
+				return nil, nil
+			}
+		}
+	}
+	h.fs.ctr.bytesRead.Add(end - off)
+	seq := off == h.mu.raNext || off == 0
+	h.mu.raNext = end
+	w.refs.Add(1)
+	v := w.buf[off-h.mu.raOff : end-h.mu.raOff]
+	if seq {
+		h.prefetchLocked() // may not replace the window: that takes a read
+	}
+	return v, w
+}
+
 // readAhead is the window a sequential reader prefetches (many blocks read
 // as one range per storage server).
 const readAhead = 8 << 20
@@ -376,21 +430,38 @@ func (h *File) readCleanLocked(ctx context.Context, p []byte, off uint64) error 
 	return nil
 }
 
+// window is a read-ahead window: a wire pool buffer held by its File and
+// by every ReadView still being sent from it. It goes back to the pool
+// when the last holder lets go, so a view stays valid (and unchanged:
+// windows are never written once filled) after the File moves on.
+type window struct {
+	buf  []byte
+	refs atomic.Int32
+}
+
+func (w *window) release() {
+	if w.refs.Add(-1) == 0 {
+		wire.PutBuf(w.buf)
+	}
+}
+
 // setWindowLocked makes buf (a wire pool buffer) the read-ahead window.
 func (h *File) setWindowLocked(off uint64, buf []byte) {
-	if h.mu.raData != nil {
-		wire.PutBuf(h.mu.raData)
+	if h.mu.ra != nil {
+		h.mu.ra.release()
 	}
-	h.mu.raOff, h.mu.raData = off, buf
+	w := &window{buf: buf}
+	w.refs.Store(1)
+	h.mu.ra, h.mu.raOff, h.mu.raData = w, off, buf
 }
 
 // dropReadAheadLocked forgets the window and any prefetch (the data
 // changed). A prefetch still running finishes into a buffer nobody reads.
 func (h *File) dropReadAheadLocked() {
-	if h.mu.raData != nil {
-		wire.PutBuf(h.mu.raData)
+	if h.mu.ra != nil {
+		h.mu.ra.release()
 	}
-	h.mu.raData, h.mu.pf = nil, nil
+	h.mu.ra, h.mu.raData, h.mu.pf = nil, nil, nil
 }
 
 // prefetchLocked starts fetching the window after the current one unless

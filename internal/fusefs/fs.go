@@ -739,16 +739,34 @@ func (a *adapter) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 	of := h.of
 	of.mu.RLock()
 	f := of.file.Load()
-	n, err := f.ReadAt(reqCtx(cancel, &in.InHeader), buf, int64(in.Offset))
+	data, release, err := f.ReadView(reqCtx(cancel, &in.InHeader), buf, int64(in.Offset))
 	of.mu.RUnlock()
 	if err != nil {
 		a.ioError("read", of.ino, err)
-		if n == 0 {
+		if len(data) == 0 {
+			release()
 			return nil, status(err)
 		}
 	}
-	return fuse.ReadResultData(buf[:n]), fuse.OK
+	return &viewResult{data: data, release: release}, fuse.OK
 }
+
+// viewResult is a read reply sent straight from the client's read-ahead
+// window (File.ReadView); go-fuse calls Done once the reply is written,
+// which lets the window go. Slices makes go-fuse write it with one writev
+// after the header, and call Done only after that write: without it,
+// go-fuse (v2.12) first tries a splice that sets up a pipe for every
+// reply and then gives up on a result that is not a file descriptor, and
+// with splice disabled it calls Done before writing.
+type viewResult struct {
+	data    []byte
+	release func()
+}
+
+func (r *viewResult) Bytes([]byte) ([]byte, fuse.Status) { return r.data, fuse.OK }
+func (r *viewResult) Slices() ([][]byte, fuse.Status)    { return [][]byte{r.data}, fuse.OK }
+func (r *viewResult) Size() int                          { return len(r.data) }
+func (r *viewResult) Done()                              { r.release() }
 
 func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	h := a.getHandle(in.Fh)
