@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/meta"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -681,5 +682,83 @@ func TestFileReadViewOutlivesWindow(t *testing.T) {
 	rel()
 	if err := f.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFileStreamsFullBlocks checks write-back streaming: a block whose last
+// byte is written goes to the log at once, so a sequential writer's
+// stripes are on the storage servers before it closes; a streamed block
+// written again commits its new bytes; and when streamed stripes fail,
+// the flush reports EIO and the next flush appends every block again, so
+// nothing that reached only a failed stripe is committed.
+func TestFileStreamsFullBlocks(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fset := faults.New()
+	data := newClient(t, fc.storage, func(c *client.Config) { c.Faults = fset })
+	fs, err := client.NewFS(client.FSConfig{Data: data, Map: fc.view, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	ctx := context.Background()
+	const bs = 64 << 10
+	want := randBytes(rand.New(rand.NewPCG(42, 42)), 12<<20) // three full stripes
+	f, err := fs.CreateFile(ctx, root, "/s", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(want); off += bs {
+		if _, err := f.WriteAt(ctx, want[off:off+bs], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first two stripes filled and were sealed while writing.
+	deadline := time.Now().Add(10 * time.Second)
+	for data.Stats().StripesWritten < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d stripes written before any flush, want the full ones streamed", data.Stats().StripesWritten)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Rewrite part of a streamed block: the commit must carry the new one.
+	patch := bytes.Repeat([]byte{0x5A}, 3000)
+	if _, err := f.WriteAt(ctx, patch, 5*bs+100); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[5*bs+100:], patch)
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := fc.newFS(t).ReadFile(ctx, root, "/s")
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after streaming and a rewrite: %d bytes, equal=%v, err=%v", len(got), bytes.Equal(got, want), err)
+	}
+
+	// Streamed stripes that fail: every put fails while the blocks are
+	// written and the flush reports it.
+	g, err := fs.CreateFile(ctx, root, "/fail", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset.Enable("client.put.before", faults.Action{Kind: faults.Error})
+	want2 := randBytes(rand.New(rand.NewPCG(43, 43)), 8<<20)
+	for off := 0; off < len(want2); off += bs {
+		if _, err := g.WriteAt(ctx, want2[off:off+bs], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Fsync(ctx); !errors.Is(err, metawire.ErrIO) {
+		t.Fatalf("fsync with every put failing: %v, want EIO", err)
+	}
+	fset.Disable("client.put.before")
+	if err := g.Fsync(ctx); err != nil {
+		t.Fatalf("fsync once puts work again: %v", err)
+	}
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err = fc.newFS(t).ReadFile(ctx, root, "/fail")
+	if err != nil || !bytes.Equal(got, want2) {
+		t.Fatalf("after failed streamed stripes: %d bytes, equal=%v, err=%v", len(got), bytes.Equal(got, want2), err)
 	}
 }
