@@ -40,6 +40,19 @@
 // while the reader consumes it, fetches the next window in a background
 // goroutine (owned by the FS: Close waits for it). Any write, commit or
 // truncation drops both; a prefetch that finishes after that is discarded.
+// File.ReadView hands out slices of the window itself (the FUSE mount
+// replies from them without a copy); windows are reference-counted and go
+// back to the buffer pool only when the last view is released.
+//
+// Writes collect in dirty blocks (at most FSConfig.DirtyMax per file). A
+// block whose last byte is written is appended to the log at once
+// (streaming), so a sequential writer's stripes travel while it writes;
+// the block stays dirty until a commit names it. A flush appends only the
+// blocks not streamed (or written again since), waits for every stripe
+// holding them, and commits. After a failed stripe or commit every dirty
+// block is appended again, and a streamed block older than half of
+// MaxCommitDelay is never trusted (the cleaner may collect stripes nothing
+// references once they are older than its grace).
 //
 // # Lazy creates and closes
 //
