@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/atoll-fs/atoll/internal/layout"
 )
 
 // TestFragmentCRCsMatchChunkCRCs checks that taking chunk checksums from
@@ -60,5 +62,41 @@ func TestFragmentCRCsUseBlockSums(t *testing.T) {
 	want := []uint32{0xdead, crc32.Checksum(data[chunkSize:], castagnoli)}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %x, want %x", got, want)
+	}
+}
+
+// TestCheckInSpan checks the early block verification of readRun: only
+// blocks wholly inside the span that match their checksums are marked;
+// blocks crossing the span's edges, outside it, or corrupt are left for
+// the full check.
+func TestCheckInSpan(t *testing.T) {
+	lens := []int{1000, 3000, 2000, 500, 4000} // back to back in out
+	var out []byte
+	var ptrs []layout.Pointer
+	for i, n := range lens {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(i*7 + j)
+		}
+		ptrs = append(ptrs, layout.Pointer{Length: uint32(n), CRC: crc32.Checksum(b, castagnoli)})
+		out = append(out, b...)
+	}
+	out[4000+100] ^= 1 // block 2 (bytes 4000..6000) is corrupt
+	for _, tc := range []struct {
+		dst, n int
+		want   []bool
+	}{
+		{0, len(out), []bool{true, true, false, true, true}},
+		{0, 4000, []bool{true, true, false, false, false}},
+		{500, 6000, []bool{false, true, false, true, false}}, // 500..6500
+		{6000, 500, []bool{false, false, false, true, false}},
+		{6100, 4400, []bool{false, false, false, false, true}},
+		{9000, 1500, []bool{false, false, false, false, false}},
+	} {
+		got := make([]bool, len(ptrs))
+		checkInSpan(ptrs, out, layout.Span{Dst: tc.dst, Len: tc.n}, got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("span [%d,%d): verified %v, want %v", tc.dst, tc.dst+tc.n, got, tc.want)
+		}
 	}
 }

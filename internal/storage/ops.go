@@ -468,6 +468,10 @@ func (s *Store) readOnce(id fragment.ID, off int64, dst []byte) (int, *CorruptEr
 	return int(n), nil, nil
 }
 
+// readGroup is how many bytes of whole chunks readVerified reads per
+// call before checking them: small enough to stay in a core's L2 cache.
+const readGroup = 256 << 10
+
 // readVerified fills dst (non-empty, within the fragment) from logical
 // offset off and verifies every chunk it overlaps. Chunks lying wholly in
 // the range are read straight into dst; the partial chunks at either edge
@@ -513,13 +517,20 @@ func (s *Store) readVerified(f vfs.File, rec *record, off int64, dst []byte) (ba
 	if first < fullLo {
 		partial(first)
 	}
-	mstart, mend := fullLo*cs, rec.chunkEnd(fullHi)
-	mid := dst[mstart-off : mend-off]
-	k, _ := f.ReadAt(mid, HeaderSize+mstart)
-	for c := fullLo; c <= fullHi; c++ {
-		s0, e0 := c*cs-mstart, rec.chunkEnd(c)-mstart
-		if e0 > int64(k) || checksum(mid[s0:e0]) != rec.crc(c) {
-			mark(c)
+	// Whole chunks are read a group at a time and checked at once, while
+	// the bytes are still in the CPU cache: checking a 1 MiB range after
+	// reading all of it went to memory again, at a third of the speed.
+	group := max(1, readGroup/cs)
+	for g := fullLo; g <= fullHi; g += group {
+		gl := min(g+group-1, fullHi)
+		gs, ge := g*cs, rec.chunkEnd(gl)
+		mid := dst[gs-off : ge-off]
+		k, _ := f.ReadAt(mid, HeaderSize+gs)
+		for c := g; c <= gl; c++ {
+			s0, e0 := c*cs-gs, rec.chunkEnd(c)-gs
+			if e0 > int64(k) || checksum(mid[s0:e0]) != rec.crc(c) {
+				mark(c)
+			}
 		}
 	}
 	if last > fullHi {

@@ -687,3 +687,60 @@ func TestReopenKeepsData(t *testing.T) {
 		t.Fatalf("Recovery = %+v", rep)
 	}
 }
+
+// TestReadVerifiesEveryGroup reads a fragment far larger than readGroup,
+// so whole chunks are read and checked group by group: bad chunks in two
+// different groups are both found (the error spans from the first to the
+// last), a read wholly between them is clean, and one ending just before
+// a group boundary with a bad chunk after it is clean too.
+func TestReadVerifiesEveryGroup(t *testing.T) {
+	const cs = 4096
+	dir := t.TempDir()
+	s := openStore(t, vfs.Default, func(c *Config) { c.Dir = dir; c.ChunkSize = cs })
+	per := int64(readGroup / cs)
+	data := randBytes(rand.New(rand.NewPCG(9, 9)), int(3*per*cs+123))
+	id := fid(5, 1, 0)
+	if err := s.Put(bg, id, data, nil); err != nil {
+		t.Fatal(err)
+	}
+	badA, badB := per+3, 2*per+1 // in the second and third groups
+	f, err := os.OpenFile(s.fragPath(id), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []int64{badA, badB} {
+		if _, err := f.WriteAt([]byte{data[c*cs+7] ^ 0x80}, HeaderSize+c*cs+7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		off, n int64
+		bad    *CorruptRange
+	}{
+		{0, int64(len(data)), &CorruptRange{badA * cs, (badB - badA + 1) * cs}},
+		{1, int64(len(data)) - 2, &CorruptRange{badA * cs, (badB - badA + 1) * cs}},
+		{(badA + 1) * cs, (badB - badA - 1) * cs, nil},
+		{0, badA * cs, nil},
+		{(badB + 1) * cs, int64(len(data)) - (badB+1)*cs, nil},
+		{badB*cs - 10, 20, &CorruptRange{badB * cs, cs}},
+	} {
+		dst := make([]byte, tc.n)
+		n, err := s.Read(bg, id, tc.off, dst)
+		if tc.bad == nil {
+			if err != nil || !bytes.Equal(dst[:n], data[tc.off:tc.off+tc.n]) {
+				t.Errorf("Read(%d,%d) = %d, %v; want clean bytes", tc.off, tc.n, n, err)
+			}
+			continue
+		}
+		var ce *CorruptError
+		if !errors.As(err, &ce) || ce.Range != *tc.bad {
+			t.Errorf("Read(%d,%d) = %v, want CorruptError %v", tc.off, tc.n, err, *tc.bad)
+		}
+		if n != 0 {
+			t.Errorf("Read(%d,%d) returned %d bytes with a corrupt chunk", tc.off, tc.n, n)
+		}
+	}
+}
