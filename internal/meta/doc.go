@@ -28,6 +28,10 @@
 // (the directory of name operations, the source directory of a rename);
 // a link is accepted by the island of the directory or of the inode.
 // Malformed messages are ErrBadRequest; no input panics (FuzzHandle).
+// Over the wire, lookups and getattrs are served on the connection's
+// reader goroutine (wire.ServerConfig.Inline); one that would wait (an
+// inode held by an undecided transaction, a map refresh, a peer island)
+// returns wire.ErrWouldBlock and is served again on a worker.
 //
 // # Pebble schema
 //

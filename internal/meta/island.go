@@ -192,6 +192,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 			Handler:   i.met.wrap(i.serveWire),
 			Logger:    i.log,
 			ErrorCode: metawire.StatusOf,
+			Inline:    inlineOp,
 		})
 		if err == nil {
 			i.ln, err = net.Listen("tcp", cfg.Listen)
@@ -598,3 +599,7 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(msg)
 	panic(msg)
 }
+
+// inlineOp names the requests served on a connection's reader goroutine:
+// lookups and getattrs read one snapshot and answer.
+func inlineOp(op uint16) bool { return op == metawire.OpLookup || op == metawire.OpGetAttr }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
 )
 
 type lockMode uint8
@@ -195,6 +196,9 @@ func (t *lockTable) waitReadable(ctx context.Context, ino namespace.Ino, wait ti
 				timer.Stop()
 			}
 			return nil
+		}
+		if wire.IsInline(ctx) {
+			return wire.ErrWouldBlock
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -149,6 +150,9 @@ func (m *islandMetrics) wrap(h wire.Handler) wire.Handler {
 	return func(ctx context.Context, req *wire.Request) (wire.Response, error) {
 		start := time.Now()
 		resp, err := h(ctx, req)
+		if errors.Is(err, wire.ErrWouldBlock) {
+			return resp, err // served again on a worker, and counted then
+		}
 		op := min(int(req.Op), maxMetaOp)
 		switch {
 		case err == nil && m.ok[op] != nil:

@@ -116,6 +116,9 @@ func asRemote(err error) error {
 
 // call sends req to island and decodes the answer into resp (if not nil).
 func (i *Island) call(ctx context.Context, island namespace.IslandID, op uint16, req, resp metawire.Message) ([]byte, error) {
+	if wire.IsInline(ctx) {
+		return nil, wire.ErrWouldBlock // a peer may be slow or gone
+	}
 	ctx, cancel := context.WithTimeout(ctx, i.timing.callTimeout)
 	defer cancel()
 	out, err := i.peer.Call(ctx, island, op, i.cfg.Map.Epoch(), metawire.Marshal(req))

@@ -28,6 +28,9 @@ func (i *Island) checkEpoch(ctx context.Context, epoch uint64) error {
 	case epoch == 0 || epoch < cur:
 		return fmt.Errorf("%w: request epoch %d, island has %d", metawire.ErrStaleEpoch, epoch, cur)
 	case epoch > cur:
+		if wire.IsInline(ctx) {
+			return wire.ErrWouldBlock // refreshing asks the manager
+		}
 		if err := i.cfg.Map.Refresh(ctx); err != nil {
 			return fmt.Errorf("%w: refreshing the cluster map to epoch %d: %v", metawire.ErrUnavailable, epoch, err)
 		}

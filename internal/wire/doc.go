@@ -37,6 +37,15 @@
 // requests or responses (see frameWriter). Large frames are written from the
 // caller's buffers without a copy.
 //
+// A server reads each connection on one goroutine and serves requests on a
+// per-connection pool of worker goroutines (at most
+// ServerConfig.MaxConcurrentPerConn), so responses may come in any order.
+// Operations named by ServerConfig.Inline are served on the reader
+// goroutine itself, saving the handoff (a thread wakeup, much of a small
+// request's cost); their handlers see IsInline(ctx) and must not wait:
+// returning ErrWouldBlock sends the request on to a worker instead, and
+// nothing is answered for the first attempt.
+//
 // An error response has a nonzero status and its message is the UTF-8 error
 // text; the meaning of status codes belongs to the protocol built on top.
 package wire

@@ -351,3 +351,81 @@ func BenchmarkCall1MiB(b *testing.B) {
 		}
 	})
 }
+
+// TestInlineServing checks ServerConfig.Inline: an inline operation is
+// served on the reader goroutine (IsInline), one that would block is
+// served again on a worker and answered once, and a request blocked on a
+// worker does not hold up inline ones behind it on the same connection.
+func TestInlineServing(t *testing.T) {
+	const opInline, opMaybe, opWait = 1, 2, 3
+	release := make(chan struct{})
+	var mu sync.Mutex
+	seen := map[string]int{}
+	h := func(ctx context.Context, req *Request) (Response, error) {
+		mu.Lock()
+		seen[fmt.Sprintf("%d/%v", req.Op, IsInline(ctx))]++
+		mu.Unlock()
+		switch req.Op {
+		case opMaybe:
+			if IsInline(ctx) {
+				return Response{}, fmt.Errorf("op %d: %w", req.Op, ErrWouldBlock)
+			}
+		case opWait:
+			<-release
+		}
+		return Response{Msg: append([]byte(nil), req.Msg...)}, nil
+	}
+	srv, err := NewServer(ServerConfig{Handler: h, Logger: slog.New(slog.DiscardHandler),
+		Inline: func(op uint16) bool { return op == opInline || op == opMaybe }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	c, err := Dial(context.Background(), ln.Addr().String(), ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Call(context.Background(), opWait, 0, []byte("w"), nil, nil)
+		waited <- err
+	}()
+	for i := 0; i < 20; i++ {
+		for _, op := range []uint16{opInline, opMaybe} {
+			msg := []byte(fmt.Sprintf("%d-%d", op, i))
+			rep, err := c.Call(context.Background(), op, 0, msg, nil, nil)
+			if err != nil || !bytes.Equal(rep.Msg, msg) {
+				t.Fatalf("op %d call %d: %q, %v", op, i, rep.Msg, err)
+			}
+		}
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("the blocked request returned early: %v", err)
+	default:
+	}
+	close(release)
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"1/true": 20, "2/true": 20, "2/false": 20, "3/false": 1}
+	for k, n := range want {
+		if seen[k] != n {
+			t.Errorf("handler calls %s: %d, want %d (all: %v)", k, seen[k], n, seen)
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("handler calls: %v, want %v", seen, want)
+	}
+}
