@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -620,7 +621,7 @@ func TestFileReadViewOutlivesWindow(t *testing.T) {
 	fc := startFSCluster(t, 5, 1)
 	fs := fc.newFS(t)
 	ctx := context.Background()
-	data := randBytes(rand.New(rand.NewPCG(41, 41)), 32<<20) // four full windows
+	data := randBytes(rand.New(rand.NewPCG(41, 41)), 48<<20) // three full windows
 	if err := fs.WriteFile(ctx, root, "/v", data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -760,5 +761,84 @@ func TestFileStreamsFullBlocks(t *testing.T) {
 	got, err = fc.newFS(t).ReadFile(ctx, root, "/fail")
 	if err != nil || !bytes.Equal(got, want2) {
 		t.Fatalf("after failed streamed stripes: %d bytes, equal=%v, err=%v", len(got), bytes.Equal(got, want2), err)
+	}
+}
+
+// TestReadAheadBudget reads files sequentially through an FS whose
+// read-ahead budget holds little more than one window: every byte still
+// reads back right, the windows alive never exceed the budget by more
+// than one foreground fetch, and their bytes go back to the budget when
+// the files are released, or when a file dropped without Release is
+// collected.
+func TestReadAheadBudget(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	ctx := context.Background()
+	data := randBytes(rand.New(rand.NewPCG(44, 44)), 40<<20)
+	w := fc.newFS(t)
+	for _, name := range []string{"/a", "/b"} {
+		if err := w.WriteFile(ctx, root, name, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const budget = 20 << 20
+	fs, err := client.NewFS(client.FSConfig{Data: newClient(t, fc.storage, nil), Map: fc.view, Logger: quietLogger(), ReadAheadMax: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	open := func(name string) *client.File {
+		a, err := fs.Resolve(ctx, root, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := fs.Open(ctx, root, a.Ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	fa, fb := open("/a"), open("/b")
+	const n = 1 << 20
+	pa, pb := make([]byte, n), make([]byte, n)
+	peak := int64(0)
+	for off := 0; off < len(data); off += n { // two readers, interleaved
+		for _, r := range []struct {
+			f *client.File
+			p []byte
+		}{{fa, pa}, {fb, pb}} {
+			got, err := r.f.ReadAt(ctx, r.p, int64(off))
+			if err != nil || got != n || !bytes.Equal(r.p, data[off:off+n]) {
+				t.Fatalf("read at %d: %d bytes, %v, equal=%v", off, got, err, bytes.Equal(r.p, data[off:off+n]))
+			}
+			peak = max(peak, fs.ReadAheadBytes())
+		}
+	}
+	if peak > budget+n {
+		t.Fatalf("read-ahead peaked at %d bytes with a budget of %d", peak, budget)
+	}
+	if peak < 16<<20 {
+		t.Fatalf("read-ahead peaked at %d bytes: no window was used", peak)
+	}
+	fa.Release()
+	fb.Release()
+	if got := fs.ReadAheadBytes(); got != 0 {
+		t.Fatalf("after Release: %d read-ahead bytes still counted", got)
+	}
+	// A File dropped without Release gives its share back when collected.
+	fc2 := open("/a")
+	if _, err := fc2.ReadAt(ctx, pa, 0); err != nil {
+		t.Fatal(err)
+	}
+	if fs.ReadAheadBytes() == 0 {
+		t.Fatal("no read-ahead after a read from offset 0")
+	}
+	fc2 = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for fs.ReadAheadBytes() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a dropped File's read-ahead (%d bytes) was never given back", fs.ReadAheadBytes())
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }

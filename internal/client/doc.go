@@ -36,13 +36,18 @@
 // Invariant: Read returns nil only with bytes whose CRC32C equals the
 // pointer's; otherwise ErrUnrecoverable (EIO at the edges).
 //
-// A File keeps an 8 MiB read-ahead window for a sequential reader and,
+// A File keeps a 16 MiB read-ahead window for a sequential reader and,
 // while the reader consumes it, fetches the next window in a background
 // goroutine (owned by the FS: Close waits for it). Any write, commit or
 // truncation drops both; a prefetch that finishes after that is discarded.
 // File.ReadView hands out slices of the window itself (the FUSE mount
 // replies from them without a copy); windows are reference-counted and go
-// back to the buffer pool only when the last view is released.
+// back to the buffer pool only when the last view is released. All files
+// of an FS share a read-ahead budget (FSConfig.ReadAheadMax, 256 MiB):
+// past it no prefetch starts and a reader fetches only what it reads. A
+// window's bytes return to the budget when it is released (File.Release,
+// which the FUSE mount and the NFS gateway call when they drop a file) or,
+// for a File dropped without it, when the window is collected.
 //
 // Writes collect in dirty blocks (at most FSConfig.DirtyMax per file). A
 // block whose last byte is written is appended to the log at once

@@ -19,6 +19,7 @@ func TestRegisterMetrics(t *testing.T) {
 	}
 	defer fs.Close()
 	c.stats.repairs.Add(2)
+	fs.raUsed.Add(3 << 20)
 	c.stats.bytes.Add(4096)
 	fs.ctr.bytesRead.Add(100)
 	reg := prometheus.NewRegistry()
@@ -41,13 +42,14 @@ func TestRegisterMetrics(t *testing.T) {
 	for name, want := range map[string]float64{
 		"atoll_client_repairs_total": 2, "atoll_client_written_bytes_total": 4096, "atoll_client_read_bytes_total": 100,
 		"atoll_client_degraded_stripes": 0, "atoll_client_cache_hits_total": 0, "atoll_client_degraded_reads_total": 0,
+		"atoll_client_readahead_bytes": 3 << 20,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
-	if len(got) != 12 {
-		t.Errorf("%d metrics, want 12: %v", len(got), got)
+	if len(got) != 13 {
+		t.Errorf("%d metrics, want 13: %v", len(got), got)
 	}
 	// Registering twice on one registry is refused, not a panic.
 	if err := RegisterMetrics(reg, c, fs); err == nil {

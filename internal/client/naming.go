@@ -76,7 +76,12 @@ type FSConfig struct {
 	// DirtyMax bounds the dirty bytes buffered per open file before they
 	// are written back. Default 64 MiB.
 	DirtyMax int
-	Logger   *slog.Logger
+	// ReadAheadMax bounds the bytes of read-ahead windows and prefetches
+	// of all open files together (each sequential reader uses up to two
+	// 16 MiB windows); past it readers fetch only what they read.
+	// Default 256 MiB.
+	ReadAheadMax int64
+	Logger       *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -84,7 +89,7 @@ func (c *FSConfig) Validate() error {
 	if c.Data == nil || c.Map == nil {
 		return errors.New("client: fs config: Data and Map are required")
 	}
-	if c.AttrTTL < 0 || c.InlineMax < 0 || c.DirtyMax < 0 {
+	if c.AttrTTL < 0 || c.InlineMax < 0 || c.DirtyMax < 0 || c.ReadAheadMax < 0 {
 		return errors.New("client: fs config: negative duration or size")
 	}
 	return nil
@@ -104,6 +109,7 @@ type FS struct {
 	// CommitReq.Lazy (SetLazyClose). lazy holds the files with such
 	// changes not yet made durable by a synced commit or an OpSync.
 	prefetches sync.WaitGroup // read-ahead goroutines (File.prefetchLocked)
+	raUsed     atomic.Int64   // bytes of live read-ahead windows (FSConfig.ReadAheadMax)
 	lazyCreate atomic.Bool
 	lazyClose  atomic.Bool
 	lazy       struct {
@@ -149,6 +155,9 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	}
 	if cfg.DirtyMax == 0 {
 		cfg.DirtyMax = 64 << 20
+	}
+	if cfg.ReadAheadMax == 0 {
+		cfg.ReadAheadMax = 256 << 20
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

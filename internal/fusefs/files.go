@@ -177,6 +177,13 @@ func (a *adapter) release(of *openFile) {
 		return
 	}
 	orphan := of.orphan
+	// The read-ahead goes back to the shared budget now, not when the
+	// File is collected (it stays usable if the file is opened again).
+	defer func() {
+		if f := of.file.Load(); f != nil {
+			f.Release()
+		}
+	}()
 	if orphan != nil || of.file.Load() == nil {
 		// Nothing worth writing: the name is gone (or nothing was opened).
 		if a.files[of.ino] == of {

@@ -172,6 +172,7 @@ func (fc *fileCache) reopen(ctx context.Context, cred metawire.Cred, o *openFile
 		return nil
 	}
 	fh, err := fc.s.fs.Open(ctx, cred, o.ino)
+	o.fh.Release()
 	if err != nil {
 		o.fh = nil
 		fc.remove(o)
@@ -238,6 +239,7 @@ func (fc *fileCache) drop(ctx context.Context, o *openFile, discard bool) error 
 		fc.pending.Add(-p)
 	}
 	fc.remove(o)
+	o.fh.Release()
 	o.fh = nil
 	return nil
 }
@@ -274,6 +276,7 @@ func (fc *fileCache) evictIfFull() {
 		if o.mu.TryLock() {
 			if o.fh != nil && !o.dirty() {
 				fc.remove(o)
+				o.fh.Release()
 				o.fh = nil
 			}
 			o.mu.Unlock()
@@ -323,6 +326,7 @@ func (fc *fileCache) flusher(ctx context.Context) {
 			if o.mu.TryLock() {
 				if o.fh != nil && !o.dirty() {
 					fc.remove(o)
+					o.fh.Release()
 					o.fh = nil
 				}
 				o.mu.Unlock()
