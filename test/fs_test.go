@@ -842,3 +842,74 @@ func TestReadAheadBudget(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestDirtyTotalBound writes four files at once, none reaching its own
+// dirty limit, through an FS whose total dirty limit is far below their
+// sum: writers holding a share write back early, so the total stays near
+// the limit; every byte reads back; the total is zero once the files are
+// closed, and a File dropped with dirty data gives its share back when
+// collected.
+func TestDirtyTotalBound(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	ctx := context.Background()
+	const limit, per, n = 16 << 20, 40 << 20, 1 << 20
+	fs, err := client.NewFS(client.FSConfig{Data: newClient(t, fc.storage, nil), Map: fc.view, Logger: quietLogger(), DirtyTotalMax: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	data := randBytes(rand.New(rand.NewPCG(45, 45)), per)
+	var files []*client.File
+	for i := range 4 {
+		f, err := fs.CreateFile(ctx, root, fmt.Sprintf("/d%d", i), 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	peak := int64(0)
+	for off := 0; off < per; off += n {
+		for _, f := range files {
+			if _, err := f.WriteAt(ctx, data[off:off+n], int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			peak = max(peak, fs.DirtyBytes())
+		}
+	}
+	if bound := int64(limit + 4*(8<<20+n)); peak > bound {
+		t.Fatalf("dirty total peaked at %d MiB, want at most %d MiB", peak>>20, bound>>20)
+	}
+	for _, f := range files {
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fs.DirtyBytes(); got != 0 {
+		t.Fatalf("after closing every file: %d dirty bytes counted", got)
+	}
+	for i := range 4 {
+		got, err := fc.newFS(t).ReadFile(ctx, root, fmt.Sprintf("/d%d", i))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("file %d: %d bytes, %v, equal=%v", i, len(got), err, bytes.Equal(got, data))
+		}
+	}
+	f, err := fs.CreateFile(ctx, root, "/dropped", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, data[:3*n], 0); err != nil {
+		t.Fatal(err)
+	}
+	if fs.DirtyBytes() == 0 {
+		t.Fatal("no dirty bytes counted after a write")
+	}
+	f = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for fs.DirtyBytes() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a dropped File's dirty share (%d bytes) was never given back", fs.DirtyBytes())
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -49,7 +49,9 @@
 // which the FUSE mount and the NFS gateway call when they drop a file) or,
 // for a File dropped without it, when the window is collected.
 //
-// Writes collect in dirty blocks (at most FSConfig.DirtyMax per file). A
+// Writes collect in dirty blocks (at most FSConfig.DirtyMax per file, and
+// about FSConfig.DirtyTotalMax for all files together: past it a writer
+// holding 8 MiB or more writes its own file back first). A
 // block whose last byte is written is appended to the log at once
 // (streaming), so a sequential writer's stripes travel while it writes;
 // the block stays dirty until a commit names it. A flush appends only the

@@ -93,9 +93,10 @@ const MaxCommitDelay = 2 * time.Minute
 // Fsync for when the commit itself is durable. Reads see this File's own
 // unflushed writes. It is safe for concurrent use.
 type File struct {
-	fs   *FS
-	ino  uint64
-	cred metawire.Cred
+	fs    *FS
+	ino   uint64
+	cred  metawire.Cred
+	dacct *dirtyAcct // set (under mu) with the first dirty block
 
 	mu struct {
 		sync.Mutex
@@ -243,7 +244,11 @@ func (h *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		}
 	}
 	h.mu.size = max(h.mu.size, end)
-	if h.mu.dirtyN >= h.fs.cfg.DirtyMax {
+	// Past the FS-wide limit a writer holding a fair share writes back
+	// its own file (so a busy writer is not flushed at every write while
+	// idle files hold the total up).
+	over := h.fs.dirtyTotal.Load() > h.fs.cfg.DirtyTotalMax && h.mu.dirtyN >= min(h.fs.cfg.DirtyMax, 8<<20)
+	if h.mu.dirtyN >= h.fs.cfg.DirtyMax || over {
 		if err := h.flushLocked(ctx, h.fs.lazyClose.Load()); err != nil {
 			return len(p), err
 		}
@@ -278,6 +283,31 @@ func (h *File) streamLocked(ctx context.Context, idx uint64, buf []byte) {
 	h.mu.streamed[idx] = ptr
 }
 
+// addDirtyLocked changes the File's dirty byte count, and the FS-wide
+// total with it (FSConfig.DirtyTotalMax).
+func (h *File) addDirtyLocked(d int) {
+	if d == 0 {
+		return
+	}
+	h.mu.dirtyN += d
+	if h.dacct == nil {
+		h.dacct = &dirtyAcct{fs: h.fs}
+		// A File dropped with dirty blocks (a failed write-back, an owner
+		// that never flushed) gives its share back when collected.
+		runtime.AddCleanup(h, (*dirtyAcct).settle, h.dacct)
+	}
+	h.dacct.n.Add(int64(d))
+	h.fs.dirtyTotal.Add(int64(d))
+}
+
+// dirtyAcct is a File's share of the FS-wide dirty total.
+type dirtyAcct struct {
+	fs *FS
+	n  atomic.Int64
+}
+
+func (a *dirtyAcct) settle() { a.fs.dirtyTotal.Add(-a.n.Swap(0)) }
+
 // leaveInlineLocked turns inline content into dirty blocks.
 func (h *File) leaveInlineLocked() {
 	bs := h.mu.bs
@@ -285,7 +315,7 @@ func (h *File) leaveInlineLocked() {
 		b := wire.GetBuf(bs)
 		clear(b[copy(b, h.mu.inl[i:min(i+bs, len(h.mu.inl))]):])
 		h.mu.dirty[uint64(i/bs)] = b
-		h.mu.dirtyN += bs
+		h.addDirtyLocked(bs)
 	}
 	h.mu.inline, h.mu.inl = false, nil
 }
@@ -312,7 +342,7 @@ func (h *File) blockForWriteLocked(ctx context.Context, idx uint64, whole bool, 
 		clear(b)
 	}
 	h.mu.dirty[idx] = b
-	h.mu.dirtyN += len(b)
+	h.addDirtyLocked(len(b))
 	return b, nil
 }
 
@@ -531,6 +561,10 @@ func (w *window) release() {
 		wire.PutBuf(w.buf)
 	}
 }
+
+// DirtyBytes is the size of the dirty blocks of all the FS's files (see
+// FSConfig.DirtyTotalMax).
+func (f *FS) DirtyBytes() int64 { return f.dirtyTotal.Load() }
 
 // ReadAheadBytes is the size of the read-ahead windows and prefetches
 // alive now, across the FS's files (at most FSConfig.ReadAheadMax, except
@@ -789,7 +823,7 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 		wire.PutBuf(b)
 	}
 	h.mu.dirty = map[uint64][]byte{}
-	h.mu.dirtyN = 0
+	h.addDirtyLocked(-h.mu.dirtyN)
 	h.mu.streamed = nil
 	h.mu.modified = false
 	h.dropReadAheadLocked()

@@ -39,7 +39,7 @@ func RegisterMetrics(reg prometheus.Registerer, c *Client, fs *FS) error {
 
 type clientDescs struct {
 	readBytes, writtenBytes, stripes, degradedWritten, blocksRead, degradedReads,
-	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead *prometheus.Desc
+	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead, dirty *prometheus.Desc
 }
 
 func newClientDescs() clientDescs {
@@ -60,6 +60,7 @@ func newClientDescs() clientDescs {
 		cacheHits:       d("cache_hits_total", "Attribute and name cache hits."),
 		cacheMisses:     d("cache_misses_total", "Attribute and name cache misses."),
 		readAhead:       d("readahead_bytes", "Bytes of read-ahead windows and prefetches alive (bounded by the read-ahead budget)."),
+		dirty:           d("dirty_bytes", "Bytes of written data buffered and not yet committed, all files together."),
 	}
 }
 
@@ -72,7 +73,7 @@ type clientCollector struct {
 func (k *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &k.descs
 	for _, x := range []*prometheus.Desc{d.readBytes, d.writtenBytes, d.stripes, d.degradedWritten, d.blocksRead,
-		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead} {
+		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead, d.dirty} {
 		ch <- x
 	}
 }
@@ -98,5 +99,6 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.cacheHits, hits)
 		counter(d.cacheMisses, misses)
 		ch <- prometheus.MustNewConstMetric(d.readAhead, prometheus.GaugeValue, float64(k.fs.ReadAheadBytes()))
+		ch <- prometheus.MustNewConstMetric(d.dirty, prometheus.GaugeValue, float64(k.fs.DirtyBytes()))
 	}
 }

@@ -76,6 +76,10 @@ type FSConfig struct {
 	// DirtyMax bounds the dirty bytes buffered per open file before they
 	// are written back. Default 64 MiB.
 	DirtyMax int
+	// DirtyTotalMax bounds the dirty bytes of all files together: past
+	// it, a writer holding at least 8 MiB (or DirtyMax) of dirty data
+	// writes its file back before going on. Default 512 MiB.
+	DirtyTotalMax int64
 	// ReadAheadMax bounds the bytes of read-ahead windows and prefetches
 	// of all open files together (each sequential reader uses up to two
 	// 16 MiB windows); past it readers fetch only what they read.
@@ -89,7 +93,7 @@ func (c *FSConfig) Validate() error {
 	if c.Data == nil || c.Map == nil {
 		return errors.New("client: fs config: Data and Map are required")
 	}
-	if c.AttrTTL < 0 || c.InlineMax < 0 || c.DirtyMax < 0 || c.ReadAheadMax < 0 {
+	if c.AttrTTL < 0 || c.InlineMax < 0 || c.DirtyMax < 0 || c.ReadAheadMax < 0 || c.DirtyTotalMax < 0 {
 		return errors.New("client: fs config: negative duration or size")
 	}
 	return nil
@@ -110,6 +114,7 @@ type FS struct {
 	// changes not yet made durable by a synced commit or an OpSync.
 	prefetches sync.WaitGroup // read-ahead goroutines (File.prefetchLocked)
 	raUsed     atomic.Int64   // bytes of live read-ahead windows (FSConfig.ReadAheadMax)
+	dirtyTotal atomic.Int64   // dirty bytes of all files (FSConfig.DirtyTotalMax)
 	lazyCreate atomic.Bool
 	lazyClose  atomic.Bool
 	lazy       struct {
@@ -158,6 +163,9 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	}
 	if cfg.ReadAheadMax == 0 {
 		cfg.ReadAheadMax = 256 << 20
+	}
+	if cfg.DirtyTotalMax == 0 {
+		cfg.DirtyTotalMax = 512 << 20
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
