@@ -258,10 +258,11 @@ func (h *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 
 // streamLocked appends dirty block idx, whose last byte was just written,
 // to the log now rather than at the next flush. A sequential writer's
-// stripes then travel while it writes on: flushing only at DirtyMax left
-// the storage servers idle while the next 64 MiB were buffered, and the
-// writer idle while they were written (about a tenth of a 1 GiB write's
-// time). The block stays dirty until a commit names it; the log's
+// stripes then travel while it writes on: flushing only at DirtyMax
+// stopped the writer while 64 MiB were written, then left the servers
+// without work while the next 64 MiB were buffered, and made close wait
+// for everything since the last flush. The block stays dirty until a
+// commit names it; the log's
 // pipeline slots hold the writer back when the servers fall behind. A
 // failed append is left for the flush, which reports it.
 func (h *File) streamLocked(ctx context.Context, idx uint64, buf []byte) {
