@@ -41,8 +41,10 @@
 // per-connection pool of worker goroutines (at most
 // ServerConfig.MaxConcurrentPerConn), so responses may come in any order.
 // Operations named by ServerConfig.Inline are served on the reader
-// goroutine itself, saving the handoff (a thread wakeup, much of a small
-// request's cost); their handlers see IsInline(ctx) and must not wait:
+// goroutine itself when no further request is already buffered, saving
+// the handoff (a thread wakeup, much of a lone request's cost) while a
+// burst still goes to workers in parallel; their handlers see
+// IsInline(ctx) and must not wait:
 // returning ErrWouldBlock sends the request on to a worker instead, and
 // nothing is answered for the first attempt.
 //

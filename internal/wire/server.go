@@ -222,7 +222,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 				return
 			}
 		}
-		if s.cfg.Inline != nil && payload == nil && s.cfg.Inline(h.Op) {
+		// Inline only on a connection with nothing more to read yet: a
+		// burst of requests goes to workers, which serve it in parallel.
+		if s.cfg.Inline != nil && payload == nil && br.Buffered() == 0 && s.cfg.Inline(h.Op) {
 			req := Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, RemoteAddr: remote}
 			resp, err := sc.call(context.WithValue(ctx, inlineKey{}, true), &req)
 			if !errors.Is(err, ErrWouldBlock) {

@@ -399,6 +399,15 @@ func TestInlineServing(t *testing.T) {
 		_, err := c.Call(context.Background(), opWait, 0, []byte("w"), nil, nil)
 		waited <- err
 	}()
+	for { // the blocked request is on a worker before the others are sent
+		mu.Lock()
+		started := seen["3/false"] == 1
+		mu.Unlock()
+		if started {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	for i := 0; i < 20; i++ {
 		for _, op := range []uint16{opInline, opMaybe} {
 			msg := []byte(fmt.Sprintf("%d-%d", op, i))
