@@ -833,10 +833,17 @@ func TestReadAheadBudget(t *testing.T) {
 		t.Fatal("no read-ahead after a read from offset 0")
 	}
 	fc2 = nil
+	waitCollected(t, "read-ahead", fs.ReadAheadBytes)
+}
+
+// waitCollected runs the garbage collector until count (a dropped File's
+// share of an FS-wide total) is back to zero, failing after 10 s.
+func waitCollected(t *testing.T, what string, count func() int64) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for fs.ReadAheadBytes() != 0 {
+	for count() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("a dropped File's read-ahead (%d bytes) was never given back", fs.ReadAheadBytes())
+			t.Fatalf("a dropped File's %s (%d bytes) was never given back", what, count())
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
@@ -904,12 +911,5 @@ func TestDirtyTotalBound(t *testing.T) {
 		t.Fatal("no dirty bytes counted after a write")
 	}
 	f = nil
-	deadline := time.Now().Add(10 * time.Second)
-	for fs.DirtyBytes() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a dropped File's dirty share (%d bytes) was never given back", fs.DirtyBytes())
-		}
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitCollected(t, "dirty share", fs.DirtyBytes)
 }

@@ -43,8 +43,14 @@ func startServer(t *testing.T, lim Limits) string {
 		}
 		return Response{}, errors.New("unknown op")
 	}
-	srv, err := NewServer(ServerConfig{Handler: h, Limits: lim, Logger: slog.New(slog.DiscardHandler),
+	return serveWith(t, ServerConfig{Handler: h, Limits: lim, Logger: slog.New(slog.DiscardHandler),
 		ErrorCode: func(err error) uint32 { return 7 }})
+}
+
+// serveWith serves cfg on a loopback port until the test ends.
+func serveWith(t *testing.T, cfg ServerConfig) string {
+	t.Helper()
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,20 +381,12 @@ func TestInlineServing(t *testing.T) {
 		}
 		return Response{Msg: append([]byte(nil), req.Msg...)}, nil
 	}
-	srv, err := NewServer(ServerConfig{Handler: h, Logger: slog.New(slog.DiscardHandler),
+	addr := serveWith(t, ServerConfig{Handler: h, Logger: slog.New(slog.DiscardHandler),
 		Inline: func(op uint16) bool { return op == opInline || op == opMaybe }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	defer func() { cancel(); <-done }()
-	c, err := Dial(context.Background(), ln.Addr().String(), ClientConfig{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the server stops, which waits for handlers
+	c, err := Dial(context.Background(), addr, ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +420,7 @@ func TestInlineServing(t *testing.T) {
 		t.Fatalf("the blocked request returned early: %v", err)
 	default:
 	}
-	close(release)
+	free()
 	if err := <-waited; err != nil {
 		t.Fatal(err)
 	}
