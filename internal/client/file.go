@@ -116,10 +116,10 @@ type File struct {
 		// is when the oldest of them was appended (MaxCommitDelay).
 		streamed   map[uint64]layout.Pointer
 		streamedAt time.Time
-		// read-ahead window of clean data; ra.buf is nil when there is none
+		// read-ahead window of clean data (nil when there is none), whose
+		// bytes start at file offset raOff
 		ra     *window
 		raOff  uint64
-		raData []byte // ra.buf
 		raNext uint64 // where the last read ended, to detect sequential reads
 		// pf is the next window, being fetched in the background while a
 		// sequential reader consumes this one.
@@ -128,7 +128,7 @@ type File struct {
 }
 
 // prefetch is a read-ahead window fetched by a background goroutine;
-// done closes when buf and err are set.
+// done closes when w's bytes and err are set.
 type prefetch struct {
 	off  uint64
 	w    *window // one reference for the File, one for the goroutine
@@ -446,8 +446,8 @@ const readAhead = 16 << 20
 func (h *File) readCleanLocked(ctx context.Context, p []byte, off uint64) error {
 	end := off + uint64(len(p))
 	seq := off == h.mu.raNext || off == 0
-	if ra := h.mu.raData; ra != nil && off >= h.mu.raOff && end <= h.mu.raOff+uint64(len(ra)) {
-		copy(p, ra[off-h.mu.raOff:])
+	if ra := h.mu.ra; ra != nil && off >= h.mu.raOff && end <= h.mu.raOff+uint64(len(ra.buf)) {
+		copy(p, ra.buf[off-h.mu.raOff:])
 		h.mu.raNext = end
 		if seq {
 			h.prefetchLocked()
@@ -587,7 +587,7 @@ func (h *File) setWindowLocked(off uint64, w *window) {
 	if h.mu.ra != nil {
 		h.mu.ra.release()
 	}
-	h.mu.ra, h.mu.raOff, h.mu.raData = w, off, w.buf
+	h.mu.ra, h.mu.raOff = w, off
 }
 
 // dropReadAheadLocked forgets the window and any prefetch (the data
@@ -600,18 +600,18 @@ func (h *File) dropReadAheadLocked() {
 	if h.mu.pf != nil {
 		h.mu.pf.w.release()
 	}
-	h.mu.ra, h.mu.raData, h.mu.pf = nil, nil, nil
+	h.mu.ra, h.mu.pf = nil, nil
 }
 
 // prefetchLocked starts fetching the window after the current one unless
 // one is under way, the file ends within the current window, or the FS's
 // read-ahead budget is spent (then the reader fetches in the foreground).
 func (h *File) prefetchLocked() {
-	if h.mu.pf != nil || h.mu.raData == nil || len(h.mu.raData) < readAhead {
+	if h.mu.pf != nil || h.mu.ra == nil || len(h.mu.ra.buf) < readAhead {
 		return
 	}
 	bs := uint64(h.mu.bs)
-	lo := h.mu.raOff + uint64(len(h.mu.raData))
+	lo := h.mu.raOff + uint64(len(h.mu.ra.buf))
 	hi := min(lo+readAhead, (h.mu.attr.Size+bs-1)/bs*bs)
 	if hi <= lo {
 		return
