@@ -410,6 +410,10 @@ func (c *Client) writeStripe(ctx context.Context, s *stripe) error {
 		skip[m] = true
 	}
 	errs := make([]error, pol.Width())
+	var copies []uint32 // the checksums of every mirror copy (all the data)
+	if pol.Kind != layout.EC {
+		copies = fragmentCRCs(s.data, 0, s.sums, tr)
+	}
 	var wg sync.WaitGroup
 	for i := range contents {
 		if skip[i] {
@@ -418,10 +422,12 @@ func (c *Client) writeStripe(ctx context.Context, s *stripe) error {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			var crcs []uint32
-			if i < pol.K || pol.Kind != layout.EC {
-				crcs = fragmentCRCs(contents[i], s.fragmentBase(i), s.sums, tr)
-			} else {
+			crcs := copies
+			switch {
+			case pol.Kind != layout.EC:
+			case i < pol.K:
+				crcs = fragmentCRCs(contents[i], min(i*pol.FragmentSize, L), s.sums, tr)
+			default: // parity: no block checksums to take
 				crcs = chunkCRCsV(contents[i], tr)
 			}
 			errs[i] = c.putFragmentV(ctx, s.place.Slots[i], s.id.Fragment(i), contents[i], tr, crcs)
@@ -453,15 +459,6 @@ func (c *Client) writeStripe(ctx context.Context, s *stripe) error {
 // fragments missing can still be decoded (at least K of K+M present).
 func dataOrEnough(pol layout.Policy, missing []int) bool {
 	return pol.Width()-len(missing) >= pol.K
-}
-
-// fragmentBase is the offset in the stripe's data where data fragment i's
-// content starts (every fragment of a mirror or "none" starts at 0).
-func (s *stripe) fragmentBase(i int) int {
-	if s.pol.Kind != layout.EC {
-		return 0
-	}
-	return min(i*s.pol.FragmentSize, len(s.data))
 }
 
 // fragmentCRCs returns chunkCRCsV(content, trailer) for content found at
