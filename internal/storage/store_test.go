@@ -442,34 +442,14 @@ func TestCorruptionRealDir(t *testing.T) {
 	}
 	flip(HeaderSize + 2*cs + 5)
 
-	for _, tc := range []struct {
-		off, n int64
-		bad    *CorruptRange
-	}{
+	checkReads(t, s, id, data, []readCase{
 		{0, int64(len(data)), &CorruptRange{2 * cs, cs}},
 		{2*cs + 5, 1, &CorruptRange{2 * cs, cs}},
 		{cs + 10, cs, &CorruptRange{2 * cs, cs}},
 		{0, 2 * cs, nil},
 		{3 * cs, cs + 100, nil},
 		{2*cs - 1, 1, nil},
-	} {
-		dst := make([]byte, tc.n)
-		n, err := s.Read(bg, id, tc.off, dst)
-		if tc.bad == nil {
-			if err != nil || !bytes.Equal(dst[:n], data[tc.off:tc.off+tc.n]) {
-				t.Errorf("Read(%d,%d) = %d, %v; want clean bytes", tc.off, tc.n, n, err)
-			}
-			continue
-		}
-		var ce *CorruptError
-		if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Range != *tc.bad || ce.ID != id ||
-			!strings.Contains(err.Error(), id.String()) || !strings.Contains(err.Error(), tc.bad.String()) {
-			t.Errorf("Read(%d,%d) = %v, want CorruptError %v", tc.off, tc.n, err, *tc.bad)
-		}
-		if n != 0 || !bytes.Equal(dst, make([]byte, tc.n)) {
-			t.Errorf("Read(%d,%d) leaked %d bytes", tc.off, tc.n, n)
-		}
-	}
+	})
 	if got, err := s.Verify(bg, id); err != nil || !slices.Equal(got, []CorruptRange{{2 * cs, cs}}) {
 		t.Fatalf("Verify = %v, %v", got, err)
 	}
@@ -716,17 +696,29 @@ func TestReadVerifiesEveryGroup(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		off, n int64
-		bad    *CorruptRange
-	}{
+	checkReads(t, s, id, data, []readCase{
 		{0, int64(len(data)), &CorruptRange{badA * cs, (badB - badA + 1) * cs}},
 		{1, int64(len(data)) - 2, &CorruptRange{badA * cs, (badB - badA + 1) * cs}},
 		{(badA + 1) * cs, (badB - badA - 1) * cs, nil},
 		{0, badA * cs, nil},
 		{(badB + 1) * cs, int64(len(data)) - (badB+1)*cs, nil},
 		{badB*cs - 10, 20, &CorruptRange{badB * cs, cs}},
-	} {
+	})
+}
+
+// readCase is a read of n bytes at off of a fragment, with the corrupt
+// range it must report (nil: the read is clean).
+type readCase struct {
+	off, n int64
+	bad    *CorruptRange
+}
+
+// checkReads reads each case from fragment id, whose bytes are data: a
+// clean read returns them; a corrupt one fails with a CorruptError naming
+// id and the range (in its text too) and leaves dst all zeros.
+func checkReads(t *testing.T, s *Store, id fragment.ID, data []byte, cases []readCase) {
+	t.Helper()
+	for _, tc := range cases {
 		dst := make([]byte, tc.n)
 		n, err := s.Read(bg, id, tc.off, dst)
 		if tc.bad == nil {
@@ -736,11 +728,12 @@ func TestReadVerifiesEveryGroup(t *testing.T) {
 			continue
 		}
 		var ce *CorruptError
-		if !errors.As(err, &ce) || ce.Range != *tc.bad {
+		if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Range != *tc.bad || ce.ID != id ||
+			!strings.Contains(err.Error(), id.String()) || !strings.Contains(err.Error(), tc.bad.String()) {
 			t.Errorf("Read(%d,%d) = %v, want CorruptError %v", tc.off, tc.n, err, *tc.bad)
 		}
-		if n != 0 {
-			t.Errorf("Read(%d,%d) returned %d bytes with a corrupt chunk", tc.off, tc.n, n)
+		if n != 0 || !bytes.Equal(dst, make([]byte, tc.n)) {
+			t.Errorf("Read(%d,%d) leaked %d bytes", tc.off, tc.n, n)
 		}
 	}
 }
