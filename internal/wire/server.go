@@ -195,6 +195,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	var hdr [HeaderSize]byte
 	remote := c.RemoteAddr().String()
 	br := bufio.NewReaderSize(c, 64<<10) // several small frames per read syscall
+	inlineCtx := WithInlineForTest(ctx)  // one per connection, not per request
 	for {
 		_ = c.SetReadDeadline(time.Time{})
 		h, msg, err := ReadFrameHeader(br, hdr[:], nil, s.cfg.Limits)
@@ -226,7 +227,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		// burst of requests goes to workers, which serve it in parallel.
 		if s.cfg.Inline != nil && payload == nil && br.Buffered() == 0 && s.cfg.Inline(h.Op) {
 			req := Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, RemoteAddr: remote}
-			resp, err := sc.call(context.WithValue(ctx, inlineKey{}, true), &req)
+			resp, err := sc.call(inlineCtx, &req)
 			if !errors.Is(err, ErrWouldBlock) {
 				sc.reply(h, resp, err)
 				continue
@@ -281,7 +282,8 @@ func IsInline(ctx context.Context) bool {
 	return v
 }
 
-// WithInlineForTest returns ctx marked as IsInline, for tests of handlers.
+// WithInlineForTest returns ctx marked as IsInline, as the server marks
+// the requests it serves inline; tests of handlers use it.
 func WithInlineForTest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, inlineKey{}, true)
 }
