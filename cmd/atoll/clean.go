@@ -248,6 +248,8 @@ func (b *backgroundCleaner) jobs() []cluster.Job {
 	sum := fmt.Sprintf("%d passes; last: %d stripes, %s on disk, %s live; deleted %d stripes, copied %s, repaired %d (%d failed, %d waiting)",
 		st.Passes, l.Stripes, hsize(uint64(l.Bytes)), hsize(uint64(l.LiveBytes)), l.DeletedStripes, hsize(uint64(l.CopiedBytes)),
 		l.Repaired, l.RepairFailed, l.RepairPending)
+	tot := &st.Totals
+	sum += fmt.Sprintf("; in all: copied %s, repaired %d", hsize(uint64(tot.CopiedBytes)), tot.Repaired)
 	if len(l.Unreachable) > 0 {
 		sum += fmt.Sprintf("; unreachable slots %v", l.Unreachable)
 	}
@@ -312,7 +314,7 @@ func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *s
 	}
 	defer conn.Close()
 	cfg := cleaner.Config{Data: conn.Data, FS: conn.FS, Grace: b.flags.grace, Rate: b.flags.rate,
-		Share: b.share, Capacity: func() float64 { return peakThroughput(m.Snapshot().Throughput) },
+		Share: b.share, Capacity: func() float64 { return peakThroughput(m.Throughput()) },
 		Interval: b.interval, RebuildAfter: b.rebuildAfter, Logger: log.With("role", "cleaner")}
 	c, err := cleaner.New(cfg)
 	if err != nil {

@@ -60,7 +60,8 @@ type Config struct {
 	// Capacity, if set, returns the storage servers' peak observed
 	// throughput (read plus written bytes per second, summed over the
 	// cluster; 0 if unknown). The manager's cleaner uses its heartbeat
-	// history.
+	// history. It is called with none of the cleaner's locks held and
+	// may call back into Status.
 	Capacity func() float64
 	// MaxLive is the highest live fraction of a stripe worth copying.
 	MaxLive float64
@@ -183,7 +184,11 @@ func (t *Report) add(r *Report) {
 type Cleaner struct {
 	cfg  Config
 	log  *slog.Logger
-	pass sync.Mutex
+	// pass is a token (capacity 1) serialising passes. It is a channel, not
+	// a mutex, because a pass holds it across calls into the islands and
+	// storage servers: a waiting Pass gives up when its ctx ends, and no
+	// status path ever waits for it.
+	pass chan struct{}
 	kick chan struct{} // Kick -> Run, never closed
 
 	mu struct {
@@ -210,6 +215,7 @@ func New(cfg Config) (*Cleaner, error) {
 	c.mu.geom = map[fragment.StripeID]geom{}
 	c.mu.unreachable = map[uint16]time.Time{}
 	c.kick = make(chan struct{}, 1)
+	c.pass = make(chan struct{}, 1)
 	return c, nil
 }
 
@@ -294,10 +300,10 @@ func (c *Cleaner) lowOnSpace(ctx context.Context) bool {
 }
 
 func (c *Cleaner) longUnreachable() []uint16 {
+	now := c.cfg.Now() // a Config function: called before c.mu is taken
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []uint16
-	now := c.cfg.Now()
 	for s, t := range c.mu.unreachable {
 		if now.Sub(t) >= c.cfg.RebuildAfter {
 			out = append(out, s)
@@ -322,8 +328,12 @@ func (c *Cleaner) phase(name string, done, total int, opts *PassOptions) {
 // Pass runs one cleaning pass. Errors about single stripes are collected
 // in the report; the error return is for a pass that could not run.
 func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (rep Report, err error) {
-	c.pass.Lock()
-	defer c.pass.Unlock()
+	select {
+	case c.pass <- struct{}{}:
+	case <-ctx.Done():
+		return rep, ctx.Err()
+	}
+	defer func() { <-c.pass }()
 	start := time.Now()
 	defer func() { // named results: the caller's report gets these too
 		if len(rep.deleted) > 0 && ctx.Err() == nil {
@@ -797,18 +807,29 @@ func copyPolicy(p *layout.Pointer) layout.Policy {
 
 // rate is the copy rate allowed now: Rate, lowered to Share of the
 // observed capacity when that is known (looked up at most every 2s).
+//
+// Config.Capacity is called without c.mu held (invariant 7): it calls into
+// the manager, whose status calls back into Status, which takes c.mu.
 func (c *Cleaner) rate() float64 {
 	r := float64(c.cfg.Rate)
 	if c.cfg.Capacity == nil {
 		return r
 	}
+	now := time.Now()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if now := time.Now(); now.Sub(c.mu.capAt) > 2*time.Second {
-		c.mu.capacity, c.mu.capAt = c.cfg.Capacity(), now
+	capacity, stale := c.mu.capacity, now.Sub(c.mu.capAt) > 2*time.Second
+	if stale {
+		c.mu.capAt = now // one caller refreshes; the others use the last answer
 	}
-	if c.mu.capacity > 0 {
-		r = min(r, max(c.cfg.Share*c.mu.capacity, MinRate))
+	c.mu.Unlock()
+	if stale {
+		capacity = c.cfg.Capacity()
+		c.mu.Lock()
+		c.mu.capacity = capacity
+		c.mu.Unlock()
+	}
+	if capacity > 0 {
+		r = min(r, max(c.cfg.Share*capacity, MinRate))
 	}
 	return r
 }

@@ -487,13 +487,11 @@ func (f *FS) addLazy(ctx context.Context, ino, boot uint64) {
 // one OpSync to each island concerned (unmount). It fails if an island
 // restarted after a crash before syncing some of them (errLazyLost).
 func (f *FS) SyncLazy(ctx context.Context) error {
-	f.lazy.Lock()
 	one := map[string]uint64{} // a file per island, to route the sync
-	for ino := range f.lazy.m {
+	for _, ino := range f.lazyInos(^uint64(0)) {
 		addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket())
 		one[addr] = ino
 	}
-	f.lazy.Unlock()
 	var lost error
 	for _, ino := range one {
 		l, err := f.syncIsland(ctx, ino)
@@ -545,15 +543,20 @@ func (f *FS) durable(ino, mark, boot uint64) error {
 // (once, as fsync reports a failed write-back) and forgotten, else kept
 // for its own file's fsync to report.
 func (f *FS) settleIsland(addr string, mark, boot uint64, takeLost bool) error {
+	// The map is another component: it is asked with f.lazy released.
+	var here []uint64
+	for _, ino := range f.lazyInos(mark) {
+		if a, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket()); a == addr {
+			here = append(here, ino)
+		}
+	}
 	f.lazy.Lock()
 	defer f.lazy.Unlock()
 	var lost error
-	for ino, ch := range f.lazy.m {
-		if ch.gen > mark {
-			continue
-		}
-		if a, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket()); a != addr {
-			continue
+	for _, ino := range here {
+		ch, ok := f.lazy.m[ino]
+		if !ok || ch.gen > mark {
+			continue // settled or changed again meanwhile
 		}
 		if ch.boot != boot {
 			if !takeLost {
@@ -566,6 +569,19 @@ func (f *FS) settleIsland(addr string, mark, boot uint64, takeLost bool) error {
 		delete(f.lazy.m, ino)
 	}
 	return lost
+}
+
+// lazyInos lists the files with unsettled lazy changes up to mark.
+func (f *FS) lazyInos(mark uint64) []uint64 {
+	f.lazy.Lock()
+	defer f.lazy.Unlock()
+	out := make([]uint64, 0, len(f.lazy.m))
+	for ino, ch := range f.lazy.m {
+		if ch.gen <= mark {
+			out = append(out, ino)
+		}
+	}
+	return out
 }
 
 // settle makes ino's lazy changes durable if nothing did yet: one OpSync
