@@ -182,8 +182,8 @@ func (t *Report) add(r *Report) {
 // Cleaner runs passes. Passes are serialised; concurrent cleaners (a
 // manager's and an operator's `atoll clean`) are safe but waste work.
 type Cleaner struct {
-	cfg  Config
-	log  *slog.Logger
+	cfg Config
+	log *slog.Logger
 	// pass is a token (capacity 1) serialising passes. It is a channel, not
 	// a mutex, because a pass holds it across calls into the islands and
 	// storage servers: a waiting Pass gives up when its ctx ends, and no
