@@ -269,7 +269,19 @@ func newPolicyCmd(g *globalFlags) *cobra.Command {
 			if err := pol.Validate(len(c.View.Map().Storage)); err != nil {
 				return err
 			}
-			return c.FS.SetXattr(ctx, cred, a.Ino, "user.atoll.policy", []byte(pol.String()), 0)
+			if err := c.FS.SetXattr(ctx, cred, a.Ino, "user.atoll.policy", []byte(pol.String()), 0); err != nil {
+				return err
+			}
+			before := a.Policy
+			if before == "" {
+				before = c.View.DefaultPolicy() + " (cluster default)"
+			}
+			what := "new files and directories made in it inherit it; what it holds already keeps its own"
+			if !a.IsDir() {
+				what = "the data it already holds is re-striped"
+			}
+			fmt.Printf("%s: policy %s -> %s (%s)\n", p, before, pol, what)
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&addr, "cluster", "", "manager address (default $ATOLL_CLUSTER or "+defaultCluster+")")

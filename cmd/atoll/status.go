@@ -132,7 +132,7 @@ type memberJSON struct {
 	HeartbeatAgeMS int64  `json:"heartbeat_age_ms"`
 	CapacityBytes  uint64 `json:"capacity_bytes,omitempty"`
 	UsedBytes      uint64 `json:"used_bytes,omitempty"`
-	Degraded       uint64 `json:"degraded,omitempty"`
+	Degraded       uint64 `json:"degraded_stripes"` // as the dashboard's /api/cluster
 	// MetricsAddr is where the member serves Prometheus /metrics, as its
 	// heartbeats report it (absent when it serves none, or from a follower).
 	MetricsAddr string `json:"metrics_addr,omitempty"`
@@ -183,7 +183,7 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 	for _, l := range st.Live {
 		metrics[l.Key] = l.Stats.MetricsAddr
 	}
-	for _, v := range m.Members() {
+	for _, v := range st.Members() {
 		mj := memberJSON{Kind: v.Kind.String(), ID: v.ID, Addr: v.Addr, State: v.State.String(), PID: v.PID, HeartbeatAgeMS: -1,
 			CapacityBytes: v.CapacityBytes, UsedBytes: v.UsedBytes, Degraded: v.Degraded, MetricsAddr: metrics[v.Key()]}
 		if !v.LastHeartbeat.IsZero() {
@@ -239,7 +239,7 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 	}
 	tw.Flush()
 
-	members := m.Members()
+	members := st.Members()
 	bw.printf("\nmembers (%d):\n", len(members))
 	if len(members) == 0 {
 		bw.printf("  none registered\n")

@@ -271,6 +271,31 @@ type Status struct {
 	Jobs []Job
 }
 
+// Members lists the map's members with the figures of their last
+// heartbeat (capacity, used bytes, degraded stripes) from Live, for every
+// kind of member: the one source `atoll status`, `status --json` and the
+// dashboard show. Without a heartbeat table (a follower's answer) the
+// map's own figures stay.
+func (st *Status) Members() []MemberView {
+	if st.Map == nil {
+		return nil
+	}
+	live := make(map[MemberKey]*MemberLive, len(st.Live))
+	for i := range st.Live {
+		live[st.Live[i].Key] = &st.Live[i]
+	}
+	out := st.Map.Members()
+	for i := range out {
+		if l, ok := live[out[i].Key()]; ok {
+			out[i].CapacityBytes, out[i].UsedBytes, out[i].Degraded = l.Stats.CapacityBytes, l.Stats.UsedBytes, l.Stats.Degraded
+			if !l.LastHeartbeat.IsZero() {
+				out[i].LastHeartbeat = l.LastHeartbeat
+			}
+		}
+	}
+	return out
+}
+
 // MemberLive is one member's entry of the leader's heartbeat table.
 type MemberLive struct {
 	Key           MemberKey

@@ -287,7 +287,10 @@ type MemberView struct {
 	LastHeartbeat time.Time
 	CapacityBytes uint64 // storage only
 	UsedBytes     uint64 // storage only
-	Degraded      uint64 // storage only
+	// Degraded is the stripes the member knows to miss fragments: a
+	// storage server's, or a mount's or gateway's own writes (Status.Members
+	// fills it for every kind from the heartbeat table).
+	Degraded uint64
 }
 
 // Key returns the member's key.

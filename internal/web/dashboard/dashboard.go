@@ -215,10 +215,12 @@ func Build(sn cluster.Snapshot) View {
 	}
 	var scrubUsed, scrubDone uint64
 	scrubbing := false
-	for _, m := range mp.Members() {
+	// Capacity, used and degraded come from Status.Members, as in `atoll
+	// status`.
+	for _, m := range sn.Status.Members() {
 		k := m.Key()
 		mv := MemberView{Name: Name(k), Kind: k.Kind.String(), ID: k.ID, Addr: m.Addr, State: m.State.String(), PID: m.PID,
-			HeartbeatAgeMS: -1, ScrubProgress: -1}
+			HeartbeatAgeMS: -1, ScrubProgress: -1, CapacityBytes: m.CapacityBytes, UsedBytes: m.UsedBytes, Degraded: m.Degraded}
 		if !m.LastHeartbeat.IsZero() {
 			mv.HeartbeatAgeMS = max(sn.Now.Sub(m.LastHeartbeat).Milliseconds(), 0)
 		}
@@ -228,7 +230,6 @@ func Build(sn cluster.Snapshot) View {
 				mv.HeartbeatAgeMS = max(sn.Now.Sub(l.LastHeartbeat).Milliseconds(), 0)
 			}
 			mv.MetricsAddr = st.MetricsAddr
-			mv.CapacityBytes, mv.UsedBytes, mv.Degraded = st.CapacityBytes, st.UsedBytes, st.Degraded
 			mv.BytesRead, mv.BytesWritten, mv.Ops = st.BytesRead, st.BytesWritten, st.Ops
 			mv.ScrubPassBytes, mv.ScrubPasses, mv.Corrupt, mv.Repairs = st.ScrubPassBytes, st.ScrubPasses, st.Corrupt, st.Repairs
 			if k.Kind == cluster.KindStorage && !l.LastHeartbeat.IsZero() {
