@@ -1,9 +1,13 @@
-# Atoll. `make test` is what CI runs (see .ci/run); benchmarks and soaks
-# have their own targets and are not part of it.
+# Atoll. `make test` is what CI runs (.ci/run only installs Go and calls
+# it): it installs what the suite needs (make setup), then gofmt, vet,
+# every Go test with the race detector, and pjdfstest and fsx on a real
+# FUSE mount. Benchmarks and soaks have their own targets and are not
+# part of it.
 GO ?= go
 PKGS := ./...
+export PATH := $(PATH):$(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 
-.PHONY: all build test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-fs bench-clean clean
+.PHONY: all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-fs bench-clean clean
 
 all: build
 
@@ -16,12 +20,24 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 
+# Installs what the suite needs when it is missing (.ci/setup.sh): NFS
+# clients, jq, chromium, fuse3, pjdfstest, fsx, iproute2, nftables, the
+# user `tests`. A user who cannot install gets the list and the command.
+setup:
+	@bash .ci/setup.sh
+
+# Everything CI runs. FSX_OPS defaults to 20,000 here (about a minute);
+# `make fsx` alone runs 100,000.
+test: setup fmt-check vet go-test
+	$(MAKE) pjdfstest
+	FSX_OPS=$${FSX_OPS:-20000} $(MAKE) fsx
+
 # Unit and integration tests with the race detector. Integration tests
-# build bin/atoll-test themselves and start real servers on 127.0.0.1.
+# build their own atoll binary and start real servers on 127.0.0.1.
 # The output is kept in test-output.log; on failure the hung or failed
 # tests are summarised last, where a truncated CI log still shows them.
-test: fmt-check vet
-	@bash -c 'set -o pipefail; $(GO) test -race -timeout 15m $(PKGS) 2>&1 | tee test-output.log; rc=$$?; \
+go-test:
+	@bash -c 'set -o pipefail; $(GO) test -race -timeout 20m $(PKGS) 2>&1 | tee test-output.log; rc=$$?; \
 	if [ $$rc -ne 0 ]; then echo "==== make test failed (rc=$$rc); summary ===="; \
 	grep -E -A6 "^panic: test timed out|running tests:" test-output.log | head -30; \
 	grep -E "^(--- FAIL|FAIL|ok |panic:)" test-output.log | head -60; fi; exit $$rc'
@@ -60,7 +76,7 @@ clean:
 # FUSE conformance suites (not part of `make test`; run as root with
 # /dev/fuse). Each starts its own `atoll dev` cluster (5 storage servers,
 # 3 islands) in a temporary directory, mounts it with `atoll mount` and
-# runs the suite inside. Tools: .ci/install-fs-tools.sh.
+# runs the suite inside. Tools: make setup.
 # PJDFSTEST_BASELINE=1 also runs pjdfstest on a local directory.
 .PHONY: pjdfstest fsx
 pjdfstest: build
@@ -72,13 +88,11 @@ fsx: build
 
 # NFS gateway: the internal/nfs unit and fuzz-seed tests and the NFS
 # integration tests (go-nfs-client, raw RPC, libnfs nfs-cp/nfs-ls/nfs-cat,
-# installed by .ci/install-nfs-tools.sh when possible; they skip with the
-# reason otherwise). bench-nfs: nfs-cp of NFS_BENCH_SIZE (default 1GiB)
+# installed by make setup). bench-nfs: nfs-cp of NFS_BENCH_SIZE (default 1GiB)
 # in and out through `atoll nfs` against an `atoll dev` cluster of 5
 # storage servers and 3 islands; prints MB/s.
 .PHONY: nfs-test bench-nfs nfs-fuzz
-nfs-test:
-	bash .ci/install-nfs-tools.sh || echo "nfs-test: libnfs-utils unavailable; the libnfs tests will skip"
+nfs-test: setup
 	$(GO) test -race -timeout 10m ./internal/nfs/...
 	$(GO) test -race -timeout 10m -run 'TestNFS' ./test/
 
@@ -86,6 +100,5 @@ nfs-fuzz:
 	$(GO) test -run XXX -fuzz FuzzRPC -fuzztime 30s ./internal/nfs/
 	$(GO) test -run XXX -fuzz FuzzXDR -fuzztime 30s ./internal/nfs/
 
-bench-nfs:
-	bash .ci/install-nfs-tools.sh
+bench-nfs: setup
 	ATOLL_NFS_BENCH=1 $(GO) test -count=1 -run TestNFSBenchCp -v -timeout 60m ./test/

@@ -10,7 +10,7 @@
 # port, default 27300, below the ephemeral port range; +100 storage, +200 islands), FSX_OPS (default
 # 100000), FSX_SEED, PJDFSTEST_BASELINE=1 (also run pjdfstest on a local
 # directory for comparison), KEEP=1 (keep the temporary directory).
-# The tools come from .ci/install-fs-tools.sh. Must run as root (pjdfstest
+# The tools come from `make setup` (.ci/setup.sh). Must run as root (pjdfstest
 # switches users; the mount uses allow_other).
 set -euo pipefail
 
@@ -23,7 +23,7 @@ port=${ATOLL_SUITE_PORT:-27300}
 export PATH="$PATH:${CARGO_HOME:-$HOME/.cargo}/bin"
 
 for tool in "$suite"; do
-	command -v "$tool" >/dev/null || { echo "fs-suite: $tool not found: run .ci/install-fs-tools.sh" >&2; exit 2; }
+	command -v "$tool" >/dev/null || { echo "fs-suite: $tool not found: run make setup" >&2; exit 2; }
 done
 [ -x "$atoll" ] || { echo "fs-suite: $atoll not built (make build)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "fs-suite: must run as root" >&2; exit 2; }
