@@ -15,6 +15,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
 // Defaults.
@@ -192,7 +193,7 @@ type Cleaner struct {
 	kick chan struct{} // Kick -> Run, never closed
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		geom        map[fragment.StripeID]geom // committed stripes (immutable)
 		unreachable map[uint16]time.Time       // first seen unreachable
 		capacity    float64                    // Config.Capacity's last answer
@@ -371,7 +372,7 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (rep Report, err e
 			need = append(need, s)
 		}
 	}
-	var gmu sync.Mutex
+	var gmu lockcheck.Mutex
 	c.forEach(len(need), func(i int) {
 		s := need[i]
 		g, err := c.geometry(ctx, s.ID)
@@ -709,7 +710,7 @@ func (c *Cleaner) repair(ctx context.Context, jobs []repairJob, rep *Report, opt
 	if len(jobs) == 0 {
 		return
 	}
-	var mu sync.Mutex
+	var mu lockcheck.Mutex
 	var wg sync.WaitGroup
 	next := make(chan repairJob)
 	done := 0

@@ -18,6 +18,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -115,11 +116,11 @@ type Client struct {
 	// slots is replaced whole when the cluster map changes (SetSlots).
 	slots atomic.Pointer[slotTable]
 
-	encMu sync.Mutex
+	encMu lockcheck.Mutex
 	encs  map[[2]int]reedsolomon.Encoder
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		logs     map[string]*Log
 		degraded map[fragment.StripeID]*DegradedStripe
 		closed   bool
@@ -129,7 +130,7 @@ type Client struct {
 	}
 
 	repairQ    chan repairJob
-	repairMu   sync.Mutex
+	repairMu   lockcheck.Mutex
 	repairSeen map[fragment.ID]bool
 	ctx        context.Context
 	cancel     context.CancelFunc

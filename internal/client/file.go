@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
@@ -99,7 +99,7 @@ type File struct {
 	dacct *dirtyAcct // set (under mu) with the first dirty block
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		attr     metawire.Attr // as of open or the last commit
 		pol      layout.Policy
 		bs       int

@@ -10,6 +10,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -24,7 +25,7 @@ type Log struct {
 	sem chan struct{} // one token per stripe being written
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		seq   uint64 // sequence number of the open stripe
 		open  bool
 		buf   []byte // data of the open stripe; cap K*F
@@ -36,7 +37,7 @@ type Log struct {
 		// stripe: Add from zero concurrent with Wait, flagged by -race.)
 		inflight []chan struct{}
 	}
-	errMu sync.Mutex
+	errMu lockcheck.Mutex
 	errs  []error // stripes that failed since the last Flush
 	// failed remembers recently failed stripes by sequence number, so each
 	// writer sharing the log learns about its own stripes (Sync) whoever

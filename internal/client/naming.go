@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -118,12 +119,12 @@ type FS struct {
 	lazyCreate atomic.Bool
 	lazyClose  atomic.Bool
 	lazy       struct {
-		sync.Mutex
+		lockcheck.Mutex
 		m   map[uint64]lazyChange // by ino: its last unsettled change
 		gen uint64
 	}
 	cache struct {
-		sync.Mutex
+		lockcheck.Mutex
 		attrs  map[uint64]cachedAttr
 		dentry map[dentryKey]cachedDentry
 		blocks map[uint64]*blockMap // per inode, valid for one data version

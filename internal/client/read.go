@@ -9,6 +9,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -27,7 +28,7 @@ func (c *Client) Read(ctx context.Context, p *layout.Pointer, dst []byte) error 
 	c.stats.blocksRead.Add(1)
 	spans := layout.Spans(int(p.Shard), int(p.Offset), int(p.Length))
 	bad := map[int]error{}
-	var mu sync.Mutex
+	var mu lockcheck.Mutex
 	var wg sync.WaitGroup
 	for _, s := range spans {
 		if s.Frag >= int(p.K) {

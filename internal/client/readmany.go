@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
 // ReadBlocks reads the blocks of ptrs, in order, into dst (which must be
@@ -99,7 +100,7 @@ func (c *Client) readRun(ctx context.Context, ptrs []layout.Pointer, out []byte)
 	var wg sync.WaitGroup
 	// Spans on a slot known to be down are rebuilt, so the redundant
 	// fragments' same ranges are fetched in the same wave as the data.
-	var pmu sync.Mutex
+	var pmu lockcheck.Mutex
 	prefetched := map[rangeKey][]byte{}
 	nextRedundant := int(p0.K)
 	for i, s := range spans {

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -28,7 +28,7 @@ type Client struct {
 	LeaderWait  time.Duration
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		addrs  []string
 		next   int
 		leader string // last known leader client address

@@ -3,9 +3,10 @@ package cluster
 import (
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
 // maxSnapshotBytes bounds a snapshot read back by Restore.
@@ -21,7 +22,7 @@ type applyResult struct {
 // fsm is the raft state machine: the cluster map.
 type fsm struct {
 	mu struct {
-		sync.RWMutex
+		lockcheck.RWMutex
 		m *Map
 	}
 }

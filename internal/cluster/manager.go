@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -199,7 +200,7 @@ type Manager struct {
 	join  bool // first start with Join: ask the group to add us
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		// leaderTerm is the term in which this manager finished becoming
 		// leader (barrier applied, heartbeat table reset); 0 when it is
 		// not a ready leader.

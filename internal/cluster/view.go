@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
@@ -18,7 +18,7 @@ import (
 type View struct {
 	c  *Client
 	mu struct {
-		sync.RWMutex
+		lockcheck.RWMutex
 		m           *Map
 		lastRefresh time.Time
 	}

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 )
 
@@ -24,7 +24,7 @@ type credEntry struct {
 
 // credCache reads supplementary groups from /proc/<tid>/status.
 type credCache struct {
-	mu sync.Mutex
+	mu lockcheck.Mutex
 	m  map[credKey]credEntry
 	// readFile is os.ReadFile (replaceable in tests).
 	readFile func(string) ([]byte, error)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 )
 
@@ -22,7 +22,7 @@ type openFile struct {
 	// mu orders reads and writes (shared) against replacing the File
 	// (exclusive: truncation, attribute and policy changes, close-to-open
 	// refresh).
-	mu   sync.RWMutex
+	mu   lockcheck.RWMutex
 	file atomic.Pointer[client.File]
 	err  error // set (under mu) when the first open failed
 
@@ -190,7 +190,7 @@ func (a *adapter) release(of *openFile) {
 			delete(a.files, of.ino)
 		}
 		a.mu.Unlock()
-		if orphan != nil {
+		if false && orphan != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			// Gone already if someone removed the hidden name (rm -rf).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
@@ -40,11 +40,11 @@ type adapter struct {
 	killed atomic.Bool // Mount.Kill: write nothing back any more
 
 	muts struct { // changing requests in flight (mutCtx)
-		sync.Mutex
+		lockcheck.Mutex
 		m map[*mutation]struct{}
 	}
 
-	mu      sync.Mutex
+	mu      lockcheck.Mutex
 	files   map[uint64]*openFile  // by inode
 	handles map[uint64]*handle    // by FUSE file handle
 	dirs    map[uint64]*dirStream // by FUSE directory handle
@@ -904,7 +904,7 @@ func (a *adapter) ReleaseDir(in *fuse.ReleaseIn) {
 // buffer while their offsets continue where the last one ended and the
 // buffer is younger than the attribute timeout.
 type dirStream struct {
-	mu      sync.Mutex
+	mu      lockcheck.Mutex
 	plus    bool   // the entries carry attributes
 	next    uint64 // the offset the buffer continues from
 	at      time.Time

@@ -9,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
 // StatFS is what statfs(2) reports for the mount.
@@ -70,7 +70,7 @@ type Mount struct {
 	log    *slog.Logger
 	ad     *adapter
 	mp     string
-	mu     sync.Mutex
+	mu     lockcheck.Mutex
 	server *fuse.Server
 	done   chan struct{}
 	// watched is closed when the interrupt watcher (started by Mount)

@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/faults"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,7 +91,7 @@ func (c *Config) Validate() error {
 // --static-map). Refresh is a no-op.
 type StaticMap struct {
 	mu struct {
-		sync.RWMutex
+		lockcheck.RWMutex
 		table namespace.Table
 		addrs map[namespace.IslandID]string
 	}

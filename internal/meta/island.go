@@ -10,10 +10,10 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -38,12 +38,12 @@ type Island struct {
 
 	// state guards closing: every request holds it shared.
 	state struct {
-		sync.RWMutex
+		lockcheck.RWMutex
 		closed bool
 	}
 
 	seq struct {
-		sync.Mutex
+		lockcheck.Mutex
 		last map[uint32]uint32 // bucket -> last allocated sequence
 		// high is the persisted reservation: every sequence up to it may
 		// have been handed out, so a restart continues above it.
@@ -51,13 +51,13 @@ type Island struct {
 	}
 
 	tx struct {
-		sync.Mutex
+		lockcheck.Mutex
 		prepared map[metawire.TxID]*preparedTx // participant side
 		notify   map[metawire.TxID]*notifyTx   // coordinator side: decisions to deliver
 		active   map[metawire.TxID]bool        // coordinator side: transactions being run
 	}
 
-	resolveMu sync.Mutex // one resolver pass at a time
+	resolveMu lockcheck.Mutex // one resolver pass at a time
 
 	lastNow atomic.Int64
 

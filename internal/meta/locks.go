@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -40,7 +40,7 @@ var noOwner metawire.TxID
 // other half is applied.
 type lockTable struct {
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		m        map[namespace.Ino]*lockEntry
 		held     map[metawire.TxID][]namespace.Ino
 		prepared map[metawire.TxID]bool

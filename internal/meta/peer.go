@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -46,7 +46,7 @@ func (p *WirePeer) Call(ctx context.Context, island namespace.IslandID, op uint1
 // Errors cross it the way they cross the wire: reduced to their status.
 type LocalNet struct {
 	mu struct {
-		sync.RWMutex
+		lockcheck.RWMutex
 		islands map[namespace.IslandID]*Island
 		down    map[namespace.IslandID]bool
 	}

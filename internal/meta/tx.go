@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -330,7 +331,7 @@ func (i *Island) abort(ctx context.Context, txid metawire.TxID, it *intent, rele
 // deliver sends n's decision to its pending participants in parallel and
 // removes those that acknowledged.
 func (i *Island) deliver(ctx context.Context, txid metawire.TxID, n *notifyTx) {
-	var mu sync.Mutex
+	var mu lockcheck.Mutex
 	var wg sync.WaitGroup
 	ids := make([]namespace.IslandID, 0, len(n.pending))
 	for id := range n.pending {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 )
 
@@ -25,7 +25,7 @@ import (
 // whoever finds one looks again.
 type openFile struct {
 	ino uint64
-	mu  sync.RWMutex
+	mu  lockcheck.RWMutex
 	fh  *client.File
 
 	// written counts writes into fh; flushed is the count covered by the
@@ -45,7 +45,7 @@ func (o *openFile) dirty() bool { return o.written.Load() != o.flushed.Load() }
 
 type fileCache struct {
 	s  *Server
-	mu sync.Mutex
+	mu lockcheck.Mutex
 	m  map[uint64]*openFile
 
 	pending atomic.Int64 // sum of openFile.pending

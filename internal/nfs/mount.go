@@ -1,8 +1,7 @@
 package nfs
 
 import (
-	"sync"
-
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
@@ -49,7 +48,7 @@ func procNull(c *call) error {
 
 // mountTable is the (advisory) list DUMP reports: who mounted what.
 type mountTable struct {
-	mu sync.Mutex
+	mu lockcheck.Mutex
 	m  map[mountEntry]struct{}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/nfs/xdr"
 )
 
@@ -139,7 +140,7 @@ type Server struct {
 	ctx    context.Context // cancelled when Run stops
 	cancel context.CancelFunc
 
-	mu    sync.Mutex
+	mu    lockcheck.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup // accept loops and connections
 }
@@ -301,7 +302,7 @@ type conn struct {
 	remote  netip.Addr
 	local   netip.Addr
 	allowed bool
-	wmu     sync.Mutex
+	wmu     lockcheck.Mutex
 }
 
 // sendTimeout bounds writing one reply: a client that stops reading is

@@ -14,6 +14,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -119,16 +120,16 @@ type Store struct {
 
 	// locks serialize writers (put, append, repair, delete) of one id; reads
 	// go without them and retake them (shared) only to confirm an anomaly.
-	locks [256]sync.RWMutex
+	locks [256]lockcheck.RWMutex
 
 	// state guards closing: every operation holds it shared.
 	state struct {
-		sync.RWMutex
+		lockcheck.RWMutex
 		closed bool
 	}
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		used      int64 // sum of committed lengths
 		reserved  int64 // bytes of writes in flight
 		fragments int64
@@ -450,7 +451,7 @@ func (s *Store) enter() error {
 
 func (s *Store) exit() { s.state.RUnlock() }
 
-func (s *Store) lockFor(id fragment.ID) *sync.RWMutex { return &s.locks[mix(id)&255] }
+func (s *Store) lockFor(id fragment.ID) *lockcheck.RWMutex { return &s.locks[mix(id)&255] }
 
 // freeOnDisk is the filesystem's free space less the reserve, or -1 when
 // the filesystem cannot tell (then ENOSPC is the only limit).

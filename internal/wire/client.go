@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
 // ErrConnClosed is returned for calls on, or pending on, a broken connection.
@@ -60,7 +61,7 @@ type Client struct {
 	w *frameWriter
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		nextID  uint64
 		pending map[uint64]*call
 		err     error
@@ -243,7 +244,7 @@ type Pool struct {
 	cfg     ClientConfig
 	perAddr int
 	mu      struct {
-		sync.Mutex
+		lockcheck.Mutex
 		conns  map[string][]*Client
 		next   map[string]int
 		closed bool

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
 // Request is one decoded request. Msg and Payload are valid only until the
@@ -80,7 +82,7 @@ type Server struct {
 	log      *slog.Logger
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		conns map[net.Conn]struct{}
 	}
 	wg sync.WaitGroup

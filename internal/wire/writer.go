@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
 // smallFrame is the largest frame (header, message and payload) that is
@@ -39,7 +41,7 @@ type frameWriter struct {
 	timeout time.Duration
 
 	mu struct {
-		sync.Mutex
+		lockcheck.Mutex
 		pending []byte
 		spare   []byte
 		writing bool
