@@ -1,0 +1,46 @@
+// Package simnet puts the roles of a cluster on simulated hosts: each host
+// is a Linux network namespace with its own address, joined to the others
+// by a veth pair on one bridge, so roles talk over real interfaces and
+// real TCP exactly as on separate machines, and the network between
+// chosen hosts can be cut.
+//
+// # Layout
+//
+// New makes, for a run named R (a few characters, unique among runs that
+// exist at the same time):
+//
+//   - a bridge "atb-R" in the caller's namespace with the address
+//     10.99.S.1/24, S a free subnet number; the caller (a test, `atoll
+//     torture`) is on the net at that address, so library clients, FUSE
+//     mounts and NFS clients started by the caller reach every host;
+//   - per host i (0-based) a namespace "atl-R-NAME" holding "eth0" with
+//     10.99.S.(i+2)/24 and lo, its peer "atv-R-i" on the bridge.
+//
+// Host.Command runs a program inside a host's network namespace with
+// nsenter --net (only the network namespace changes: a FUSE mount a role
+// makes there is visible to the caller). A role must bind and advertise
+// the address it is given; nothing here rewrites 127.0.0.1.
+//
+// # Faults
+//
+// Partition cuts the traffic between two hosts, both ways or one way, with
+// an nftables table "atoll_simnet" inside the namespaces concerned (the
+// caller's namespace is never touched: a cut between the caller and a host
+// is made on the host's side). Heal and HealAll remove the rules.
+// Established TCP connections see their packets dropped, exactly as
+// behind a failed switch port: they time out, they are not reset.
+//
+// # Without namespaces
+//
+// Creating namespaces needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN),
+// iproute2, nsenter and nft. When any is missing, or Config.Loopback is
+// set, New falls back to loopback addresses 127.99.S.(i+2) (every 127/8
+// address reaches lo on Linux), Reason says why, and Partition returns
+// ErrNoPartitions: everything but the partition faults still runs.
+//
+// # Cleanup
+//
+// Close deletes the namespaces and the bridge. A run killed before Close
+// leaves them behind; New deletes leftovers of a run with the same name
+// first, and CleanupStale deletes every leftover of any run.
+package simnet
