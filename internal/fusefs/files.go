@@ -190,7 +190,7 @@ func (a *adapter) release(of *openFile) {
 			delete(a.files, of.ino)
 		}
 		a.mu.Unlock()
-		if false && orphan != nil {
+		if orphan != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			// Gone already if someone removed the hidden name (rm -rf).
