@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -164,6 +165,9 @@ func TestCleanerReclaimsOverwrittenAndDeletedSpace(t *testing.T) {
 	if rep2.RepairFailed > 0 || len(rep2.Errors) > 0 {
 		t.Fatalf("second pass: %+v", rep2)
 	}
+	if rep2.DeletedStripes != 0 || rep2.DeletedBytes != 0 {
+		t.Fatalf("second pass deleted %d stripes (%d B) the first left behind: %+v", rep2.DeletedStripes, rep2.DeletedBytes, rep2)
+	}
 }
 
 // A client holding a cached block map into a stripe the cleaner moved and
@@ -199,14 +203,15 @@ func TestCleanerStaleMapRefetched(t *testing.T) {
 
 // A writer racing the cleaner on the same blocks always wins: the
 // cleaner's deltas name the old pointers and are rejected once the writer
-// committed.
+// committed. The race is made to happen: the cleaner is parked at
+// FailAfterCopy (its copies durable, its deltas not sent) while every file
+// is overwritten in place.
 func TestCleanerWriterWins(t *testing.T) {
 	fc := startFSCluster(t, 5, 1)
 	fs := fc.newFS(t)
 	ctx := context.Background()
 	r := newRand(63)
 	const files = 4
-	var mu sync.Mutex
 	want := map[string][]byte{}
 	for i := 0; i < files; i++ {
 		p := fmt.Sprintf("/w%d", i)
@@ -215,59 +220,91 @@ func TestCleanerWriterWins(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	parked, resume := make(chan struct{}), make(chan struct{})
+	var resumeOnce sync.Once
+	release := func() { resumeOnce.Do(func() { close(resume) }) }
+	t.Cleanup(release) // never leave the pass parked
 	fset := faults.New()
-	// Widen the window between copying and sending deltas.
-	fset.Enable(cleaner.FailAfterCopy, faults.Action{Kind: faults.Sleep, Sleep: 150 * time.Millisecond})
-	c := newCleaner(t, fs, func(c *cleaner.Config) { c.MaxLive = 1; c.Faults = fset; c.Grace = 500 * time.Millisecond })
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var rejected, moved int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			rep, err := c.Pass(ctx, cleaner.PassOptions{Copy: true})
-			if err != nil {
-				t.Errorf("pass: %v", err)
-				return
-			}
-			mu.Lock()
-			rejected += rep.RejectedBlocks
-			moved += rep.MovedBlocks
-			mu.Unlock()
-		}
-	}()
-	wr := newRand(64)
-	for round := 0; round < 12; round++ {
-		for i := 0; i < files; i++ {
-			p := fmt.Sprintf("/w%d", i)
-			data := randBytes(wr, 512<<10)
-			fh, err := fs.OpenPath(ctx, root, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Overwrite in place, block by block, so old and new pointers
-			// differ only where the writer wrote.
-			if _, err := fh.WriteAt(ctx, data, 0); err != nil {
-				t.Fatal(err)
-			}
-			if err := fh.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			mu.Lock()
-			want[p] = data
-			mu.Unlock()
-		}
-		time.Sleep(100 * time.Millisecond)
+	fset.Enable(cleaner.FailAfterCopy, faults.Action{Kind: faults.Call, Nth: 1, Call: func(string) error {
+		close(parked)
+		<-resume
+		return nil
+	}})
+	c := newCleaner(t, fs, func(c *cleaner.Config) { c.MaxLive = 1; c.Faults = fset })
+	type result struct {
+		rep cleaner.Report
+		err error
 	}
-	close(stop)
-	wg.Wait()
-	t.Logf("cleaner moved %d blocks, %d deltas rejected", moved, rejected)
+	done := make(chan result, 1)
+	go func() {
+		rep, err := c.Pass(ctx, cleaner.PassOptions{Copy: true})
+		done <- result{rep, err}
+	}()
+	select {
+	case <-parked:
+	case res := <-done:
+		t.Fatalf("the pass ended without reaching %s: %+v %v", cleaner.FailAfterCopy, res.rep, res.err)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the pass never reached %s", cleaner.FailAfterCopy)
+	}
+	// The cleaner holds durable copies of the files' blocks; overwrite
+	// every block of every file in place and commit.
+	wr := newRand(64)
+	written := map[string]map[uint64]layout.Pointer{}
+	for i := 0; i < files; i++ {
+		p := fmt.Sprintf("/w%d", i)
+		data := randBytes(wr, 512<<10)
+		fh, err := fs.OpenPath(ctx, root, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.WriteAt(ctx, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := fh.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want[p] = data
+		a, err := fs.Resolve(ctx, root, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if written[p], err = fs.BlockPointers(ctx, root, a.Ino); err != nil || len(written[p]) == 0 {
+			t.Fatalf("%s: %d block pointers after the overwrite (%v)", p, len(written[p]), err)
+		}
+	}
+	release()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the pass did not end after it was released")
+	}
+	t.Logf("pass: %+v", res.rep)
+	if res.err != nil || len(res.rep.Errors) > 0 {
+		t.Fatalf("pass: %v %v", res.err, res.rep.Errors)
+	}
+	if res.rep.RejectedBlocks == 0 || res.rep.MovedBlocks != 0 {
+		t.Fatalf("%d deltas rejected and %d blocks moved, though the writer overwrote every block while the cleaner was parked: %+v",
+			res.rep.RejectedBlocks, res.rep.MovedBlocks, res.rep)
+	}
+	// The writer's blocks are what the files point to: no delta of the
+	// cleaner replaced one.
+	for p, ptrs := range written {
+		a, err := fs.Resolve(ctx, root, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, err := fs.BlockPointers(ctx, root, a.Ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.EqualFunc(now, ptrs, func(x, y layout.Pointer) bool {
+			return bytes.Equal(x.AppendBinary(nil), y.AppendBinary(nil))
+		}) {
+			t.Fatalf("%s: the cleaner replaced the writer's block pointers:\nwriter %v\nnow    %v", p, ptrs, now)
+		}
+	}
 	checkFiles(t, fs, want)
 	checkFiles(t, fc.newFS(t), want)
 	fc.checkFsck(t)

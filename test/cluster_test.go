@@ -27,7 +27,9 @@ var (
 	buildErr  error
 )
 
-// atoll builds the atoll binary once per test run.
+// atoll builds the atoll binary once per test run, with -tags failpoints:
+// only such a build honours ATOLL_FAILPOINTS (a release build refuses to
+// start with it set; see internal/faults).
 func atoll(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -36,8 +38,8 @@ func atoll(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		atollBin = filepath.Join(dir, "atoll")
-		out, err := exec.Command("go", "build", "-o", atollBin, "github.com/atoll-fs/atoll/cmd/atoll").CombinedOutput()
+		atollBin = filepath.Join(dir, "atoll-test")
+		out, err := exec.Command("go", "build", "-tags", "failpoints,deadlock", "-o", atollBin, "github.com/atoll-fs/atoll/cmd/atoll").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -33,7 +33,7 @@ import (
 //
 // Chromium is Debian's `chromium` (or `chromium-browser`); without it the
 // test is skipped, unless $CI is set (CI installs it:
-// .ci/install-web-tools.sh). Set ATOLL_TEST_ARTIFACTS=DIR to keep the
+// make setup). Set ATOLL_TEST_ARTIFACTS=DIR to keep the
 // screenshots.
 func TestDashboard(t *testing.T) {
 	chrome := findChromium(t)
@@ -185,10 +185,7 @@ func findChromium(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("chromium not found, and CI is set (.ci/install-web-tools.sh installs it)")
-	}
-	t.Skip("chromium not found (apt-get install chromium, or .ci/install-web-tools.sh): dashboard test skipped")
+	missingPrerequisite(t, "chromium not found (make setup installs it): dashboard test")
 	return ""
 }
 

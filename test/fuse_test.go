@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,15 +34,54 @@ import (
 // The FUSE mount end to end: an in-process cluster (storage servers and
 // islands on 127.0.0.1), mounted in this process with internal/fusefs,
 // exercised with the plain os and syscall packages. Needs root and
-// /dev/fuse; skipped (with the reason) otherwise.
+// /dev/fuse; skipped (with the reason) otherwise, and failed instead when
+// $CI is set (see missingPrerequisite).
+
+// underCI reports whether the tests run in CI ($CI set, as CI services
+// do, and not "false" or "0"), where every prerequisite is installed.
+func underCI() bool {
+	ci := os.Getenv("CI")
+	return ci != "" && ci != "false" && ci != "0"
+}
+
+// missingPrerequisite ends a test that cannot run here: it skips with the
+// reason, or fails under CI, where a missing prerequisite must not turn
+// tests into silent skips.
+func missingPrerequisite(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if underCI() {
+		t.Fatalf("%s (CI is set: prerequisites must be installed, not skipped)", msg)
+	}
+	t.Skip(msg)
+}
+
+// waitEvent polls cond until it returns nil, failing the test with
+// cond's last error after a generous deadline (an event that does not
+// come, not a slow one, is what fails).
+func waitEvent(t testing.TB, what string, cond func() error) {
+	t.Helper()
+	const deadline = time.Minute
+	start := time.Now()
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Since(start) > deadline {
+			t.Fatalf("%s: not after %v: %v", what, deadline, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 func fuseUsable(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("FUSE tests need root (allow_other mounts without fusermount)")
+		missingPrerequisite(t, "FUSE tests need root (allow_other mounts without fusermount)")
 	}
 	if err := fusefs.CheckFuseDevice(); err != nil {
-		t.Skipf("FUSE unusable here: %v", err)
+		missingPrerequisite(t, "FUSE unusable here: %v", err)
 	}
 }
 
@@ -67,7 +108,7 @@ func mountFSWith(t *testing.T, fs *client.FS, tune func(*fusefs.Config)) (*fusef
 		t.Fatal(err)
 	}
 	if err := m.Mount(); err != nil {
-		t.Skipf("FUSE mount impossible here: %v", err)
+		missingPrerequisite(t, "FUSE mount impossible here: %v", err)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
@@ -261,11 +302,11 @@ func TestFUSE(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(d, "y")); string(b) != "x" {
 			t.Fatalf("after rename over: %q", b)
 		}
-		// The other mount sees the tree after its caches expire.
-		time.Sleep(1100 * time.Millisecond)
-		if _, err := os.Stat(filepath.Join(mnt2, "ns/a/b/c/d/moved11")); err != nil {
-			t.Fatal("other mount:", err)
-		}
+		// The other mount sees the tree once its caches expire.
+		waitEvent(t, "the other mount sees the renamed file", func() error {
+			_, err := os.Stat(filepath.Join(mnt2, "ns/a/b/c/d/moved11"))
+			return err
+		})
 		if err := os.RemoveAll(d); err != nil {
 			t.Fatal("rm -rf:", err)
 		}
@@ -542,13 +583,19 @@ func TestFUSE(t *testing.T) {
 			t.Fatalf("fstat of unlinked file: nlink %d %v", st.Nlink, err)
 		}
 		f.Close()
-		time.Sleep(50 * time.Millisecond) // RELEASE is asynchronous
-		ents, _ := os.ReadDir(mnt)
-		for _, e := range ents {
-			if bytes.HasPrefix([]byte(e.Name()), []byte(".atoll-open-")) {
-				t.Errorf("left behind: %s", e.Name())
+		// RELEASE is asynchronous: the hidden name goes once it is handled.
+		waitEvent(t, "the unlinked file's hidden name removed after close", func() error {
+			ents, err := os.ReadDir(mnt)
+			if err != nil {
+				return err
 			}
-		}
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), ".atoll-open-") {
+					return fmt.Errorf("left behind: %s", e.Name())
+				}
+			}
+			return nil
+		})
 	})
 
 	t.Run("beyond2GiB", func(t *testing.T) {
@@ -731,17 +778,21 @@ func TestFUSEMountErrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m2.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitEvent(t, "Run mounts", func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned before mounting: %v", err)
+		default:
+		}
 		var st syscall.Statfs_t
-		if syscall.Statfs(mnt, &st) == nil && st.Type == 0x65735546 { // FUSE_SUPER_MAGIC
-			break
+		if err := syscall.Statfs(mnt, &st); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("Run did not mount")
+		if st.Type != 0x65735546 { // FUSE_SUPER_MAGIC
+			return fmt.Errorf("file system type %#x, not FUSE", st.Type)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -885,17 +936,16 @@ func TestFUSEStorageDiesDuringDD(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Kill slot 2 once dd has written something.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitEvent(t, "dd writes 8 MiB", func() error {
 		st, err := os.Stat(dst)
-		if err == nil && st.Size() >= 8<<20 {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("dd wrote nothing")
+		if st.Size() < 8<<20 {
+			return fmt.Errorf("%d bytes written", st.Size())
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	fc.storage[2].stop()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("dd failed with a storage server killed: %v\n%s", err, out.String())
@@ -1151,10 +1201,20 @@ func TestFUSEKilledWhileIslandHangs(t *testing.T) {
 	}
 	victim, victimDone := start("killed")
 	patient, patientDone := start("patient")
-	select {
-	case err := <-victimDone:
-		t.Fatalf("mkdir returned while its island is stopped: %v", err)
-	case <-time.After(500 * time.Millisecond):
+	// Both are blocked in mkdir(2) on the mount (waiting for the island)
+	// before the victim is killed.
+	for _, p := range []struct {
+		cmd  *exec.Cmd
+		done chan error
+	}{{victim, victimDone}, {patient, patientDone}} {
+		waitEvent(t, "mkdir blocked on the mount", func() error {
+			select {
+			case err := <-p.done:
+				t.Fatalf("mkdir returned while its island is stopped: %v", err)
+			default:
+			}
+			return inMkdir(p.cmd.Process.Pid)
+		})
 	}
 	if err := victim.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -1229,4 +1289,25 @@ func TestFUSECreatedWithDataGrows(t *testing.T) {
 	if a, err := lib.Resolve(ctx, root, "/cwd"); err != nil || a.Inline || a.Size != uint64(len(want)) {
 		t.Fatalf("attributes after growing past the inline maximum: %+v %v", a, err)
 	}
+}
+
+// inMkdir returns nil once process pid is blocked inside mkdir(2) or
+// mkdirat(2), as /proc/PID/syscall tells.
+func inMkdir(pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return fmt.Errorf("/proc/%d/syscall is empty", pid)
+	}
+	nrs := []string{strconv.Itoa(unix.SYS_MKDIRAT)}
+	if runtime.GOARCH == "amd64" {
+		nrs = append(nrs, "83") // mkdir(2), absent on newer architectures
+	}
+	if !slices.Contains(nrs, f[0]) {
+		return fmt.Errorf("process %d is in system call %q, not mkdir", pid, f[0])
+	}
+	return nil
 }

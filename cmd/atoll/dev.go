@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/faults"
 )
 
 func newDevCmd(g *globalFlags) *cobra.Command {
@@ -19,6 +20,13 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 		Short: "Run a whole local cluster (each role a child process) for a first try",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Every child inherits ATOLL_FAILPOINTS (and runs this same
+			// binary): refuse here, once, when this binary was built
+			// without -tags failpoints or the variable names an unknown
+			// failpoint, rather than start children that each refuse.
+			if _, err := faults.FromEnv(); err != nil {
+				return fmt.Errorf("dev: %w", err)
+			}
 			var err error
 			if cfg.Exe, err = os.Executable(); err != nil {
 				return err

@@ -35,8 +35,11 @@ type ChildSpec struct {
 	Exe      string   // the atoll binary
 	Args     []string // subcommand and flags; "--addr-file" is appended
 	AddrFile string   // where the child writes its listening address
-	Env      []string // extra environment (e.g. ATOLL_FAILPOINTS=...)
-	Output   io.Writer
+	// Env is extra environment, e.g. ATOLL_FAILPOINTS=... (honoured only
+	// by an Exe built with -tags failpoints; any other refuses to start
+	// with it set). The child also inherits this process's environment.
+	Env    []string
+	Output io.Writer
 	// ReadyTimeout bounds waiting for the addr file (default 30s).
 	ReadyTimeout time.Duration
 	// NoWait returns as soon as the process started; call WaitReady later
@@ -65,8 +68,14 @@ func Start(ctx context.Context, spec ChildSpec) (*Child, error) {
 	if spec.Output != nil {
 		pr, pw := io.Pipe()
 		cmd.Stdout, cmd.Stderr = pw, pw
-		go prefixLines(pr, spec.Output, spec.Name)
-		return startCmd(ctx, cmd, spec, func() { pw.Close() })
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			prefixLines(pr, spec.Output, spec.Name)
+		}()
+		// Done is closed only once every line the child wrote is in
+		// Output: a test may look there for what the child said last.
+		return startCmd(ctx, cmd, spec, func() { pw.Close(); <-drained })
 	}
 	return startCmd(ctx, cmd, spec, func() {})
 }
@@ -131,8 +140,16 @@ func prefixLines(r io.Reader, w io.Writer, name string) {
 // PID returns the child's process id.
 func (c *Child) PID() int { return c.cmd.Process.Pid }
 
-// Done is closed when the child has exited.
+// Done is closed when the child has exited and (with ChildSpec.Output)
+// all its output has been written to Output.
 func (c *Child) Done() <-chan struct{} { return c.done }
+
+// ExitErr waits until the child has exited and returns how (nil for exit
+// status 0; an *exec.ExitError otherwise, e.g. for a SIGKILL).
+func (c *Child) ExitErr() error {
+	<-c.done
+	return c.exitErr
+}
 
 // Kill sends SIGKILL and waits for the exit.
 func (c *Child) Kill() {

@@ -28,6 +28,11 @@ const (
 	Crash
 	// Sleep delays the caller.
 	Sleep
+	// Call runs Action.Call and returns its error (in-process tests only;
+	// the ATOLL_FAILPOINTS format has no way to name a function). A test
+	// uses it to park the code under test at the failpoint until it has
+	// done something, deterministically.
+	Call
 )
 
 // Action describes one armed failpoint.
@@ -36,6 +41,9 @@ type Action struct {
 	Sleep time.Duration // for Sleep
 	// Nth, when > 0, fires the action on the Nth hit only.
 	Nth int64
+	// Call is run by a Call action with the failpoint's name; Hit returns
+	// its error.
+	Call func(name string) error
 }
 
 type point struct {
@@ -58,14 +66,29 @@ type Set struct {
 // New returns an empty Set.
 func New() *Set { return &Set{} }
 
-// FromEnv parses ATOLL_FAILPOINTS. An unset or empty variable gives an empty Set.
+// FromEnv parses ATOLL_FAILPOINTS. An unset or empty variable gives an
+// empty Set. In a binary built without -tags failpoints (Enabled false, a
+// release build) a non-empty ATOLL_FAILPOINTS is an error: the role must
+// refuse to start rather than run with failpoints silently off (or, worse,
+// on, in production).
 func FromEnv() (*Set, error) {
-	return Parse(os.Getenv(EnvVar))
+	spec := os.Getenv(EnvVar)
+	if !Enabled {
+		if strings.TrimSpace(spec) != "" {
+			return nil, fmt.Errorf("faults: %s=%q is set, but this binary was built without failpoints: "+
+				"failpoints need a binary built with -tags failpoints (unset %s to run normally)", EnvVar, spec, EnvVar)
+		}
+		return New(), nil
+	}
+	return Parse(spec)
 }
 
 // Parse parses the ATOLL_FAILPOINTS format described in the package doc.
+// Every name must have been registered (Register) by a package linked into
+// the binary; unknown names are an error that lists them.
 func Parse(spec string) (*Set, error) {
 	s := New()
+	var unknown []string
 	for _, item := range strings.Split(spec, ";") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -79,7 +102,14 @@ func Parse(spec string) (*Set, error) {
 		if err != nil {
 			return nil, fmt.Errorf("faults: parse %q: %w", item, err)
 		}
+		if !Registered(name) {
+			unknown = append(unknown, name)
+			continue
+		}
 		s.Enable(name, a)
+	}
+	if len(unknown) > 0 {
+		return nil, unknownError(unknown)
 	}
 	return s, nil
 }
@@ -150,6 +180,10 @@ func (s *Set) Hit(name string) error {
 		return nil
 	}
 	switch p.act.Kind {
+	case Call:
+		if p.act.Call != nil {
+			return p.act.Call(name)
+		}
 	case Error:
 		return fmt.Errorf("%w at %s", ErrInjected, name)
 	case Sleep:
