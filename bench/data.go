@@ -144,10 +144,18 @@ func RunData(ctx context.Context, cfg DataConfig, progress io.Writer) (DataResul
 		}
 	}
 	res.Servers = len(slots)
+	// The sampler goroutine and this one both sample; rss guards the
+	// peak and children (slot 0's child is replaced below).
+	var rss struct {
+		sync.Mutex
+		peak float64
+	}
 	sampleRSS := func() {
+		rss.Lock()
+		defer rss.Unlock()
 		for _, c := range children {
-			if v := float64(c.SampleRSS()) / mib; v > res.MaxStorageRSSMiB {
-				res.MaxStorageRSSMiB = v
+			if v := float64(c.SampleRSS()) / mib; v > rss.peak {
+				rss.peak = v
 			}
 		}
 	}
@@ -248,7 +256,9 @@ func RunData(ctx context.Context, cfg DataConfig, progress io.Writer) (DataResul
 		if err != nil {
 			return res, fmt.Errorf("restart slot 0: %w", err)
 		}
+		rss.Lock()
 		children[0] = ch
+		rss.Unlock()
 		cl.SetDown(0, false)
 	}
 	block := make([]byte, 4096)
@@ -277,6 +287,9 @@ func RunData(ctx context.Context, cfg DataConfig, progress io.Writer) (DataResul
 		}
 	}
 	sampleRSS()
+	rss.Lock()
+	res.MaxStorageRSSMiB = rss.peak
+	rss.Unlock()
 	say("  max storage RSS %7.1f MiB", res.MaxStorageRSSMiB)
 	return res, nil
 }

@@ -7,14 +7,30 @@ import (
 	"testing"
 )
 
+// noDrop replaces dropCaches for the test: nothing in a test may drop the
+// page cache of a machine other tests share. It counts the calls.
+func noDrop(t *testing.T) *int {
+	calls := new(int)
+	old := dropCaches
+	dropCaches = func() error { *calls++; return nil }
+	t.Cleanup(func() { dropCaches = old })
+	return calls
+}
+
 // RunFS on a local directory: every phase runs, reads back what it wrote
 // (RunFS compares every byte and the listed count) and reports a positive
 // figure, and leaves nothing behind; impossible settings are refused.
+// With KeepCache it leaves the page cache alone; without, it drops it
+// once, before the cold read.
 func TestRunFSLocal(t *testing.T) {
+	drops := noDrop(t)
 	dir := t.TempDir()
-	res, err := RunFS(context.Background(), FSConfig{Dir: dir, Size: 3 << 20, SmallFiles: 37, Jobs: 4}, nil)
+	res, err := RunFS(context.Background(), FSConfig{Dir: dir, Size: 3 << 20, SmallFiles: 37, Jobs: 4, KeepCache: true}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if *drops != 0 || res.ColdCache {
+		t.Errorf("KeepCache: caches dropped %d times, cold_cache %v", *drops, res.ColdCache)
 	}
 	for name, v := range map[string]float64{
 		"seq_write_mbps": res.SeqWriteMBps, "cold_read_mbps": res.ColdReadMBps,
@@ -45,5 +61,11 @@ func TestRunFSLocal(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)
+	}
+	// The default (what `atoll bench fs` does unless told otherwise)
+	// drops the caches, here through the test's stand-in.
+	res, err = RunFS(context.Background(), FSConfig{Dir: dir, Size: 1 << 20, SmallFiles: 1, Jobs: 1}, nil)
+	if err != nil || *drops != 1 || !res.ColdCache {
+		t.Errorf("default: caches dropped %d times, cold_cache %v, err %v", *drops, res.ColdCache, err)
 	}
 }

@@ -112,9 +112,9 @@ func report(asJSON bool, run func(progress io.Writer) (any, error)) error {
 func newBenchFSCmd() *cobra.Command {
 	var cfg bench.FSConfig
 	var size string
-	var asJSON bool
+	var asJSON, dropCaches bool
 	cmd := &cobra.Command{
-		Use:   "fs --dir DIR [--size 1GiB] [--small-files 10000] [--jobs 8] [--json]",
+		Use:   "fs --dir DIR [--size 1GiB] [--small-files 10000] [--jobs 8] [--drop-caches=false] [--json]",
 		Short: "File system workloads on a directory: an Atoll mount, or a local directory to compare",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -122,6 +122,7 @@ func newBenchFSCmd() *cobra.Command {
 			if cfg.Size, err = parseSize64(size, "--size"); err != nil {
 				return err
 			}
+			cfg.KeepCache = !dropCaches
 			return report(asJSON, func(progress io.Writer) (any, error) { return bench.RunFS(cmd.Context(), cfg, progress) })
 		},
 	}
@@ -130,6 +131,7 @@ func newBenchFSCmd() *cobra.Command {
 	f.StringVar(&size, "size", "1GiB", "sequential file size")
 	f.IntVar(&cfg.SmallFiles, "small-files", 10000, "4 KiB files to create, then list and stat")
 	f.IntVar(&cfg.Jobs, "jobs", 8, "concurrent writers of the parallel small-file phase")
+	f.BoolVar(&dropCaches, "drop-caches", true, "drop the machine's page cache before the cold read (needs root; affects everything running)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
 	return cmd
 }

@@ -111,7 +111,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 func waitLeader(t testing.TB, nodes ...*testNode) *testNode {
 	t.Helper()
 	var leader *testNode
-	waitFor(t, 15*time.Second, "a leader", func() bool {
+	waitFor(t, 30*time.Second, "a leader", func() bool {
 		for _, n := range nodes {
 			if n.IsLeader() {
 				leader = n
@@ -269,13 +269,15 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	var downEpoch uint64
-	waitFor(t, 5*time.Second, "island 9 down", func() bool {
+	waitFor(t, 30*time.Second, "island 9 down", func() bool {
 		m := n.Map()
 		is, _ := m.Island(9)
 		downEpoch = m.Epoch
 		return is.State == StateDown
 	})
-	if el := time.Since(start); el < downAfter || el > downAfter+time.Second {
+	// Not before its grace ran out (how long after is the machine's
+	// business: the race detector on a busy machine is slow).
+	if el := time.Since(start); el < downAfter {
 		t.Fatalf("marked down after %s (DownAfter %s)", el, downAfter)
 	}
 	if downEpoch <= m0.Epoch {
@@ -313,33 +315,47 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 		s, _ := m.StorageSlot(4)
 		return s.State, m.Epoch
 	}
-	stop := runMember()
-	waitFor(t, 5*time.Second, "storage 4 registered", func() bool { s, _ := memberState(); return s == StateUp })
-	time.Sleep(3 * downAfter)
-	if s, _ := memberState(); s != StateUp {
-		t.Fatalf("heartbeating member is %s", s)
+	// heartbeatsUntil waits until the leader has heard from storage 4
+	// after instant at, checking at every look that it is up all along.
+	heartbeatsUntil := func(what string, at time.Time) {
+		t.Helper()
+		waitFor(t, 30*time.Second, what, func() bool {
+			s, _ := n.Map().StorageSlot(4)
+			if s.State != StateUp {
+				t.Fatalf("heartbeating member is %s (last heartbeat %s)", s.State, s.LastHeartbeat)
+			}
+			return s.LastHeartbeat.After(at)
+		})
 	}
-	if s, _ := n.Map().StorageSlot(4); s.CapacityBytes != 1000 || s.UsedBytes != 10 || time.Since(s.LastHeartbeat) > time.Second {
+	memberStart := time.Now()
+	stop := runMember()
+	waitFor(t, 30*time.Second, "storage 4 registered", func() bool { s, _ := memberState(); return s == StateUp })
+	// It stays up over three grace periods of heartbeats.
+	heartbeatsUntil("heartbeats of storage 4 over 3*DownAfter", time.Now().Add(3*downAfter))
+	if s, _ := n.Map().StorageSlot(4); s.CapacityBytes != 1000 || s.UsedBytes != 10 || !s.LastHeartbeat.After(memberStart) {
 		t.Fatalf("heartbeat data not in the leader's map: %+v", s)
 	}
 	// Heartbeats do not change the epoch.
 	_, e1 := memberState()
-	time.Sleep(300 * time.Millisecond)
+	hb1, _ := n.Map().StorageSlot(4)
+	heartbeatsUntil("three more heartbeats of storage 4", hb1.LastHeartbeat.Add(300*time.Millisecond))
 	if _, e2 := memberState(); e2 != e1 {
 		t.Fatalf("epoch moved from %d to %d with heartbeats only", e1, e2)
 	}
 
-	// It stops: down in a new epoch.
+	// It stops: down in a new epoch, once its grace after the last
+	// heartbeat has run out.
 	stop()
-	stopped := time.Now()
 	var epDown uint64
-	waitFor(t, 5*time.Second, "storage 4 down", func() bool {
-		s, e := memberState()
-		epDown = e
-		return s == StateDown
+	var last time.Time
+	waitFor(t, 30*time.Second, "storage 4 down", func() bool {
+		m := n.Map()
+		s, _ := m.StorageSlot(4)
+		epDown, last = m.Epoch, s.LastHeartbeat
+		return s.State == StateDown
 	})
-	if el := time.Since(stopped); el > downAfter+time.Second {
-		t.Fatalf("marked down %s after the last heartbeat", el)
+	if el := time.Since(last); last.IsZero() || el < downAfter {
+		t.Fatalf("marked down %s after the last heartbeat (%s), DownAfter %s", el, last, downAfter)
 	}
 	if epDown <= e1 {
 		t.Fatal("down without a new epoch")
@@ -351,7 +367,7 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 	// It comes back: up in a newer epoch, and OnMap sees that map.
 	stop = runMember()
 	defer stop()
-	waitFor(t, 5*time.Second, "OnMap with storage 4 up in a newer epoch", func() bool {
+	waitFor(t, 30*time.Second, "OnMap with storage 4 up in a newer epoch", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range maps[nmaps:] {
@@ -411,8 +427,8 @@ func TestMemberNoticesNewEpoch(t *testing.T) {
 		if m.Epoch <= first.Epoch || len(m.Storage) != 1 {
 			t.Fatalf("new map: epoch %d (first %d), storage %v", m.Epoch, first.Epoch, m.Storage)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("member never saw the new epoch")
+	case <-time.After(30 * time.Second):
+		t.Fatal("member never saw the new epoch in 30s")
 	}
 }
 
@@ -469,7 +485,7 @@ func TestThreeVoters(t *testing.T) {
 	}
 	// Every manager's own map reaches the epoch.
 	for _, n := range nodes {
-		waitFor(t, 5*time.Second, "replication to "+n.ID(), func() bool { return n.fsm.Epoch() >= fm.Epoch })
+		waitFor(t, 30*time.Second, "replication to "+n.ID(), func() bool { return n.fsm.Epoch() >= fm.Epoch })
 	}
 	// A follower serves reads, and refuses an epoch it does not have.
 	raw, err := wire.Dial(ctx, follower.Addr(), wire.ClientConfig{})
@@ -533,16 +549,22 @@ func TestThreeVoters(t *testing.T) {
 	}
 	// Grace: slots 1, 2 and island 1 never heartbeat and go down after
 	// DownAfter on the new leader; slot 0 (heartbeating) stays up.
-	waitFor(t, 5*time.Second, "silent members down on the new leader", func() bool {
+	waitFor(t, 30*time.Second, "silent members down on the new leader", func() bool {
 		mm := nl2.Map()
 		s1, _ := mm.StorageSlot(1)
 		is, _ := mm.Island(1)
 		return s1.State == StateDown && is.State == StateDown
 	})
-	time.Sleep(c1.DownAfter)
-	if s0, _ := nl2.Map().StorageSlot(0); s0.State != StateUp {
-		t.Fatalf("heartbeating member is %s after failover", s0.State)
-	}
+	// Slot 0 keeps heartbeating to the new leader for a whole grace
+	// period past that, and is up all along.
+	after := time.Now().Add(c1.DownAfter)
+	waitFor(t, 30*time.Second, "slot 0's heartbeats on the new leader for DownAfter", func() bool {
+		s0, _ := nl2.Map().StorageSlot(0)
+		if s0.State != StateUp {
+			t.Fatalf("heartbeating member is %s after failover", s0.State)
+		}
+		return s0.LastHeartbeat.After(after)
+	})
 	st, err := scl.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -622,7 +644,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = c.Write([]byte("GET / HTTP/1.0\r\n\r\n" + strings.Repeat("x", 100)))
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if _, err := io.ReadAll(c); err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -660,13 +682,15 @@ func TestClientUnreachable(t *testing.T) {
 	ln.Close()
 	cl := NewClient([]string{addr}, testLogger(t))
 	defer cl.Close()
-	start := time.Now()
-	_, err = cl.Status(ctxT(t, 10*time.Second))
+	// The client gives up by itself: its context (long, only a backstop)
+	// is still running when the call returns.
+	ctx := ctxT(t, 2*time.Minute)
+	_, err = cl.Status(ctx)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("got %v, want ErrUnavailable", err)
 	}
-	if el := time.Since(start); el > 3*time.Second {
-		t.Fatalf("took %s to give up on a refused address", el)
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		t.Fatalf("gave up on a refused address only when its context ended: %v", err)
 	}
 }
 

@@ -337,3 +337,65 @@ func TestCreateReturnsDirAttrAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestRenameKeepsDirectoryIsland: a directory's bucket is embedded in its
+// inode id at mkdir (the hash of its pathname then) and does not change
+// when the directory is renamed, even to a name whose hash is another
+// island's: the id, the record, the island serving it and the files in
+// it all stay where they were; only the name entries move.
+func TestRenameKeepsDirectoryIsland(t *testing.T) {
+	c := newCluster(t, 3)
+	r := c.root()
+	src := must(r.mkdir(rootIno(), "projects", 0o755))
+	dst := must(r.mkdir(rootIno(), "archive", 0o755))
+	d := must(r.mkdir(src.Ino, "atoll", 0o755))
+	bucket := namespace.Ino(d.Ino).Bucket()
+	if bucket != namespace.Bucket("/projects/atoll") {
+		t.Fatalf("mkdir /projects/atoll: bucket %08x, want the path's %08x", bucket, namespace.Bucket("/projects/atoll"))
+	}
+	home := c.owner(d.Ino)
+	f := must(r.create(d.Ino, "README", 0o644))
+	if namespace.Ino(f.Ino).Bucket() != bucket {
+		t.Fatalf("file in %v got bucket %08x", namespace.Ino(d.Ino), namespace.Ino(f.Ino).Bucket())
+	}
+	// A new name whose path hashes to another island.
+	elsewhere := c.ids[0]
+	if elsewhere == home {
+		elsewhere = c.ids[1]
+	}
+	newName := c.nameOn("/archive", "old-atoll-", elsewhere)
+	newBucket := namespace.Bucket("/archive/" + newName)
+	if newBucket == bucket || c.m.Table().Lookup(newBucket) == home {
+		t.Fatalf("new name %q hashes to %08x on island %d: not elsewhere", newName, newBucket, c.m.Table().Lookup(newBucket))
+	}
+
+	wantErr(t, r.rename(src.Ino, "atoll", dst.Ino, newName, 0), nil, "rename /projects/atoll to /archive/"+newName)
+
+	_, err := r.lookup(src.Ino, "atoll")
+	wantErr(t, err, metawire.ErrNotFound, "old name after rename")
+	a, err := r.lookup(dst.Ino, newName)
+	wantErr(t, err, nil, "new name after rename")
+	if a.Ino != d.Ino || namespace.Ino(a.Ino).Bucket() != bucket {
+		t.Fatalf("renamed directory is %v (bucket %08x), want %v (bucket %08x)", namespace.Ino(a.Ino), namespace.Ino(a.Ino).Bucket(), namespace.Ino(d.Ino), bucket)
+	}
+	// Its record is still on its island, which serves it; the island of
+	// the new name's hash does not hold it.
+	if got := c.owner(a.Ino); got != home {
+		t.Fatalf("renamed directory routed to island %d, want %d", got, home)
+	}
+	out, err := c.isl[home].Handle(bg, metawire.OpGetAttr, c.epoch, metawire.Marshal(&metawire.InoReq{Ino: d.Ino}))
+	wantErr(t, err, nil, "getattr of the renamed directory on its own island")
+	var ar metawire.AttrResp
+	if err := metawire.Unmarshal(out, &ar); err != nil || !ar.Attr.IsDir() || ar.Attr.Ino != d.Ino {
+		t.Fatalf("getattr of the renamed directory: %+v %v", ar.Attr, err)
+	}
+	_, err = c.isl[elsewhere].Handle(bg, metawire.OpGetAttr, c.epoch, metawire.Marshal(&metawire.InoReq{Ino: d.Ino}))
+	wantErr(t, err, metawire.ErrWrongIsland, "getattr of the renamed directory on its new name's island")
+	// Its file did not move either.
+	g, err := r.lookup(d.Ino, "README")
+	wantErr(t, err, nil, "file in the renamed directory")
+	if g.Ino != f.Ino || c.owner(g.Ino) != home {
+		t.Fatalf("file after rename: %v on island %d, want %v on %d", namespace.Ino(g.Ino), c.owner(g.Ino), namespace.Ino(f.Ino), home)
+	}
+	c.mustFsck()
+}

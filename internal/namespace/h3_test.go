@@ -2,6 +2,7 @@ package namespace
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -97,23 +98,62 @@ func TestBucketNoAlloc(t *testing.T) {
 	}
 }
 
-// TestRenameKeepsBucket shows how placement survives rename: the bucket is
-// computed from the pathname once, at mkdir, and from then on read from
-// the inode id, never from the current name.
+// TestRenameKeepsBucket: placement survives rename because a directory's
+// bucket is embedded in its inode id, computed from its pathname once, at
+// mkdir, and from then on read from the id, never from the current name.
+// A rename moves name entries only; the id (a client's file handle) stays,
+// and so do the bucket and island found from it. This package has no
+// rename: internal/meta's TestRenameKeepsDirectoryIsland renames a
+// directory across islands and checks the same property there.
 func TestRenameKeepsBucket(t *testing.T) {
-	tab, _ := NewTable([]IslandID{1, 2, 3, 4}, DepthFor(4))
-	dir, _ := Join("/projects", "atoll")
-	ino := MakeIno(Bucket(dir), FirstSeq) // mkdir /projects/atoll
-	island := tab.Lookup(ino.Bucket())
-	file := MakeIno(ino.Bucket(), FirstSeq+1) // create /projects/atoll/README
+	// The id carries its bucket and sequence unchanged, whatever they are,
+	// also through its printed form (what a handle or ls -i gives back).
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 1000 {
+		b, s := r.Uint32(), r.Uint32()|1
+		ino := MakeIno(b, s)
+		if ino.Bucket() != b || ino.Seq() != s {
+			t.Fatalf("MakeIno(%#08x, %d) = %v: bucket %#08x seq %d", b, s, ino, ino.Bucket(), ino.Seq())
+		}
+		for _, txt := range []string{ino.String(), strconv.FormatUint(uint64(ino), 10)} {
+			if back, err := ParseIno(txt); err != nil || back != ino {
+				t.Fatalf("ParseIno(%q) = %v, %v; want %v", txt, back, err, ino)
+			}
+		}
+	}
 
-	// rename /projects/atoll /archive/old-atoll changes the name entry in
-	// the parents' islands only; the directory keeps its inode id.
-	if Bucket("/archive/old-atoll") == ino.Bucket() {
+	// mkdir /projects/atoll, then a file in it.
+	tab, _ := NewTable([]IslandID{1, 2, 3, 4}, DepthFor(4))
+	oldPath, _ := Join("/projects", "atoll")
+	dir := MakeIno(Bucket(oldPath), FirstSeq)
+	file := MakeIno(dir.Bucket(), FirstSeq+1) // files take their directory's bucket
+	home := tab.Lookup(Bucket(oldPath))
+	// rename /projects/atoll to a name whose own hash is on another island.
+	var newPath string
+	for k := 0; newPath == ""; k++ {
+		p, _ := Join("/archive", "old-atoll-"+strconv.Itoa(k))
+		if tab.Lookup(Bucket(p)) != home {
+			newPath = p
+		}
+	}
+	if Bucket(newPath) == Bucket(oldPath) {
 		t.Fatal("test needs a new name with another bucket")
 	}
-	if tab.Lookup(ino.Bucket()) != island || tab.Lookup(file.Bucket()) != island {
-		t.Error("rename changed the island of a directory or its files")
+	// The handle the client keeps across the rename still names the old
+	// bucket, and with it the directory's island and its file's.
+	h, err := ParseIno(dir.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Bucket() != Bucket(oldPath) || h.Bucket() == Bucket(newPath) {
+		t.Errorf("renamed directory %v: bucket %#08x, want its creation path's %#08x (new path's is %#08x)",
+			h, h.Bucket(), Bucket(oldPath), Bucket(newPath))
+	}
+	if got := tab.Lookup(h.Bucket()); got != home {
+		t.Errorf("renamed directory on island %d, want %d (its new name hashes to island %d)", got, home, tab.Lookup(Bucket(newPath)))
+	}
+	if got := tab.Lookup(file.Bucket()); got != home {
+		t.Errorf("file of the renamed directory on island %d, want %d", got, home)
 	}
 }
 

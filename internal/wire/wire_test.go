@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -35,9 +36,12 @@ func startServer(t *testing.T, lim Limits) string {
 		case opPanic:
 			panic("boom")
 		case opSleep:
+			// Blocks until its connection or the server closes (or, so
+			// that a caller that fails to give up fails instead of
+			// hanging, a generous 30s).
 			select {
-			case <-time.After(2 * time.Second):
 			case <-ctx.Done():
+			case <-time.After(30 * time.Second):
 			}
 			return Response{}, nil
 		}
@@ -182,7 +186,7 @@ func TestMalformedFramesCloseOnlyThatConnection(t *testing.T) {
 			}
 			defer c.Close()
 			c.Write(frame)
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second)) // generous: only a hang fails
 			n, err := io.Copy(io.Discard, c)
 			// Unread bytes make the kernel answer with a reset; both are a close.
 			if n != 0 || (err != nil && !errors.Is(err, syscall.ECONNRESET)) {
@@ -237,13 +241,39 @@ func TestPoolRedialsAfterServerRestart(t *testing.T) {
 	}
 	// Break the pooled connections from underneath; the pool replaces them.
 	p.mu.Lock()
-	for _, c := range p.mu.conns[addr] {
+	old := slices.Clone(p.mu.conns[addr])
+	p.mu.Unlock()
+	if len(old) != 2 {
+		t.Fatalf("%d pooled connections, want 2", len(old))
+	}
+	for _, c := range old {
 		c.conn.Close()
 	}
+	for _, c := range old { // each one's reader sees the close
+		select {
+		case <-c.readerDone:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a closed connection's reader is still running after 30s")
+		}
+		if c.Err() == nil {
+			t.Fatal("a closed connection reports no error")
+		}
+	}
+	for i := 0; i < 4; i++ {
+		if _, err := p.Call(context.Background(), addr, opEcho, 0, []byte("again"), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.mu.Lock()
+	now := slices.Clone(p.mu.conns[addr])
 	p.mu.Unlock()
-	time.Sleep(10 * time.Millisecond)
-	if _, err := p.Call(context.Background(), addr, opEcho, 0, nil, nil, nil); err != nil {
-		t.Fatal(err)
+	if len(now) != 2 {
+		t.Fatalf("%d pooled connections after the redial, want 2", len(now))
+	}
+	for _, c := range now {
+		if slices.Contains(old, c) || c.Err() != nil {
+			t.Fatal("the pool still holds a broken connection")
+		}
 	}
 }
 
@@ -311,24 +341,195 @@ func FuzzReadFrameHeader(f *testing.F) {
 	})
 }
 
+// decShapes are the decoder's shapes FuzzDec reads: an input is a
+// sequence of (shape byte, field) pairs, the shape taken modulo
+// len(decShapes).
+var decShapes = []string{"u8", "u16", "u32", "u64", "i64", "uvarint", "bool", "bytes", "str", "count"}
+
+// decField is one field decoded by FuzzDec: its shape byte as read, and
+// its value.
+type decField struct {
+	sel   uint8
+	u     uint64
+	b     []byte
+	elems []uint64 // of a count: that many u64s follow it
+}
+
+// decodeFields decodes in as FuzzDec's program until the first failure,
+// returning the fields, the bytes each one took, and the failed decoder.
+func decodeFields(t *testing.T, in []byte) ([]decField, []int, *Dec) {
+	d := NewDec(in)
+	var out []decField
+	var sizes []int
+	for {
+		before := len(d.b)
+		sel := d.U8()
+		if d.Err() != nil {
+			return out, sizes, d
+		}
+		f := decField{sel: sel}
+		switch decShapes[int(sel)%len(decShapes)] {
+		case "u8":
+			f.u = uint64(d.U8())
+		case "u16":
+			f.u = uint64(d.U16())
+		case "u32":
+			f.u = uint64(d.U32())
+		case "u64":
+			f.u = d.U64()
+		case "i64":
+			f.u = uint64(d.I64())
+		case "uvarint":
+			f.u = d.Uvarint()
+		case "bool":
+			if d.Bool() {
+				f.u = 1
+			}
+		case "bytes":
+			f.b = d.Bytes()
+			if f.b != nil && cap(f.b) != len(f.b) {
+				t.Fatalf("Bytes returned %d bytes with capacity %d: an append would overwrite the message", len(f.b), cap(f.b))
+			}
+		case "str":
+			f.b = []byte(d.Str())
+		case "count":
+			n := d.Count(8)
+			if d.Err() == nil && n*8 > len(d.b) {
+				t.Fatalf("Count(8) = %d with %d bytes left", n, len(d.b))
+			}
+			f.u = uint64(n)
+			for range n {
+				f.elems = append(f.elems, d.U64())
+			}
+		}
+		if d.Err() != nil {
+			return out, sizes, d
+		}
+		out = append(out, f)
+		sizes = append(sizes, before-len(d.b))
+	}
+}
+
+// encodeField encodes f as decodeFields reads it.
+func encodeField(e *Enc, f decField) {
+	e.U8(f.sel)
+	switch decShapes[int(f.sel)%len(decShapes)] {
+	case "u8":
+		e.U8(uint8(f.u))
+	case "u16":
+		e.U16(uint16(f.u))
+	case "u32":
+		e.U32(uint32(f.u))
+	case "u64":
+		e.U64(f.u)
+	case "i64":
+		e.I64(int64(f.u))
+	case "uvarint":
+		e.Uvarint(f.u)
+	case "count":
+		e.Uvarint(f.u)
+		for _, v := range f.elems {
+			e.U64(v)
+		}
+	case "bool":
+		e.Bool(f.u == 1)
+	case "bytes":
+		e.Bytes(f.b)
+	case "str":
+		e.String(string(f.b))
+	}
+}
+
+// FuzzDec decodes arbitrary bytes as a sequence of fields of every shape
+// (a count is followed by that many u64s, as in a message).
+// Decoding never panics; it stops at a failure that wraps ErrMalformed
+// and sticks (later reads give zero values). Every field decoded before
+// it re-encodes to the bytes it was read from (or fewer: a uvarint may
+// be sent longer than needed), and the re-encoding decodes to the same
+// fields, exactly, with nothing left over.
 func FuzzDec(f *testing.F) {
-	f.Add([]byte{1, 2, 3})
+	for k, shape := range decShapes {
+		var e Enc
+		e.U8(uint8(k))
+		switch shape {
+		case "u8":
+			e.U8(0xfe)
+		case "u16":
+			e.U16(0xbeef)
+		case "u32":
+			e.U32(0xdeadbeef)
+		case "u64":
+			e.U64(1<<63 | 12345)
+		case "i64":
+			e.I64(-5)
+		case "uvarint":
+			e.Uvarint(300)
+		case "bool":
+			e.Bool(true)
+		case "bytes":
+			e.Bytes([]byte("abc"))
+		case "str":
+			e.String("héllo")
+		case "count":
+			e.Uvarint(2)
+			e.U64(1)
+			e.U64(2)
+		}
+		f.Add(e.B)
+		f.Add(e.B[:len(e.B)-1]) // truncated
+	}
+	var all Enc // every shape in one message
+	for k := range decShapes {
+		all.U8(uint8(k + len(decShapes)))
+		all.U64(uint64(k))
+	}
+	f.Add(all.B)
+	f.Add([]byte{})
+	f.Add([]byte{5, 0x80, 0x00})                                                 // uvarint 0 in two bytes
+	f.Add([]byte{5, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}) // uvarint overflow
+	f.Add([]byte{6, 2})                                                          // bad bool
+	f.Add([]byte{7, 0xff, 0xff, 0xff, 0xff, 0x0f, 'x'})                          // bytes longer than the message
+	f.Add([]byte{9, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0})                         // hostile count
 	f.Fuzz(func(t *testing.T, in []byte) {
-		d := NewDec(in)
-		for d.Err() == nil {
-			switch d.U8() % 6 {
-			case 0:
-				d.Bytes()
-			case 1:
-				d.Count(8)
-			case 2:
-				d.Uvarint()
-			case 3:
-				d.U64()
-			case 4:
-				d.Bool()
-			case 5:
-				d.Str()
+		fields, sizes, d := decodeFields(t, in)
+		err := d.Err()
+		if !errors.Is(err, ErrMalformed) {
+			t.Fatalf("decoding stopped with %v, want an error wrapping ErrMalformed", err)
+		}
+		// The failure sticks: later reads give zero values, and the
+		// first error stays.
+		if d.U8() != 0 || d.U64() != 0 || d.Uvarint() != 0 || d.Bytes() != nil || d.Str() != "" || d.Bool() ||
+			d.Count(1) != 0 || d.Finish() != err || d.Err() != err {
+			t.Fatalf("reads after the failure %v give values or change it", err)
+		}
+		var e Enc
+		at := 0
+		for k, fl := range fields {
+			start := len(e.B)
+			encodeField(&e, fl)
+			got, orig := e.B[start:], in[at:at+sizes[k]]
+			if !bytes.Equal(got, orig) && len(got) >= len(orig) {
+				t.Fatalf("field %d (%s) read from %x re-encodes to %x", k, decShapes[int(fl.sel)%len(decShapes)], orig, got)
+			}
+			at += sizes[k]
+		}
+		again, _, d := decodeFields(t, e.B)
+		if err := d.Err(); !errors.Is(err, ErrMalformed) || len(again) != len(fields) {
+			t.Fatalf("re-encoding decodes to %d fields (%v), want %d", len(again), d.Err(), len(fields))
+		}
+		for k := range fields {
+			a, b := fields[k], again[k]
+			if a.sel != b.sel || a.u != b.u || !bytes.Equal(a.b, b.b) || !slices.Equal(a.elems, b.elems) {
+				t.Fatalf("field %d: %+v decoded again as %+v", k, a, b)
+			}
+		}
+		// Each field's encoding alone decodes to it, taking all its bytes.
+		for k, fl := range fields {
+			var one Enc
+			encodeField(&one, fl)
+			got, sizes, _ := decodeFields(t, one.B)
+			if len(got) != 1 || sizes[0] != len(one.B) || got[0].u != fl.u || !bytes.Equal(got[0].b, fl.b) || !slices.Equal(got[0].elems, fl.elems) {
+				t.Fatalf("field %d %+v alone (%x): %+v, sizes %v", k, fl, one.B, got, sizes)
 			}
 		}
 	})
@@ -365,6 +566,7 @@ func BenchmarkCall1MiB(b *testing.B) {
 func TestInlineServing(t *testing.T) {
 	const opInline, opMaybe, opWait = 1, 2, 3
 	release := make(chan struct{})
+	waiting := make(chan struct{}, 1)
 	var mu sync.Mutex
 	seen := map[string]int{}
 	h := func(ctx context.Context, req *Request) (Response, error) {
@@ -377,6 +579,7 @@ func TestInlineServing(t *testing.T) {
 				return Response{}, fmt.Errorf("op %d: %w", req.Op, ErrWouldBlock)
 			}
 		case opWait:
+			waiting <- struct{}{}
 			<-release
 		}
 		return Response{Msg: append([]byte(nil), req.Msg...)}, nil
@@ -397,14 +600,13 @@ func TestInlineServing(t *testing.T) {
 		_, err := c.Call(context.Background(), opWait, 0, []byte("w"), nil, nil)
 		waited <- err
 	}()
-	for { // the blocked request is on a worker before the others are sent
-		mu.Lock()
-		started := seen["3/false"] == 1
-		mu.Unlock()
-		if started {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	// The blocked request is on a worker before the others are sent.
+	select {
+	case <-waiting:
+	case err := <-waited:
+		t.Fatalf("the blocked request returned: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the blocked request did not reach its handler in 30s")
 	}
 	for i := 0; i < 20; i++ {
 		for _, op := range []uint16{opInline, opMaybe} {
