@@ -1199,7 +1199,10 @@ func TestFUSEKilledWhileIslandHangs(t *testing.T) {
 		go func() { done <- cmd.Wait() }()
 		return cmd, done
 	}
-	victim, victimDone := start("killed")
+	// Different parent directories: mkdir holds its parent's inode lock,
+	// which SIGKILL cannot break, so a victim queued behind the patient
+	// in one directory would wait for the island however it is killed.
+	victim, victimDone := start(filepath.Join("before", "killed"))
 	patient, patientDone := start("patient")
 	// Both are blocked in mkdir(2) on the mount (waiting for the island)
 	// before the victim is killed.

@@ -64,8 +64,18 @@ func (fc *fileCache) acquire(ctx context.Context, cred metawire.Cred, ino uint64
 		fc.mu.Lock()
 		o := fc.m[ino]
 		if o == nil {
+			fc.mu.Unlock()
+			// Locked before it is published, and fc.mu taken after o.mu as
+			// drop and remove do: one lock order everywhere (o.mu, then
+			// fc.mu), which the lock checker holds us to.
 			o = &openFile{ino: ino}
 			o.mu.Lock()
+			fc.mu.Lock()
+			if fc.m[ino] != nil {
+				fc.mu.Unlock()
+				o.mu.Unlock()
+				continue // another request opened it meanwhile
+			}
 			fc.m[ino] = o
 			fc.mu.Unlock()
 			fh, err := fc.s.fs.Open(ctx, cred, ino)
