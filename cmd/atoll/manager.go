@@ -13,7 +13,7 @@ import (
 
 func newManagerCmd(g *globalFlags) *cobra.Command {
 	var cfg cluster.Config
-	var addrFile, webListen string
+	var addrFile, webListen, metricsListen string
 	var bc backgroundCleaner
 	cmd := &cobra.Command{
 		Use:   "manager --dir DIR --listen ADDR [--raft-listen ADDR] [--join ADDR] [--web-listen ADDR]",
@@ -34,7 +34,12 @@ A restart with the same --dir recovers the map (--join is then ignored).
 
 --web-listen serves the dashboard (/), its JSON (/api/cluster) and the
 manager's Prometheus metrics (/metrics); the leader's dashboard has the
-heartbeat figures, a follower's only the map.`,
+heartbeat figures, a follower's only the map. --metrics-listen serves the
+same /metrics alone (as every other role's --metrics-listen does).
+
+--listen and --raft-listen are what the other managers, the members and
+the clients dial: name this machine's address on the cluster network (a
+wildcard is refused).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -54,9 +59,12 @@ heartbeat figures, a follower's only the map.`,
 			if err != nil {
 				return err
 			}
-			var ws *web.Server
+			var ws, ms *web.Server
 			if webListen != "" {
 				ws, err = web.NewServer(webListen, dashboard.Handler(m, reg), log)
+			}
+			if err == nil {
+				ms, err = metricsServer(metricsListen, reg, log)
 			}
 			if err == nil {
 				err = writeAddrFile(addrFile, m.Addr())
@@ -69,24 +77,27 @@ heartbeat figures, a follower's only the map.`,
 				if ws != nil {
 					ws.Close()
 				}
+				closeServer(ms)
 				return err
 			}
 			if ws != nil {
 				log.Info("manager: dashboard", "url", "http://"+ws.Addr()+"/")
 			}
 			m.SetJobs(bc.jobs)
-			return web.RunWith(cmd.Context(), ws, func(ctx context.Context) error {
-				// The cleaner runs beside the manager, in the leader only.
-				ctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				cleanDone := make(chan error, 1)
-				go func() { cleanDone <- bc.run(ctx, m) }()
-				err := m.Run(ctx)
-				cancel()
-				if cerr := <-cleanDone; err == nil {
-					err = cerr
-				}
-				return err
+			return web.RunWith(cmd.Context(), ms, func(ctx context.Context) error {
+				return web.RunWith(ctx, ws, func(ctx context.Context) error {
+					// The cleaner runs beside the manager, in the leader only.
+					ctx, cancel := context.WithCancel(ctx)
+					defer cancel()
+					cleanDone := make(chan error, 1)
+					go func() { cleanDone <- bc.run(ctx, m) }()
+					err := m.Run(ctx)
+					cancel()
+					if cerr := <-cleanDone; err == nil {
+						err = cerr
+					}
+					return err
+				})
 			})
 		},
 	}
@@ -99,5 +110,6 @@ heartbeat figures, a follower's only the map.`,
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
 	bc.register(cmd)
 	f.StringVar(&webListen, "web-listen", "", "serve the dashboard, /api/cluster and /metrics here, e.g. 127.0.0.1:7380 (empty: off)")
+	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics (only) here, e.g. 127.0.0.1:9100 (empty: off)")
 	return cmd
 }

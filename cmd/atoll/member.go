@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"strings"
 
 	"github.com/atoll-fs/atoll/internal/cluster"
@@ -39,4 +41,20 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// checkAdvertised refuses, for a role that registers addr with the
+// managers, an address the other machines cannot use: an empty or
+// wildcard host (":7400", "0.0.0.0:7400", "[::]:7400") would be
+// registered as such and every client would dial its own machine. The
+// managers refuse one for themselves the same way.
+func checkAdvertised(flag, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageErr(flag, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return usageErr(flag, fmt.Errorf("%q: this address is registered with the managers, so it must be one the other machines can reach (e.g. 10.0.0.2%s), not a wildcard", addr, addr[strings.LastIndex(addr, ":"):]))
+	}
+	return nil
 }

@@ -100,7 +100,7 @@ at epoch 1.`,
 						Managers: splitList(managers), Kind: cluster.KindIsland, ID: id,
 						Addr: isl.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update,
 						Stats: func() cluster.MemberStats {
-							return cluster.MemberStats{Ops: isl.Ops(), MetricsAddr: serverAddr(ms)}
+							return cluster.MemberStats{Ops: isl.Ops(), MetricsAddr: advertisedMetrics(ms, isl.Addr())}
 						},
 					})
 				}
@@ -127,8 +127,18 @@ func islandView(ctx context.Context, managers []string, id uint32, listen string
 	if _, port, err := net.SplitHostPort(listen); err != nil || port == "0" {
 		return nil, usageErr("--listen", fmt.Errorf("%q: --manager needs a fixed host:port to register", listen))
 	}
+	if err := checkAdvertised("--listen", listen); err != nil {
+		return nil, err
+	}
+	// Register the address the island will be bound to (a host name
+	// resolved as net.Listen resolves it), the same one its heartbeats
+	// register later (Island.Addr), not the flag's text.
+	ta, err := net.ResolveTCPAddr("tcp", listen)
+	if err != nil {
+		return nil, usageErr("--listen", err)
+	}
 	mc := cluster.NewClient(managers, log)
-	if _, err := mc.Register(ctx, cluster.KindIsland, id, listen, os.Getpid()); err != nil {
+	if _, err := mc.Register(ctx, cluster.KindIsland, id, ta.String(), os.Getpid()); err != nil {
 		return nil, fmt.Errorf("meta: register with the manager at %v: %w", managers, err)
 	}
 	view, err := cluster.NewView(ctx, mc)

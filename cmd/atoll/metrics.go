@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -36,4 +37,23 @@ func closeServer(ms *web.Server) {
 	if ms != nil {
 		_ = ms.Close()
 	}
+}
+
+// advertisedMetrics is the /metrics address a role reports with its
+// heartbeats (status, the dashboard): ms's bound address, except that a
+// wildcard host (--metrics-listen :9100 serves every interface) is
+// replaced by the host of roleAddr, the address the role registered, so
+// that what is shown is reachable from another machine. "" for no server.
+func advertisedMetrics(ms *web.Server, roleAddr string) string {
+	addr := serverAddr(ms)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if rh, _, err := net.SplitHostPort(roleAddr); err == nil && rh != "" {
+			return net.JoinHostPort(rh, port)
+		}
+	}
+	return addr
 }

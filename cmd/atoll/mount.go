@@ -52,6 +52,12 @@ and repairs its reads found.`,
 			if err := fusefs.CheckMountpoint(cfg.Mountpoint); err != nil {
 				return err
 			}
+			if metricsListen != "" {
+				// The metrics address is what the mount registers.
+				if err := checkAdvertised("--metrics-listen", metricsListen); err != nil {
+					return err
+				}
+			}
 			ctx := cmd.Context()
 			addrs := clusterAddrs(addr)
 			conn, statfs, closeFS, err := connectFS(ctx, addrs, log)
@@ -96,9 +102,9 @@ and repairs its reads found.`,
 				serve := run
 				run = func(ctx context.Context) error {
 					return runWithMember(ctx, serve, cluster.MemberConfig{
-						Managers: addrs, Kind: cluster.KindGateway, ID: gatewayID("mount:" + m.Mountpoint()),
+						Managers: addrs, Kind: cluster.KindGateway, ID: gatewayID("mount:" + ms.Addr() + ":" + m.Mountpoint()),
 						Addr: ms.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update,
-						Stats: func() cluster.MemberStats { return clientStats(conn.Data, conn.FS, 0, ms) },
+						Stats: func() cluster.MemberStats { return clientStats(conn.Data, conn.FS, 0, ms.Addr()) },
 					})
 				}
 			}

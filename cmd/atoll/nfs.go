@@ -55,6 +55,9 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 			if cfg.Export.Allow, err = nfs.ParseAllow(splitList(allow)); err != nil {
 				return usageErr("--export-allow", err)
 			}
+			if err := checkAdvertised("--listen", cfg.Listen); err != nil {
+				return err
+			}
 			addrs := clusterAddrs(managers)
 			if id == 0 {
 				id = gatewayID(cfg.Listen)
@@ -88,7 +91,9 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 				return runWithMember(ctx, srv.Run, cluster.MemberConfig{
 					Managers: addrs, Kind: cluster.KindGateway, ID: id,
 					Addr: srv.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update,
-					Stats: func() cluster.MemberStats { return clientStats(conn.Data, conn.FS, srv.Requests(), ms) },
+					Stats: func() cluster.MemberStats {
+						return clientStats(conn.Data, conn.FS, srv.Requests(), advertisedMetrics(ms, srv.Addr()))
+					},
 				})
 			})
 		},
@@ -111,17 +116,19 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 // clientStats is what a client-side member (gateway, mount) reports with
 // each heartbeat: its data path's counters and the stripes it knows to be
 // degraded.
-func clientStats(data *client.Client, fs *client.FS, ops uint64, ms *web.Server) cluster.MemberStats {
+func clientStats(data *client.Client, fs *client.FS, ops uint64, metricsAddr string) cluster.MemberStats {
 	st := data.Stats()
 	return cluster.MemberStats{
 		Degraded:  uint64(len(data.DegradedStripes())),
 		BytesRead: fs.BytesRead(), BytesWritten: st.BytesWritten, Ops: ops,
 		Corrupt: st.CorruptDetected, Repairs: st.Repairs,
-		MetricsAddr: serverAddr(ms),
+		MetricsAddr: metricsAddr,
 	}
 }
 
-// gatewayID derives a stable member id from the host and listen address.
+// gatewayID derives a stable member id from the host name and listen
+// address (the address alone tells apart machines that share a host name,
+// as containers and simulated hosts do).
 func gatewayID(listen string) uint32 {
 	h := fnv.New32a()
 	host, _ := os.Hostname()

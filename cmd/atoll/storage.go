@@ -36,6 +36,11 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 			if cfg.Faults, err = faults.FromEnv(); err != nil {
 				return err
 			}
+			if managers != "" {
+				if err := checkAdvertised("--listen", cfg.Listen); err != nil {
+					return err
+				}
+			}
 			reg := web.NewRegistry()
 			cfg.Registerer = reg
 			ms, err := metricsServer(metricsListen, reg, log)
@@ -86,7 +91,7 @@ func storageStats(srv *storage.Server, ms *web.Server) cluster.MemberStats {
 		BytesRead: io.BytesRead, BytesWritten: io.BytesWritten, Ops: io.Requests,
 		ScrubPassBytes: uint64(st.Scrub.PassBytes), ScrubPasses: uint64(st.Scrub.Passes),
 		Corrupt: uint64(st.CorruptDetected), Repairs: uint64(st.Repairs),
-		MetricsAddr: serverAddr(ms),
+		MetricsAddr: advertisedMetrics(ms, srv.Addr()),
 	}
 }
 

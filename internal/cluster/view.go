@@ -90,7 +90,7 @@ func (v *View) Refresh(ctx context.Context) error {
 func (v *View) WaitFormatted(ctx context.Context, log *slog.Logger, who string) error {
 	for logged := false; !v.Map().Formatted; {
 		if !logged {
-			log.Info(who + ": waiting for the namespace to be formatted (atoll dev does it once every island registered)")
+			log.Info(who + ": waiting for the namespace to be formatted (`atoll format`, which atoll dev runs itself)")
 			logged = true
 		}
 		select {

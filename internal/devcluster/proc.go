@@ -48,6 +48,13 @@ type ChildSpec struct {
 	// Ready, when set, replaces the addr file as the readiness check (for
 	// roles that do not listen, like a FUSE mount); AddrFile is then unused.
 	Ready func() bool
+	// Command, when set, builds the process instead of exec.Command(exe,
+	// args...), e.g. to run it inside a simulated host's network namespace
+	// (simnet.Host.Command). Start still sets its environment, process
+	// attributes and output. The process it starts must be the role itself
+	// (an exec wrapper such as nsenter, not a shell that forks it), so that
+	// signals reach the role.
+	Command func(exe string, args ...string) *exec.Cmd
 }
 
 // Start runs the child and waits until it has written its address.
@@ -60,7 +67,12 @@ func Start(ctx context.Context, spec ChildSpec) (*Child, error) {
 		_ = os.Remove(spec.AddrFile)
 		args = append(args, "--addr-file", spec.AddrFile)
 	}
-	cmd := exec.Command(spec.Exe, args...)
+	var cmd *exec.Cmd
+	if spec.Command != nil {
+		cmd = spec.Command(spec.Exe, args...)
+	} else {
+		cmd = exec.Command(spec.Exe, args...)
+	}
 	cmd.Env = append(os.Environ(), spec.Env...)
 	// Own process group: a Ctrl-C to the parent's terminal reaches the
 	// parent only, which then stops children in order.
@@ -150,6 +162,32 @@ func (c *Child) ExitErr() error {
 	<-c.done
 	return c.exitErr
 }
+
+// Signal sends sig to the child (an error once it has exited).
+func (c *Child) Signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
+
+// Respawn starts the child again after it has exited, with its original
+// spec (same command line, directory and address), and waits until it is
+// ready. The returned Child replaces c.
+func (c *Child) Respawn(ctx context.Context) (*Child, error) {
+	select {
+	case <-c.done:
+	default:
+		return nil, fmt.Errorf("devcluster: restart %s: still running", c.Name)
+	}
+	spec := c.spec
+	spec.NoWait = false
+	n, err := Start(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("devcluster: restart %s: %w", c.Name, err)
+	}
+	n.MetricsAddr = c.MetricsAddr
+	return n, nil
+}
+
+// IsMountpoint reports whether path is a mountpoint of this process's
+// mount namespace (a FUSE mount made by a child is one once it serves).
+func IsMountpoint(path string) bool { return isMountpoint(path) }
 
 // Kill sends SIGKILL and waits for the exit.
 func (c *Child) Kill() {

@@ -1,0 +1,507 @@
+package simcluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/simnet"
+)
+
+// Kinds of roles (Role.Kind).
+const (
+	KindManager = "manager"
+	KindStorage = "storage"
+	KindIsland  = "island"
+	KindNFS     = "nfs"
+	KindMount   = "mount"
+)
+
+// kindFormat is the one-off `atoll format` step of the plan (not a role).
+const kindFormat = "format"
+
+// Ports every host uses for its role (docs/deploy.md lists the same).
+const (
+	ManagerPort   = 7300
+	RaftPort      = 7301
+	DashboardPort = 7380
+	StoragePort   = 7400
+	IslandPort    = 7500
+	NFSPort       = 2049
+	MetricsPort   = 9100
+)
+
+// ManagerHost is the manager's simnet host.
+const ManagerHost = "m0"
+
+// ReadyTimeout bounds waiting for one role to serve (its addr file, or the
+// mountpoint) and for every member to be up in the map.
+const ReadyTimeout = 90 * time.Second
+
+// StopGrace is how long Stop waits for a role to exit after SIGTERM.
+const StopGrace = 10 * time.Second
+
+// Config describes a cluster.
+type Config struct {
+	Net     *simnet.Net
+	Exe     string // the atoll binary
+	Dir     string // data root: each role's data dir is Dir/<role name>
+	Storage int    // storage servers, roles "storage0".."storageN-1" on hosts "s0".."sN-1", slot i
+	Islands int    // islands, roles "island1".."islandN" on hosts "i1".."iN"
+	NFS     bool   // NFS gateway role "nfs" on host "gw" (port 2049)
+	// Mount is the FUSE mountpoint of role "mount" on host "cl" ("" =
+	// none); the caller sees the mount there.
+	Mount string
+	// Env is extra environment for every role (e.g. ATOLL_FAILPOINTS=...).
+	Env []string
+	// ManagerArgs are extra manager flags, e.g. --down-after 2s
+	// --rebuild-after 20s --clean-interval 5s.
+	ManagerArgs []string
+	LogLevel    string    // every role's --log-level (default info)
+	Out         io.Writer // roles' output, each line prefixed with the role name (nil: discarded)
+}
+
+// Validate checks the configuration against its net.
+func (c *Config) Validate() error {
+	switch {
+	case c.Net == nil:
+		return errors.New("simcluster: no net")
+	case c.Exe == "":
+		return errors.New("simcluster: no atoll binary")
+	case c.Dir == "":
+		return errors.New("simcluster: no data directory")
+	case c.Storage < 1 || c.Storage > 64:
+		return fmt.Errorf("simcluster: %d storage servers (1..64)", c.Storage)
+	case c.Islands < 0 || c.Islands > 32:
+		return fmt.Errorf("simcluster: %d islands (0..32)", c.Islands)
+	case c.Islands == 0 && (c.NFS || c.Mount != ""):
+		return errors.New("simcluster: an NFS gateway or a mount needs at least one island")
+	}
+	for _, h := range HostNames(*c) {
+		if c.Net.Host(h) == nil {
+			return fmt.Errorf("simcluster: the net has no host %q (make it with HostNames(cfg))", h)
+		}
+	}
+	return nil
+}
+
+// HostNames lists the simnet hosts cfg needs: "m0", "s0".., "i1"..,
+// "gw" with NFS, "cl" with a mount.
+func HostNames(cfg Config) []string {
+	hosts := []string{ManagerHost}
+	for i := 0; i < cfg.Storage; i++ {
+		hosts = append(hosts, fmt.Sprintf("s%d", i))
+	}
+	for i := 1; i <= cfg.Islands; i++ {
+		hosts = append(hosts, fmt.Sprintf("i%d", i))
+	}
+	if cfg.NFS {
+		hosts = append(hosts, "gw")
+	}
+	if cfg.Mount != "" {
+		hosts = append(hosts, "cl")
+	}
+	return hosts
+}
+
+// step is one step of docs/deploy.md: a role to start, or `atoll format`.
+type step struct {
+	name, kind, host string
+	id               int
+	// args are the subcommand and its flags exactly as the unit under
+	// deploy/ gives them; extra are the harness's own (Config.ManagerArgs).
+	args, extra []string
+	addr        string // what the role registers (Role.Addr)
+	metrics     string
+	dir         string
+}
+
+// plan is the deployment, in order: the one place simcluster's command
+// lines are made (TestDeployUnitsMatch compares them with deploy/).
+// addrOf gives a host's address.
+func plan(cfg Config, addrOf func(host string) string) []step {
+	hp := func(host string, port int) string { return net.JoinHostPort(addrOf(host), strconv.Itoa(port)) }
+	dir := func(name string) string { return filepath.Join(cfg.Dir, name) }
+	lvl := cfg.LogLevel
+	if lvl == "" {
+		lvl = "info"
+	}
+	mgr := hp(ManagerHost, ManagerPort)
+	steps := []step{{
+		name: "manager", kind: KindManager, host: ManagerHost, addr: mgr, metrics: hp(ManagerHost, MetricsPort), dir: dir("manager"),
+		args: []string{"manager", "--dir", dir("manager"), "--listen", mgr, "--raft-listen", hp(ManagerHost, RaftPort),
+			"--web-listen", hp(ManagerHost, DashboardPort), "--metrics-listen", hp(ManagerHost, MetricsPort), "--log-level", lvl},
+		extra: cfg.ManagerArgs,
+	}}
+	for i := 0; i < cfg.Storage; i++ {
+		h, n := fmt.Sprintf("s%d", i), fmt.Sprintf("storage%d", i)
+		steps = append(steps, step{
+			name: n, kind: KindStorage, host: h, id: i, addr: hp(h, StoragePort), metrics: hp(h, MetricsPort), dir: dir(n),
+			args: []string{"storage", "--dir", dir(n), "--slot", strconv.Itoa(i), "--listen", hp(h, StoragePort),
+				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--log-level", lvl},
+		})
+	}
+	for i := 1; i <= cfg.Islands; i++ {
+		h, n := fmt.Sprintf("i%d", i), fmt.Sprintf("island%d", i)
+		steps = append(steps, step{
+			name: n, kind: KindIsland, host: h, id: i, addr: hp(h, IslandPort), metrics: hp(h, MetricsPort), dir: dir(n),
+			args: []string{"meta", "--dir", dir(n), "--id", strconv.Itoa(i), "--listen", hp(h, IslandPort),
+				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--log-level", lvl},
+		})
+	}
+	if cfg.Islands > 0 {
+		steps = append(steps, step{
+			name: "format", kind: kindFormat, host: ManagerHost,
+			args: []string{"format", "--cluster", mgr, "--islands", strconv.Itoa(cfg.Islands), "--storage", strconv.Itoa(cfg.Storage)},
+		})
+	}
+	if cfg.NFS {
+		steps = append(steps, step{
+			name: "nfs", kind: KindNFS, host: "gw", addr: hp("gw", NFSPort), metrics: hp("gw", MetricsPort),
+			args: []string{"nfs", "--cluster", mgr, "--listen", hp("gw", NFSPort), "--metrics-listen", hp("gw", MetricsPort), "--log-level", lvl},
+		})
+	}
+	if cfg.Mount != "" {
+		// A mount registers its metrics address (it listens nowhere else).
+		steps = append(steps, step{
+			name: "mount", kind: KindMount, host: "cl", addr: hp("cl", MetricsPort), metrics: hp("cl", MetricsPort),
+			args: []string{"mount", "--cluster", mgr, "--metrics-listen", hp("cl", MetricsPort), "--log-level", lvl, cfg.Mount},
+		})
+	}
+	return steps
+}
+
+// Cluster is a started cluster.
+type Cluster struct {
+	Manager   string // the manager's address, host:port
+	Dashboard string // the manager's dashboard, host:port
+	Roles     []*Role
+	cfg       Config
+}
+
+// Role returns the named role, or nil.
+func (c *Cluster) Role(name string) *Role {
+	for _, r := range c.Roles {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// Role is one role's process on its host.
+type Role struct {
+	Name, Kind string
+	Host       *simnet.Host
+	// ID is a storage server's slot or an island's id (0 otherwise).
+	ID int
+	// Addr is what the role registers with the manager, host:port (the
+	// mount's is its metrics address); the manager's client address.
+	Addr    string
+	Metrics string // where it serves /metrics (the manager: also on its dashboard)
+	Dir     string // data directory ("" for the NFS gateway and the mount)
+	// Mountpoint is the mount role's mountpoint ("" for the others).
+	Mountpoint string
+
+	op    sync.Mutex // serialises Restart
+	mu    sync.Mutex
+	child *devcluster.Child
+}
+
+func (r *Role) current() *devcluster.Child {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.child
+}
+
+// Kill sends SIGKILL and waits for the exit (a mount's mountpoint stays,
+// stale, as after a crash).
+func (r *Role) Kill() { r.current().Kill() }
+
+// Pause stops the process (SIGSTOP): it holds its sockets but answers
+// nothing, as a hung machine.
+func (r *Role) Pause() error {
+	if !r.Running() {
+		return fmt.Errorf("simcluster: pause %s: not running", r.Name)
+	}
+	return r.current().Signal(syscall.SIGSTOP)
+}
+
+// Resume continues a paused process (SIGCONT).
+func (r *Role) Resume() error {
+	if !r.Running() {
+		return fmt.Errorf("simcluster: resume %s: not running", r.Name)
+	}
+	return r.current().Signal(syscall.SIGCONT)
+}
+
+// Running reports whether the process has not exited.
+func (r *Role) Running() bool {
+	select {
+	case <-r.current().Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// PID is the process id (of the last start).
+func (r *Role) PID() int { return r.current().PID() }
+
+// ExitCode returns how the process exited, and false while it runs: its
+// exit status, or 128+N when signal N killed it (137 for SIGKILL).
+func (r *Role) ExitCode() (int, bool) {
+	if r.Running() {
+		return 0, false
+	}
+	err := r.current().ExitErr()
+	if err == nil {
+		return 0, true
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), true
+		}
+		return ee.ExitCode(), true
+	}
+	return -1, true
+}
+
+// Restart starts the role again after it exited, with the same command
+// line, and waits until it serves (its addr file; a mount: its
+// mountpoint, after detaching the stale one). It does not wait for the
+// manager to see it up again (Cluster.WaitMembers does).
+func (r *Role) Restart(ctx context.Context) error {
+	r.op.Lock()
+	defer r.op.Unlock()
+	if r.Running() {
+		return fmt.Errorf("simcluster: restart %s: still running (pid %d)", r.Name, r.PID())
+	}
+	if r.Mountpoint != "" {
+		if err := detachMount(r.Mountpoint); err != nil {
+			return fmt.Errorf("simcluster: restart %s: %w", r.Name, err)
+		}
+	}
+	n, err := r.current().Respawn(ctx)
+	if err != nil {
+		return fmt.Errorf("simcluster: %w", err)
+	}
+	r.mu.Lock()
+	r.child = n
+	r.mu.Unlock()
+	return nil
+}
+
+// stop ends the process: SIGCONT (a paused process would not see the
+// SIGTERM), SIGTERM, SIGKILL after StopGrace.
+func (r *Role) stop() {
+	ch := r.current()
+	if ch == nil || !r.Running() {
+		return
+	}
+	_ = ch.Signal(syscall.SIGCONT)
+	_ = ch.Stop(StopGrace)
+}
+
+// detachMount lazily unmounts path when it is a mountpoint (a stale FUSE
+// mount whose process died).
+func detachMount(path string) error {
+	if !devcluster.IsMountpoint(path) {
+		return nil
+	}
+	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("detach stale mount %s: %w", path, err)
+	}
+	return nil
+}
+
+// Start starts every role by the steps of docs/deploy.md and returns once
+// each serves, the namespace is formatted and every member is up in the
+// map with its own address. On error whatever started is stopped.
+func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Mount != "" {
+		if cfg.Mount, err = filepath.Abs(cfg.Mount); err != nil {
+			return nil, err
+		}
+		if err := detachMount(cfg.Mount); err != nil {
+			return nil, fmt.Errorf("simcluster: %w", err)
+		}
+		if err := os.MkdirAll(cfg.Mount, 0o755); err != nil {
+			return nil, fmt.Errorf("simcluster: mountpoint: %w", err)
+		}
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("simcluster: data directory: %w", err)
+	}
+	c := &Cluster{cfg: cfg}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	addrOf := func(h string) string { return cfg.Net.Host(h).Addr.String() }
+	for _, st := range plan(cfg, addrOf) {
+		if st.kind == kindFormat {
+			if err := c.format(ctx, st); err != nil {
+				return nil, err
+			}
+			// The islands serve once the namespace exists.
+			for _, r := range c.Roles {
+				if r.Kind == KindIsland {
+					if err := r.current().WaitReady(ctx); err != nil {
+						return nil, fmt.Errorf("simcluster: %w", err)
+					}
+				}
+			}
+			continue
+		}
+		r, err := c.start(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		if st.kind == KindManager {
+			c.Manager, c.Dashboard = r.current().Addr, net.JoinHostPort(addrOf(ManagerHost), strconv.Itoa(DashboardPort))
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	if err := c.WaitMembers(wctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// start starts one role on its host (an island without waiting: it serves
+// only once formatted).
+func (c *Cluster) start(ctx context.Context, st step) (*Role, error) {
+	host := c.cfg.Net.Host(st.host)
+	r := &Role{Name: st.name, Kind: st.kind, Host: host, ID: st.id, Addr: st.addr, Metrics: st.metrics, Dir: st.dir}
+	spec := devcluster.ChildSpec{
+		Name: st.name, Exe: c.cfg.Exe,
+		Args:         append(append([]string(nil), st.args...), st.extra...),
+		AddrFile:     filepath.Join(c.cfg.Dir, st.name+".addr"),
+		Env:          c.cfg.Env,
+		Output:       c.cfg.Out,
+		ReadyTimeout: ReadyTimeout,
+		NoWait:       st.kind == KindIsland,
+		// Every process lives until Stop or Kill, not until ctx is done.
+		Command: func(exe string, args ...string) *exec.Cmd {
+			return host.Command(context.Background(), exe, args...)
+		},
+	}
+	if st.kind == KindMount {
+		mnt := c.cfg.Mount
+		r.Mountpoint = mnt
+		spec.Ready = func() bool { return devcluster.IsMountpoint(mnt) }
+	}
+	ch, err := devcluster.Start(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("simcluster: %s on %s (%s): %w", st.name, st.host, host.Addr, err)
+	}
+	r.child = ch
+	c.Roles = append(c.Roles, r)
+	return r, nil
+}
+
+// format runs `atoll format` on its host and copies its output to Out.
+func (c *Cluster) format(ctx context.Context, st step) error {
+	cmd := c.cfg.Net.Host(st.host).Command(ctx, c.cfg.Exe, st.args...)
+	out, err := cmd.CombinedOutput()
+	if c.cfg.Out != nil {
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			fmt.Fprintf(c.cfg.Out, "[%s] %s\n", st.name, sc.Text())
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("simcluster: atoll %v on %s: %v: %s", st.args, st.host, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// WaitMembers waits until every running role but the manager is
+// registered and up in the leader's map with its own address, or ctx is
+// done.
+func (c *Cluster) WaitMembers(ctx context.Context) error {
+	mc := cluster.NewClient([]string{c.Manager}, slog.New(slog.DiscardHandler))
+	defer mc.Close()
+	mc.CallTimeout, mc.LeaderWait = 3*time.Second, 3*time.Second
+	var why string
+	for {
+		m, err := mc.Map(ctx, 0)
+		if err != nil {
+			why = "manager: " + err.Error()
+		} else if why = c.missing(m); why == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("simcluster: members not all up in the map: %s (%w)", why, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// missing says which running role m does not show up at its address, ""
+// when none.
+func (c *Cluster) missing(m *cluster.Map) string {
+	for _, r := range c.Roles {
+		if r.Kind == KindManager || !r.Running() {
+			continue
+		}
+		found := false
+		for _, v := range m.Members() {
+			var match bool
+			switch r.Kind {
+			case KindStorage:
+				match = v.Kind == cluster.KindStorage && int(v.ID) == r.ID
+			case KindIsland:
+				match = v.Kind == cluster.KindIsland && int(v.ID) == r.ID
+			default:
+				match = v.Kind == cluster.KindGateway && v.Addr == r.Addr
+			}
+			if !match {
+				continue
+			}
+			if v.Addr != r.Addr {
+				return fmt.Sprintf("%s registered as %s, not %s", r.Name, v.Addr, r.Addr)
+			}
+			if v.State == cluster.StateUp {
+				found = true
+			}
+		}
+		if !found {
+			return r.Name + " not up"
+		}
+	}
+	return ""
+}
+
+// Stop stops every role in reverse start order (SIGTERM, SIGKILL after
+// StopGrace) and detaches the FUSE mount if it is still there.
+func (c *Cluster) Stop() {
+	for i := len(c.Roles) - 1; i >= 0; i-- {
+		c.Roles[i].stop()
+	}
+	if c.cfg.Mount != "" {
+		_ = detachMount(c.cfg.Mount)
+	}
+}
