@@ -122,6 +122,22 @@ func (c *Client) DeleteFragment(ctx context.Context, slot uint16, id fragment.ID
 	return nil
 }
 
+// VerifyFragment asks a storage server to verify one fragment against its
+// chunk checksums now (what its scrubber does in the background); sick
+// ranges are reported, and the server lists the fragment as suspect for
+// the cleaner to repair.
+func (c *Client) VerifyFragment(ctx context.Context, slot uint16, id fragment.ID) ([]fragment.Range, error) {
+	rep, err := c.call(ctx, slot, fragment.OpVerify, &fragment.IDReq{ID: id}, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("verify %s: %w", id, err)
+	}
+	var v fragment.VerifyResp
+	if err := fragment.Unmarshal(rep.Msg, &v); err != nil {
+		return nil, fmt.Errorf("verify %s: reply: %w", id, err)
+	}
+	return v.Sick, nil
+}
+
 // ServerStats asks one storage server for its state.
 func (c *Client) ServerStats(ctx context.Context, slot uint16) (fragment.Stats, error) {
 	var st fragment.Stats

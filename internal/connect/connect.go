@@ -17,7 +17,7 @@ import (
 )
 
 // ErrNotFormatted is returned when the cluster has no namespace yet.
-var ErrNotFormatted = errors.New("connect: the cluster's namespace is not formatted yet (atoll dev does it)")
+var ErrNotFormatted = errors.New("connect: the cluster's namespace is not formatted yet (run `atoll format`; atoll dev does it itself)")
 
 // Conn is a connected client.
 type Conn struct {
@@ -31,16 +31,22 @@ type Conn struct {
 // Dial connects to the managers at addrs; it fails with ErrNotFormatted
 // when the cluster has no namespace yet.
 func Dial(ctx context.Context, addrs []string, log *slog.Logger) (*Conn, error) {
-	return dial(ctx, addrs, log, false)
+	return dial(ctx, addrs, log, false, nil)
+}
+
+// DialTuned is Dial with tune applied to the FS configuration (e.g. a
+// checker that must not cache names: AttrTTL of a nanosecond).
+func DialTuned(ctx context.Context, addrs []string, log *slog.Logger, tune func(*client.FSConfig)) (*Conn, error) {
+	return dial(ctx, addrs, log, false, tune)
 }
 
 // DialWhenFormatted is Dial for long-running roles (gateways, mounts): it
 // waits for the namespace to be formatted instead of failing.
 func DialWhenFormatted(ctx context.Context, addrs []string, log *slog.Logger) (*Conn, error) {
-	return dial(ctx, addrs, log, true)
+	return dial(ctx, addrs, log, true, nil)
 }
 
-func dial(ctx context.Context, addrs []string, log *slog.Logger, wait bool) (*Conn, error) {
+func dial(ctx context.Context, addrs []string, log *slog.Logger, wait bool, tune func(*client.FSConfig)) (*Conn, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -77,7 +83,11 @@ func dial(ctx context.Context, addrs []string, log *slog.Logger, wait bool) (*Co
 			}
 		}
 	})
-	fs, err := client.NewFS(client.FSConfig{Data: data, Map: view, Logger: log})
+	fcfg := client.FSConfig{Data: data, Map: view, Logger: log}
+	if tune != nil {
+		tune(&fcfg)
+	}
+	fs, err := client.NewFS(fcfg)
 	if err != nil {
 		data.Close()
 		mc.Close()

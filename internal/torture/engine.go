@@ -1,0 +1,803 @@
+package torture
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/simcluster"
+	"github.com/atoll-fs/atoll/internal/simnet"
+)
+
+// Config configures a run.
+type Config struct {
+	Seed     uint64
+	Duration time.Duration // of the workload under faults (the heal and checks come after)
+	Exe      string        // the atoll binary (built with -tags failpoints,deadlock for tests)
+	Dir      string        // scratch directory (created; roles' data and logs)
+	// Clients is the number of client-library clients (default 3); Mount
+	// adds a client through a FUSE mount.
+	Clients int
+	Mount   bool
+	// Storage and Islands size the cluster (default 5 and 3).
+	Storage, Islands int
+	// FaultEvery is the mean time between faults (default 4s).
+	FaultEvery time.Duration
+	// Loopback runs without network namespaces (no partition faults).
+	Loopback bool
+	// AttrTTL is the library clients' name and attribute cache (default
+	// a nanosecond: none). With the product's default second the
+	// namespace history is close-to-open consistent but not linearizable,
+	// and the checker says so: a way to see it catch a violation.
+	AttrTTL time.Duration
+	// Out gets progress lines (nil: none).
+	Out io.Writer
+}
+
+// Validate checks the configuration and fills defaults.
+func (c *Config) Validate() error {
+	if c.Duration <= 0 {
+		return errors.New("torture: --duration must be positive")
+	}
+	if c.Exe == "" || c.Dir == "" {
+		return errors.New("torture: Exe and Dir are required")
+	}
+	if c.Clients == 0 {
+		c.Clients = 3
+	}
+	if c.Storage == 0 {
+		c.Storage = 5
+	}
+	if c.Islands == 0 {
+		c.Islands = 3
+	}
+	if c.FaultEvery == 0 {
+		c.FaultEvery = 4 * time.Second
+	}
+	if c.AttrTTL == 0 {
+		c.AttrTTL = time.Nanosecond
+	}
+	if c.Clients < 1 || c.Clients > 32 || c.Storage < 3 || c.Storage > 16 || c.Islands < 1 || c.Islands > 8 {
+		return errors.New("torture: 1..32 clients, 3..16 storage servers, 1..8 islands")
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	return nil
+}
+
+// Report is what a run did and found. Passed is true when nothing was
+// lost, every history was linearizable, every corruption was detected and
+// the cluster ended clean and fully redundant.
+type Report struct {
+	Seed                uint64   `json:"seed"`
+	Seconds             float64  `json:"seconds"`
+	Isolated            bool     `json:"isolated"`
+	Fallback            string   `json:"fallback,omitempty"`
+	Operations          int64    `json:"operations"`
+	NamespaceOps        int64    `json:"namespace_operations"`
+	DataOps             int64    `json:"data_operations"`
+	UnknownOutcomes     int64    `json:"unknown_outcomes"`
+	FilesCreated        int64    `json:"files_created"`
+	Kills               int      `json:"kills"`
+	Partitions          int      `json:"partitions"`
+	Hangs               int      `json:"hangs"`
+	Corruptions         int      `json:"corruptions"`
+	CorruptionsDetected int      `json:"corruptions_detected"`
+	CorruptionsMoot     int      `json:"corruptions_moot"` // their stripes died before anyone looked
+	Deletions           int      `json:"deletions"`
+	DeletionsRepaired   int      `json:"deletions_repaired"`
+	DiskFull            int      `json:"disk_full"`
+	AckedBytes          int64    `json:"acked_bytes"`
+	FilesChecked        int      `json:"files_checked"`
+	LostBytes           int64    `json:"lost_bytes"`
+	ReadChecks          int64    `json:"read_checks"`
+	ReadMismatches      int64    `json:"read_mismatches"`
+	HistoryViolations   int      `json:"history_violations"`
+	HistoryCheck        string   `json:"history_check"` // Ok, Illegal or Unknown (timed out)
+	FsckClean           bool     `json:"fsck_clean"`
+	FsckProblems        []string `json:"fsck_problems,omitempty"`
+	FullyRedundant      bool     `json:"fully_redundant"`
+	Violations          []string `json:"violations,omitempty"`
+	Schedule            []Fault  `json:"schedule,omitempty"`
+	FailingHistory      []string `json:"failing_history,omitempty"`
+	Errors              []string `json:"errors,omitempty"`
+	Passed              bool     `json:"passed"`
+}
+
+// Summary is the one-line form of a report.
+func (r *Report) Summary() string {
+	verdict := "PASS"
+	if !r.Passed {
+		verdict = "FAIL"
+	}
+	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot), %d/%d deletions repaired, %d disk-full; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s), fsck clean %v, fully redundant %v",
+		verdict, r.Seed, r.Seconds, r.Operations, r.UnknownOutcomes, r.Kills, r.Partitions, r.Hangs, r.CorruptionsDetected, r.Corruptions, r.CorruptionsMoot,
+		r.DeletionsRepaired, r.Deletions, r.DiskFull, r.AckedBytes, r.LostBytes, r.ReadMismatches, r.HistoryViolations, r.HistoryCheck, r.FsckClean, r.FullyRedundant)
+}
+
+// groups of the namespace model.
+const groups = 8
+
+// tmpfsSize is each storage server's disk (a tmpfs, so it can be filled).
+const tmpfsSize = 1 << 30
+
+// engine is one run.
+type engine struct {
+	cfg     Config
+	rep     *Report
+	net     *simnet.Net
+	cl      *simcluster.Cluster
+	ccfg    simcluster.Config
+	log     *os.File
+	damaged map[string]bool // stripes with a corrupted or deleted fragment (at most one each)
+	mu      sync.Mutex      // rep counters, damage lists
+	corrupt []damage
+	deleted []damage
+	tmpfs   []string
+}
+
+// damage is a fragment the engine corrupted or deleted, with its bytes.
+type damage struct {
+	path string
+	slot uint16
+	orig []byte
+}
+
+// Run runs the workload under the seeded faults for cfg.Duration, heals
+// everything and checks the invariants.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &engine{cfg: cfg, rep: &Report{Seed: cfg.Seed}, damaged: map[string]bool{}}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	var err error
+	if e.log, err = os.Create(filepath.Join(cfg.Dir, "roles.log")); err != nil {
+		return nil, err
+	}
+	defer e.log.Close()
+	start := time.Now()
+	defer func() { e.rep.Seconds = time.Since(start).Seconds() }()
+	if err := e.setup(ctx); err != nil {
+		e.teardown()
+		return e.rep, err
+	}
+	defer e.teardown()
+	return e.rep, e.run(ctx)
+}
+
+func (e *engine) printf(format string, args ...any) {
+	fmt.Fprintf(e.cfg.Out, "torture: "+format+"\n", args...)
+}
+
+func (e *engine) setup(ctx context.Context) error {
+	e.ccfg = simcluster.Config{
+		Exe: e.cfg.Exe, Dir: filepath.Join(e.cfg.Dir, "roles"), Storage: e.cfg.Storage, Islands: e.cfg.Islands,
+		ManagerArgs: []string{"--down-after", "2s", "--clean-interval", "5s", "--clean-grace", "20s", "--rebuild-after", "10m"},
+		LogLevel:    "warn", Out: e.log,
+	}
+	if e.cfg.Mount {
+		e.ccfg.Mount = filepath.Join(e.cfg.Dir, "mnt")
+	}
+	name := fmt.Sprintf("t%d", e.cfg.Seed%10000)
+	var err error
+	e.net, err = simnet.New(ctx, simnet.Config{Name: name, Hosts: simcluster.HostNames(e.ccfg), Loopback: e.cfg.Loopback})
+	if err != nil {
+		return err
+	}
+	e.rep.Isolated, e.rep.Fallback = e.net.Isolated(), e.net.Reason()
+	if !e.net.Isolated() {
+		e.printf("no network namespaces (%s): partition faults are skipped", e.net.Reason())
+	}
+	e.ccfg.Net = e.net
+	// Each storage server's directory is a tmpfs of its own, so that one
+	// can be filled up without filling the machine.
+	for i := 0; i < e.cfg.Storage; i++ {
+		d := filepath.Join(e.ccfg.Dir, fmt.Sprintf("storage%d", i))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		if os.Geteuid() == 0 {
+			if err := syscall.Mount("tmpfs", d, "tmpfs", 0, fmt.Sprintf("size=%d", tmpfsSize)); err != nil {
+				return fmt.Errorf("torture: tmpfs for %s: %w", d, err)
+			}
+			e.tmpfs = append(e.tmpfs, d)
+		}
+	}
+	e.printf("starting a cluster of %d storage servers and %d islands on %d hosts (seed %d)", e.cfg.Storage, e.cfg.Islands, len(e.net.Hosts()), e.cfg.Seed)
+	e.cl, err = simcluster.Start(ctx, e.ccfg)
+	return err
+}
+
+func (e *engine) teardown() {
+	if e.cl != nil {
+		for _, r := range e.cl.Roles {
+			_ = r.Resume()
+		}
+		e.cl.Stop()
+	}
+	for _, d := range e.tmpfs {
+		_ = syscall.Unmount(d, syscall.MNT_DETACH)
+	}
+	if e.net != nil {
+		_ = e.net.Close()
+	}
+}
+
+func (e *engine) topology() Topology {
+	var top Topology
+	for _, r := range e.cl.Roles {
+		top.Roles = append(top.Roles, r.Name)
+		if r.Kind == "storage" {
+			top.Storage = append(top.Storage, r.Name)
+		}
+	}
+	top.Hosts = append(top.Hosts, "local")
+	for _, h := range e.net.Hosts() {
+		top.Hosts = append(top.Hosts, h.Name)
+	}
+	top.Partition = e.net.Isolated()
+	return top
+}
+
+// dial connects a library client that caches no names or attributes
+// (Config.AttrTTL, a nanosecond): with the default second of caching a
+// client's namespace view is close-to-open consistent, not linearizable,
+// by design.
+func (e *engine) dial(ctx context.Context) (*connect.Conn, error) {
+	return connect.DialTuned(ctx, []string{e.cl.Manager}, slog.New(slog.DiscardHandler), func(c *client.FSConfig) {
+		c.AttrTTL = e.cfg.AttrTTL
+	})
+}
+
+func (e *engine) run(ctx context.Context) error {
+	hist := newHistory()
+	w := &workload{hist: hist, groups: groups}
+	var clients []fsOps
+	var conns []*connect.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < e.cfg.Clients; i++ {
+		c, err := e.dial(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		clients = append(clients, &libOps{fs: c.FS})
+	}
+	if e.cfg.Mount {
+		clients = append(clients, &posixOps{mnt: e.ccfg.Mount})
+	}
+	// The model's directories and each client's data directory.
+	setup := clients[0]
+	for _, d := range []string{"/ns", "/data"} {
+		if err := setup.mkdir(ctx, d); err != nil {
+			return fmt.Errorf("torture: mkdir %s: %w", d, err)
+		}
+	}
+	for g := 0; g < groups; g++ {
+		for _, d := range []string{fmt.Sprintf("/ns/g%d", g), groupDir(g, 0), groupDir(g, 1)} {
+			if err := setup.mkdir(ctx, d); err != nil {
+				return fmt.Errorf("torture: mkdir %s: %w", d, err)
+			}
+		}
+	}
+	for i := range clients {
+		if err := setup.mkdir(ctx, fmt.Sprintf("/data/c%d", i)); err != nil {
+			return err
+		}
+	}
+
+	sched := Schedule(e.cfg.Seed, e.cfg.Duration, e.cfg.FaultEvery, e.topology())
+	e.rep.Schedule = sched
+	e.printf("workload: %d clients for %s, %d faults scheduled", len(clients), e.cfg.Duration, len(sched))
+	wctx, stop := context.WithTimeout(ctx, e.cfg.Duration)
+	defer stop()
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		r := rand.New(rand.NewPCG(e.cfg.Seed, uint64(i)+1))
+		go func() {
+			defer wg.Done()
+			w.run(wctx, i, c, r)
+		}()
+	}
+	faultsDone := make(chan struct{})
+	go func() {
+		defer close(faultsDone)
+		e.inject(wctx, sched)
+	}()
+	<-faultsDone
+	wg.Wait()
+	e.printf("workload done: %d operations; healing", w.ops.Load())
+
+	// Heal: every cut, pause and dead role, every full disk.
+	hctx, hcancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer hcancel()
+	if err := e.heal(hctx); err != nil {
+		e.rep.Errors = append(e.rep.Errors, "heal: "+err.Error())
+	}
+	// Clients reconnect on their own; a fresh one reads everything back.
+	vc, err := e.dial(hctx)
+	if err != nil {
+		return fmt.Errorf("torture: client after the heal: %w", err)
+	}
+	conns = append(conns, vc)
+	checker := &libOps{fs: vc.FS}
+	// Final reads of the model's names (part of the checked history).
+	for g := 0; g < groups; g++ {
+		for _, s := range slots {
+			w.namespaceOpFixed(hctx, len(clients), checker, NsInput{Group: g, Kind: OpRead, From: s})
+		}
+		for d := uint8(0); d < 2; d++ {
+			w.namespaceOpFixed(hctx, len(clients), checker, NsInput{Group: g, Kind: OpList, Dir: d})
+		}
+	}
+	e.verifyDamage(hctx, vc)
+	e.repair(hctx)
+	e.rep.FilesChecked, e.rep.LostBytes = w.verify(hctx, checker)
+	e.repair(hctx) // what the reads found degraded
+	e.checkDamage()
+	e.fsck(hctx)
+
+	ops := hist.close()
+	res, short := check(ops, 5*time.Minute)
+	e.rep.HistoryCheck = string(res)
+	if res == porcupine.Illegal {
+		e.rep.HistoryViolations = 1
+		var b bytes.Buffer
+		writeHistory(&b, short)
+		e.rep.FailingHistory = strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	}
+	e.rep.Operations, e.rep.NamespaceOps, e.rep.DataOps = w.ops.Load(), w.nsOps.Load(), w.dataOp.Load()
+	e.rep.UnknownOutcomes, e.rep.FilesCreated = w.unknown.Load(), w.createdFiles.Load()
+	e.rep.AckedBytes, e.rep.ReadChecks, e.rep.ReadMismatches = w.ackedBytes.Load(), w.readChecks.Load(), w.mismatches.Load()
+	e.rep.Violations = append(e.rep.Violations, w.violations...)
+	if n := w.lostFiles.Load(); n > 0 {
+		e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("%d reads during the run found an acknowledged file missing", n))
+	}
+	e.rep.Passed = e.rep.LostBytes == 0 && e.rep.ReadMismatches == 0 && res != porcupine.Illegal && len(w.violations) == 0 &&
+		w.lostFiles.Load() == 0 && e.rep.CorruptionsDetected+e.rep.CorruptionsMoot == e.rep.Corruptions && e.rep.DeletionsRepaired == e.rep.Deletions &&
+		e.rep.FsckClean && e.rep.FullyRedundant
+	if e.rep.Passed {
+		e.rep.Schedule = nil // kept only to replay a failure
+	}
+	return nil
+}
+
+// namespaceOpFixed runs one given namespace operation and records it.
+func (w *workload) namespaceOpFixed(ctx context.Context, client int, c fsOps, in NsInput) {
+	call := w.hist.now()
+	var res NsOutput
+	err, finished := do(ctx, func(ctx context.Context) error {
+		out := &res
+		switch in.Kind {
+		case OpRead:
+			b, err := c.read(ctx, slotPath(in.Group, in.From))
+			if err == nil && len(b) > 0 {
+				if _, perr := fmt.Sscanf(string(b), "id=%d\n", &out.ID); perr != nil {
+					out.ID = ^uint32(0)
+				}
+			}
+			return err
+		case OpList:
+			names, err := c.list(ctx, groupDir(in.Group, in.Dir))
+			for _, n := range names {
+				if n == "f0" {
+					out.Names |= 1
+				} else if n == "f1" {
+					out.Names |= 2
+				}
+			}
+			return err
+		}
+		return errors.New("torture: namespaceOpFixed: only reads and lists")
+	})
+	out := NsOutput{Unknown: true}
+	if finished {
+		out = res
+		out.Errno = errnoOf(err)
+	}
+	if !finished || !definite(out.Errno) {
+		out = NsOutput{Unknown: true}
+		w.violation("after the heal: %s could not be answered: %v", in, err)
+	}
+	w.hist.add(client, in, call, out)
+}
+
+// inject applies the schedule until ctx ends, undoing each timed fault
+// when its time is up.
+func (e *engine) inject(ctx context.Context, sched []Fault) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, f := range sched {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(start.Add(f.At))):
+		}
+		undo, err := e.apply(ctx, f)
+		if err != nil {
+			e.printf("fault %s: %v", f, err)
+			continue
+		}
+		e.printf("fault %s", f)
+		if undo == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-ctx.Done():
+			case <-time.After(f.Duration):
+			}
+			// Undone after the workload too: the heal redoes every undo.
+			uctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := undo(uctx); err != nil {
+				e.printf("undo %s: %v", f, err)
+			}
+		}()
+	}
+}
+
+// apply injects one fault and returns how to undo it (nil: nothing to undo).
+func (e *engine) apply(ctx context.Context, f Fault) (func(context.Context) error, error) {
+	switch f.Kind {
+	case FaultKill:
+		r := e.cl.Role(f.Target)
+		if r == nil || !r.Running() {
+			return nil, fmt.Errorf("%s is not running", f.Target)
+		}
+		r.Kill()
+		e.count(&e.rep.Kills)
+		return func(ctx context.Context) error { return e.restart(ctx, r) }, nil
+	case FaultPause:
+		r := e.cl.Role(f.Target)
+		if r == nil || !r.Running() {
+			return nil, fmt.Errorf("%s is not running", f.Target)
+		}
+		if err := r.Pause(); err != nil {
+			return nil, err
+		}
+		e.count(&e.rep.Hangs)
+		return func(context.Context) error { return r.Resume() }, nil
+	case FaultPartition:
+		mode := simnet.Both
+		if f.OneWay {
+			mode = simnet.OneWay
+		}
+		if err := e.net.Partition(ctx, f.Target, f.Peer, mode); err != nil {
+			return nil, err
+		}
+		e.count(&e.rep.Partitions)
+		return func(ctx context.Context) error { return e.net.Heal(ctx, f.Target, f.Peer) }, nil
+	case FaultCorrupt, FaultDelete:
+		return nil, e.damage(f)
+	case FaultDiskFull:
+		r := e.cl.Role(f.Target)
+		if r == nil || len(e.tmpfs) == 0 {
+			return nil, errors.New("no tmpfs disks (not root)")
+		}
+		path := filepath.Join(r.Dir, ".torture-ballast")
+		if err := fill(path); err != nil {
+			return nil, err
+		}
+		e.count(&e.rep.DiskFull)
+		return func(context.Context) error { return os.Remove(path) }, nil
+	}
+	return nil, fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+func (e *engine) count(n *int) {
+	e.mu.Lock()
+	*n++
+	e.mu.Unlock()
+}
+
+// restart starts a killed role again (a FUSE mount is unmounted first).
+func (e *engine) restart(ctx context.Context, r *simcluster.Role) error {
+	if r.Running() {
+		return nil
+	}
+	if r.Kind == "mount" {
+		_ = exec.CommandContext(ctx, "fusermount3", "-u", "-z", e.ccfg.Mount).Run()
+	}
+	return r.Restart(ctx)
+}
+
+// fill writes a ballast file until its disk is full.
+func fill(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// fragmentFiles lists the regular files of a storage server's directory
+// that hold fragments (not its journal or the ballast), sorted.
+func fragmentFiles(dir string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if _, err := fragment.ParseID(d.Name()); err == nil {
+			out = append(out, p)
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}
+
+// slotOf is the slot of storage role "storageN".
+func slotOf(role string) uint16 {
+	n, _ := strconv.Atoi(strings.TrimPrefix(role, "storage"))
+	return uint16(n)
+}
+
+// stripeOf is the stripe part of a fragment file name (STRIPE-INDEX...).
+func stripeOf(path string) string {
+	base := filepath.Base(path)
+	if i := strings.LastIndexByte(base, '.'); i > 0 {
+		base = base[:i]
+	}
+	if i := strings.LastIndexByte(base, '-'); i > 0 {
+		return base[:i]
+	}
+	return base
+}
+
+// damage corrupts or deletes one fragment file of f.Target, never two of
+// one stripe in a run (the policy tolerates one lost fragment per stripe;
+// more is beyond what any redundancy promises).
+func (e *engine) damage(f Fault) error {
+	r := e.cl.Role(f.Target)
+	if r == nil {
+		return fmt.Errorf("no role %s", f.Target)
+	}
+	files := fragmentFiles(r.Dir)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var cands []string
+	for _, p := range files {
+		if !e.damaged[stripeOf(p)] {
+			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		return errors.New("no undamaged fragment to damage")
+	}
+	p := cands[f.Pick%uint64(len(cands))]
+	orig, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	if f.Kind == FaultDelete {
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+		e.deleted = append(e.deleted, damage{p, slotOf(r.Name), orig})
+		e.rep.Deletions++
+	} else {
+		bad := slices.Clone(orig)
+		off := int(f.Pick>>20) % len(bad)
+		for i := off; i < min(off+16, len(bad)); i++ {
+			bad[i] ^= 0xA5
+		}
+		if err := os.WriteFile(p, bad, 0o644); err != nil {
+			return err
+		}
+		e.corrupt = append(e.corrupt, damage{p, slotOf(r.Name), orig})
+		e.rep.Corruptions++
+	}
+	e.damaged[stripeOf(p)] = true
+	return nil
+}
+
+// heal undoes every fault and waits for every role to serve again.
+func (e *engine) heal(ctx context.Context) error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	keep(e.net.HealAll(ctx))
+	for _, r := range e.cl.Roles {
+		_ = r.Resume()
+		if r.Kind == "storage" {
+			_ = os.Remove(filepath.Join(r.Dir, ".torture-ballast"))
+		}
+	}
+	for _, r := range e.cl.Roles {
+		if !r.Running() {
+			keep(e.restart(ctx, r))
+		}
+	}
+	// Every member up in the manager's view.
+	for ctx.Err() == nil {
+		out, err := exec.CommandContext(ctx, e.cfg.Exe, "status", "--json", "--cluster", e.cl.Manager).Output()
+		var st struct {
+			Members []struct{ Kind, State string }
+		}
+		if err == nil && json.Unmarshal(out, &st) == nil {
+			up := 0
+			for _, m := range st.Members {
+				if m.State == "up" {
+					up++
+				}
+			}
+			if up == len(st.Members) && len(st.Members) > 0 {
+				return first
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	return errors.Join(first, ctx.Err())
+}
+
+// repair runs cleaner passes (repairs of missing and corrupt fragments)
+// until one has nothing left to repair.
+func (e *engine) repair(ctx context.Context) {
+	for i := 0; i < 5 && ctx.Err() == nil; i++ {
+		out, err := exec.CommandContext(ctx, e.cfg.Exe, "clean", "--json", "--cluster", e.cl.Manager).CombinedOutput()
+		if err != nil {
+			e.rep.Errors = append(e.rep.Errors, fmt.Sprintf("clean: %v: %s", err, lastLine(out)))
+			continue
+		}
+		var rep struct {
+			Repaired      int `json:"repaired_fragments"`
+			RepairFailed  int `json:"repair_failed"`
+			RepairPending int `json:"repair_pending"`
+		}
+		if json.Unmarshal(lastJSON(out), &rep) == nil && rep.Repaired == 0 && rep.RepairFailed == 0 && rep.RepairPending == 0 {
+			e.rep.FullyRedundant = true
+			return
+		}
+	}
+}
+
+// verifyDamage asks the storage servers about every fragment the engine
+// corrupted that is still corrupt (what their scrubbers would find on
+// their next pass): each must be reported sick. A corruption counts as
+// detected when the servers report it now, or when it was found and
+// repaired during the run already (the file has its original bytes).
+// Fragments deleted with their dead stripes count as moot.
+func (e *engine) verifyDamage(ctx context.Context, vc *connect.Conn) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range e.corrupt {
+		got, err := os.ReadFile(d.path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && e.stripeGone(d.path):
+			e.rep.CorruptionsMoot++
+			continue
+		case errors.Is(err, fs.ErrNotExist):
+			e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("corrupted fragment %s vanished while its stripe lives on", d.path))
+			continue
+		case err == nil && bytes.Equal(got, d.orig):
+			e.rep.CorruptionsDetected++
+			continue
+		}
+		id, perr := fragment.ParseID(filepath.Base(d.path))
+		sick, verr := vc.Data.VerifyFragment(ctx, d.slot, id)
+		if perr != nil || verr != nil || len(sick) == 0 {
+			e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("corrupted fragment %s (slot %d) not detected: verify says %v, %v", d.path, d.slot, sick, errors.Join(perr, verr)))
+			continue
+		}
+		e.rep.CorruptionsDetected++
+	}
+}
+
+// checkDamage, after the repair passes: every corrupted fragment that
+// still exists has its original bytes again, and every deleted fragment
+// of a live stripe is back, byte for byte.
+func (e *engine) checkDamage() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range e.corrupt {
+		got, err := os.ReadFile(d.path)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && bytes.Equal(got, d.orig)) {
+			continue
+		}
+		e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("corrupted fragment %s was not repaired (%v)", d.path, err))
+	}
+	for _, d := range e.deleted {
+		got, err := os.ReadFile(d.path)
+		switch {
+		case err == nil && bytes.Equal(got, d.orig):
+			e.rep.DeletionsRepaired++
+		case errors.Is(err, fs.ErrNotExist) && e.stripeGone(d.path):
+			e.rep.DeletionsRepaired++ // the stripe died: nothing to repair
+		default:
+			e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("deleted fragment %s was not recreated (%v)", d.path, err))
+		}
+	}
+}
+
+// stripeGone reports whether no storage server holds a fragment of the
+// stripe of path any more (it was deleted as dead).
+func (e *engine) stripeGone(path string) bool {
+	s := stripeOf(path)
+	for _, r := range e.cl.Roles {
+		if r.Kind != "storage" {
+			continue
+		}
+		for _, p := range fragmentFiles(r.Dir) {
+			if stripeOf(p) == s {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (e *engine) fsck(ctx context.Context) {
+	out, err := exec.CommandContext(ctx, e.cfg.Exe, "fsck", "--json", "--cluster", e.cl.Manager).Output()
+	var rep struct {
+		Clean    bool     `json:"clean"`
+		Problems []string `json:"problems"`
+	}
+	if jerr := json.Unmarshal(lastJSON(out), &rep); jerr != nil {
+		e.rep.FsckProblems = []string{fmt.Sprintf("fsck: %v %v: %s", err, jerr, lastLine(out))}
+		return
+	}
+	e.rep.FsckClean, e.rep.FsckProblems = rep.Clean, rep.Problems
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
+
+// lastJSON is the last line of a command's output that is a JSON object.
+func lastJSON(b []byte) []byte {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(strings.TrimSpace(lines[i]), "{") {
+			return []byte(lines[i])
+		}
+	}
+	return nil
+}

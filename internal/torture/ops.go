@@ -1,0 +1,344 @@
+package torture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	pathpkg "path"
+	"sort"
+	"syscall"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/metawire"
+)
+
+// fsOps is what a workload client does, the same through every access
+// path (client library, FUSE mount, NFS). Paths are absolute in the
+// Atoll namespace. Errors carry an errno (errnoOf).
+type fsOps interface {
+	name() string
+	// create makes a new file exclusively, writes data and makes it
+	// durable (fsync) before returning.
+	create(ctx context.Context, path string, data []byte) error
+	// createOpen makes a new empty file exclusively and returns how to
+	// write its content (write, fsync, close; nil data only closes).
+	createOpen(ctx context.Context, path string) (func(ctx context.Context, data []byte) error, error)
+	// overwrite writes data at off of an existing file and fsyncs.
+	overwrite(ctx context.Context, path string, off int64, data []byte) error
+	read(ctx context.Context, path string) ([]byte, error)
+	unlink(ctx context.Context, path string) error
+	mkdir(ctx context.Context, path string) error
+	rmdir(ctx context.Context, path string) error
+	rename(ctx context.Context, from, to string) error
+	list(ctx context.Context, dir string) ([]string, error)
+}
+
+// errnoOf maps an error of any access path to an errno (EIO when it
+// carries none).
+func errnoOf(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return metawire.Errno(metawire.RemoteErr(err))
+}
+
+// libOps is the client library, in the engine's process.
+type libOps struct {
+	fs *client.FS
+}
+
+var root = metawire.Root
+
+func (l *libOps) name() string { return "lib" }
+
+func (l *libOps) create(ctx context.Context, path string, data []byte) error {
+	dir, name, err := l.fs.ResolveParent(ctx, root, path)
+	if err != nil {
+		return err
+	}
+	r, err := l.fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dir.Ino, Name: name, Mode: metawire.ModeFile | 0o644, Exclusive: true})
+	if err != nil {
+		return err
+	}
+	fh, err := l.fs.OpenWithAttr(ctx, root, r.Attr)
+	if err != nil {
+		return err
+	}
+	defer fh.Release()
+	if _, err := fh.WriteAt(ctx, data, 0); err != nil {
+		return err
+	}
+	return fh.Fsync(ctx)
+}
+
+func (l *libOps) createOpen(ctx context.Context, path string) (func(context.Context, []byte) error, error) {
+	dir, name, err := l.fs.ResolveParent(ctx, root, path)
+	if err != nil {
+		return nil, err
+	}
+	r, err := l.fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dir.Ino, Name: name, Mode: metawire.ModeFile | 0o644, Exclusive: true})
+	if err != nil {
+		return nil, err
+	}
+	fh, err := l.fs.OpenWithAttr(ctx, root, r.Attr)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, data []byte) error {
+		defer fh.Release()
+		if data == nil {
+			return nil
+		}
+		if _, err := fh.WriteAt(ctx, data, 0); err != nil {
+			return err
+		}
+		return fh.Fsync(ctx)
+	}, nil
+}
+
+func (l *libOps) overwrite(ctx context.Context, path string, off int64, data []byte) error {
+	fh, err := l.fs.OpenPath(ctx, root, path)
+	if err != nil {
+		return err
+	}
+	defer fh.Release()
+	if _, err := fh.WriteAt(ctx, data, off); err != nil {
+		return err
+	}
+	return fh.Fsync(ctx)
+}
+
+func (l *libOps) read(ctx context.Context, path string) ([]byte, error) {
+	a, err := l.fs.Resolve(ctx, root, path)
+	if err != nil {
+		return nil, err
+	}
+	if a.IsDir() {
+		return nil, syscall.EISDIR
+	}
+	fh, err := l.fs.Open(ctx, root, a.Ino)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Release()
+	out := make([]byte, fh.Size())
+	n, err := fh.ReadAt(ctx, out, 0)
+	if err != nil {
+		return nil, err
+	}
+	return out[:n], nil
+}
+
+func (l *libOps) unlink(ctx context.Context, path string) error {
+	dir, name, err := l.fs.ResolveParent(ctx, root, path)
+	if err != nil {
+		return err
+	}
+	return l.fs.Unlink(ctx, root, dir.Ino, name)
+}
+
+func (l *libOps) mkdir(ctx context.Context, path string) error {
+	dir, name, err := l.fs.ResolveParent(ctx, root, path)
+	if err != nil {
+		return err
+	}
+	_, err = l.fs.Mkdir(ctx, metawire.CreateReq{Cred: root, Dir: dir.Ino, Name: name, Mode: metawire.ModeDir | 0o755})
+	return err
+}
+
+func (l *libOps) rmdir(ctx context.Context, path string) error {
+	dir, name, err := l.fs.ResolveParent(ctx, root, path)
+	if err != nil {
+		return err
+	}
+	return l.fs.Rmdir(ctx, root, dir.Ino, name)
+}
+
+func (l *libOps) rename(ctx context.Context, from, to string) error {
+	sd, sn, err := l.fs.ResolveParent(ctx, root, from)
+	if err != nil {
+		return err
+	}
+	dd, dn, err := l.fs.ResolveParent(ctx, root, to)
+	if err != nil {
+		return err
+	}
+	return l.fs.Rename(ctx, metawire.RenameReq{Cred: root, SrcDir: sd.Ino, SrcName: sn, DstDir: dd.Ino, DstName: dn})
+}
+
+func (l *libOps) list(ctx context.Context, dir string) ([]string, error) {
+	a, err := l.fs.Resolve(ctx, root, dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	cookie := uint64(0)
+	for {
+		r, err := l.fs.Readdir(ctx, root, a.Ino, cookie, 256, false)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range r.Entries {
+			if e.Name != "." && e.Name != ".." {
+				names = append(names, e.Name)
+			}
+			cookie = e.Cookie
+		}
+		if r.EOF || len(r.Entries) == 0 {
+			break
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// posixOps goes through a FUSE mount with the os package (what an
+// unmodified program does).
+type posixOps struct {
+	mnt string
+}
+
+// errNotMounted is the outcome of an operation during which the mount was
+// down (killed, being restarted): the path then named the empty
+// directory under the mountpoint, so its answer says nothing about Atoll.
+var errNotMounted = errors.New("torture: the FUSE mount was down during the operation")
+
+// fuseSuperMagic is statfs's f_type of a FUSE file system.
+const fuseSuperMagic = 0x65735546
+
+func (p *posixOps) mounted() bool {
+	var st syscall.Statfs_t
+	return syscall.Statfs(p.mnt, &st) == nil && st.Type == fuseSuperMagic
+}
+
+// guard runs op and turns its outcome unknown unless the mount was up
+// before and after it.
+func (p *posixOps) guard(op func() error) error {
+	if !p.mounted() {
+		return errNotMounted
+	}
+	err := op()
+	if !p.mounted() {
+		return errNotMounted
+	}
+	return err
+}
+
+func (p *posixOps) name() string          { return "fuse" }
+func (p *posixOps) at(path string) string { return pathpkg.Join(p.mnt, path) }
+
+func (p *posixOps) create(_ context.Context, path string, data []byte) error {
+	return p.guard(func() error { return p.createNow(path, data) })
+}
+
+func (p *posixOps) createNow(path string, data []byte) error {
+	f, err := os.OpenFile(p.at(path), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (p *posixOps) createOpen(_ context.Context, path string) (func(context.Context, []byte) error, error) {
+	f, err := os.OpenFile(p.at(path), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return func(_ context.Context, data []byte) error {
+		if data == nil {
+			return f.Close()
+		}
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}, nil
+}
+
+func (p *posixOps) overwrite(_ context.Context, path string, off int64, data []byte) error {
+	return p.guard(func() error { return p.overwriteNow(path, off, data) })
+}
+
+func (p *posixOps) overwriteNow(path string, off int64, data []byte) error {
+	f, err := os.OpenFile(p.at(path), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(data, off); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (p *posixOps) read(ctx context.Context, path string) ([]byte, error) {
+	var b []byte
+	err := p.guard(func() (err error) {
+		b, err = p.readNow(path)
+		return err
+	})
+	return b, err
+}
+
+func (p *posixOps) readNow(path string) ([]byte, error) {
+	f, err := os.Open(p.at(path))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read after open: %w", err)
+	}
+	return b, nil
+}
+
+func (p *posixOps) unlink(_ context.Context, path string) error {
+	return p.guard(func() error { return syscall.Unlink(p.at(path)) })
+}
+
+func (p *posixOps) mkdir(_ context.Context, path string) error {
+	return syscall.Mkdir(p.at(path), 0o755)
+}
+
+func (p *posixOps) rmdir(_ context.Context, path string) error {
+	return syscall.Rmdir(p.at(path))
+}
+
+func (p *posixOps) rename(_ context.Context, from, to string) error {
+	return syscall.Rename(p.at(from), p.at(to))
+}
+
+func (p *posixOps) list(_ context.Context, dir string) ([]string, error) {
+	f, err := os.Open(p.at(dir))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	sort.Strings(names)
+	return names, err
+}
