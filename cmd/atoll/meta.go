@@ -138,15 +138,37 @@ func islandView(ctx context.Context, managers []string, id uint32, listen string
 		return nil, usageErr("--listen", err)
 	}
 	mc := cluster.NewClient(managers, log)
-	if _, err := mc.Register(ctx, cluster.KindIsland, id, ta.String(), os.Getpid()); err != nil {
-		return nil, fmt.Errorf("meta: register with the manager at %v: %w", managers, err)
-	}
 	view, err := cluster.NewView(ctx, mc)
 	if err != nil {
 		return nil, err
 	}
-	if err := view.WaitFormatted(ctx, log, "meta"); err != nil {
-		return nil, err
+	// Registered and heartbeating while it waits, so that the manager
+	// shows it up (not down after --down-after) until `atoll format`.
+	hbCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	hbDone := make(chan error, 1)
+	go func() {
+		hbDone <- cluster.RunMember(hbCtx, cluster.MemberConfig{Managers: managers, Kind: cluster.KindIsland, ID: id,
+			Addr: ta.String(), PID: os.Getpid(), Logger: log})
+	}()
+	waitCtx, stopWait := context.WithCancel(ctx)
+	defer stopWait()
+	waitDone := make(chan error, 1)
+	go func() { waitDone <- view.WaitFormatted(waitCtx, log, "meta") }()
+	select {
+	case err := <-waitDone:
+		stopHB()
+		<-hbDone
+		if err != nil {
+			return nil, err
+		}
+		return view, nil
+	case err := <-hbDone:
+		stopWait()
+		<-waitDone
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("meta: register with the manager at %v: %w", managers, err)
 	}
-	return view, nil
 }

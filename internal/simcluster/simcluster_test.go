@@ -133,23 +133,29 @@ func TestFormat(t *testing.T) {
 	if err == nil || !strings.Contains(got, "1 of 2 islands registered") || !strings.Contains(got, "island 1 registered at "+islandAddr) {
 		t.Fatalf("format waiting for 2 islands with 1: %v: %s", err, got)
 	}
-	// An island waiting for the namespace does not heartbeat: after
-	// --down-after the manager shows it down, as when an operator formats
-	// minutes after starting the islands. Format must still count it.
+	// An island waiting for the namespace heartbeats: it stays up however
+	// long the operator takes to format (here three times --down-after,
+	// long enough to have been marked down twice over without heartbeats).
 	mc := cluster.NewClient([]string{mgr.Addr}, slog.New(slog.DiscardHandler))
 	defer mc.Close()
-	for {
+	var since time.Time
+	for since.IsZero() || time.Since(since) < 6*time.Second {
 		m, err := mc.Map(ctx, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if is, ok := m.Island(1); ok && is.State == cluster.StateDown {
-			break
+		if is, ok := m.Island(1); ok {
+			if is.State != cluster.StateUp {
+				t.Fatalf("island 1 is %s while it waits for the namespace", is.State)
+			}
+			if since.IsZero() {
+				since = time.Now()
+			}
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatal("island 1 never marked down while waiting for the namespace")
-		case <-time.After(100 * time.Millisecond):
+			t.Fatal("island 1 never registered")
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	got, err = format("--cluster", mgr.Addr, "--islands", "1", "--timeout", "30s")
