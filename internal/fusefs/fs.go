@@ -654,7 +654,30 @@ func (a *adapter) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 			return status(err)
 		}
 	}
-	return a.openHandle(ctx, cred, i, in.Flags, nil, &out.Fh)
+	st := a.openHandle(ctx, cred, i, in.Flags, nil, &out.Fh)
+	if st.Ok() {
+		a.dropKernelAttr(in.NodeId)
+	}
+	return st
+}
+
+// dropKernelAttr invalidates the kernel's cached attributes of node (not
+// its page cache: OPEN without FOPEN_KEEP_CACHE drops that), so that they
+// are asked for again (GETATTR, answered from the island) before they are
+// used. OPEN fetches fresh attributes (close-to-open) but its reply cannot
+// carry them, and the kernel reads only up to the size it has cached,
+// asking again only when its copy expires (AttrTTL after the last LOOKUP
+// or GETATTR): a file another client grew since then read short, cut at
+// the old size (a fault run read 3451 of 5463 acknowledged bytes).
+// Invalidating attributes takes no inode lock in the kernel, so it is safe
+// from inside a request.
+func (a *adapter) dropKernelAttr(node uint64) {
+	if a.server == nil || a.cfg.AttrTTL <= 0 {
+		return // no kernel, or it caches no attributes
+	}
+	if st := a.server.InodeNotify(node, -1, 0); !st.Ok() && st != fuse.ENOENT {
+		a.log.Debug("fusefs: invalidating cached attributes", "node", fmt.Sprintf("%x", node), "status", st)
+	}
 }
 
 // openHandle opens ino for a new handle (O_TRUNC truncates).
