@@ -69,6 +69,7 @@ func newTortureCmd(g *globalFlags) *cobra.Command {
 	f.DurationVar(&cfg.Duration, "duration", time.Minute, "how long the workload runs under faults (healing and checks come after)")
 	f.IntVar(&cfg.Clients, "clients", 3, "client-library clients")
 	f.BoolVar(&cfg.Mount, "mount", true, "also run a client through a FUSE mount")
+	f.BoolVar(&cfg.NFS, "nfs", true, "also run a client through an NFS gateway")
 	f.IntVar(&cfg.Storage, "storage", 5, "storage servers")
 	f.IntVar(&cfg.Islands, "islands", 3, "metadata islands")
 	f.DurationVar(&cfg.FaultEvery, "fault-every", 4*time.Second, "mean time between faults")

@@ -40,6 +40,8 @@ type Config struct {
 	// adds a client through a FUSE mount.
 	Clients int
 	Mount   bool
+	// NFS adds a client through an NFS gateway (go-nfs-client).
+	NFS bool
 	// Storage and Islands size the cluster (default 5 and 3).
 	Storage, Islands int
 	// FaultEvery is the mean time between faults (default 4s).
@@ -203,6 +205,7 @@ func (e *engine) setup(ctx context.Context) error {
 	if e.cfg.Mount {
 		e.ccfg.Mount = filepath.Join(e.cfg.Dir, "mnt")
 	}
+	e.ccfg.NFS = e.cfg.NFS
 	name := fmt.Sprintf("t%d", e.cfg.Seed%10000)
 	var err error
 	e.net, err = simnet.New(ctx, simnet.Config{Name: name, Hosts: simcluster.HostNames(e.ccfg), Loopback: e.cfg.Loopback})
@@ -294,6 +297,11 @@ func (e *engine) run(ctx context.Context) error {
 	}
 	if e.cfg.Mount {
 		clients = append(clients, &posixOps{mnt: e.ccfg.Mount})
+	}
+	if e.cfg.NFS {
+		n := &nfsOps{addr: e.cl.Role("nfs").Addr}
+		defer n.close()
+		clients = append(clients, n)
 	}
 	// The model's directories and each client's data directory.
 	setup := clients[0]
@@ -680,21 +688,28 @@ func (e *engine) heal(ctx context.Context) error {
 // repair runs cleaner passes (repairs of missing and corrupt fragments)
 // until one has nothing left to repair.
 func (e *engine) repair(ctx context.Context) {
+	e.rep.FullyRedundant = false
+	var last []string
 	for i := 0; i < 5 && ctx.Err() == nil; i++ {
 		out, err := exec.CommandContext(ctx, e.cfg.Exe, "clean", "--json", "--cluster", e.cl.Manager).CombinedOutput()
-		if err != nil {
-			e.rep.Errors = append(e.rep.Errors, fmt.Sprintf("clean: %v: %s", err, lastLine(out)))
+		var rep struct {
+			Repaired      int      `json:"repaired_fragments"`
+			RepairFailed  int      `json:"repair_failed"`
+			RepairPending int      `json:"repair_pending"`
+			Errors        []string `json:"errors"`
+		}
+		if jerr := json.Unmarshal(lastJSON(out), &rep); jerr != nil {
+			last = []string{fmt.Sprintf("clean: %v: %s", err, lastLine(out))}
 			continue
 		}
-		var rep struct {
-			Repaired      int `json:"repaired_fragments"`
-			RepairFailed  int `json:"repair_failed"`
-			RepairPending int `json:"repair_pending"`
-		}
-		if json.Unmarshal(lastJSON(out), &rep) == nil && rep.Repaired == 0 && rep.RepairFailed == 0 && rep.RepairPending == 0 {
+		last = rep.Errors
+		if err == nil && rep.Repaired == 0 && rep.RepairFailed == 0 && rep.RepairPending == 0 && len(rep.Errors) == 0 {
 			e.rep.FullyRedundant = true
 			return
 		}
+	}
+	for _, l := range last {
+		e.rep.Errors = append(e.rep.Errors, "last cleaner pass: "+l)
 	}
 }
 
@@ -727,6 +742,19 @@ func (e *engine) verifyDamage(ctx context.Context, vc *connect.Conn) {
 			continue
 		}
 		e.rep.CorruptionsDetected++
+	}
+	// A deleted fragment file is found by the scrubber, a read or a
+	// restart: ask now, as the scrubber would on its next pass.
+	for _, d := range e.deleted {
+		got, err := os.ReadFile(d.path)
+		if (err == nil && bytes.Equal(got, d.orig)) || (errors.Is(err, fs.ErrNotExist) && e.stripeGone(d.path)) {
+			continue
+		}
+		id, perr := fragment.ParseID(filepath.Base(d.path))
+		sick, verr := vc.Data.VerifyFragment(ctx, d.slot, id)
+		if perr != nil || verr != nil || len(sick) == 0 {
+			e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("deleted fragment %s (slot %d) not detected: verify says %v, %v", d.path, d.slot, sick, errors.Join(perr, verr)))
+		}
 	}
 }
 

@@ -5,10 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	pathpkg "path"
 	"sort"
+	"sync"
 	"syscall"
+
+	nfsc "github.com/willscott/go-nfs-client/nfs"
+	nfsrpc "github.com/willscott/go-nfs-client/nfs/rpc"
 
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -44,6 +49,15 @@ func errnoOf(err error) syscall.Errno {
 	var e syscall.Errno
 	if errors.As(err, &e) {
 		return e
+	}
+	var nerr *nfsc.Error
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return syscall.ENOENT
+	case errors.Is(err, fs.ErrExist):
+		return syscall.EEXIST
+	case errors.As(err, &nerr):
+		return syscall.Errno(nerr.ErrorNum)
 	}
 	return metawire.Errno(metawire.RemoteErr(err))
 }
@@ -341,4 +355,121 @@ func (p *posixOps) list(_ context.Context, dir string) ([]string, error) {
 	names, err := f.Readdirnames(-1)
 	sort.Strings(names)
 	return names, err
+}
+
+// nfsOps goes through the NFS gateway with an NFSv3 client library (what
+// an NFS client machine does), for the data workload. One connection,
+// redialled after it breaks; operations are serialised on it.
+type nfsOps struct {
+	addr string
+	mu   struct {
+		sync.Mutex
+		rc  *nfsrpc.Client
+		m   *nfsc.Mount
+		tgt *nfsc.Target
+	}
+}
+
+func (n *nfsOps) name() string { return "nfs" }
+
+// with runs fn on a connected target; a failure that is no NFS status
+// drops the connection so the next operation dials again.
+func (n *nfsOps) with(fn func(v *nfsc.Target) error) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.tgt == nil {
+		rc, err := nfsrpc.DialTCP("tcp", n.addr, false)
+		if err != nil {
+			return err
+		}
+		m := &nfsc.Mount{Client: rc}
+		tgt, err := m.Mount("/", nfsrpc.NewAuthUnix("torture", 0, 0).Auth())
+		if err != nil {
+			rc.Close()
+			return err
+		}
+		n.mu.rc, n.mu.m, n.mu.tgt = rc, m, tgt
+	}
+	err := fn(n.mu.tgt)
+	var nerr *nfsc.Error
+	if err != nil && !errors.As(err, &nerr) && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrExist) {
+		n.mu.rc.Close()
+		n.mu.rc, n.mu.m, n.mu.tgt = nil, nil, nil
+	}
+	return err
+}
+
+func (n *nfsOps) close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.rc != nil {
+		n.mu.rc.Close()
+	}
+}
+
+func (n *nfsOps) create(_ context.Context, path string, data []byte) error {
+	return n.with(func(v *nfsc.Target) error {
+		if _, _, err := v.Lookup(path); err == nil {
+			return syscall.EEXIST
+		}
+		f, err := v.OpenFile(path, 0o644)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close() // COMMIT: durable
+	})
+}
+
+func (n *nfsOps) createOpen(context.Context, string) (func(context.Context, []byte) error, error) {
+	return nil, syscall.ENOTSUP
+}
+
+func (n *nfsOps) overwrite(_ context.Context, path string, off int64, data []byte) error {
+	return n.with(func(v *nfsc.Target) error {
+		f, err := v.OpenFile(path, 0o644)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Seek(off, io.SeekStart); err != nil {
+			f.Close()
+			return err
+		}
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	})
+}
+
+func (n *nfsOps) read(_ context.Context, path string) ([]byte, error) {
+	var b []byte
+	err := n.with(func(v *nfsc.Target) error {
+		f, err := v.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		b, err = io.ReadAll(f)
+		return err
+	})
+	return b, err
+}
+
+func (n *nfsOps) unlink(_ context.Context, path string) error {
+	return n.with(func(v *nfsc.Target) error { return v.Remove(path) })
+}
+
+func (n *nfsOps) mkdir(_ context.Context, path string) error {
+	return n.with(func(v *nfsc.Target) error { _, err := v.Mkdir(path, 0o755); return err })
+}
+
+func (n *nfsOps) rmdir(context.Context, string) error          { return syscall.ENOTSUP }
+func (n *nfsOps) rename(context.Context, string, string) error { return syscall.ENOTSUP }
+func (n *nfsOps) list(context.Context, string) ([]string, error) {
+	return nil, syscall.ENOTSUP
 }
