@@ -55,7 +55,7 @@ func TestDevClearErrors(t *testing.T) {
 	mnt := func(opts string) string {
 		p := t.TempDir()
 		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", p).CombinedOutput(); err != nil {
-			t.Skipf("cannot mount a tmpfs here (%v: %s): read-only and full directories not checked", err, out)
+			missingPrerequisite(t, "cannot mount a tmpfs here (%v: %s): read-only and full directories not checked", err, out)
 		}
 		t.Cleanup(func() { _ = syscall.Unmount(p, syscall.MNT_DETACH) })
 		return p
