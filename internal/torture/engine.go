@@ -690,7 +690,15 @@ func (e *engine) heal(ctx context.Context) error {
 func (e *engine) repair(ctx context.Context) {
 	e.rep.FullyRedundant = false
 	var last []string
-	for i := 0; i < 5 && ctx.Err() == nil; i++ {
+	// Up to a minute of passes: the manager's own cleaner runs beside
+	// these (the two may race on one stripe: one pass fails, the next
+	// finds it done), and servers that just restarted may still be
+	// loading their records.
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; ctx.Err() == nil && (i < 3 || time.Now().Before(deadline)); i++ {
+		if i > 0 {
+			time.Sleep(2 * time.Second)
+		}
 		out, err := exec.CommandContext(ctx, e.cfg.Exe, "clean", "--json", "--cluster", e.cl.Manager).CombinedOutput()
 		var rep struct {
 			Repaired      int      `json:"repaired_fragments"`
