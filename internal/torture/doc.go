@@ -17,7 +17,7 @@
 //     among them) cut both ways or one way (nftables), healed after 1-8 s;
 //   - corrupt: 16 bytes flipped in a fragment file of a storage server;
 //   - delete: a fragment file removed;
-//   - diskfull: a storage server's disk (a 1 GiB tmpfs of its own) filled
+//   - diskfull: a storage server's disk (a 1.5 GiB tmpfs of its own) filled
 //     up for 1-8 s.
 //
 // At most one fault runs on a role at a time, at most one fragment per

@@ -10,10 +10,13 @@ import (
 	pathpkg "path"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	nfsc "github.com/willscott/go-nfs-client/nfs"
 	nfsrpc "github.com/willscott/go-nfs-client/nfs/rpc"
+	nfsutil "github.com/willscott/go-nfs-client/nfs/util"
 
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -362,6 +365,7 @@ func (p *posixOps) list(_ context.Context, dir string) ([]string, error) {
 // redialled after it breaks; operations are serialised on it.
 type nfsOps struct {
 	addr string
+	cur  atomic.Pointer[nfsrpc.Client] // for close, which must not wait for a stuck call
 	mu   struct {
 		sync.Mutex
 		rc  *nfsrpc.Client
@@ -371,6 +375,17 @@ type nfsOps struct {
 }
 
 func (n *nfsOps) name() string { return "nfs" }
+
+// quietNFSLog replaces go-nfs-client's logger, which prints every failed
+// call and stray reply: the engine records outcomes itself.
+type quietNFSLog struct{}
+
+func (quietNFSLog) SetDebug(bool)         {}
+func (quietNFSLog) Errorf(string, ...any) {}
+func (quietNFSLog) Debugf(string, ...any) {}
+func (quietNFSLog) Infof(string, ...any)  {}
+
+func init() { nfsutil.DefaultLogger = quietNFSLog{} }
 
 // with runs fn on a connected target; a failure that is no NFS status
 // drops the connection so the next operation dials again.
@@ -389,7 +404,15 @@ func (n *nfsOps) with(fn func(v *nfsc.Target) error) error {
 			return err
 		}
 		n.mu.rc, n.mu.m, n.mu.tgt = rc, m, tgt
+		n.cur.Store(rc)
 	}
+	// The client library has no deadlines: a call to a hung gateway (or
+	// whose reply was lost) would wait forever holding the connection.
+	// Closing the connection ends it with an error, and the next call
+	// dials again.
+	rc := n.mu.rc
+	t := time.AfterFunc(opTimeout-5*time.Second, func() { rc.Close() })
+	defer t.Stop()
 	err := fn(n.mu.tgt)
 	var nerr *nfsc.Error
 	if err != nil && !errors.As(err, &nerr) && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrExist) {
@@ -400,10 +423,8 @@ func (n *nfsOps) with(fn func(v *nfsc.Target) error) error {
 }
 
 func (n *nfsOps) close() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.mu.rc != nil {
-		n.mu.rc.Close()
+	if rc := n.cur.Load(); rc != nil {
+		rc.Close()
 	}
 }
 
@@ -449,6 +470,12 @@ func (n *nfsOps) overwrite(_ context.Context, path string, off int64, data []byt
 func (n *nfsOps) read(_ context.Context, path string) ([]byte, error) {
 	var b []byte
 	err := n.with(func(v *nfsc.Target) error {
+		// GETATTR first, as a Linux client does on open (close-to-open):
+		// go-nfs-client's Open sends a LOOKUP only, whose attributes the
+		// gateway may answer from its second of name caching.
+		if _, err := v.Getattr(path); err != nil {
+			return err
+		}
 		f, err := v.Open(path)
 		if err != nil {
 			return err

@@ -48,6 +48,7 @@ type workload struct {
 	mismatches                   atomic.Int64 // reads that returned other bytes than acknowledged
 	lostFiles                    atomic.Int64 // acknowledged files found missing during the run
 	ackedBytes                   atomic.Int64
+	liveBytes                    atomic.Int64 // acknowledged bytes of files not unlinked
 	violationsMu                 sync.Mutex
 	violations                   []string
 	createdFiles, overwrites     atomic.Int64
@@ -215,7 +216,19 @@ func content(r *rand.Rand, n int, tag string) []byte {
 	return b
 }
 
+// liveMax bounds the acknowledged bytes of live data files: past it the
+// clients unlink more than they create, so a long run does not fill its
+// servers' disks (a full disk is a fault the schedule injects, not the
+// workload's steady state).
+const liveMax = 192 << 20
+
 func (w *workload) dataOpOnce(ctx context.Context, client int, c fsOps, r *rand.Rand) {
+	if w.liveBytes.Load() > liveMax && r.IntN(2) == 0 {
+		if f := w.pick(r, client, true); f != nil {
+			w.unlinkData(ctx, client, c, f)
+			return
+		}
+	}
 	switch k := r.IntN(10); {
 	case k < 4:
 		w.createData(ctx, client, c, r)
@@ -259,10 +272,10 @@ func dataSize(r *rand.Rand) int {
 	switch k := r.IntN(10); {
 	case k < 5:
 		return 1 + r.IntN(12<<10) // inline in the island
-	case k < 9:
+	case k < 9 || r.IntN(2) == 0:
 		return 16<<10 + r.IntN(300<<10) // striped, a few blocks
 	default:
-		return 1<<20 + r.IntN(2<<20) // striped, several stripes
+		return 1<<20 + r.IntN(1<<20) // striped, several stripes
 	}
 }
 
@@ -277,6 +290,7 @@ func (w *workload) createData(ctx context.Context, client int, c fsOps, r *rand.
 	f.mu.want = data
 	w.createdFiles.Add(1)
 	w.ackedBytes.Add(int64(len(data)))
+	w.liveBytes.Add(int64(len(data)))
 	w.mu.Lock()
 	w.mu.files = append(w.mu.files, f)
 	w.mu.Unlock()
@@ -304,6 +318,7 @@ func (w *workload) overwriteData(ctx context.Context, client int, c fsOps, r *ra
 	copy(next, want)
 	copy(next[off:], patch)
 	f.mu.want = next
+	w.liveBytes.Add(int64(len(next) - len(want)))
 	w.overwrites.Add(1)
 	w.ackedBytes.Add(int64(n))
 }
@@ -352,6 +367,7 @@ func (w *workload) unlinkData(ctx context.Context, client int, c fsOps, f *dataF
 	if err == nil && finished {
 		f.mu.gone = true
 		w.unlinkedFiles.Add(1)
+		w.liveBytes.Add(-int64(len(f.mu.want)))
 	} else {
 		f.mu.uncertain = true
 	}
