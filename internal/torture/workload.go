@@ -254,13 +254,19 @@ func (w *workload) pick(r *rand.Rand, client int, own bool) *dataFile {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for tries := 0; tries < 8 && len(w.mu.files) > 0; tries++ {
-		f := w.mu.files[r.IntN(len(w.mu.files))]
-		if own && f.owner != client {
+		i := r.IntN(len(w.mu.files))
+		f := w.mu.files[i]
+		f.mu.Lock()
+		dead := (f.mu.gone || f.mu.uncertain) && !f.mu.busy
+		ok := !f.mu.gone && !f.mu.uncertain && !(own && f.mu.busy) && (!own || f.owner == client)
+		f.mu.Unlock()
+		if dead {
+			// Nothing left to check on it: forget it (a long run's memory).
+			last := len(w.mu.files) - 1
+			w.mu.files[i], w.mu.files[last] = w.mu.files[last], nil
+			w.mu.files = w.mu.files[:last]
 			continue
 		}
-		f.mu.Lock()
-		ok := !f.mu.gone && !f.mu.uncertain && !(own && f.mu.busy)
-		f.mu.Unlock()
 		if ok {
 			return f
 		}
@@ -312,6 +318,8 @@ func (w *workload) overwriteData(ctx context.Context, client int, c fsOps, r *ra
 	f.mu.busy = false
 	if err != nil || !finished {
 		f.mu.uncertain = true // a failed write may have landed in part
+		w.liveBytes.Add(-int64(len(want)))
+		f.mu.want = nil
 		return
 	}
 	next := make([]byte, max(len(want), off+n))
@@ -364,10 +372,11 @@ func (w *workload) unlinkData(ctx context.Context, client int, c fsOps, f *dataF
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mu.busy = false
+	w.liveBytes.Add(-int64(len(f.mu.want)))
+	f.mu.want = nil
 	if err == nil && finished {
 		f.mu.gone = true
 		w.unlinkedFiles.Add(1)
-		w.liveBytes.Add(-int64(len(f.mu.want)))
 	} else {
 		f.mu.uncertain = true
 	}
