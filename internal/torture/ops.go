@@ -75,23 +75,11 @@ var root = metawire.Root
 func (l *libOps) name() string { return "lib" }
 
 func (l *libOps) create(ctx context.Context, path string, data []byte) error {
-	dir, name, err := l.fs.ResolveParent(ctx, root, path)
+	fill, err := l.createOpen(ctx, path)
 	if err != nil {
 		return err
 	}
-	r, err := l.fs.Create(ctx, metawire.CreateReq{Cred: root, Dir: dir.Ino, Name: name, Mode: metawire.ModeFile | 0o644, Exclusive: true})
-	if err != nil {
-		return err
-	}
-	fh, err := l.fs.OpenWithAttr(ctx, root, r.Attr)
-	if err != nil {
-		return err
-	}
-	defer fh.Release()
-	if _, err := fh.WriteAt(ctx, data, 0); err != nil {
-		return err
-	}
-	return fh.Fsync(ctx)
+	return fill(ctx, data)
 }
 
 func (l *libOps) createOpen(ctx context.Context, path string) (func(context.Context, []byte) error, error) {
@@ -259,7 +247,13 @@ func (p *posixOps) createNow(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
+	return writeSyncClose(f, 0, data)
+}
+
+// writeSyncClose writes data at off, fsyncs and closes f (closing it on
+// every path).
+func writeSyncClose(f *os.File, off int64, data []byte) error {
+	if _, err := f.WriteAt(data, off); err != nil {
 		f.Close()
 		return err
 	}
@@ -279,15 +273,7 @@ func (p *posixOps) createOpen(_ context.Context, path string) (func(context.Cont
 		if data == nil {
 			return f.Close()
 		}
-		if _, err := f.Write(data); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
+		return writeSyncClose(f, 0, data)
 	}, nil
 }
 
@@ -300,15 +286,7 @@ func (p *posixOps) overwriteNow(path string, off int64, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteAt(data, off); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeSyncClose(f, off, data)
 }
 
 func (p *posixOps) read(ctx context.Context, path string) ([]byte, error) {
