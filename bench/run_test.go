@@ -7,49 +7,22 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
-)
 
-var (
-	buildOnce sync.Once
-	atollBin  string
-	buildErr  error
+	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
 // TestMain removes the binary atoll built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if atollBin != "" {
-		os.RemoveAll(filepath.Dir(atollBin))
-	}
+	testenv.RemoveBinaries()
 	os.Exit(code)
 }
 
 // atoll builds the atoll binary (the benchmarks start their servers as
 // child processes of it) once per test run.
-func atoll(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "atoll-bench-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		atollBin = filepath.Join(dir, "atoll")
-		out, err := exec.Command("go", "build", "-o", atollBin, "github.com/atoll-fs/atoll/cmd/atoll").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return atollBin
-}
+func atoll(t *testing.T) string { return testenv.Atoll(t) }
 
 // freeBasePort returns a port p, below the ephemeral range, such that the
 // ports a benchmark cluster takes from BasePort p are free: the manager

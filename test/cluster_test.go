@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,35 +18,20 @@ import (
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/storage"
+	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	atollBin  string
-	buildErr  error
-)
+// atoll is the atoll binary the multi-process tests start roles from,
+// built once per run with -tags failpoints,deadlock: only such a build
+// honours ATOLL_FAILPOINTS, and its mutexes report lock-order inversions
+// (test/doc.go).
+func atoll(t *testing.T) string { return testenv.Atoll(t, "failpoints", "deadlock") }
 
-// atoll builds the atoll binary once per test run, with -tags failpoints:
-// only such a build honours ATOLL_FAILPOINTS (a release build refuses to
-// start with it set; see internal/faults).
-func atoll(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "atoll-test-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		atollBin = filepath.Join(dir, "atoll-test")
-		out, err := exec.Command("go", "build", "-tags", "failpoints,deadlock", "-o", atollBin, "github.com/atoll-fs/atoll/cmd/atoll").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return atollBin
+// TestMain removes the binaries the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveBinaries()
+	os.Exit(code)
 }
 
 func quietLogger() *slog.Logger {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/testenv"
 	"github.com/atoll-fs/atoll/internal/web/dashboard"
 )
 
@@ -185,7 +186,7 @@ func findChromium(t *testing.T) string {
 			return p
 		}
 	}
-	missingPrerequisite(t, "chromium not found (make setup installs it): dashboard test")
+	testenv.Missing(t, "chromium not found (make setup installs it): dashboard test")
 	return ""
 }
 

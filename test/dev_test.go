@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
 // `atoll dev` refuses, with a clear message, a data directory another
@@ -55,7 +56,7 @@ func TestDevClearErrors(t *testing.T) {
 	mnt := func(opts string) string {
 		p := t.TempDir()
 		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", p).CombinedOutput(); err != nil {
-			missingPrerequisite(t, "cannot mount a tmpfs here (%v: %s): read-only and full directories not checked", err, out)
+			testenv.Missing(t, "cannot mount a tmpfs here (%v: %s): read-only and full directories not checked", err, out)
 		}
 		t.Cleanup(func() { _ = syscall.Unmount(p, syscall.MNT_DETACH) })
 		return p

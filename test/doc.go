@@ -17,7 +17,7 @@
 //   - Fail rather than skip under CI. A missing prerequisite (FUSE,
 //     chromium, nfs-cp, jq, pjdfstest) skips with its reason on a
 //     developer's machine and fails when $CI is set
-//     (missingPrerequisite); `make setup`
+//     (testenv.Missing); `make setup`
 //     installs all of them, and `make test` runs it first.
 //   - No wall-clock assertions and no sleeps as synchronisation: wait for
 //     the event (poll the condition, a channel) with a generous deadline

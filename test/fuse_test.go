@@ -29,32 +29,14 @@ import (
 	"github.com/atoll-fs/atoll/internal/fsck"
 	"github.com/atoll-fs/atoll/internal/fusefs"
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
 // The FUSE mount end to end: an in-process cluster (storage servers and
 // islands on 127.0.0.1), mounted in this process with internal/fusefs,
 // exercised with the plain os and syscall packages. Needs root and
 // /dev/fuse; skipped (with the reason) otherwise, and failed instead when
-// $CI is set (see missingPrerequisite).
-
-// underCI reports whether the tests run in CI ($CI set, as CI services
-// do, and not "false" or "0"), where every prerequisite is installed.
-func underCI() bool {
-	ci := os.Getenv("CI")
-	return ci != "" && ci != "false" && ci != "0"
-}
-
-// missingPrerequisite ends a test that cannot run here: it skips with the
-// reason, or fails under CI, where a missing prerequisite must not turn
-// tests into silent skips.
-func missingPrerequisite(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if underCI() {
-		t.Fatalf("%s (CI is set: prerequisites must be installed, not skipped)", msg)
-	}
-	t.Skip(msg)
-}
+// $CI is set (testenv.Missing).
 
 // waitEvent polls cond until it returns nil, failing the test with
 // cond's last error after a generous deadline (an event that does not
@@ -78,10 +60,10 @@ func waitEvent(t testing.TB, what string, cond func() error) {
 func fuseUsable(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		missingPrerequisite(t, "FUSE tests need root (allow_other mounts without fusermount)")
+		testenv.Missing(t, "FUSE tests need root (allow_other mounts without fusermount)")
 	}
 	if err := fusefs.CheckFuseDevice(); err != nil {
-		missingPrerequisite(t, "FUSE unusable here: %v", err)
+		testenv.Missing(t, "FUSE unusable here: %v", err)
 	}
 }
 
@@ -108,7 +90,7 @@ func mountFSWith(t *testing.T, fs *client.FS, tune func(*fusefs.Config)) (*fusef
 		t.Fatal(err)
 	}
 	if err := m.Mount(); err != nil {
-		missingPrerequisite(t, "FUSE mount impossible here: %v", err)
+		testenv.Missing(t, "FUSE mount impossible here: %v", err)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/nfs"
 	"github.com/atoll-fs/atoll/internal/nfs/xdr"
+	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
 // ---------------------------------------------------------------------
@@ -1387,7 +1388,7 @@ func TestNFSGatewaysAndRestart(t *testing.T) {
 }
 
 // libnfsTools returns the libnfs-utils binaries, or skips the test with
-// the reason (fails it under CI; see missingPrerequisite).
+// the reason (fails it under CI; see testenv.Missing).
 func libnfsTools(t *testing.T) (cp, ls, cat string) {
 	t.Helper()
 	var missing []string
@@ -1400,7 +1401,7 @@ func libnfsTools(t *testing.T) (cp, ls, cat string) {
 	}
 	cp, ls, cat = find("nfs-cp"), find("nfs-ls"), find("nfs-cat")
 	if len(missing) > 0 {
-		missingPrerequisite(t, "libnfs-utils not installed (%v missing): apt-get install libnfs-utils, or make setup (.ci/setup.sh)", missing)
+		testenv.Missing(t, "libnfs-utils not installed (%v missing): apt-get install libnfs-utils, or make setup (.ci/setup.sh)", missing)
 	}
 	return cp, ls, cat
 }
@@ -1478,7 +1479,7 @@ func TestNFSLibnfs(t *testing.T) {
 	t.Run("portmapper", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:111")
 		if err != nil {
-			missingPrerequisite(t, "portmapper check impossible: 127.0.0.1:111 unavailable: %v", err)
+			testenv.Missing(t, "portmapper check impossible: 127.0.0.1:111 unavailable: %v", err)
 		}
 		ln.Close()
 		startGateway(t, fc.newFS(t), "", func(cfg *nfs.Config) { cfg.PortmapListen = "127.0.0.1:111" })

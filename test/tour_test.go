@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
 // tourStep is what TestReadmeTour expects of one command of the README's
@@ -61,11 +62,11 @@ var tour = []tourStep{
 func TestReadmeTour(t *testing.T) {
 	for _, tool := range []string{"nfs-cp", "jq", "fusermount3"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			missingPrerequisite(t, "%s is not installed (make setup installs it)", tool)
+			testenv.Missing(t, "%s is not installed (make setup installs it)", tool)
 		}
 	}
 	if ok, why := devcluster.FuseUsable(); !ok {
-		missingPrerequisite(t, "FUSE: %s", why)
+		testenv.Missing(t, "FUSE: %s", why)
 	}
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {

@@ -24,58 +24,14 @@ import (
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/simnet"
+	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
-// underCI reports whether the tests run in CI ($CI set, and not "false"
-// or "0"), where every prerequisite is installed.
-func underCI() bool {
-	ci := os.Getenv("CI")
-	return ci != "" && ci != "false" && ci != "0"
-}
-
-// missingPrerequisite skips with the reason, or fails under CI.
-func missingPrerequisite(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if underCI() {
-		t.Fatalf("%s (CI is set: prerequisites must be installed, not skipped)", msg)
-	}
-	t.Skip(msg)
-}
-
-var (
-	buildOnce sync.Once
-	atollBin  string
-	buildErr  error
-)
-
-// buildAtoll builds cmd/atoll once per run as the multi-process tests do
-// (test/doc.go): failpoints honoured, go-deadlock's mutexes.
-func buildAtoll(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "atoll-simcluster-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		atollBin = filepath.Join(dir, "atoll-test")
-		out, err := exec.Command("go", "build", "-tags", "failpoints,deadlock", "-o", atollBin, "github.com/atoll-fs/atoll/cmd/atoll").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return atollBin
-}
+func buildAtoll(t *testing.T) string { return testenv.Atoll(t, "failpoints", "deadlock") }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if atollBin != "" {
-		os.RemoveAll(filepath.Dir(atollBin))
-	}
+	testenv.RemoveBinaries()
 	os.Exit(code)
 }
 
@@ -219,10 +175,10 @@ type statusJSON struct {
 // address; `atoll format` is idempotent and says what it waits for.
 func TestClusterOnSimulatedHosts(t *testing.T) {
 	if why := simnet.Available(); why != "" {
-		missingPrerequisite(t, "simulated hosts: %s", why)
+		testenv.Missing(t, "simulated hosts: %s", why)
 	}
 	if ok, why := devcluster.FuseUsable(); !ok {
-		missingPrerequisite(t, "FUSE: %s", why)
+		testenv.Missing(t, "FUSE: %s", why)
 	}
 	exe := buildAtoll(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -245,7 +201,7 @@ func TestClusterOnSimulatedHosts(t *testing.T) {
 		}
 	})
 	if !sn.Isolated() {
-		missingPrerequisite(t, "simulated hosts fell back to loopback: %s", sn.Reason())
+		testenv.Missing(t, "simulated hosts fell back to loopback: %s", sn.Reason())
 	}
 	cfg.Net = sn
 	t.Cleanup(func() {

@@ -1,0 +1,106 @@
+// Package testenv is what Atoll's tests in several packages share about
+// their environment: whether they run under CI, how a test ends when a
+// prerequisite is missing, and the atoll binary that multi-process tests
+// start their roles from. Only tests import it.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// UnderCI reports whether the tests run in CI ($CI set, as CI services
+// do, and not "false" or "0"), where every prerequisite is installed.
+func UnderCI() bool {
+	ci := os.Getenv("CI")
+	return ci != "" && ci != "false" && ci != "0"
+}
+
+// Missing ends a test that cannot run here: it skips with the reason, or
+// fails under CI, where a missing prerequisite must not turn tests into
+// silent skips.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if UnderCI() {
+		t.Fatalf("%s (CI is set: prerequisites must be installed, not skipped)", msg)
+	}
+	t.Skip(msg)
+}
+
+var builds struct {
+	sync.Mutex
+	dir string
+	bin map[string]*build // by tags
+}
+
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Atoll builds cmd/atoll with the given build tags once per test process
+// and returns its path. Multi-process tests use -tags failpoints,deadlock
+// (test/doc.go). Call RemoveBinaries from TestMain.
+func Atoll(t testing.TB, tags ...string) string {
+	t.Helper()
+	key := strings.Join(tags, ",")
+	builds.Lock()
+	if builds.bin == nil {
+		builds.bin = map[string]*build{}
+	}
+	b := builds.bin[key]
+	if b == nil {
+		b = &build{}
+		builds.bin[key] = b
+	}
+	builds.Unlock()
+	b.once.Do(func() {
+		dir, err := binDir()
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, "atoll-"+strings.ReplaceAll(key, ",", "-"))
+		args := []string{"build", "-o", b.path}
+		if key != "" {
+			args = append(args, "-tags", key)
+		}
+		out, err := exec.Command("go", append(args, "github.com/atoll-fs/atoll/cmd/atoll")...).CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+func binDir() (string, error) {
+	builds.Lock()
+	defer builds.Unlock()
+	if builds.dir == "" {
+		d, err := os.MkdirTemp("", "atoll-test-bin-")
+		if err != nil {
+			return "", err
+		}
+		builds.dir = d
+	}
+	return builds.dir, nil
+}
+
+// RemoveBinaries deletes what Atoll built (from TestMain, after m.Run).
+func RemoveBinaries() {
+	builds.Lock()
+	defer builds.Unlock()
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
+	}
+}
