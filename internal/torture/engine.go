@@ -410,28 +410,10 @@ func (w *workload) namespaceOpFixed(ctx context.Context, client int, c fsOps, in
 	call := w.hist.now()
 	var res NsOutput
 	err, finished := do(ctx, func(ctx context.Context) error {
-		out := &res
-		switch in.Kind {
-		case OpRead:
-			b, err := c.read(ctx, slotPath(in.Group, in.From))
-			if err == nil && len(b) > 0 {
-				if _, perr := fmt.Sscanf(string(b), "id=%d\n", &out.ID); perr != nil {
-					out.ID = ^uint32(0)
-				}
-			}
-			return err
-		case OpList:
-			names, err := c.list(ctx, groupDir(in.Group, in.Dir))
-			for _, n := range names {
-				if n == "f0" {
-					out.Names |= 1
-				} else if n == "f1" {
-					out.Names |= 2
-				}
-			}
-			return err
+		if in.Kind != OpRead && in.Kind != OpList {
+			return errors.New("torture: namespaceOpFixed: only reads and lists")
 		}
-		return errors.New("torture: namespaceOpFixed: only reads and lists")
+		return w.observe(ctx, client, c, in, &res)
 	})
 	out := NsOutput{Unknown: true}
 	if finished {

@@ -142,35 +142,8 @@ func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand
 			return c.rmdir(ctx, p)
 		case OpRename:
 			return c.rename(ctx, p, slotPath(in.Group, in.To))
-		case OpRead:
-			b, err := c.read(ctx, p)
-			if err == nil {
-				v, perr := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(string(b), "id="), "\n"), 10, 32)
-				if len(b) == 0 {
-					v, perr = 0, nil // created, content not written yet
-				}
-				if perr != nil {
-					// Bytes that are no content id: a torn or wrong read.
-					w.violation("client %d (%s): read %s returned %q, not a content id", client, c.name(), p, b)
-					out.ID = ^uint32(0)
-				} else {
-					out.ID = uint32(v)
-				}
-			}
-			return err
-		case OpList:
-			names, err := c.list(ctx, groupDir(in.Group, in.Dir))
-			for _, n := range names {
-				switch n {
-				case "f0":
-					out.Names |= 1
-				case "f1":
-					out.Names |= 2
-				default:
-					w.violation("client %d (%s): list %s has %q", client, c.name(), groupDir(in.Group, in.Dir), n)
-				}
-			}
-			return err
+		case OpRead, OpList:
+			return w.observe(ctx, client, c, in, out)
 		}
 		return nil
 	})
@@ -203,6 +176,41 @@ func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand
 	} else if fill != nil {
 		_ = fill(ctx, nil) // closes the handle
 	}
+}
+
+// observe runs a read or a list of the model's names and puts what it
+// saw in out: a read's content id (0: created, not yet filled), a list's
+// names. Bytes that are no content id, or names the model never makes,
+// are violations of their own.
+func (w *workload) observe(ctx context.Context, client int, c fsOps, in NsInput, out *NsOutput) error {
+	if in.Kind == OpList {
+		dir := groupDir(in.Group, in.Dir)
+		names, err := c.list(ctx, dir)
+		for _, n := range names {
+			switch n {
+			case "f0":
+				out.Names |= 1
+			case "f1":
+				out.Names |= 2
+			default:
+				w.violation("client %d (%s): list %s has %q", client, c.name(), dir, n)
+			}
+		}
+		return err
+	}
+	p := slotPath(in.Group, in.From)
+	b, err := c.read(ctx, p)
+	if err != nil || len(b) == 0 {
+		return err
+	}
+	v, perr := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(string(b), "id="), "\n"), 10, 32)
+	if perr != nil {
+		// Bytes that are no content id: a torn or wrong read.
+		w.violation("client %d (%s): read %s returned %q, not a content id", client, c.name(), p, b)
+		v = uint64(^uint32(0))
+	}
+	out.ID = uint32(v)
+	return nil
 }
 
 // content returns n bytes that name their file and generation, so a
