@@ -72,6 +72,12 @@
 //   - every acknowledged data file reads back byte for byte through a new
 //     client (lost_bytes must be 0), and no read during the run returned
 //     other bytes than acknowledged or missed an acknowledged file;
+//   - every corrupted fragment is also probed during the run, from two
+//     seconds after its injection (for up to 90 s while its server is
+//     unreachable): its server must report it sick unless a read repaired
+//     it first or its stripe died; calling it sound is a violation (at
+//     the end of a long run most corrupted stripes are dead, so this is
+//     where detection is really measured);
 //   - every corrupted fragment still on disk is reported sick by its
 //     server (OpVerify, what the scrubber does) or was repaired during
 //     the run; after the cleaner's repair passes every damaged fragment of

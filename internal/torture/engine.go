@@ -108,6 +108,13 @@ type Report struct {
 	Corruptions         int      `json:"corruptions"`
 	CorruptionsDetected int      `json:"corruptions_detected"`
 	CorruptionsMoot     int      `json:"corruptions_moot"` // their stripes died before anyone looked
+	// CorruptionsProbed counts corruptions the engine asked the storage
+	// server about soon after injecting them (its scrubber's verdict, not
+	// waiting for the end of the run, by when most stripes have died);
+	// ProbeDetected how many of them it reported sick, and the delay.
+	CorruptionsProbed   int      `json:"corruptions_probed"`
+	ProbeDetected       int      `json:"probe_detected"`
+	ProbeDelayMaxSec    float64  `json:"probe_delay_max_seconds"`
 	Deletions           int      `json:"deletions"`
 	DeletionsRepaired   int      `json:"deletions_repaired"`
 	DiskFull            int      `json:"disk_full"`
@@ -134,8 +141,8 @@ func (r *Report) Summary() string {
 	if !r.Passed {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot), %d/%d deletions repaired, %d disk-full; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s), fsck clean %v, fully redundant %v",
-		verdict, r.Seed, r.Seconds, r.Operations, r.UnknownOutcomes, r.Kills, r.Partitions, r.Hangs, r.CorruptionsDetected, r.Corruptions, r.CorruptionsMoot,
+	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot; %d/%d probed soon after were reported sick, within %.0fs), %d/%d deletions repaired, %d disk-full; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s), fsck clean %v, fully redundant %v",
+		verdict, r.Seed, r.Seconds, r.Operations, r.UnknownOutcomes, r.Kills, r.Partitions, r.Hangs, r.CorruptionsDetected, r.Corruptions, r.CorruptionsMoot, r.ProbeDetected, r.CorruptionsProbed, r.ProbeDelayMaxSec,
 		r.DeletionsRepaired, r.Deletions, r.DiskFull, r.AckedBytes, r.LostBytes, r.ReadMismatches, r.HistoryViolations, r.HistoryCheck, r.FsckClean, r.FullyRedundant)
 }
 
@@ -159,6 +166,8 @@ type engine struct {
 	corrupt []damage
 	deleted []damage
 	tmpfs   []string
+	probe   *connect.Conn  // asks storage servers about fresh corruptions
+	probes  sync.WaitGroup // probe goroutines, waited for before the heal
 }
 
 // damage is a fragment the engine corrupted or deleted, with its bytes.
@@ -342,6 +351,12 @@ func (e *engine) run(ctx context.Context) error {
 			w.run(wctx, i, c, r)
 		}()
 	}
+	probe, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	e.probe = probe
+	conns = append(conns, probe)
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
@@ -349,6 +364,7 @@ func (e *engine) run(ctx context.Context) error {
 	}()
 	<-faultsDone
 	wg.Wait()
+	e.probes.Wait()
 	e.printf("workload done: %d operations; healing", w.ops.Load())
 
 	// Heal: every cut, pause and dead role, every full disk.
@@ -396,7 +412,7 @@ func (e *engine) run(ctx context.Context) error {
 	if n := w.lostFiles.Load(); n > 0 {
 		e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("%d reads during the run found an acknowledged file missing", n))
 	}
-	e.rep.Passed = e.rep.LostBytes == 0 && e.rep.ReadMismatches == 0 && res != porcupine.Illegal && len(w.violations) == 0 &&
+	e.rep.Passed = e.rep.LostBytes == 0 && e.rep.ReadMismatches == 0 && res != porcupine.Illegal && len(e.rep.Violations) == 0 &&
 		w.lostFiles.Load() == 0 && e.rep.CorruptionsDetected+e.rep.CorruptionsMoot == e.rep.Corruptions && e.rep.DeletionsRepaired == e.rep.Deletions &&
 		e.rep.FsckClean && e.rep.FullyRedundant
 	if e.rep.Passed {
@@ -497,7 +513,15 @@ func (e *engine) apply(ctx context.Context, f Fault) (func(context.Context) erro
 		e.count(&e.rep.Partitions)
 		return func(ctx context.Context) error { return e.net.Heal(ctx, f.Target, f.Peer) }, nil
 	case FaultCorrupt, FaultDelete:
-		return nil, e.damage(f)
+		d, err := e.damage(f)
+		if err == nil && f.Kind == FaultCorrupt && e.probe != nil {
+			e.probes.Add(1)
+			go func() {
+				defer e.probes.Done()
+				e.probeCorruption(d)
+			}()
+		}
+		return nil, err
 	case FaultDiskFull:
 		r := e.cl.Role(f.Target)
 		if r == nil || len(e.tmpfs) == 0 {
@@ -591,10 +615,10 @@ func stripeOf(path string) string {
 // damage corrupts or deletes one fragment file of f.Target, never two of
 // one stripe in a run (the policy tolerates one lost fragment per stripe;
 // more is beyond what any redundancy promises).
-func (e *engine) damage(f Fault) error {
+func (e *engine) damage(f Fault) (damage, error) {
 	r := e.cl.Role(f.Target)
 	if r == nil {
-		return fmt.Errorf("no role %s", f.Target)
+		return damage{}, fmt.Errorf("no role %s", f.Target)
 	}
 	files := fragmentFiles(r.Dir)
 	e.mu.Lock()
@@ -606,18 +630,19 @@ func (e *engine) damage(f Fault) error {
 		}
 	}
 	if len(cands) == 0 {
-		return errors.New("no undamaged fragment to damage")
+		return damage{}, errors.New("no undamaged fragment to damage")
 	}
 	p := cands[f.Pick%uint64(len(cands))]
 	orig, err := os.ReadFile(p)
 	if err != nil {
-		return err
+		return damage{}, err
 	}
+	d := damage{p, slotOf(r.Name), orig}
 	if f.Kind == FaultDelete {
 		if err := os.Remove(p); err != nil {
-			return err
+			return damage{}, err
 		}
-		e.deleted = append(e.deleted, damage{p, slotOf(r.Name), orig})
+		e.deleted = append(e.deleted, d)
 		e.rep.Deletions++
 	} else {
 		bad := slices.Clone(orig)
@@ -626,14 +651,77 @@ func (e *engine) damage(f Fault) error {
 			bad[i] ^= 0xA5
 		}
 		if err := os.WriteFile(p, bad, 0o644); err != nil {
-			return err
+			return damage{}, err
 		}
-		e.corrupt = append(e.corrupt, damage{p, slotOf(r.Name), orig})
+		e.corrupt = append(e.corrupt, d)
 		e.rep.Corruptions++
 	}
 	e.damaged[stripeOf(p)] = true
-	return nil
+	return d, nil
 }
+
+// probeCorruption asks d's storage server, a few seconds after the
+// corruption, to verify the fragment (what its scrubber does on its next
+// pass): a server that calls it sound is a violation. While the server is
+// down, paused or cut off the engine keeps asking for up to probeWindow;
+// then the end-of-run check has the last word.
+func (e *engine) probeCorruption(d damage) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), probeWindow)
+	defer cancel()
+	id, err := fragment.ParseID(filepath.Base(d.path))
+	if err != nil {
+		return
+	}
+	verdict := func() (done, detected bool, violation string) {
+		got, err := os.ReadFile(d.path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return e.stripeGone(d.path), false, "" // deleted with its stripe: moot
+		case err == nil && bytes.Equal(got, d.orig):
+			return true, true, "" // a read found and repaired it already
+		}
+		vctx, vcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer vcancel()
+		sick, err := e.probe.Data.VerifyFragment(vctx, d.slot, id)
+		switch {
+		case err != nil:
+			return false, false, ""
+		case len(sick) == 0:
+			return true, false, fmt.Sprintf("storage slot %d called corrupted fragment %s sound", d.slot, d.path)
+		}
+		return true, true, ""
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(2 * time.Second):
+	}
+	for ctx.Err() == nil {
+		done, detected, violation := verdict()
+		if done {
+			e.mu.Lock()
+			e.rep.CorruptionsProbed++
+			if detected {
+				e.rep.ProbeDetected++
+				e.rep.ProbeDelayMaxSec = max(e.rep.ProbeDelayMaxSec, time.Since(start).Seconds())
+			}
+			if violation != "" {
+				e.rep.Violations = append(e.rep.Violations, violation)
+			}
+			e.mu.Unlock()
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// probeWindow bounds how long the engine keeps asking about one
+// corruption while its server is unreachable.
+const probeWindow = 90 * time.Second
 
 // heal undoes every fault and waits for every role to serve again.
 func (e *engine) heal(ctx context.Context) error {
