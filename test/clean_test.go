@@ -29,7 +29,7 @@ import (
 
 func newCleaner(t *testing.T, fs *client.FS, mod func(*cleaner.Config)) *cleaner.Cleaner {
 	t.Helper()
-	cfg := cleaner.Config{Data: fs.Data(), FS: fs, Grace: time.Nanosecond, Rate: 1 << 40, Logger: quietLogger()}
+	cfg := cleaner.Config{Data: fs.Data(), FS: fs, Grace: time.Nanosecond, UnsafeGrace: true, Rate: 1 << 40, Logger: quietLogger()}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -471,7 +471,7 @@ func (c *cleanCrashCluster) check(when string) {
 // copies every live stripe, so that each failpoint is reached and a pass
 // leaves only dense stripes behind.
 func (c *cleanCrashCluster) cleanCmd(env ...string) *exec.Cmd {
-	args := []string{"clean", "--cluster", c.cl.Manager, "--grace", "1ns", "--json", "--log-level", "warn", "--copy", "--max-live", "1"}
+	args := []string{"clean", "--cluster", c.cl.Manager, "--grace", "1ns", "--unsafe-grace", "--json", "--log-level", "warn", "--copy", "--max-live", "1"}
 	cmd := exec.Command(c.exe, args...)
 	cmd.Env = append(os.Environ(), env...)
 	return cmd

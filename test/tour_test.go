@@ -48,7 +48,7 @@ var tour = []tourStep{
 	{"sleep 4; ./bin/atoll status", []string{`(?m)^\s+storage\s+0\s+\S+\s+down\b`, `(?m)^\s+storage\s+1\s+\S+\s+up\b`}},
 	{"sleep 40; ./bin/atoll status", []string{`(?m)^\s+storage\s+0\s+\S+\s+down\b`, `unreachable slots \[0\]`, `in all: copied [1-9]`, `stripes wait to leave drained or lost slots`}},
 	{"./bin/atoll cp ~/some-file atoll:/some-file", nil},
-	{"./bin/atoll clean --copy --grace 1s", []string{`deleted \d+`}},
+	{"./bin/atoll clean --copy", []string{`deleted \d+`}},
 	{"./bin/atoll df", []string{`(?i)free`}},
 }
 

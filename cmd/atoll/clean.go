@@ -25,6 +25,7 @@ import (
 // drain` and the manager's background cleaner.
 type cleanFlags struct {
 	grace    time.Duration
+	unsafe   bool
 	rate     int64
 	maxLive  float64
 	budget   int64
@@ -33,7 +34,8 @@ type cleanFlags struct {
 
 func (f *cleanFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.DurationVar(&f.grace, "grace", cleaner.DefaultGrace, "never delete stripes younger than this (writers may not have committed yet)")
+	fl.DurationVar(&f.grace, "grace", cleaner.DefaultGrace, fmt.Sprintf("never delete stripes younger than this (writers may not have committed yet; at least %v)", cleaner.MinGrace))
+	fl.BoolVar(&f.unsafe, "unsafe-grace", false, "accept a --grace below the clients' commit window: only when no client is writing, or acknowledged data is lost")
 	fl.Int64Var(&f.rate, "rate", cleaner.DefaultRate, "bytes copied per second at most")
 	fl.Float64Var(&f.maxLive, "max-live", cleaner.DefaultMaxLive, "copy stripes whose useful fraction is at most this")
 	fl.Int64Var(&f.budget, "budget", cleaner.DefaultCopyBudget, "live bytes to copy in one pass at most")
@@ -49,7 +51,7 @@ func (f *cleanFlags) config(conn *connect.Conn, g *globalFlags) (cleaner.Config,
 	if err != nil {
 		return cleaner.Config{}, err
 	}
-	return cleaner.Config{Data: conn.Data, FS: conn.FS, Grace: f.grace, Rate: f.rate, MaxLive: f.maxLive,
+	return cleaner.Config{Data: conn.Data, FS: conn.FS, Grace: f.grace, UnsafeGrace: f.unsafe, Rate: f.rate, MaxLive: f.maxLive,
 		CopyBudget: f.budget, Parallel: f.parallel, Faults: fs, Logger: log}, nil
 }
 
@@ -110,6 +112,9 @@ and with --copy moves the live blocks of sparse stripes into full ones
 A pass killed at any point is finished by the next one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cleaner.CheckGrace(cf.grace, cf.unsafe); err != nil {
+				return err
+			}
 			conn, err := dialFS(cmd, g, addr)
 			if err != nil {
 				return err
@@ -162,6 +167,9 @@ Run it again if it reports stripes it could not move yet.`,
 				return fmt.Errorf("drain: bad slot %q", args[0])
 			}
 			slot := uint16(n)
+			if err := cleaner.CheckGrace(cf.grace, cf.unsafe); err != nil {
+				return err
+			}
 			conn, err := dialFS(cmd, g, addr)
 			if err != nil {
 				return err
@@ -261,7 +269,7 @@ func (b *backgroundCleaner) jobs() []cluster.Job {
 
 func (b *backgroundCleaner) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.DurationVar(&b.flags.grace, "clean-grace", cleaner.DefaultGrace, "cleaner: never delete stripes younger than this")
+	fl.DurationVar(&b.flags.grace, "clean-grace", cleaner.DefaultGrace, fmt.Sprintf("cleaner: never delete stripes younger than this (at least %v)", cleaner.MinGrace))
 	fl.Int64Var(&b.flags.rate, "clean-rate", cleaner.DefaultRate, "cleaner: bytes copied per second at most")
 	fl.Float64Var(&b.share, "clean-share", cleaner.DefaultShare, "cleaner: copy at most this share of the storage servers' peak observed throughput (read plus written)")
 	fl.DurationVar(&b.interval, "clean-interval", cleaner.DefaultInterval, "cleaner: time between passes (0: no background cleaner)")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/faults"
 )
@@ -63,7 +64,7 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.IslandListen, "island-listen", "127.0.0.1:7500", "address of the first island; the others take the next ports")
 	f.StringVar(&cfg.WebListen, "web-listen", "127.0.0.1:7380", "the manager's dashboard, /api/cluster and /metrics (empty: off)")
 	f.DurationVar(&cfg.CleanInterval, "clean-interval", 10*time.Second, "the manager's cleaner: time between passes (deletes dead stripes, repairs)")
-	f.DurationVar(&cfg.CleanGrace, "clean-grace", 2*time.Minute, "the manager's cleaner: never delete stripes younger than this")
+	f.DurationVar(&cfg.CleanGrace, "clean-grace", cleaner.MinGrace, "the manager's cleaner: never delete stripes younger than this")
 	f.DurationVar(&cfg.RebuildAfter, "rebuild-after", time.Minute, "rebuild a storage server's data onto the others once it has been unreachable this long")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:7600", "/metrics of the first storage server; the other storage servers, the islands, the NFS gateway and the mount take the next ports (empty: off)")
 	return cmd

@@ -52,6 +52,9 @@ wildcard is refused).`,
 				return err
 			}
 			cfg.Logger, cfg.Registerer = log, reg
+			if err := cleaner.CheckGrace(bc.flags.grace, false); err != nil {
+				return err
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}

@@ -27,6 +27,12 @@ const (
 	DefaultInterval   = 30 * time.Second
 	DefaultFreeBelow  = 0.2
 	DefaultShare      = 0.2
+	// MinGrace is the shortest grace Validate accepts: a client commits
+	// its blocks within client.MaxCommitDelay of appending them, and a
+	// stripe deleted before that loses acknowledged writes (the fault
+	// engine lost acked bytes with 20 s). The minute covers clock skew
+	// between the writer and the servers' creation times.
+	MinGrace = client.MaxCommitDelay + time.Minute
 	// MinRate is the copy rate Share never lowers Rate below, so a quiet
 	// cluster (small observed peak) still gets cleaned.
 	MinRate = 8 << 20
@@ -48,8 +54,13 @@ type Config struct {
 	FS   *client.FS
 	// Grace is the age below which no stripe is deleted: its writer may
 	// not have committed its blocks yet. It must exceed the clients'
-	// client.MaxCommitDelay by a wide margin. Default 10m.
+	// client.MaxCommitDelay by a wide margin. Default 10m; at least
+	// MinGrace unless UnsafeGrace.
 	Grace time.Duration
+	// UnsafeGrace accepts a Grace below MinGrace. Only for a cluster no
+	// client is writing to (tests, a drain after every writer stopped):
+	// otherwise it deletes stripes whose commits are still coming.
+	UnsafeGrace bool
 	// Rate bounds the bytes copied per second (read plus written), so
 	// foreground work keeps most of the disks. Default 64 MiB/s.
 	Rate int64
@@ -84,6 +95,14 @@ type Config struct {
 	Now      func() time.Time
 }
 
+// CheckGrace refuses a grace below MinGrace unless unsafe is set.
+func CheckGrace(grace time.Duration, unsafe bool) error {
+	if grace < MinGrace && !unsafe {
+		return fmt.Errorf("%w: grace %v is shorter than the clients' commit window plus a margin (%v): stripes whose writers have not committed yet would be deleted, losing acknowledged data", ErrBadConfig, grace, MinGrace)
+	}
+	return nil
+}
+
 // Validate checks the configuration and fills defaults.
 func (c *Config) Validate() error {
 	if c.Data == nil || c.FS == nil {
@@ -97,6 +116,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Grace == 0 {
 		c.Grace = DefaultGrace
+	}
+	if err := CheckGrace(c.Grace, c.UnsafeGrace); err != nil {
+		return err
 	}
 	if c.Rate == 0 {
 		c.Rate = DefaultRate

@@ -93,46 +93,46 @@ func (c *Config) Validate() error {
 // lost, every history was linearizable, every corruption was detected and
 // the cluster ended clean and fully redundant.
 type Report struct {
-	Seed                uint64   `json:"seed"`
-	Seconds             float64  `json:"seconds"`
-	Isolated            bool     `json:"isolated"`
-	Fallback            string   `json:"fallback,omitempty"`
-	Operations          int64    `json:"operations"`
-	NamespaceOps        int64    `json:"namespace_operations"`
-	DataOps             int64    `json:"data_operations"`
-	UnknownOutcomes     int64    `json:"unknown_outcomes"`
-	FilesCreated        int64    `json:"files_created"`
-	Kills               int      `json:"kills"`
-	Partitions          int      `json:"partitions"`
-	Hangs               int      `json:"hangs"`
-	Corruptions         int      `json:"corruptions"`
-	CorruptionsDetected int      `json:"corruptions_detected"`
-	CorruptionsMoot     int      `json:"corruptions_moot"` // their stripes died before anyone looked
+	Seed                uint64  `json:"seed"`
+	Seconds             float64 `json:"seconds"`
+	Isolated            bool    `json:"isolated"`
+	Fallback            string  `json:"fallback,omitempty"`
+	Operations          int64   `json:"operations"`
+	NamespaceOps        int64   `json:"namespace_operations"`
+	DataOps             int64   `json:"data_operations"`
+	UnknownOutcomes     int64   `json:"unknown_outcomes"`
+	FilesCreated        int64   `json:"files_created"`
+	Kills               int     `json:"kills"`
+	Partitions          int     `json:"partitions"`
+	Hangs               int     `json:"hangs"`
+	Corruptions         int     `json:"corruptions"`
+	CorruptionsDetected int     `json:"corruptions_detected"`
+	CorruptionsMoot     int     `json:"corruptions_moot"` // their stripes died before anyone looked
 	// CorruptionsProbed counts corruptions the engine asked the storage
 	// server about soon after injecting them (its scrubber's verdict, not
 	// waiting for the end of the run, by when most stripes have died);
 	// ProbeDetected how many of them it reported sick, and the delay.
-	CorruptionsProbed   int      `json:"corruptions_probed"`
-	ProbeDetected       int      `json:"probe_detected"`
-	ProbeDelayMaxSec    float64  `json:"probe_delay_max_seconds"`
-	Deletions           int      `json:"deletions"`
-	DeletionsRepaired   int      `json:"deletions_repaired"`
-	DiskFull            int      `json:"disk_full"`
-	AckedBytes          int64    `json:"acked_bytes"`
-	FilesChecked        int      `json:"files_checked"`
-	LostBytes           int64    `json:"lost_bytes"`
-	ReadChecks          int64    `json:"read_checks"`
-	ReadMismatches      int64    `json:"read_mismatches"`
-	HistoryViolations   int      `json:"history_violations"`
-	HistoryCheck        string   `json:"history_check"` // Ok, Illegal or Unknown (timed out)
-	FsckClean           bool     `json:"fsck_clean"`
-	FsckProblems        []string `json:"fsck_problems,omitempty"`
-	FullyRedundant      bool     `json:"fully_redundant"`
-	Violations          []string `json:"violations,omitempty"`
-	Schedule            []Fault  `json:"schedule,omitempty"`
-	FailingHistory      []string `json:"failing_history,omitempty"`
-	Errors              []string `json:"errors,omitempty"`
-	Passed              bool     `json:"passed"`
+	CorruptionsProbed int      `json:"corruptions_probed"`
+	ProbeDetected     int      `json:"probe_detected"`
+	ProbeDelayMaxSec  float64  `json:"probe_delay_max_seconds"`
+	Deletions         int      `json:"deletions"`
+	DeletionsRepaired int      `json:"deletions_repaired"`
+	DiskFull          int      `json:"disk_full"`
+	AckedBytes        int64    `json:"acked_bytes"`
+	FilesChecked      int      `json:"files_checked"`
+	LostBytes         int64    `json:"lost_bytes"`
+	ReadChecks        int64    `json:"read_checks"`
+	ReadMismatches    int64    `json:"read_mismatches"`
+	HistoryViolations int      `json:"history_violations"`
+	HistoryCheck      string   `json:"history_check"` // Ok, Illegal or Unknown (timed out)
+	FsckClean         bool     `json:"fsck_clean"`
+	FsckProblems      []string `json:"fsck_problems,omitempty"`
+	FullyRedundant    bool     `json:"fully_redundant"`
+	Violations        []string `json:"violations,omitempty"`
+	Schedule          []Fault  `json:"schedule,omitempty"`
+	FailingHistory    []string `json:"failing_history,omitempty"`
+	Errors            []string `json:"errors,omitempty"`
+	Passed            bool     `json:"passed"`
 }
 
 // Summary is the one-line form of a report.
