@@ -139,7 +139,7 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 		return res, err
 	}
 	defer cl.Stop()
-	conn, err := connect.Dial(ctx, []string{cl.Manager}, cfg.Logger)
+	conn, err := connect.Dial(ctx, []string{cl.Manager}, cl.Key, cfg.Logger)
 	if err != nil {
 		return res, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -24,12 +25,13 @@ import (
 type DataConfig struct {
 	Servers     int
 	Policy      string
-	Size        int64    // bytes written and read
-	SmallBlocks int      // number of 4 KiB blocks in the small-block phase
-	Cluster     []string // manager addresses of a running cluster; empty: start Servers children
-	Dir         string   // scratch directory (default: a new temp dir)
-	Exe         string   // atoll binary used to start storage servers
-	ReadWorkers int      // concurrent block reads (default 16)
+	Size        int64     // bytes written and read
+	SmallBlocks int       // number of 4 KiB blocks in the small-block phase
+	Cluster     []string  // manager addresses of a running cluster; empty: start Servers children
+	Key         *auth.Key // the key for Cluster; children started here get a fresh cluster key
+	Dir         string    // scratch directory (default: a new temp dir)
+	Exe         string    // atoll binary used to start storage servers
+	ReadWorkers int       // concurrent block reads (default 16)
 	Logger      *slog.Logger
 }
 
@@ -107,8 +109,18 @@ func RunData(ctx context.Context, cfg DataConfig, progress io.Writer) (DataResul
 
 	var children []*devcluster.Child
 	var slots []client.SlotAddr
+	key := cfg.Key
+	if len(cfg.Cluster) == 0 {
+		var err error
+		if key, err = auth.NewClusterKey(); err == nil {
+			err = auth.Save(filepath.Join(dir, "cluster.key"), key)
+		}
+		if err != nil {
+			return res, err
+		}
+	}
 	if len(cfg.Cluster) > 0 {
-		mc := cluster.NewClient(cfg.Cluster, cfg.Logger)
+		mc := cluster.NewClient(cfg.Cluster, key, cfg.Logger)
 		m, err := mc.Map(ctx, 0)
 		mc.Close()
 		if err != nil {
@@ -132,7 +144,7 @@ func RunData(ctx context.Context, cfg DataConfig, progress io.Writer) (DataResul
 			sdir := filepath.Join(dir, fmt.Sprintf("storage%d", i))
 			ch, err := devcluster.Start(ctx, devcluster.ChildSpec{
 				Name: fmt.Sprintf("storage%d", i), Exe: cfg.Exe,
-				Args:     []string{"storage", "--dir", sdir, "--listen", "127.0.0.1:0", "--slot", strconv.Itoa(i), "--scrub-rate", "0", "--log-level", "warn"},
+				Args:     []string{"storage", "--dir", sdir, "--listen", "127.0.0.1:0", "--slot", strconv.Itoa(i), "--scrub-rate", "0", "--log-level", "warn", "--key", filepath.Join(dir, "cluster.key")},
 				AddrFile: filepath.Join(dir, fmt.Sprintf("storage%d.addr", i)),
 				Output:   os.Stderr,
 			})
@@ -177,7 +189,7 @@ func RunData(ctx context.Context, cfg DataConfig, progress io.Writer) (DataResul
 	}()
 	defer func() { close(stopSampling); samplerWG.Wait() }()
 
-	cl, err := client.New(client.Config{Slots: slots, Logger: cfg.Logger, ReadTimeout: 2 * time.Second})
+	cl, err := client.New(client.Config{Slots: slots, Logger: cfg.Logger, ReadTimeout: 2 * time.Second, Key: key})
 	if err != nil {
 		return res, err
 	}

@@ -122,7 +122,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 	}
 	defer cl.Stop()
 
-	mc := cluster.NewClient([]string{cl.Manager}, cfg.Logger)
+	mc := cluster.NewClient([]string{cl.Manager}, cl.Key, cfg.Logger)
 	defer mc.Close()
 	view, err := cluster.NewView(ctx, mc)
 	if err != nil {
@@ -136,7 +136,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 		for _, s := range slots {
 			sa = append(sa, client.SlotAddr{ID: s.Slot, Addr: s.Addr})
 		}
-		data, err := client.New(client.Config{Slots: sa, Logger: cfg.Logger})
+		data, err := client.New(client.Config{Slots: sa, Logger: cfg.Logger, Key: cl.Key})
 		if err != nil {
 			return res, err
 		}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -14,9 +15,14 @@ import (
 )
 
 // TestMain removes the binary atoll built.
+// testKey is the cluster key of every cluster the tests start (also in
+// $ATOLL_KEY, for the processes they start).
+var testKey, testKeyPath = (*auth.Key)(nil), ""
+
 func TestMain(m *testing.M) {
+	testKey, testKeyPath = testenv.ClusterKey()
 	code := m.Run()
-	testenv.RemoveBinaries()
+	testenv.Cleanup()
 	os.Exit(code)
 }
 

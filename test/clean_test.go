@@ -61,7 +61,7 @@ func (fc *fsCluster) checkFsck(t *testing.T, gone ...uint16) {
 	t.Helper()
 	m := fc.clusterMap()
 	m.Storage = slices.DeleteFunc(m.Storage, func(s cluster.Storage) bool { return slices.Contains(gone, s.Slot) })
-	rep, err := fsck.Run(context.Background(), m)
+	rep, err := fsck.Run(context.Background(), m, testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,13 +452,13 @@ func (c *cleanCrashCluster) churn(n int) {
 func (c *cleanCrashCluster) check(when string) {
 	c.t.Helper()
 	ctx := context.Background()
-	fresh, err := connect.Dial(ctx, []string{c.cl.Manager}, quietLogger())
+	fresh, err := connect.Dial(ctx, []string{c.cl.Manager}, testKey, quietLogger())
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	defer fresh.Close()
 	checkFiles(c.t, fresh.FS, c.want)
-	rep, err := fsck.Run(ctx, fresh.View.Map())
+	rep, err := fsck.Run(ctx, fresh.View.Map(), testKey)
 	if err != nil {
 		c.t.Fatalf("%s: fsck: %v", when, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -28,9 +29,14 @@ import (
 func atoll(t *testing.T) string { return testenv.Atoll(t, "failpoints", "deadlock") }
 
 // TestMain removes the binaries the tests built.
+// testKey is the cluster key of every cluster the tests start (also in
+// $ATOLL_KEY, for the processes they start).
+var testKey, testKeyPath = (*auth.Key)(nil), ""
+
 func TestMain(m *testing.M) {
+	testKey, testKeyPath = testenv.ClusterKey()
 	code := m.Run()
-	testenv.RemoveBinaries()
+	testenv.Cleanup()
 	os.Exit(code)
 }
 
@@ -64,7 +70,7 @@ func (s *server) start() {
 	var err error
 	// A just-closed port can linger briefly; retry the bind.
 	for i := 0; i < 50; i++ {
-		srv, err = storage.NewServer(storage.ServerConfig{Dir: s.dir, Listen: listen, Slot: s.slot, CapacityBytes: s.cap, Logger: quietLogger()})
+		srv, err = storage.NewServer(storage.ServerConfig{Key: testKey, Dir: s.dir, Listen: listen, Slot: s.slot, CapacityBytes: s.cap, Logger: quietLogger()})
 		if err == nil {
 			break
 		}
@@ -117,7 +123,7 @@ func slotsOf(servers []*server) []client.SlotAddr {
 
 func newClient(t testing.TB, servers []*server, mod func(*client.Config)) *client.Client {
 	t.Helper()
-	cfg := client.Config{Slots: slotsOf(servers), Logger: quietLogger(), ReadTimeout: time.Second, DownFor: 200 * time.Millisecond}
+	cfg := client.Config{Key: testKey, Slots: slotsOf(servers), Logger: quietLogger(), ReadTimeout: time.Second, DownFor: 200 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -211,7 +217,7 @@ func startDev(t *testing.T, storage, islands, extra int, tune func(*devcluster.C
 // the test.
 func dialDev(t *testing.T, cl *devcluster.Cluster) *connect.Conn {
 	t.Helper()
-	conn, err := connect.Dial(context.Background(), []string{cl.Manager}, quietLogger())
+	conn, err := connect.Dial(context.Background(), []string{cl.Manager}, testKey, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

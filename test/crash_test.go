@@ -237,7 +237,7 @@ func TestCrashKillStorageDuringECStream(t *testing.T) {
 		return out
 	}
 	newChildClient := func() *client.Client {
-		c, err := client.New(client.Config{Slots: slots(), ClientID: 0xc0ffee, Logger: quietLogger(),
+		c, err := client.New(client.Config{Key: testKey, Slots: slots(), ClientID: 0xc0ffee, Logger: quietLogger(),
 			ReadTimeout: 2 * time.Second, DownFor: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -89,7 +89,7 @@ func TestDashboard(t *testing.T) {
 	}
 
 	// Write a file through the client library, then check the counters.
-	conn, err := connect.Dial(ctx, []string{cl.Manager}, quietLogger())
+	conn, err := connect.Dial(ctx, []string{cl.Manager}, testKey, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func startFSCluster(t testing.TB, nStorage, nIslands int) *fsCluster {
 	addrs := map[namespace.IslandID]string{}
 	for _, id := range ids {
 		reg := prometheus.NewRegistry()
-		is, err := meta.New(meta.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", ID: uint32(id), Map: fc.smap, Logger: quietLogger(), Registerer: reg})
+		is, err := meta.New(meta.Config{Key: testKey, Dir: t.TempDir(), Listen: "127.0.0.1:0", ID: uint32(id), Map: fc.smap, Logger: quietLogger(), Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}

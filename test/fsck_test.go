@@ -37,7 +37,7 @@ func TestClusterFsck(t *testing.T) {
 	if err := fs.WriteFile(ctx, root, "/x/small", []byte("inline"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := fsck.Run(ctx, fc.clusterMap())
+	rep, err := fsck.Run(ctx, fc.clusterMap(), testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestClusterFsck(t *testing.T) {
 			}
 		}
 	}
-	rep, err = fsck.Run(ctx, fc.clusterMap())
+	rep, err = fsck.Run(ctx, fc.clusterMap(), testKey)
 	if err != nil {
 		t.Fatal(err)
 	}

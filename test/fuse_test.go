@@ -1029,7 +1029,7 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fresh, err := connect.Dial(ctx, []string{cl.Manager}, quietLogger())
+	fresh, err := connect.Dial(ctx, []string{cl.Manager}, testKey, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1049,7 +1049,7 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d files only closed were lost with the island", lost, len(maybe))
-	rep, err := fsck.Run(ctx, fresh.View.Map())
+	rep, err := fsck.Run(ctx, fresh.View.Map(), testKey)
 	if err != nil {
 		t.Fatal(err)
 	}

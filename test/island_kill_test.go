@@ -150,7 +150,7 @@ func killIslandCase(t *testing.T, op, name, point string, target int) {
 	}
 	tab.Epoch = 1
 	view := &client.StaticMapView{MapEpoch: 1, Table: tab, Addrs: map[namespace.IslandID]string{1: addrs[1], 2: addrs[2]}}
-	data, err := client.New(client.Config{Slots: []client.SlotAddr{{ID: 0, Addr: "127.0.0.1:1"}}, Logger: quietLogger()})
+	data, err := client.New(client.Config{Key: testKey, Slots: []client.SlotAddr{{ID: 0, Addr: "127.0.0.1:1"}}, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func killIslandCase(t *testing.T, op, name, point string, target int) {
 
 	// Fsck until the restarted island and its peer have resolved
 	// the transaction.
-	pool := wire.NewPool(wire.ClientConfig{}, 1)
+	pool := wire.NewPool(wire.ClientConfig{Key: testKey}, 1)
 	defer pool.Close()
 	var rep meta.Report
 	deadline := time.Now().Add(2 * time.Minute)

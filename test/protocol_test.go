@@ -42,7 +42,7 @@ func rawDial(t *testing.T, addr string) *wire.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := wire.Dial(ctx, addr, wire.ClientConfig{IOTimeout: 20 * time.Second})
+	c, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: testKey, IOTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

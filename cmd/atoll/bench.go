@@ -37,6 +37,9 @@ func newBenchDataCmd(g *globalFlags) *cobra.Command {
 			}
 			if cluster != "" {
 				cfg.Cluster = strings.Split(cluster, ",")
+				if cfg.Key, err = g.key(); err != nil {
+					return err
+				}
 			}
 			if cfg.Exe, err = os.Executable(); err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-fs/atoll/bench"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
@@ -233,6 +234,7 @@ type backgroundCleaner struct {
 	rebuildAfter time.Duration
 	share        float64
 	g            *globalFlags
+	key          *auth.Key                       // the manager's cluster key
 	cur          atomic.Pointer[cleaner.Cleaner] // while leading
 }
 
@@ -316,7 +318,7 @@ func peakThroughput(pts []cluster.ThroughputPoint) float64 {
 func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	conn, err := connect.DialWhenFormatted(ctx, []string{m.Addr()}, log)
+	conn, err := connect.DialWhenFormatted(ctx, []string{m.Addr()}, b.key, log)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 			if cfg.Exe, err = os.Executable(); err != nil {
 				return err
 			}
-			cfg.Out = os.Stdout
+			cfg.Out, cfg.UserKey = os.Stdout, true
 			cfg.LogLevel = g.logLevel
 			if noMount {
 				cfg.Mount = ""

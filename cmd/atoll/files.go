@@ -29,7 +29,11 @@ func dialFS(cmd *cobra.Command, g *globalFlags, addr string) (*connect.Conn, err
 	if err != nil {
 		return nil, err
 	}
-	return connect.Dial(cmd.Context(), clusterAddrs(addr), log)
+	key, err := g.key()
+	if err != nil {
+		return nil, err
+	}
+	return connect.Dial(cmd.Context(), clusterAddrs(addr), key, log)
 }
 
 func newLsCmd(g *globalFlags) *cobra.Command {

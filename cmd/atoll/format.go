@@ -48,7 +48,11 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 				return usageErr("--timeout", errors.New("must be positive"))
 			}
 			addrs := clusterAddrs(addr)
-			mc := cluster.NewClient(addrs, log)
+			key, err := g.key()
+			if err != nil {
+				return err
+			}
+			mc := cluster.NewClient(addrs, key, log)
 			defer mc.Close()
 			mc.CallTimeout, mc.LeaderWait = 3*time.Second, 3*time.Second
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)

@@ -25,13 +25,17 @@ func newFsckCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			addrs := clusterAddrs(addr)
-			mc := cluster.NewClient(addrs, log)
+			key, err := g.key()
+			if err != nil {
+				return err
+			}
+			mc := cluster.NewClient(addrs, key, log)
 			defer mc.Close()
 			m, err := mc.Map(cmd.Context(), 0)
 			if err != nil {
 				return unreachable(addrs, err)
 			}
-			rep, err := fsck.Run(cmd.Context(), m)
+			rep, err := fsck.Run(cmd.Context(), m, key)
 			if err != nil {
 				return err
 			}

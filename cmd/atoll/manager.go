@@ -52,6 +52,10 @@ wildcard is refused).`,
 				return err
 			}
 			cfg.Logger, cfg.Registerer = log, reg
+			if cfg.Key, err = g.clusterKey("manager"); err != nil {
+				return err
+			}
+			bc.key = cfg.Key
 			if err := cleaner.CheckGrace(bc.flags.grace, false); err != nil {
 				return err
 			}

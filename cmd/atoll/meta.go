@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/layout"
@@ -43,6 +44,9 @@ at epoch 1.`,
 				return err
 			}
 			cfg.Logger, cfg.ID = log, id
+			if cfg.Key, err = g.clusterKey("meta"); err != nil {
+				return err
+			}
 			if id == 0 {
 				return usageErr("--id", errors.New("must be a nonzero island id"))
 			}
@@ -56,7 +60,7 @@ at epoch 1.`,
 			case managers != "" && mapFile != "":
 				return usageErr("--manager", errors.New("use either --manager or --static-map"))
 			case managers != "":
-				if view, err = islandView(cmd.Context(), splitList(managers), id, cfg.Listen, log); err != nil {
+				if view, err = islandView(cmd.Context(), splitList(managers), id, cfg.Listen, cfg.Key, log); err != nil {
 					return err
 				}
 				cfg.Map = cluster.NewIslandMap(view)
@@ -98,7 +102,7 @@ at epoch 1.`,
 				run = func(ctx context.Context) error {
 					return runWithMember(ctx, isl.Run, cluster.MemberConfig{
 						Managers: splitList(managers), Kind: cluster.KindIsland, ID: id,
-						Addr: isl.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update,
+						Addr: isl.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update, Key: cfg.Key,
 						Stats: func() cluster.MemberStats {
 							return cluster.MemberStats{Ops: isl.Ops(), MetricsAddr: advertisedMetrics(ms, isl.Addr())}
 						},
@@ -123,7 +127,7 @@ at epoch 1.`,
 
 // islandView registers the island with the managers (so that formatting
 // the namespace includes it) and waits until the map has a namespace table.
-func islandView(ctx context.Context, managers []string, id uint32, listen string, log *slog.Logger) (*cluster.View, error) {
+func islandView(ctx context.Context, managers []string, id uint32, listen string, key *auth.Key, log *slog.Logger) (*cluster.View, error) {
 	if _, port, err := net.SplitHostPort(listen); err != nil || port == "0" {
 		return nil, usageErr("--listen", fmt.Errorf("%q: --manager needs a fixed host:port to register", listen))
 	}
@@ -137,7 +141,7 @@ func islandView(ctx context.Context, managers []string, id uint32, listen string
 	if err != nil {
 		return nil, usageErr("--listen", err)
 	}
-	mc := cluster.NewClient(managers, log)
+	mc := cluster.NewClient(managers, key, log)
 	view, err := cluster.NewView(ctx, mc)
 	if err != nil {
 		return nil, err
@@ -149,7 +153,7 @@ func islandView(ctx context.Context, managers []string, id uint32, listen string
 	hbDone := make(chan error, 1)
 	go func() {
 		hbDone <- cluster.RunMember(hbCtx, cluster.MemberConfig{Managers: managers, Kind: cluster.KindIsland, ID: id,
-			Addr: ta.String(), PID: os.Getpid(), Logger: log})
+			Addr: ta.String(), PID: os.Getpid(), Logger: log, Key: key})
 	}()
 	waitCtx, stopWait := context.WithCancel(ctx)
 	defer stopWait()

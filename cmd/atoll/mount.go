@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
@@ -60,7 +61,11 @@ and repairs its reads found.`,
 			}
 			ctx := cmd.Context()
 			addrs := clusterAddrs(addr)
-			conn, statfs, closeFS, err := connectFS(ctx, addrs, log)
+			key, err := g.key()
+			if err != nil {
+				return err
+			}
+			conn, statfs, closeFS, err := connectFS(ctx, addrs, key, log)
 			if err != nil {
 				return err
 			}
@@ -103,7 +108,7 @@ and repairs its reads found.`,
 				run = func(ctx context.Context) error {
 					return runWithMember(ctx, serve, cluster.MemberConfig{
 						Managers: addrs, Kind: cluster.KindGateway, ID: gatewayID("mount:" + ms.Addr() + ":" + m.Mountpoint()),
-						Addr: ms.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update,
+						Addr: ms.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update, Key: key,
 						Stats: func() cluster.MemberStats { return clientStats(conn.Data, conn.FS, 0, ms.Addr()) },
 					})
 				}
@@ -126,9 +131,9 @@ and repairs its reads found.`,
 // connectFS connects the client stack of a mount (connect.Dial: the
 // data client's slots follow the cluster map, refreshed every 5s) and
 // returns a statfs function over the storage servers' usage.
-func connectFS(ctx context.Context, addrs []string, log *slog.Logger) (*connect.Conn, func(context.Context) (fusefs.StatFS, error), func(), error) {
+func connectFS(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger) (*connect.Conn, func(context.Context) (fusefs.StatFS, error), func(), error) {
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	c, err := connect.Dial(dctx, addrs, log)
+	c, err := connect.Dial(dctx, addrs, key, log)
 	cancel()
 	if err != nil {
 		return nil, nil, nil, err

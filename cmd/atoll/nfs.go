@@ -62,7 +62,11 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 			if id == 0 {
 				id = gatewayID(cfg.Listen)
 			}
-			conn, err := connect.DialWhenFormatted(ctx, addrs, log)
+			key, err := g.key()
+			if err != nil {
+				return err
+			}
+			conn, err := connect.DialWhenFormatted(ctx, addrs, key, log)
 			if err != nil {
 				return err
 			}
@@ -90,7 +94,7 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 			return web.RunWith(ctx, ms, func(ctx context.Context) error {
 				return runWithMember(ctx, srv.Run, cluster.MemberConfig{
 					Managers: addrs, Kind: cluster.KindGateway, ID: id,
-					Addr: srv.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update,
+					Addr: srv.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update, Key: key,
 					Stats: func() cluster.MemberStats {
 						return clientStats(conn.Data, conn.FS, srv.Requests(), advertisedMetrics(ms, srv.Addr()))
 					},

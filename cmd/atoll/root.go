@@ -8,10 +8,13 @@ import (
 	"runtime/pprof"
 
 	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/auth"
 )
 
 // globalFlags are the flags every subcommand shares.
 type globalFlags struct {
+	keyFile    string
 	logLevel   string
 	cpuProfile string
 	profFile   *os.File
@@ -25,6 +28,25 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
 }
 
+// key is the key this command authenticates with: --key FILE, else
+// $ATOLL_KEY, else ~/.config/atoll/admin.key.
+func (g *globalFlags) key() (*auth.Key, error) {
+	return auth.Resolve(g.keyFile)
+}
+
+// clusterKey is key for a serving role, which needs the cluster key
+// itself (it verifies every other key).
+func (g *globalFlags) clusterKey(role string) (*auth.Key, error) {
+	k, err := g.key()
+	if err != nil {
+		return nil, err
+	}
+	if !k.IsCluster() {
+		return nil, fmt.Errorf("atoll %s serves other roles and needs the cluster key (the admin.key that `atoll dev` or `atoll key init` wrote), not key %q (%s)", role, k.Name, k.Caps)
+	}
+	return k, nil
+}
+
 func newRootCmd() *cobra.Command {
 	g := &globalFlags{}
 	root := &cobra.Command{
@@ -33,6 +55,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.PersistentFlags().StringVar(&g.keyFile, "key", "", "key file to authenticate with (default $ATOLL_KEY, a key or a path, then ~/.config/atoll/admin.key)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to FILE (for performance work)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -62,7 +85,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newNFSCmd(g))
 	root.AddCommand(newMountCmd(g))
 	root.AddCommand(newFsckCmd(g), newLsCmd(g), newCpCmd(g), newPolicyCmd(g), newDfCmd(g))
-	root.AddCommand(newCleanCmd(g), newDrainCmd(g))
+	root.AddCommand(newCleanCmd(g), newDrainCmd(g), newKeyCmd(g))
 	return root
 }
 

@@ -62,7 +62,11 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 				return err
 			}
 			addrs := clusterAddrs(addr)
-			cl := cluster.NewClient(addrs, log)
+			key, err := g.key()
+			if err != nil {
+				return err
+			}
+			cl := cluster.NewClient(addrs, key, log)
 			defer cl.Close()
 			cl.CallTimeout, cl.LeaderWait = 3*time.Second, 3*time.Second
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)

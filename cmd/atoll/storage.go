@@ -27,6 +27,9 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			cfg.Logger, cfg.Slot = log, slot
+			if cfg.Key, err = g.clusterKey("storage"); err != nil {
+				return err
+			}
 			if cfg.CapacityBytes, err = parseSize64(capacity, "--capacity"); err != nil {
 				return err
 			}
@@ -61,7 +64,7 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 				run = func(ctx context.Context) error {
 					return runWithMember(ctx, srv.Run, cluster.MemberConfig{
 						Managers: splitList(managers), Kind: cluster.KindStorage, ID: uint32(slot),
-						Addr: srv.Addr(), PID: os.Getpid(), Logger: log,
+						Addr: srv.Addr(), PID: os.Getpid(), Logger: log, Key: cfg.Key,
 						Stats: func() cluster.MemberStats { return storageStats(srv, ms) },
 					})
 				}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"hash/fnv"
 	"log/slog"
 	"sort"
@@ -62,6 +63,9 @@ type Config struct {
 	DownFor time.Duration
 	Logger  *slog.Logger
 	Faults  *faults.Set
+	// Key authenticates every connection to storage servers and islands
+	// (nil: none, for servers started in-process without a key).
+	Key *auth.Key
 }
 
 // Validate checks the configuration.
@@ -165,7 +169,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		cfg:        cfg,
 		log:        cfg.Logger,
-		pool:       wire.NewPool(wire.ClientConfig{}, cfg.ConnsPerServer),
+		pool:       wire.NewPool(wire.ClientConfig{Key: cfg.Key}, cfg.ConnsPerServer),
 		encs:       map[[2]int]reedsolomon.Encoder{},
 		repairQ:    make(chan repairJob, 1024),
 		repairSeen: map[fragment.ID]bool{},

@@ -171,7 +171,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	f := &FS{cfg: cfg, data: cfg.Data, pool: wire.NewPool(wire.ClientConfig{}, 2), log: cfg.Logger}
+	f := &FS{cfg: cfg, data: cfg.Data, pool: wire.NewPool(wire.ClientConfig{Key: cfg.Data.cfg.Key}, 2), log: cfg.Logger}
 	f.cache.attrs = map[uint64]cachedAttr{}
 	f.cache.dentry = map[dentryKey]cachedDentry{}
 	f.cache.blocks = map[uint64]*blockMap{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"slices"
 	"time"
@@ -36,14 +37,16 @@ type Client struct {
 	}
 }
 
-// NewClient returns a client for the managers at addrs.
-func NewClient(addrs []string, logger *slog.Logger) *Client {
+// NewClient returns a client for the managers at addrs that
+// authenticates with key (nil: none, for managers started in-process
+// without a key).
+func NewClient(addrs []string, key *auth.Key, logger *slog.Logger) *Client {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	c := &Client{
 		log:         logger,
-		pool:        wire.NewPool(wire.ClientConfig{Limits: wire.Limits{MaxMsg: maxMsg, MaxPayload: 1 << 10}}, 1),
+		pool:        wire.NewPool(wire.ClientConfig{Key: key, Limits: wire.Limits{MaxMsg: maxMsg, MaxPayload: 1 << 10}}, 1),
 		CallTimeout: 5 * time.Second,
 		LeaderWait:  10 * time.Second,
 	}
@@ -188,6 +191,10 @@ func (c *Client) call(ctx context.Context, op uint16, msg []byte) ([]byte, error
 		case errors.As(err, &se):
 			// A definitive answer; its text names the operation.
 			return nil, err
+		case errors.Is(err, auth.ErrRefused), errors.Is(err, auth.ErrNoKey):
+			// Our key is not one of this cluster's: no manager will
+			// take it.
+			return nil, fmt.Errorf("cluster: %s: %w", opName(op), err)
 		default:
 			// Transport failure: try another manager.
 			lastErr = fmt.Errorf("%s: %w", addr, err)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"strings"
 
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -19,6 +20,7 @@ const (
 	StatusUnknownMember uint32 = 6
 	StatusFormatted     uint32 = 7
 	StatusUnavailable   uint32 = 8
+	StatusForbidden     uint32 = 9
 )
 
 // Errors of the cluster protocol.
@@ -62,6 +64,7 @@ var statusTable = []struct {
 	{ErrUnknownMember, StatusUnknownMember},
 	{ErrFormatted, StatusFormatted},
 	{ErrUnavailable, StatusUnavailable},
+	{auth.ErrForbidden, StatusForbidden},
 	{ErrInternal, StatusInternal},
 }
 

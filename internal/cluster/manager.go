@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,6 +73,12 @@ type Config struct {
 	SnapshotInterval   time.Duration
 	// ApplyTimeout bounds enqueueing one raft command. Default 5s.
 	ApplyTimeout time.Duration
+	// Key is the cluster key. With it every connection, the raft
+	// transport's included, must authenticate with a key of this cluster,
+	// and each operation needs its capability (needs). nil serves
+	// unauthenticated: in-process tests only; the atoll command always
+	// sets it.
+	Key *auth.Key
 }
 
 // Validate checks the configuration.
@@ -199,6 +207,8 @@ type Manager struct {
 	raft  *raft.Raft
 	join  bool // first start with Join: ask the group to add us
 
+	refusedRaft atomic.Uint64 // raft connections that failed auth
+
 	mu struct {
 		lockcheck.Mutex
 		// leaderTerm is the term in which this manager finished becoming
@@ -262,7 +272,15 @@ func New(cfg Config) (*Manager, error) {
 	if m.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("manager: listen %s: %w", cfg.Listen, err)
 	}
-	m.trans, err = raft.NewTCPTransportWithLogger(raftListen, nil, 3, 10*time.Second, newHCLog(m.log, "raft-net"))
+	if cfg.Key != nil {
+		var st *authStream
+		st, err = newAuthStream(raftListen, cfg.Key, m.log, func() { m.refusedRaft.Add(1) })
+		if err == nil {
+			m.trans = raft.NewNetworkTransportWithLogger(st, 3, 10*time.Second, newHCLog(m.log, "raft-net"))
+		}
+	} else {
+		m.trans, err = raft.NewTCPTransportWithLogger(raftListen, nil, 3, 10*time.Second, newHCLog(m.log, "raft-net"))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("manager: raft listen %s: %w", raftListen, err)
 	}
@@ -311,7 +329,14 @@ func New(cfg Config) (*Manager, error) {
 	if m.raft, err = raft.NewRaft(rc, m.fsm, m.store, m.store, snaps, m.trans); err != nil {
 		return nil, fmt.Errorf("manager: start raft: %w", err)
 	}
+	var verifier *auth.Verifier
+	if cfg.Key != nil {
+		if verifier, err = auth.NewVerifier(cfg.Key); err != nil {
+			return nil, fmt.Errorf("manager: %w", err)
+		}
+	}
 	m.srv, err = wire.NewServer(wire.ServerConfig{
+		Auth:      verifier,
 		Handler:   m.handle,
 		Logger:    m.log,
 		ErrorCode: statusOf,
@@ -375,6 +400,10 @@ func nodeID(dir string) (string, error) {
 
 // Addr is the client-facing listening address.
 func (m *Manager) Addr() string { return m.ln.Addr().String() }
+
+// Refused counts connections closed because they did not authenticate
+// with a key of this cluster (client port and raft port).
+func (m *Manager) Refused() uint64 { return m.srv.Refused() + m.refusedRaft.Load() }
 
 // RaftAddr is the raft transport's address.
 func (m *Manager) RaftAddr() string { return string(m.trans.LocalAddr()) }
@@ -472,7 +501,7 @@ func (m *Manager) closeResources() {
 // joinLoop asks the existing group to add this manager as a voter,
 // retrying until it succeeds or ctx is done.
 func (m *Manager) joinLoop(ctx context.Context) {
-	cl := NewClient([]string{m.cfg.Join}, m.log)
+	cl := NewClient([]string{m.cfg.Join}, m.cfg.Key, m.log)
 	defer cl.Close()
 	req := JoinReq{RaftID: m.id, RaftAddr: m.RaftAddr(), ClientAddr: m.Addr()}
 	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
@@ -603,7 +632,24 @@ func (m *Manager) touch(k MemberKey, stats *MemberStats) {
 	m.mu.live[k] = li
 }
 
+// needs is the capability each manager operation requires: anyone with a
+// key of the cluster reads the map and the status; only members register
+// and heartbeat (a member's identity is the cluster key: registering over
+// an existing member needs it), and only admin keys change the map.
+func needs(op uint16) auth.Caps {
+	switch op {
+	case OpGetMap, OpStatus:
+		return auth.CapRead
+	case OpRegister, OpHeartbeat, OpJoin:
+		return auth.CapMember
+	}
+	return auth.CapAdmin
+}
+
 func (m *Manager) handle(ctx context.Context, req *wire.Request) (wire.Response, error) {
+	if err := req.Peer.Allow(needs(req.Op), opName(req.Op)); err != nil {
+		return wire.Response{}, fmt.Errorf("cluster: %w", err)
+	}
 	switch req.Op {
 	case OpGetMap:
 		return m.handleGetMap(req)

@@ -163,7 +163,7 @@ func TestSingleVoterRegisterFormatRestart(t *testing.T) {
 	n := startNode(t, cfg)
 	waitLeader(t, n)
 	ctx := ctxT(t, 30*time.Second)
-	cl := NewClient([]string{n.Addr()}, testLogger(t))
+	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
 
 	for slot := range 3 {
@@ -229,7 +229,7 @@ func TestSingleVoterRegisterFormatRestart(t *testing.T) {
 	cfg2.Listen, cfg2.RaftListen = addr, raftAddr
 	n2 := startNode(t, cfg2)
 	waitLeader(t, n2)
-	cl2 := NewClient([]string{n2.Addr()}, testLogger(t))
+	cl2 := NewClient([]string{n2.Addr()}, nil, testLogger(t))
 	defer cl2.Close()
 	got, err := cl2.Map(ctx, want.Epoch)
 	if err != nil {
@@ -259,7 +259,7 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 	n := startNode(t, cfg)
 	waitLeader(t, n)
 	ctx := ctxT(t, 30*time.Second)
-	cl := NewClient([]string{n.Addr()}, testLogger(t))
+	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
 
 	// A member that registers and never heartbeats is marked down.
@@ -417,7 +417,7 @@ func TestMemberNoticesNewEpoch(t *testing.T) {
 		}
 	}()
 	first := <-got
-	cl := NewClient([]string{n.Addr()}, testLogger(t))
+	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
 	if _, err := cl.Register(ctx, KindStorage, 0, "127.0.0.1:7400", 1); err != nil {
 		t.Fatal(err)
@@ -445,7 +445,7 @@ func TestThreeVoters(t *testing.T) {
 		nodes = append(nodes, startNode(t, c))
 	}
 	ctx := ctxT(t, 60*time.Second)
-	cl := NewClient([]string{n1.Addr()}, testLogger(t))
+	cl := NewClient([]string{n1.Addr()}, nil, testLogger(t))
 	defer cl.Close()
 	waitFor(t, 20*time.Second, "three voters with addresses", func() bool {
 		st, err := cl.Status(ctx)
@@ -466,7 +466,7 @@ func TestThreeVoters(t *testing.T) {
 			follower = n
 		}
 	}
-	fcl := NewClient([]string{follower.Addr()}, testLogger(t))
+	fcl := NewClient([]string{follower.Addr()}, nil, testLogger(t))
 	defer fcl.Close()
 	for slot := range 3 {
 		if _, err := fcl.Register(ctx, KindStorage, uint32(slot), "127.0.0.1:"+itoa(7400+slot), 10+slot); err != nil {
@@ -534,7 +534,7 @@ func TestThreeVoters(t *testing.T) {
 		}
 	}
 	nl2 := waitLeader(t, rest...)
-	scl := NewClient(append([]string{old.Addr()}, addrs...), testLogger(t))
+	scl := NewClient(append([]string{old.Addr()}, addrs...), nil, testLogger(t))
 	defer scl.Close()
 	rm, err := scl.Register(ctx, KindStorage, 3, "127.0.0.1:7403", 13)
 	if err != nil {
@@ -654,7 +654,7 @@ func TestBadInput(t *testing.T) {
 	c.Close()
 
 	// The manager still serves, and formatting twice is refused.
-	cl := NewClient([]string{n.Addr()}, testLogger(t))
+	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
 	if _, err := cl.Register(ctx, KindIsland, 1, "127.0.0.1:7500", 1); err != nil {
 		t.Fatal(err)
@@ -680,7 +680,7 @@ func TestClientUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cl := NewClient([]string{addr}, testLogger(t))
+	cl := NewClient([]string{addr}, nil, testLogger(t))
 	defer cl.Close()
 	// The client gives up by itself: its context (long, only a backstop)
 	// is still running when the call returns.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"time"
 )
@@ -25,6 +26,9 @@ type MemberConfig struct {
 	// newer epoch.
 	OnMap  func(*Map)
 	Logger *slog.Logger
+	// Key is the cluster key the member registers with (nil: none, for
+	// in-process tests).
+	Key *auth.Key
 }
 
 // Validate checks the configuration.
@@ -64,7 +68,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 	}
 	key := MemberKey{cfg.Kind, cfg.ID}
 	log := cfg.Logger.With("member", key.String())
-	cl := NewClient(cfg.Managers, log)
+	cl := NewClient(cfg.Managers, cfg.Key, log)
 	defer cl.Close()
 
 	var epoch uint64

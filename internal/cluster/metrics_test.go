@@ -91,7 +91,7 @@ func TestManagerMetricsAndSnapshot(t *testing.T) {
 	n := startNode(t, cfg)
 	waitLeader(t, n)
 	ctx := ctxT(t, 30*time.Second)
-	cl := NewClient([]string{n.Addr()}, testLogger(t))
+	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
 	if _, err := cl.Register(ctx, KindStorage, 0, "127.0.0.1:7400", 10); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"time"
 
@@ -28,29 +29,30 @@ type Conn struct {
 	FS       *client.FS
 }
 
-// Dial connects to the managers at addrs; it fails with ErrNotFormatted
+// Dial connects to the managers at addrs, authenticating every connection
+// with key (nil only for a cluster started in-process without keys); it fails with ErrNotFormatted
 // when the cluster has no namespace yet.
-func Dial(ctx context.Context, addrs []string, log *slog.Logger) (*Conn, error) {
-	return dial(ctx, addrs, log, false, nil)
+func Dial(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger) (*Conn, error) {
+	return dial(ctx, addrs, key, log, false, nil)
 }
 
 // DialTuned is Dial with tune applied to the FS configuration (e.g. a
 // checker that must not cache names: AttrTTL of a nanosecond).
-func DialTuned(ctx context.Context, addrs []string, log *slog.Logger, tune func(*client.FSConfig)) (*Conn, error) {
-	return dial(ctx, addrs, log, false, tune)
+func DialTuned(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger, tune func(*client.FSConfig)) (*Conn, error) {
+	return dial(ctx, addrs, key, log, false, tune)
 }
 
 // DialWhenFormatted is Dial for long-running roles (gateways, mounts): it
 // waits for the namespace to be formatted instead of failing.
-func DialWhenFormatted(ctx context.Context, addrs []string, log *slog.Logger) (*Conn, error) {
-	return dial(ctx, addrs, log, true, nil)
+func DialWhenFormatted(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger) (*Conn, error) {
+	return dial(ctx, addrs, key, log, true, nil)
 }
 
-func dial(ctx context.Context, addrs []string, log *slog.Logger, wait bool, tune func(*client.FSConfig)) (*Conn, error) {
+func dial(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger, wait bool, tune func(*client.FSConfig)) (*Conn, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	mc := cluster.NewClient(addrs, log)
+	mc := cluster.NewClient(addrs, key, log)
 	view, err := cluster.NewView(ctx, mc)
 	if err != nil {
 		mc.Close()
@@ -70,7 +72,7 @@ func dial(ctx context.Context, addrs []string, log *slog.Logger, wait bool, tune
 		mc.Close()
 		return nil, errors.New("connect: the cluster has no storage servers")
 	}
-	data, err := client.New(client.Config{Slots: slots, Logger: log})
+	data, err := client.New(client.Config{Slots: slots, Logger: log, Key: key})
 	if err != nil {
 		mc.Close()
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
 )
 
@@ -45,6 +46,10 @@ type Config struct {
 	RebuildAfter  time.Duration
 	// LazySync is the islands' --lazy-sync (zero: their default).
 	LazySync time.Duration
+	// UserKey: also write the cluster key to the user's
+	// ~/.config/atoll/admin.key, where the CLI finds it (`atoll dev` sets
+	// it; tests do not).
+	UserKey  bool
 	Exe      string // the atoll binary
 	LogLevel string
 	Out      io.Writer
@@ -103,8 +108,47 @@ const MinFreeBytes = 256 << 20
 
 // Dev runs a local cluster.
 type Dev struct {
-	cfg  Config
-	lock *os.File
+	cfg     Config
+	lock    *os.File
+	key     *auth.Key
+	keyPath string
+}
+
+// KeyFile is the cluster key's file in the data directory: made on the
+// first start, reused after. Every role is started with it.
+const KeyFile = "admin.key"
+
+// Key is the cluster key and the file it is in.
+func (d *Dev) Key() (*auth.Key, string) { return d.key, d.keyPath }
+
+// loadOrMakeKey reads DATA/admin.key, making a fresh cluster key there
+// (mode 0600) on the first start.
+func loadOrMakeKey(dir string) (*auth.Key, string, error) {
+	p := filepath.Join(dir, KeyFile)
+	if _, err := os.Stat(p); err == nil {
+		k, err := auth.Load(p)
+		if err != nil {
+			return nil, "", fmt.Errorf("dev: %w", err)
+		}
+		if !k.IsCluster() {
+			return nil, "", fmt.Errorf("dev: %s is not a cluster key", p)
+		}
+		return k, p, nil
+	}
+	// The admin's own cluster key ($ATOLL_KEY, ~/.config/atoll/admin.key)
+	// if there is one, so one key reaches all of their dev clusters; else
+	// a fresh one.
+	k, err := auth.Resolve("")
+	if err != nil || !k.IsCluster() {
+		k, err = auth.NewClusterKey()
+	}
+	if err == nil {
+		err = auth.Save(p, k)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("dev: making the cluster key: %w", err)
+	}
+	return k, p, nil
 }
 
 // New checks the data directory and takes its lock, so two `atoll dev`
@@ -116,7 +160,8 @@ func New(cfg Config) (*Dev, error) {
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	// 0700: the directory holds the cluster key and every byte stored.
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("dev: data directory %s: %w", cfg.DataDir, err)
 	}
 	// A full disk would otherwise surface later as a storage server or an
@@ -135,7 +180,12 @@ func New(cfg Config) (*Dev, error) {
 		f.Close()
 		return nil, fmt.Errorf("dev: another atoll dev is using %s (lock held)", cfg.DataDir)
 	}
-	return &Dev{cfg: cfg, lock: f}, nil
+	key, keyPath, err := loadOrMakeKey(cfg.DataDir)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Dev{cfg: cfg, lock: f, key: key, keyPath: keyPath}, nil
 }
 
 func portFree(addr string) error {
@@ -185,6 +235,9 @@ type Cluster struct {
 	Web      string // the manager's dashboard address ("" = none)
 	Map      *cluster.Map
 	Children []*Child
+	// Key is the cluster key every role was started with, in KeyPath.
+	Key     *auth.Key
+	KeyPath string
 }
 
 // Stop stops every role in reverse start order.
@@ -234,7 +287,7 @@ func (c *Cluster) Restart(ctx context.Context, name string) (*Child, error) {
 // manager and the namespace is formatted. On error, whatever started is
 // stopped.
 func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
-	cl := &Cluster{}
+	cl := &Cluster{Key: d.key, KeyPath: d.keyPath}
 	defer func() {
 		if err != nil {
 			cl.Stop()
@@ -252,7 +305,7 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 				return nil, fmt.Errorf("dev: %s: address %s in use: %w", name, a, err)
 			}
 		}
-		args = append(args, "--listen", listen, "--log-level", d.cfg.LogLevel)
+		args = append(args, "--listen", listen, "--log-level", d.cfg.LogLevel, "--key", d.keyPath)
 		if metrics != "" {
 			args = append(args, "--metrics-listen", metrics)
 		}
@@ -315,7 +368,7 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	mc := cluster.NewClient([]string{mgr.Addr}, slog.New(slog.DiscardHandler))
+	mc := cluster.NewClient([]string{mgr.Addr}, d.key, slog.New(slog.DiscardHandler))
 	defer mc.Close()
 	if cl.Map, err = d.waitRegistered(ctx, mc); err != nil {
 		return nil, err
@@ -337,7 +390,7 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("dev: mountpoint %s: %w", d.cfg.Mount, err)
 		}
 		abs, _ := filepath.Abs(d.cfg.Mount)
-		args := []string{"mount", "--cluster", mgr.Addr, "--log-level", d.cfg.LogLevel}
+		args := []string{"mount", "--cluster", mgr.Addr, "--log-level", d.cfg.LogLevel, "--key", d.keyPath}
 		if metrics.Mount != "" {
 			if err := portFree(metrics.Mount); err != nil {
 				return nil, fmt.Errorf("dev: mount: address %s in use: %w", metrics.Mount, err)
@@ -379,6 +432,25 @@ func (d *Dev) Run(ctx context.Context) error {
 	}
 	if cl.Web != "" {
 		fmt.Fprintf(d.cfg.Out, "  dashboard: http://%s/   (JSON: /api/cluster, manager metrics: /metrics)\n", cl.Web)
+	}
+	if abs, err := filepath.Abs(d.keyPath); err == nil {
+		fmt.Fprintf(d.cfg.Out, "  key:       export ATOLL_KEY=%s   (the admin key: keep it private)\n", abs)
+	}
+	if d.cfg.UserKey {
+		if p := auth.UserKeyPath(); p != "" {
+			old, err := auth.Load(p)
+			switch {
+			case err == nil && *old == *d.key:
+			case err == nil && old.IsCluster():
+				fmt.Fprintf(d.cfg.Out, "  (not replacing %s: it holds another cluster's key; export ATOLL_KEY above)\n", p)
+			default:
+				if err := auth.Save(p, d.key); err != nil {
+					fmt.Fprintf(d.cfg.Out, "  (could not write %s: %v)\n", p, err)
+				} else {
+					fmt.Fprintf(d.cfg.Out, "  key also in %s, where the atoll CLI looks for it\n", p)
+				}
+			}
+		}
 	}
 	fmt.Fprintf(d.cfg.Out, "  status:    ATOLL_CLUSTER=%s atoll status\n", cl.Manager)
 	if d.cfg.Islands > 0 {

@@ -34,6 +34,7 @@ const (
 	StatusRepairMismatch uint32 = 8
 	StatusBadRequest     uint32 = 9
 	StatusUnavailable    uint32 = 10
+	StatusForbidden      uint32 = 11
 )
 
 // Errors as seen by a storage client.
@@ -48,6 +49,7 @@ var (
 	ErrBadRequest     = errors.New("malformed storage request")
 	ErrUnavailable    = errors.New("storage server unavailable")
 	ErrInternal       = errors.New("storage server internal error")
+	ErrForbidden      = errors.New("storage request not permitted for this key")
 )
 
 var statusErr = map[uint32]error{
@@ -61,6 +63,7 @@ var statusErr = map[uint32]error{
 	StatusRepairMismatch: ErrRepairMismatch,
 	StatusBadRequest:     ErrBadRequest,
 	StatusUnavailable:    ErrUnavailable,
+	StatusForbidden:      ErrForbidden,
 }
 
 // RemoteErr turns a *wire.RemoteError into an error wrapping the sentinel

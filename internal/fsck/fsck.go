@@ -7,6 +7,7 @@ package fsck
 import (
 	"context"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"sort"
 
 	"github.com/atoll-fs/atoll/internal/cluster"
@@ -43,12 +44,13 @@ func (r *Report) Problems() []string {
 	return out
 }
 
-// Run checks the cluster described by m.
-func Run(ctx context.Context, m *cluster.Map) (*Report, error) {
+// Run checks the cluster described by m, authenticating with key (an
+// admin key; nil only for in-process tests).
+func Run(ctx context.Context, m *cluster.Map, key *auth.Key) (*Report, error) {
 	if !m.Formatted {
 		return nil, fmt.Errorf("fsck: the namespace is not formatted yet")
 	}
-	pool := wire.NewPool(wire.ClientConfig{}, 1)
+	pool := wire.NewPool(wire.ClientConfig{Key: key}, 1)
 	defer pool.Close()
 	rep := &Report{}
 	var srcs []meta.FsckSource

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"os"
 	"strconv"
@@ -65,6 +66,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, receives the island's metrics (metrics.go).
 	Registerer prometheus.Registerer
+	// Key is the cluster key: every connection must authenticate with a
+	// key of this cluster and each operation needs its capability (see
+	// needs); peer islands are dialled with it. nil serves
+	// unauthenticated: in-process tests only; the atoll command always
+	// sets it.
+	Key *auth.Key
 }
 
 // Validate reports the first problem with c.

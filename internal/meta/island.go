@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	mrand "math/rand/v2"
 	"net"
@@ -151,7 +152,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 	i.tx.active = map[metawire.TxID]bool{}
 	i.peer = cfg.Peer
 	if i.peer == nil {
-		i.pool = wire.NewPool(wire.ClientConfig{}, 1)
+		i.pool = wire.NewPool(wire.ClientConfig{Key: cfg.Key}, 1)
 		i.peer = &WirePeer{Pool: i.pool, Map: cfg.Map}
 	}
 	if err := makeDirDurable(i.fs, cfg.Dir); err != nil {
@@ -188,7 +189,15 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 		return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
 	}
 	if cfg.Listen != "" {
+		var verifier *auth.Verifier
+		if cfg.Key != nil {
+			if verifier, err = auth.NewVerifier(cfg.Key); err != nil {
+				i.Close()
+				return nil, fmt.Errorf("meta: %w", err)
+			}
+		}
 		i.srv, err = wire.NewServer(wire.ServerConfig{
+			Auth:      verifier,
 			Handler:   i.met.wrap(i.serveWire),
 			Logger:    i.log,
 			ErrorCode: metawire.StatusOf,

@@ -3,13 +3,41 @@ package meta
 import (
 	"context"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
 // serveWire adapts Handle to internal/wire.
+// needs is the capability each island operation requires of the
+// connection's key: reading names, attributes and block maps takes read;
+// changing them (acting for a user, whose uid/gid the request asserts)
+// write; the cleaner's and fsck's operations admin; the cross-island
+// transaction protocol member (only peer islands hold the cluster key).
+func needs(op uint16) auth.Caps {
+	switch op {
+	case metawire.OpLookup, metawire.OpGetAttr, metawire.OpReadlink, metawire.OpReaddir, metawire.OpGetXattr,
+		metawire.OpListXattr, metawire.OpReadMap, metawire.OpStatFS, metawire.OpAccess, metawire.OpStripeRefs:
+		return auth.CapRead
+	case metawire.OpSetAttr, metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink, metawire.OpUnlink,
+		metawire.OpRmdir, metawire.OpRename, metawire.OpLink, metawire.OpSetXattr, metawire.OpRemoveXattr,
+		metawire.OpCommit, metawire.OpSync:
+		return auth.CapWrite
+	case metawire.OpClean, metawire.OpLiveBytes, metawire.OpForget, metawire.OpFsck:
+		return auth.CapAdmin
+	}
+	return auth.CapMember
+}
+
 func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Response, error) {
+	if need := needs(req.Op); !req.Peer.Caps.Has(need) {
+		err := req.Peer.Allow(need, fmt.Sprintf("island %d op %d", i.id, req.Op))
+		if need == auth.CapWrite {
+			return wire.Response{}, fmt.Errorf("%w: %w", metawire.ErrReadOnly, err)
+		}
+		return wire.Response{}, fmt.Errorf("%w: %w", metawire.ErrPerm, err)
+	}
 	if len(req.Payload) != 0 {
 		return wire.Response{}, fmt.Errorf("%w: unexpected payload", metawire.ErrBadRequest)
 	}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/simnet"
@@ -118,6 +119,41 @@ func HostNames(cfg Config) []string {
 	return hosts
 }
 
+// ClusterKeyPath is where the cluster's key is (docs/deploy.md's
+// /etc/atoll/cluster.key): held by every server role and by admins.
+func (c *Config) ClusterKeyPath() string { return filepath.Join(c.Dir, "keys", "cluster.key") }
+
+// ClientKeyPath is the gateway's and the mount's key (deploy.md's
+// /etc/atoll/client.key): derived from the cluster key with the user
+// capabilities (read, write), so it can neither serve nor administer.
+func (c *Config) ClientKeyPath() string { return filepath.Join(c.Dir, "keys", "client.key") }
+
+// makeKeys runs deploy.md's step 0 on the manager's host: `atoll key init`
+// once, then `atoll key new` for the clients' key. Keys already there (a
+// restarted harness on the same directory) are kept.
+func makeKeys(ctx context.Context, cfg Config) error {
+	ck, uk := cfg.ClusterKeyPath(), cfg.ClientKeyPath()
+	if err := os.MkdirAll(filepath.Dir(ck), 0o700); err != nil {
+		return fmt.Errorf("simcluster: keys: %w", err)
+	}
+	run := func(args ...string) error {
+		out, err := exec.CommandContext(ctx, cfg.Exe, args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("simcluster: atoll %v: %v: %s", args, err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	if _, err := os.Stat(ck); err != nil {
+		if err := run("key", "init", "--out", ck); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(uk); err != nil {
+		return run("key", "new", "--key", ck, "--name", "client", "--caps", "user", "--out", uk)
+	}
+	return nil
+}
+
 // step is one step of docs/deploy.md: a role to start, or `atoll format`.
 type step struct {
 	name, kind, host string
@@ -136,6 +172,9 @@ type step struct {
 func plan(cfg Config, addrOf func(host string) string) []step {
 	hp := func(host string, port int) string { return net.JoinHostPort(addrOf(host), strconv.Itoa(port)) }
 	dir := func(name string) string { return filepath.Join(cfg.Dir, name) }
+	// docs/deploy.md: servers and admins hold the cluster key, the
+	// gateway and the mount a derived key with the user capabilities.
+	ck, uk := cfg.ClusterKeyPath(), cfg.ClientKeyPath()
 	lvl := cfg.LogLevel
 	if lvl == "" {
 		lvl = "info"
@@ -144,7 +183,7 @@ func plan(cfg Config, addrOf func(host string) string) []step {
 	steps := []step{{
 		name: "manager", kind: KindManager, host: ManagerHost, addr: mgr, metrics: hp(ManagerHost, MetricsPort), dir: dir("manager"),
 		args: []string{"manager", "--dir", dir("manager"), "--listen", mgr, "--raft-listen", hp(ManagerHost, RaftPort),
-			"--web-listen", hp(ManagerHost, DashboardPort), "--metrics-listen", hp(ManagerHost, MetricsPort), "--log-level", lvl},
+			"--web-listen", hp(ManagerHost, DashboardPort), "--metrics-listen", hp(ManagerHost, MetricsPort), "--key", ck, "--log-level", lvl},
 		extra: cfg.ManagerArgs,
 	}}
 	for i := 0; i < cfg.Storage; i++ {
@@ -152,7 +191,7 @@ func plan(cfg Config, addrOf func(host string) string) []step {
 		steps = append(steps, step{
 			name: n, kind: KindStorage, host: h, id: i, addr: hp(h, StoragePort), metrics: hp(h, MetricsPort), dir: dir(n),
 			args: []string{"storage", "--dir", dir(n), "--slot", strconv.Itoa(i), "--listen", hp(h, StoragePort),
-				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--log-level", lvl},
+				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--key", ck, "--log-level", lvl},
 		})
 	}
 	for i := 1; i <= cfg.Islands; i++ {
@@ -160,26 +199,26 @@ func plan(cfg Config, addrOf func(host string) string) []step {
 		steps = append(steps, step{
 			name: n, kind: KindIsland, host: h, id: i, addr: hp(h, IslandPort), metrics: hp(h, MetricsPort), dir: dir(n),
 			args: []string{"meta", "--dir", dir(n), "--id", strconv.Itoa(i), "--listen", hp(h, IslandPort),
-				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--log-level", lvl},
+				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--key", ck, "--log-level", lvl},
 		})
 	}
 	if cfg.Islands > 0 {
 		steps = append(steps, step{
 			name: "format", kind: kindFormat, host: ManagerHost,
-			args: []string{"format", "--cluster", mgr, "--islands", strconv.Itoa(cfg.Islands), "--storage", strconv.Itoa(cfg.Storage)},
+			args: []string{"format", "--cluster", mgr, "--key", ck, "--islands", strconv.Itoa(cfg.Islands), "--storage", strconv.Itoa(cfg.Storage)},
 		})
 	}
 	if cfg.NFS {
 		steps = append(steps, step{
 			name: "nfs", kind: KindNFS, host: "gw", addr: hp("gw", NFSPort), metrics: hp("gw", MetricsPort),
-			args: []string{"nfs", "--cluster", mgr, "--listen", hp("gw", NFSPort), "--metrics-listen", hp("gw", MetricsPort), "--log-level", lvl},
+			args: []string{"nfs", "--cluster", mgr, "--listen", hp("gw", NFSPort), "--metrics-listen", hp("gw", MetricsPort), "--key", uk, "--log-level", lvl},
 		})
 	}
 	if cfg.Mount != "" {
 		// A mount registers its metrics address (it listens nowhere else).
 		steps = append(steps, step{
 			name: "mount", kind: KindMount, host: "cl", addr: hp("cl", MetricsPort), metrics: hp("cl", MetricsPort),
-			args: []string{"mount", "--cluster", mgr, "--metrics-listen", hp("cl", MetricsPort), "--log-level", lvl, cfg.Mount},
+			args: []string{"mount", "--cluster", mgr, "--metrics-listen", hp("cl", MetricsPort), "--key", uk, "--log-level", lvl, cfg.Mount},
 		})
 	}
 	return steps
@@ -351,6 +390,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("simcluster: data directory: %w", err)
 	}
+	if err := makeKeys(ctx, cfg); err != nil {
+		return nil, err
+	}
 	c := &Cluster{cfg: cfg}
 	defer func() {
 		if err != nil {
@@ -441,7 +483,11 @@ func (c *Cluster) format(ctx context.Context, st step) error {
 // registered and up in the leader's map with its own address, or ctx is
 // done.
 func (c *Cluster) WaitMembers(ctx context.Context) error {
-	mc := cluster.NewClient([]string{c.Manager}, slog.New(slog.DiscardHandler))
+	key, err := auth.Load(c.cfg.ClusterKeyPath())
+	if err != nil {
+		return err
+	}
+	mc := cluster.NewClient([]string{c.Manager}, key, slog.New(slog.DiscardHandler))
 	defer mc.Close()
 	mc.CallTimeout, mc.LeaderWait = 3*time.Second, 3*time.Second
 	var why string

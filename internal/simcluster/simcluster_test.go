@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -29,9 +30,14 @@ import (
 
 func buildAtoll(t *testing.T) string { return testenv.Atoll(t, "failpoints", "deadlock") }
 
+// testKey is the cluster key of every cluster the tests start (also in
+// $ATOLL_KEY, for the processes they start).
+var testKey, testKeyPath = (*auth.Key)(nil), ""
+
 func TestMain(m *testing.M) {
+	testKey, testKeyPath = testenv.ClusterKey()
 	code := m.Run()
-	testenv.RemoveBinaries()
+	testenv.Cleanup()
 	os.Exit(code)
 }
 
@@ -92,7 +98,7 @@ func TestFormat(t *testing.T) {
 	// An island waiting for the namespace heartbeats: it stays up however
 	// long the operator takes to format (here three times --down-after,
 	// long enough to have been marked down twice over without heartbeats).
-	mc := cluster.NewClient([]string{mgr.Addr}, slog.New(slog.DiscardHandler))
+	mc := cluster.NewClient([]string{mgr.Addr}, testKey, slog.New(slog.DiscardHandler))
 	defer mc.Close()
 	var since time.Time
 	for since.IsZero() || time.Since(since) < 6*time.Second {
@@ -323,7 +329,7 @@ func TestClusterOnSimulatedHosts(t *testing.T) {
 	}
 	readBack := func(when string) {
 		t.Helper()
-		conn, err := connect.Dial(ctx, []string{cl.Manager}, slog.New(slog.DiscardHandler))
+		conn, err := connect.Dial(ctx, []string{cl.Manager}, testKey, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatalf("%s: dial the manager at %s: %v", when, cl.Manager, err)
 		}

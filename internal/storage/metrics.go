@@ -58,6 +58,7 @@ var resultNames = [...]string{
 	fragment.StatusRepairMismatch: "repair_mismatch",
 	fragment.StatusBadRequest:     "bad_request",
 	fragment.StatusUnavailable:    "unavailable",
+	fragment.StatusForbidden:      "forbidden",
 }
 
 // serverMetrics counts a server's requests. Without a registerer it
@@ -78,7 +79,7 @@ type serverMetrics struct {
 	bytesRead, bytesWritten, requests atomic.Uint64
 }
 
-func newServerMetrics(reg prometheus.Registerer, slot uint16, st *Store) (*serverMetrics, error) {
+func newServerMetrics(reg prometheus.Registerer, slot uint16, st *Store, refused func() uint64) (*serverMetrics, error) {
 	labels := prometheus.Labels{"slot": strconv.Itoa(int(slot))}
 	opsVec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "atoll_storage_ops_total", Help: "Storage requests by operation and result.", ConstLabels: labels,
@@ -108,6 +109,9 @@ func newServerMetrics(reg prometheus.Registerer, slot uint16, st *Store) (*serve
 			Name: "atoll_storage_written_bytes_total", Help: "Fragment bytes stored by puts (repairs included) and appends.", ConstLabels: labels,
 		}, func() float64 { return float64(m.bytesWritten.Load()) }),
 		newStoreCollector(st, labels),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "atoll_storage_refused_connections_total", Help: "Connections closed because they did not authenticate with a key of this cluster.", ConstLabels: labels,
+		}, func() float64 { return float64(refused()) }),
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

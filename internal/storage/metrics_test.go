@@ -21,7 +21,7 @@ func TestServerMetrics(t *testing.T) {
 	}
 	defer st.Close()
 	reg := prometheus.NewRegistry()
-	m, err := newServerMetrics(reg, 4, st)
+	m, err := newServerMetrics(reg, 4, st, func() uint64 { return 0 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestServerMetrics(t *testing.T) {
 	}
 
 	// Without a registerer the counters still work.
-	m2, err := newServerMetrics(nil, 0, st)
+	m2, err := newServerMetrics(nil, 0, st, func() uint64 { return 0 })
 	if err != nil {
 		t.Fatal(err)
 	}

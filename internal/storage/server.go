@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -34,6 +35,10 @@ type ServerConfig struct {
 	Logger     *slog.Logger
 	// Registerer, when set, receives the server's metrics (metrics.go).
 	Registerer prometheus.Registerer
+	// Key is the cluster key: every connection must authenticate with a
+	// key of this cluster (package auth). nil serves unauthenticated
+	// (in-process tests only; the atoll command always sets it).
+	Key *auth.Key
 }
 
 // Validate checks the configuration.
@@ -80,11 +85,24 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, store: st, log: log}
-	if s.met, err = newServerMetrics(cfg.Registerer, cfg.Slot, st); err != nil {
+	if s.met, err = newServerMetrics(cfg.Registerer, cfg.Slot, st, func() uint64 {
+		if s.srv == nil {
+			return 0
+		}
+		return s.srv.Refused()
+	}); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("storage: metrics: %w", err)
 	}
+	var verifier *auth.Verifier
+	if cfg.Key != nil {
+		if verifier, err = auth.NewVerifier(cfg.Key); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("storage: %w", err)
+		}
+	}
 	s.srv, err = wire.NewServer(wire.ServerConfig{
+		Auth:      verifier,
 		Handler:   s.met.wrap(s.handle),
 		Logger:    log,
 		ErrorCode: statusOf,
@@ -149,6 +167,22 @@ var statusTable = []struct {
 	{ErrRepairMismatch, fragment.StatusRepairMismatch},
 	{fragment.ErrBadRequest, fragment.StatusBadRequest},
 	{ErrClosed, fragment.StatusUnavailable},
+	{auth.ErrForbidden, fragment.StatusForbidden},
+}
+
+// needs is the capability each operation requires of the connection's
+// key: reading takes read, writing log stripes write, and what only the
+// cleaner, repair, drain and fsck do (listing every fragment, deleting,
+// verifying) admin. Unknown ops fall through to the handler, which
+// refuses them.
+func needs(op uint16) auth.Caps {
+	switch op {
+	case fragment.OpRead, fragment.OpInfo, fragment.OpStat, fragment.OpNewest:
+		return auth.CapRead
+	case fragment.OpPut, fragment.OpAppend:
+		return auth.CapWrite
+	}
+	return auth.CapAdmin
 }
 
 func statusOf(err error) uint32 {
@@ -161,6 +195,9 @@ func statusOf(err error) uint32 {
 }
 
 func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, error) {
+	if err := req.Peer.Allow(needs(req.Op), opNames[req.Op]); err != nil {
+		return wire.Response{}, fmt.Errorf("storage slot %d: %w", s.cfg.Slot, err)
+	}
 	switch req.Op {
 	case fragment.OpPut:
 		var m fragment.PutReq

@@ -207,7 +207,7 @@ func FuzzStorageRequests(f *testing.F) {
 		}
 		st0 := st.Stat()
 
-		resp, err := srv.handle(context.Background(), &wire.Request{Op: op, Msg: msg, Payload: payload, RemoteAddr: "fuzz"})
+		resp, err := srv.handle(context.Background(), &wire.Request{Op: op, Msg: msg, Payload: payload, RemoteAddr: "fuzz", Peer: wire.Unauthenticated})
 		if resp.Release != nil {
 			defer resp.Release()
 		}

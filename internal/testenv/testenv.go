@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,5 +103,52 @@ func RemoveBinaries() {
 	defer builds.Unlock()
 	if builds.dir != "" {
 		os.RemoveAll(builds.dir)
+	}
+}
+
+var keys struct {
+	sync.Mutex
+	key  *auth.Key
+	path string
+	dir  string
+}
+
+// ClusterKey returns the test process's cluster key and its file, made on
+// the first call. It also points $ATOLL_KEY at the file, so every role,
+// `atoll dev` and CLI command the tests start authenticates with it, and
+// $XDG_CONFIG_HOME at a scratch directory, so `atoll dev` never writes the
+// real user's ~/.config/atoll/admin.key. Call it from TestMain, before any
+// test runs (it changes the environment); Cleanup removes the file.
+func ClusterKey() (*auth.Key, string) {
+	keys.Lock()
+	defer keys.Unlock()
+	if keys.key != nil {
+		return keys.key, keys.path
+	}
+	d, err := os.MkdirTemp("", "atoll-test-key-")
+	if err == nil {
+		keys.key, err = auth.NewClusterKey()
+	}
+	if err == nil {
+		keys.path = filepath.Join(d, "cluster.key")
+		err = auth.Save(keys.path, keys.key)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("testenv: making the test cluster key: %v", err))
+	}
+	keys.dir = d
+	os.Setenv(auth.EnvVar, keys.path)
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(d, "config"))
+	return keys.key, keys.path
+}
+
+// Cleanup deletes what Atoll and ClusterKey made (from TestMain, after
+// m.Run).
+func Cleanup() {
+	RemoveBinaries()
+	keys.Lock()
+	defer keys.Unlock()
+	if keys.dir != "" {
+		os.RemoveAll(keys.dir)
 	}
 }

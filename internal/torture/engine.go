@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -281,12 +282,17 @@ func (e *engine) topology() Topology {
 	return top
 }
 
-// dial connects a library client that caches no names or attributes
+// dial connects a library client with the key in keyFile (the workload's
+// clients the mount's user key; the checker the cluster key) that caches no names or attributes
 // (Config.AttrTTL, a nanosecond): with the default second of caching a
 // client's namespace view is close-to-open consistent, not linearizable,
 // by design.
-func (e *engine) dial(ctx context.Context) (*connect.Conn, error) {
-	return connect.DialTuned(ctx, []string{e.cl.Manager}, slog.New(slog.DiscardHandler), func(c *client.FSConfig) {
+func (e *engine) dial(ctx context.Context, keyFile string) (*connect.Conn, error) {
+	key, err := auth.Load(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return connect.DialTuned(ctx, []string{e.cl.Manager}, key, slog.New(slog.DiscardHandler), func(c *client.FSConfig) {
 		c.AttrTTL = e.cfg.AttrTTL
 	})
 }
@@ -302,7 +308,7 @@ func (e *engine) run(ctx context.Context) error {
 		}
 	}()
 	for i := 0; i < e.cfg.Clients; i++ {
-		c, err := e.dial(ctx)
+		c, err := e.dial(ctx, e.ccfg.ClientKeyPath())
 		if err != nil {
 			return err
 		}
@@ -351,7 +357,7 @@ func (e *engine) run(ctx context.Context) error {
 			w.run(wctx, i, c, r)
 		}()
 	}
-	probe, err := e.dial(ctx)
+	probe, err := e.dial(ctx, e.ccfg.ClusterKeyPath())
 	if err != nil {
 		return err
 	}
@@ -374,7 +380,7 @@ func (e *engine) run(ctx context.Context) error {
 		e.rep.Errors = append(e.rep.Errors, "heal: "+err.Error())
 	}
 	// Clients reconnect on their own; a fresh one reads everything back.
-	vc, err := e.dial(hctx)
+	vc, err := e.dial(hctx, e.ccfg.ClusterKeyPath())
 	if err != nil {
 		return fmt.Errorf("torture: client after the heal: %w", err)
 	}
@@ -745,7 +751,7 @@ func (e *engine) heal(ctx context.Context) error {
 	}
 	// Every member up in the manager's view.
 	for ctx.Err() == nil {
-		out, err := exec.CommandContext(ctx, e.cfg.Exe, "status", "--json", "--cluster", e.cl.Manager).Output()
+		out, err := exec.CommandContext(ctx, e.cfg.Exe, "status", "--json", "--cluster", e.cl.Manager, "--key", e.ccfg.ClusterKeyPath()).Output()
 		var st struct {
 			Members []struct{ Kind, State string }
 		}
@@ -779,7 +785,7 @@ func (e *engine) repair(ctx context.Context) {
 		if i > 0 {
 			time.Sleep(2 * time.Second)
 		}
-		out, err := exec.CommandContext(ctx, e.cfg.Exe, "clean", "--json", "--cluster", e.cl.Manager).CombinedOutput()
+		out, err := exec.CommandContext(ctx, e.cfg.Exe, "clean", "--json", "--cluster", e.cl.Manager, "--key", e.ccfg.ClusterKeyPath()).CombinedOutput()
 		var rep struct {
 			Repaired      int      `json:"repaired_fragments"`
 			RepairFailed  int      `json:"repair_failed"`
@@ -899,7 +905,7 @@ func (e *engine) stripeGone(path string) bool {
 }
 
 func (e *engine) fsck(ctx context.Context) {
-	out, err := exec.CommandContext(ctx, e.cfg.Exe, "fsck", "--json", "--cluster", e.cl.Manager).Output()
+	out, err := exec.CommandContext(ctx, e.cfg.Exe, "fsck", "--json", "--cluster", e.cl.Manager, "--key", e.ccfg.ClusterKeyPath()).Output()
 	var rep struct {
 		Clean    bool     `json:"clean"`
 		Problems []string `json:"problems"`

@@ -9,6 +9,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
@@ -40,6 +41,10 @@ type ClientConfig struct {
 	// IOTimeout bounds writing one request and reading one response body.
 	// Default 30s.
 	IOTimeout time.Duration
+	// Key, when set, authenticates the connection (auth's handshake)
+	// before the first request. Servers of a cluster refuse connections
+	// without one.
+	Key *auth.Key
 }
 
 type call struct {
@@ -75,6 +80,16 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s: %w", addr, err)
+	}
+	if cfg.Key != nil {
+		timeout := auth.DefaultTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = min(timeout, max(time.Until(dl), time.Millisecond))
+		}
+		if err := auth.Client(c, cfg.Key, timeout); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("wire: %s: %w", addr, err)
+		}
 	}
 	return NewClient(c, cfg), nil
 }

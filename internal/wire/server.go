@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
@@ -24,6 +26,9 @@ type Request struct {
 	Msg        []byte
 	Payload    []byte
 	RemoteAddr string
+	// Peer is the connection's authenticated key (zero without
+	// ServerConfig.Auth).
+	Peer auth.Peer
 }
 
 // Response is a handler's answer. Release, when set, is called once the
@@ -61,6 +66,13 @@ type ServerConfig struct {
 	// connection reads nothing else meanwhile. A handoff costs a thread
 	// wakeup, which was a large part of a lone lookup's CPU.
 	Inline func(op uint16) bool
+	// Auth, when set, authenticates every connection (auth's handshake)
+	// before anything else is read from it; a connection that fails is
+	// closed with a logged reason and counted (Refused). Every serving
+	// role started by the atoll command sets it. Without it every
+	// connection's Peer is Unauthenticated, which has every capability:
+	// only for in-process tests of a component.
+	Auth *auth.Verifier
 }
 
 // Validate checks the configuration.
@@ -85,8 +97,16 @@ type Server struct {
 		lockcheck.Mutex
 		conns map[net.Conn]struct{}
 	}
-	wg sync.WaitGroup
+	wg      sync.WaitGroup
+	refused atomic.Uint64
 }
+
+// Unauthenticated is the Peer of every connection to a server without
+// ServerConfig.Auth.
+var Unauthenticated = auth.Peer{Name: "unauthenticated", Caps: auth.AllCaps}
+
+// Refused counts connections closed because their handshake failed.
+func (s *Server) Refused() uint64 { return s.refused.Load() }
 
 // NewServer returns a Server for cfg.
 func NewServer(cfg ServerConfig) (*Server, error) {
@@ -169,6 +189,18 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		delete(s.mu.conns, c)
 		s.mu.Unlock()
 	}()
+	remote := c.RemoteAddr().String()
+	peer := Unauthenticated
+	if s.cfg.Auth != nil {
+		var err error
+		if peer, err = s.cfg.Auth.Server(c, auth.DefaultTimeout); err != nil {
+			s.refused.Add(1)
+			if ctx.Err() == nil {
+				s.log.Warn("wire: refused connection", "remote", remote, "reason", err)
+			}
+			return
+		}
+	}
 	sc := &serverConn{s: s, w: newFrameWriter(c, s.cfg.IOTimeout)}
 	// Requests go to a pool of worker goroutines that lives as long as the
 	// connection: a fresh goroutine per request would grow (copy) its
@@ -195,7 +227,6 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	}
 	defer close(jobs)
 	var hdr [HeaderSize]byte
-	remote := c.RemoteAddr().String()
 	br := bufio.NewReaderSize(c, 64<<10) // several small frames per read syscall
 	inlineCtx := WithInlineForTest(ctx)  // one per connection, not per request
 	for {
@@ -228,7 +259,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		// Inline only on a connection with nothing more to read yet: a
 		// burst of requests goes to workers, which serve it in parallel.
 		if s.cfg.Inline != nil && payload == nil && br.Buffered() == 0 && s.cfg.Inline(h.Op) {
-			req := Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, RemoteAddr: remote}
+			req := Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, RemoteAddr: remote, Peer: peer}
 			resp, err := sc.call(inlineCtx, &req)
 			if !errors.Is(err, ErrWouldBlock) {
 				sc.reply(h, resp, err)
@@ -264,7 +295,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			}
 		}
 		idle--
-		jobs <- job{h: h, req: Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote}, payload: payload}
+		jobs <- job{h: h, req: Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote, Peer: peer}, payload: payload}
 	}
 }
 

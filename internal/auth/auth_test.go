@@ -1,0 +1,189 @@
+package auth
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mustCluster(t *testing.T) *Key {
+	t.Helper()
+	k, err := NewClusterKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// handshake runs both sides over loopback TCP and returns their results.
+func handshake(t *testing.T, v *Verifier, k *Key) (Peer, error, error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type res struct {
+		p   Peer
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- res{err: err}
+			return
+		}
+		defer c.Close()
+		p, err := v.Server(c, 2*time.Second)
+		done <- res{p, err}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cerr := Client(c, k, 2*time.Second)
+	c.Close()
+	r := <-done
+	return r.p, r.err, cerr
+}
+
+func TestHandshake(t *testing.T) {
+	ck := mustCluster(t)
+	v, err := NewVerifier(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mount, _ := ck.Derive("mount-1", CapRead|CapWrite)
+	ro, _ := ck.Derive("reader", CapRead)
+	other := mustCluster(t)
+	otherMount, _ := other.Derive("mount-1", CapRead|CapWrite)
+
+	for _, k := range []*Key{ck, mount, ro} {
+		p, serr, cerr := handshake(t, v, k)
+		if serr != nil || cerr != nil || p.Name != k.Name || p.Caps != k.Caps {
+			t.Errorf("key %s: peer %v, server %v, client %v", k.Name, p, serr, cerr)
+		}
+	}
+	// Keys of another cluster, and a read-only key claiming more.
+	elevated := *ro
+	elevated.Caps = CapRead | CapWrite | CapAdmin
+	forgedMember := *ro
+	forgedMember.Caps = AllCaps
+	for name, k := range map[string]*Key{"other cluster": other, "other mount": otherMount, "elevated": &elevated, "forged member": &forgedMember} {
+		_, serr, cerr := handshake(t, v, k)
+		if !errors.Is(serr, ErrRefused) || !errors.Is(cerr, ErrRefused) {
+			t.Errorf("%s: server %v, client %v; want both refused", name, serr, cerr)
+		}
+	}
+	// A forged server (another cluster's key) is found out by the client
+	// before it proves anything.
+	fv, _ := NewVerifier(other)
+	_, _, cerr := handshake(t, fv, mount)
+	if !errors.Is(cerr, ErrRefused) || !strings.Contains(cerr.Error(), "disagree") {
+		t.Errorf("forged server: client %v", cerr)
+	}
+	// Only the cluster key verifies.
+	if _, err := NewVerifier(mount); !errors.Is(err, ErrBadKey) {
+		t.Errorf("verifier from a mount key: %v", err)
+	}
+}
+
+// Garbage, a silent client and a replayed proof are all refused without
+// hanging the server past its deadline.
+func TestHandshakeBadInput(t *testing.T) {
+	ck := mustCluster(t)
+	v, _ := NewVerifier(ck)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	serve := func() chan error {
+		out := make(chan error, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				out <- err
+				return
+			}
+			defer c.Close()
+			_, err = v.Server(c, 300*time.Millisecond)
+			out <- err
+		}()
+		return out
+	}
+	for name, send := range map[string][]byte{
+		"garbage":      []byte("GET / HTTP/1.1\r\n\r\n"),
+		"silent":       nil,
+		"bad name":     append(append([]byte{'A', 't', 'A', 'u', 1, byte(CapRead), 3}, "a b"...), make([]byte, 32)...),
+		"unknown caps": append(append([]byte{'A', 't', 'A', 'u', 1, 0x80, 1}, "a"...), make([]byte, 32)...),
+		"wire frame":   {0xA7, 0x70, 1, 1, 0, 1, 0, 0},
+	} {
+		done := serve()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(send)
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrRefused) {
+				t.Errorf("%s: %v, want refused", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: server still waiting after its deadline", name)
+		}
+		c.Close()
+	}
+}
+
+func TestKeyFile(t *testing.T) {
+	ck := mustCluster(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "k", "admin.key")
+	if err := Save(p, ck); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(p)
+	if err != nil || *got != *ck {
+		t.Fatalf("load: %v %v", got, err)
+	}
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); !errors.Is(err, ErrBadKey) {
+		t.Errorf("world-readable key loaded: %v", err)
+	}
+	os.Chmod(p, 0o600)
+	t.Setenv(EnvVar, strings.TrimSpace(string(ck.Marshal())))
+	if k, err := Resolve(""); err != nil || *k != *ck {
+		t.Errorf("resolve from env line: %v", err)
+	}
+	t.Setenv(EnvVar, p)
+	if k, err := Resolve(""); err != nil || *k != *ck {
+		t.Errorf("resolve from env path: %v", err)
+	}
+	t.Setenv(EnvVar, "")
+	t.Setenv("HOME", dir)
+	t.Setenv("XDG_CONFIG_HOME", "")
+	if _, err := Resolve(""); !errors.Is(err, ErrNoKey) {
+		t.Errorf("resolve with nothing: %v", err)
+	}
+	for _, bad := range []string{"", "atoll-key 2 a read AAAA", "atoll-key 1 a read short", "atoll-key 1 a sudo " + strings.Repeat("A", 43), "atoll-key 1 a/b read " + strings.Repeat("A", 43)} {
+		if _, err := Parse([]byte(bad)); !errors.Is(err, ErrBadKey) {
+			t.Errorf("parse %q: %v", bad, err)
+		}
+	}
+	if _, err := ck.Derive("m", AllCaps); err == nil {
+		t.Error("derived a member key")
+	}
+	m, _ := ck.Derive("m", CapRead)
+	if _, err := m.Derive("n", CapRead); err == nil {
+		t.Error("a derived key derived another")
+	}
+}

@@ -1,0 +1,183 @@
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Peer is who an authenticated connection belongs to.
+type Peer struct {
+	Name string
+	Caps Caps
+}
+
+// Allow returns nil if p has every capability of need, else ErrForbidden
+// naming the operation, what it needs and what the key has.
+func (p Peer) Allow(need Caps, op string) error {
+	if p.Caps.Has(need) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s needs capability %s; key %q has %s", ErrForbidden, op, need&^p.Caps, p.Name, p.Caps)
+}
+
+// String is "name(caps)".
+func (p Peer) String() string { return fmt.Sprintf("%s(%s)", p.Name, p.Caps) }
+
+var magic = [5]byte{'A', 't', 'A', 'u', 1}
+
+const nonceSize = 32
+
+// DefaultTimeout bounds a whole handshake.
+const DefaultTimeout = 10 * time.Second
+
+func proof(secret [SecretSize]byte, label string, hello, nonceS []byte) []byte {
+	m := hmac.New(sha256.New, secret[:])
+	m.Write([]byte(label))
+	m.Write(hello)
+	m.Write(nonceS)
+	return m.Sum(nil)
+}
+
+// Client runs the client side of the handshake on conn with key k. It
+// returns once the server has accepted the key, or an error saying which
+// side failed.
+func Client(conn net.Conn, k *Key, timeout time.Duration) error {
+	if k == nil {
+		return fmt.Errorf("%w: a key is required to connect", ErrNoKey)
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	defer conn.SetDeadline(time.Time{})
+	hello := make([]byte, 0, 7+len(k.Name)+nonceSize)
+	hello = append(hello, magic[:]...)
+	hello = append(hello, byte(k.Caps), byte(len(k.Name)))
+	hello = append(hello, k.Name...)
+	nonceC := make([]byte, nonceSize)
+	if _, err := rand.Read(nonceC); err != nil {
+		return err
+	}
+	hello = append(hello, nonceC...)
+	if _, err := conn.Write(hello); err != nil {
+		return fmt.Errorf("auth: sending hello: %w", err)
+	}
+	var chal [5 + nonceSize + sha256.Size]byte
+	if _, err := io.ReadFull(conn, chal[:]); err != nil {
+		return fmt.Errorf("%w: the server closed the connection during the handshake (not an atoll server of this version, or it refused us): %v", ErrRefused, err)
+	}
+	if [5]byte(chal[:5]) != magic {
+		return fmt.Errorf("%w: the server's reply is not an atoll handshake", ErrRefused)
+	}
+	nonceS := chal[5 : 5+nonceSize]
+	if !hmac.Equal(chal[5+nonceSize:], proof(k.Secret, "server", hello, nonceS)) {
+		return fmt.Errorf("%w: the server and key %q disagree (a key from another cluster, a forged key, or a server that is not a cluster member)", ErrRefused, k.Name)
+	}
+	if _, err := conn.Write(proof(k.Secret, "client", hello, nonceS)); err != nil {
+		return fmt.Errorf("auth: sending proof: %w", err)
+	}
+	var v [2]byte
+	if _, err := io.ReadFull(conn, v[:]); err != nil {
+		return fmt.Errorf("%w: no verdict from the server: %v", ErrRefused, err)
+	}
+	if v[0] == 0 {
+		return nil
+	}
+	reason := make([]byte, v[1])
+	_, _ = io.ReadFull(conn, reason)
+	return fmt.Errorf("%w by the server: %s", ErrRefused, reason)
+}
+
+// Verifier checks clients' keys against the cluster key.
+type Verifier struct {
+	cluster [SecretSize]byte
+	self    *Key
+}
+
+// NewVerifier returns a Verifier for the cluster key k.
+func NewVerifier(k *Key) (*Verifier, error) {
+	if !k.IsCluster() {
+		return nil, fmt.Errorf("%w: a server needs the cluster key (capability member), not %q (%s)", ErrBadKey, k.Name, k.Caps)
+	}
+	return &Verifier{cluster: k.Secret, self: k}, nil
+}
+
+// Key is the cluster key the verifier holds (what a server dials its
+// peers with).
+func (v *Verifier) Key() *Key { return v.self }
+
+func (v *Verifier) secretFor(name string, caps Caps) [SecretSize]byte {
+	if caps.Has(CapMember) {
+		return v.cluster
+	}
+	return derive(v.cluster, name, caps)
+}
+
+// Server runs the server side of the handshake on conn and returns the
+// authenticated peer. On failure the connection has been told why (when
+// it got that far) and should be closed.
+func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	defer conn.SetDeadline(time.Time{})
+	var head [7]byte
+	if _, err := io.ReadFull(conn, head[:]); err != nil {
+		return Peer{}, fmt.Errorf("%w: no handshake: %v", ErrRefused, err)
+	}
+	if [5]byte(head[:5]) != magic {
+		return Peer{}, fmt.Errorf("%w: no handshake (the first bytes are not an atoll hello: an unauthenticated or older client)", ErrRefused)
+	}
+	caps, n := Caps(head[5]), int(head[6])
+	hello := make([]byte, 7+n+nonceSize)
+	copy(hello, head[:])
+	if _, err := io.ReadFull(conn, hello[7:]); err != nil {
+		return Peer{}, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+	}
+	p := Peer{Name: string(hello[7 : 7+n]), Caps: caps}
+	refuse := func(reason string) (Peer, error) {
+		if len(reason) > 255 {
+			reason = reason[:255]
+		}
+		_, _ = conn.Write(append([]byte{1, byte(len(reason))}, reason...))
+		return p, fmt.Errorf("%w: %s", ErrRefused, reason)
+	}
+	if err := checkName(p.Name); err != nil || caps == 0 || caps&^AllCaps != 0 {
+		return refuse("malformed key name or capabilities")
+	}
+	secret := v.secretFor(p.Name, caps)
+	nonceS := make([]byte, nonceSize)
+	if _, err := rand.Read(nonceS); err != nil {
+		return Peer{}, err
+	}
+	chal := make([]byte, 0, 5+nonceSize+sha256.Size)
+	chal = append(chal, magic[:]...)
+	chal = append(chal, nonceS...)
+	chal = append(chal, proof(secret, "server", hello, nonceS)...)
+	if _, err := conn.Write(chal); err != nil {
+		return Peer{}, fmt.Errorf("auth: sending challenge: %w", err)
+	}
+	got := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(conn, got); err != nil {
+		// A client with a key of another cluster stops here: our proof
+		// did not check out on its side.
+		return Peer{}, fmt.Errorf("%w: %s gave no proof (a key of another cluster?): %v", ErrRefused, p, err)
+	}
+	if !hmac.Equal(got, proof(secret, "client", hello, nonceS)) {
+		return refuse(fmt.Sprintf("wrong key for %s", p))
+	}
+	if _, err := conn.Write([]byte{0, 0}); err != nil {
+		return Peer{}, fmt.Errorf("auth: sending verdict: %w", err)
+	}
+	return p, nil
+}
+
+// IsRefused reports whether err is a refused handshake.
+func IsRefused(err error) bool { return errors.Is(err, ErrRefused) }
