@@ -632,6 +632,17 @@ func (m *Manager) touch(k MemberKey, stats *MemberStats) {
 	m.mu.live[k] = li
 }
 
+// memberAllowed: storage servers and islands serve data and names, so
+// only holders of the cluster key may register or heartbeat as one (a
+// forged storage member would be handed stripes); gateways and mounts
+// register with their user keys.
+func memberAllowed(p auth.Peer, k MemberKey) error {
+	if k.Kind == KindGateway {
+		return nil
+	}
+	return p.Allow(auth.CapMember, "registering "+k.String())
+}
+
 // needs is the capability each manager operation requires: anyone with a
 // key of the cluster reads the map and the status; only members register
 // and heartbeat (a member's identity is the cluster key: registering over
@@ -640,7 +651,9 @@ func needs(op uint16) auth.Caps {
 	switch op {
 	case OpGetMap, OpStatus:
 		return auth.CapRead
-	case OpRegister, OpHeartbeat, OpJoin:
+	case OpRegister, OpHeartbeat:
+		return auth.CapWrite // and CapMember unless a gateway: memberAllowed
+	case OpJoin:
 		return auth.CapMember
 	}
 	return auth.CapAdmin
@@ -694,6 +707,9 @@ func (m *Manager) handleRegister(req *wire.Request) (wire.Response, error) {
 	if err := validateKey(k); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: register: %w", err)
 	}
+	if err := memberAllowed(req.Peer, k); err != nil {
+		return wire.Response{}, fmt.Errorf("cluster: register: %w", err)
+	}
 	if err := validateAddr(k.String(), r.Addr); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: register: %w", err)
 	}
@@ -723,6 +739,9 @@ func (m *Manager) handleHeartbeat(req *wire.Request) (wire.Response, error) {
 	}
 	k := MemberKey{r.Kind, r.ID}
 	if err := validateKey(k); err != nil {
+		return wire.Response{}, fmt.Errorf("cluster: heartbeat: %w", err)
+	}
+	if err := memberAllowed(req.Peer, k); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: heartbeat: %w", err)
 	}
 	if err := m.leaderCheck(); err != nil {

@@ -1,0 +1,209 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Every port of a running cluster (manager, its raft transport, storage,
+// island) refuses a client without a key and one with another cluster's
+// key before serving anything; a read-only key changes nothing; a mount's
+// user key can neither administer nor pose as a storage server; and after
+// all of it the cluster's map and files are as they were, with the refusals
+// counted in /metrics.
+func TestAuthEveryPort(t *testing.T) {
+	var metricsAt int
+	cl, base := startDev(t, 1, 1, 6, func(c *devcluster.Config) {
+		metricsAt = freeBase(t, 4)
+		c.MetricsListen = fmt.Sprintf("127.0.0.1:%d", metricsAt)
+		c.NFSListen = ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	storageAddr, islandAddr := cl.Map.Storage[0].Addr, cl.Map.Islands[0].Addr
+	raftAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(base+1))
+
+	// The admin writes a file everyone else then fails to change.
+	admin := dialDev(t, cl)
+	f, err := admin.FS.CreateFile(ctx, metawire.Root, "/kept", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("kept bytes"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	before, err := admin.Cluster.Map(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// 1. No key: a valid request frame on each port gets no answer; the
+	// connection is closed.
+	for name, addr := range map[string]string{"manager": cl.Manager, "storage": storageAddr, "island": islandAddr} {
+		c, err := wire.Dial(ctx, addr, wire.ClientConfig{IOTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("%s: dial: %v", name, err)
+		}
+		_, err = c.Call(ctx, 1, before.Epoch, nil, nil, nil)
+		c.Close()
+		if err == nil || errors.As(err, new(*wire.RemoteError)) {
+			t.Errorf("%s served a request without a key (err %v)", name, err)
+		}
+	}
+	// The raft port: garbage, then silence.
+	if c, err := net.DialTimeout("tcp", raftAddr, 5*time.Second); err != nil {
+		t.Fatalf("raft: %v", err)
+	} else {
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		c.Write([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+		// Closed (EOF or a reset) without a byte; a timeout would mean
+		// the port kept the stranger's connection open.
+		if n, err := io.ReadAll(c); len(n) > 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("raft port answered or kept a keyless peer: %q %v", n, err)
+		}
+		c.Close()
+	}
+
+	// 2. Another cluster's key: refused at the handshake, on every port.
+	other, _ := auth.NewClusterKey()
+	for name, addr := range map[string]string{"manager": cl.Manager, "storage": storageAddr, "island": islandAddr} {
+		if _, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: other}); !errors.Is(err, auth.ErrRefused) {
+			t.Errorf("%s accepted another cluster's key: %v", name, err)
+		}
+	}
+	if _, err := connect.Dial(ctx, []string{cl.Manager}, other, quietLogger()); !errors.Is(err, auth.ErrRefused) {
+		t.Errorf("connect with another cluster's key: %v", err)
+	}
+	// A derived key whose capabilities were edited (read-only claiming
+	// admin) proves nothing.
+	ro, _ := testKey.Derive("reader", auth.CapRead)
+	forged := *ro
+	forged.Caps = auth.CapRead | auth.CapWrite | auth.CapAdmin
+	if _, err := wire.Dial(ctx, cl.Manager, wire.ClientConfig{Key: &forged}); !errors.Is(err, auth.ErrRefused) {
+		t.Errorf("forged capabilities accepted: %v", err)
+	}
+
+	// 3. Read-only: reads work, every change is refused.
+	roc, err := connect.Dial(ctx, []string{cl.Manager}, ro, quietLogger())
+	if err != nil {
+		t.Fatalf("read-only key cannot connect: %v", err)
+	}
+	defer roc.Close()
+	rf, err := roc.FS.OpenPath(ctx, metawire.Root, "/kept")
+	if err != nil {
+		t.Fatalf("read-only open: %v", err)
+	}
+	buf := make([]byte, 64)
+	n, _ := rf.ReadAt(ctx, buf, 0)
+	rf.Release()
+	if string(buf[:n]) != "kept bytes" {
+		t.Errorf("read-only read %q", buf[:n])
+	}
+	if _, err := roc.FS.CreateFile(ctx, metawire.Root, "/ro-new", 0o644); metawire.Errno(err) != syscall.EROFS {
+		t.Errorf("read-only create: %v (errno %v), want EROFS", err, metawire.Errno(err))
+	}
+	if _, err := roc.Cluster.SetPolicy(ctx, "mirror:2"); !errors.Is(err, auth.ErrForbidden) && !strings.Contains(fmt.Sprint(err), "not permitted") {
+		t.Errorf("read-only set policy: %v", err)
+	}
+
+	// 4. A mount's key (user): no admin operation, no posing as a server.
+	user, _ := testKey.Derive("mount", auth.CapRead|auth.CapWrite)
+	uc, err := connect.Dial(ctx, []string{cl.Manager}, user, quietLogger())
+	if err != nil {
+		t.Fatalf("user key cannot connect: %v", err)
+	}
+	defer uc.Close()
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "not permitted") {
+			t.Errorf("user key: %s: %v, want not permitted", what, err)
+		}
+	}
+	_, err = uc.Cluster.SetState(ctx, cluster.KindStorage, 0, cluster.StateOut)
+	forbidden("mark storage out", err)
+	_, err = uc.Cluster.SetPolicy(ctx, "mirror:2")
+	forbidden("set policy", err)
+	_, err = uc.Cluster.Register(ctx, cluster.KindStorage, 0, "127.0.0.1:1", 1)
+	forbidden("register over storage 0", err)
+	_, err = uc.Data.ScanSlot(ctx, 0, nil, 10)
+	forbidden("scan a storage server", err)
+	_, err = uc.FS.LiveBytes(ctx)
+	if metawire.Errno(err) != syscall.EPERM {
+		t.Errorf("user key: cleaner's live bytes: %v, want EPERM", err)
+	}
+	if err := uc.Data.DeleteFragment(ctx, 0, fragment.ID{Log: 1, Seq: 1}); err == nil || !errors.Is(err, fragment.ErrForbidden) {
+		t.Errorf("user key: delete a fragment: %v", err)
+	}
+	// What a user key may do, it does.
+	if _, err := uc.FS.MkdirAll(ctx, metawire.Root, "/userdir", 0o755); err != nil {
+		t.Errorf("user key mkdir: %v", err)
+	}
+
+	// Nothing changed: same storage state, policy and file.
+	after, err := admin.Cluster.Map(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Storage[0].State != before.Storage[0].State || after.Storage[0].Addr != before.Storage[0].Addr || after.DefaultPolicy != before.DefaultPolicy || after.Epoch != before.Epoch {
+		t.Errorf("the map changed: storage %+v -> %+v, policy %q -> %q", before.Storage[0], after.Storage[0], before.DefaultPolicy, after.DefaultPolicy)
+	}
+
+	// The CLI without any key says what to do.
+	cmd := exec.CommandContext(ctx, atoll(t), "status", "--cluster", cl.Manager)
+	cmd.Env = append(cmdEnvWithout("ATOLL_KEY", "XDG_CONFIG_HOME", "HOME"), "HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--key") {
+		t.Errorf("status without a key: %v: %s", err, out)
+	}
+
+	// The storage server counted the keyless and the foreign connections.
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsAt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`atoll_storage_refused_connections_total\{[^}]*\} (\d+)`).FindSubmatch(b)
+	if m == nil || string(m[1]) == "0" {
+		t.Errorf("storage refusals not counted in /metrics: %q", m)
+	}
+}
+
+// cmdEnvWithout is this process's environment without the named variables.
+func cmdEnvWithout(names ...string) []string {
+	var out []string
+next:
+	for _, kv := range os.Environ() {
+		for _, n := range names {
+			if strings.HasPrefix(kv, n+"=") {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
