@@ -232,6 +232,10 @@ type Cluster struct {
 	cfg       Config
 }
 
+// Key loads the cluster key the roles were started with (for admin
+// clients: checkers, fsck).
+func (c *Cluster) Key() (*auth.Key, error) { return auth.Load(c.cfg.ClusterKeyPath()) }
+
 // Role returns the named role, or nil.
 func (c *Cluster) Role(name string) *Role {
 	for _, r := range c.Roles {

@@ -241,7 +241,7 @@ func TestClusterOnSimulatedHosts(t *testing.T) {
 	// addresses come with the heartbeats after registering: wait for them.
 	var st statusJSON
 	for deadline := time.Now().Add(time.Minute); ; {
-		st = atollStatus(ctx, t, exe, cl.Manager)
+		st = atollStatus(ctx, t, exe, cl.Manager, cfg.ClusterKeyPath())
 		all := len(st.Members) > 0
 		for _, m := range st.Members {
 			all = all && m.MetricsAddr != ""
@@ -304,7 +304,7 @@ func TestClusterOnSimulatedHosts(t *testing.T) {
 	}
 
 	// `atoll format` again: already formatted, exit 0.
-	if out, err := exec.CommandContext(ctx, exe, "format", "--cluster", cl.Manager, "--islands", "2").CombinedOutput(); err != nil || !strings.Contains(string(out), "already formatted") {
+	if out, err := exec.CommandContext(ctx, exe, "format", "--cluster", cl.Manager, "--key", cfg.ClusterKeyPath(), "--islands", "2").CombinedOutput(); err != nil || !strings.Contains(string(out), "already formatted") {
 		t.Errorf("format on a formatted cluster: %v: %s", err, out)
 	}
 
@@ -329,7 +329,11 @@ func TestClusterOnSimulatedHosts(t *testing.T) {
 	}
 	readBack := func(when string) {
 		t.Helper()
-		conn, err := connect.Dial(ctx, []string{cl.Manager}, testKey, slog.New(slog.DiscardHandler))
+		key, err := cl.Key()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := connect.Dial(ctx, []string{cl.Manager}, key, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatalf("%s: dial the manager at %s: %v", when, cl.Manager, err)
 		}
@@ -403,9 +407,9 @@ func procState(t *testing.T, pid int, want string) bool {
 	}
 }
 
-func atollStatus(ctx context.Context, t *testing.T, exe, mgr string) statusJSON {
+func atollStatus(ctx context.Context, t *testing.T, exe, mgr, key string) statusJSON {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, exe, "status", "--json", "--cluster", mgr).Output()
+	out, err := exec.CommandContext(ctx, exe, "status", "--json", "--cluster", mgr, "--key", key).Output()
 	if err != nil {
 		t.Fatalf("atoll status --json: %v: %s", err, out)
 	}
@@ -471,7 +475,7 @@ func TestWildcardAddresses(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s0.Stop(StopGrace) })
 	for deadline := time.Now().Add(time.Minute); ; {
-		st := atollStatus(ctx, t, exe, mgr.Addr)
+		st := atollStatus(ctx, t, exe, mgr.Addr, testKeyPath)
 		var got string
 		for _, m := range st.Members {
 			if m.Kind == "storage" && m.ID == 0 {
