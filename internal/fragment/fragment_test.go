@@ -437,6 +437,7 @@ func TestRemoteErr(t *testing.T) {
 		{StatusRepairMismatch, ErrRepairMismatch},
 		{StatusBadRequest, ErrBadRequest},
 		{StatusUnavailable, ErrUnavailable},
+		{StatusForbidden, ErrForbidden},
 	}
 	all := make([]error, 0, len(table))
 	for _, tc := range table {
@@ -463,7 +464,7 @@ func TestRemoteErr(t *testing.T) {
 			}
 		}
 	}
-	for _, st := range []uint32{0, 11, 1000, math.MaxUint32} {
+	for _, st := range []uint32{0, 12, 1000, math.MaxUint32} {
 		if err := RemoteErr(&wire.RemoteError{Status: st, Message: "?"}); !errors.Is(err, ErrInternal) {
 			t.Errorf("unknown status %d: %v; want ErrInternal", st, err)
 		}
