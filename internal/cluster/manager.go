@@ -259,7 +259,7 @@ func New(cfg Config) (*Manager, error) {
 			m.closeResources()
 		}
 	}()
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("manager: data directory %s: %w", cfg.Dir, err)
 	}
 	if m.lock, err = lockDir(cfg.Dir); err != nil {

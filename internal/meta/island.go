@@ -527,7 +527,7 @@ func makeDirDurable(fs vfs.FS, dir string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	if err := fs.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	for _, p := range missing {

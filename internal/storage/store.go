@@ -216,7 +216,7 @@ func (s *Store) makeDirs() error {
 		p = parent
 	}
 	if len(missing) > 0 {
-		if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+		if err := s.fs.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("storage: open %s: %w", dir, err)
 		}
 		for _, p := range missing {

@@ -99,6 +99,8 @@ type Server struct {
 	}
 	wg      sync.WaitGroup
 	refused atomic.Uint64
+	// refusedAccept counts failed accepts (EMFILE and the like).
+	refusedAccept atomic.Uint64
 }
 
 // Unauthenticated is the Peer of every connection to a server without
@@ -107,6 +109,10 @@ var Unauthenticated = auth.Peer{Name: "unauthenticated", Caps: auth.AllCaps}
 
 // Refused counts connections closed because their handshake failed.
 func (s *Server) Refused() uint64 { return s.refused.Load() }
+
+// AcceptFailures counts accepts that failed (out of file descriptors and
+// the like) and were retried.
+func (s *Server) AcceptFailures() uint64 { return s.refusedAccept.Load() }
 
 // NewServer returns a Server for cfg.
 func NewServer(cfg ServerConfig) (*Server, error) {
@@ -143,12 +149,27 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	var err error
+	var backoff time.Duration
 	for {
 		var c net.Conn
 		c, err = ln.Accept()
 		if err != nil {
-			break
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			// Out of file descriptors (EMFILE, ENFILE), an aborted
+			// handshake: keep serving the connections we have and try
+			// again, instead of stopping the server.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.refusedAccept.Add(1)
+			s.log.Warn("wire: accept failed; retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			continue
 		}
+		backoff = 0
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}

@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -636,5 +638,59 @@ func TestInlineServing(t *testing.T) {
 	}
 	if len(seen) != len(want) {
 		t.Errorf("handler calls: %v, want %v", seen, want)
+	}
+}
+
+// flakyListener fails its first n accepts the way a process out of file
+// descriptors does.
+type flakyListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.n.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// A server out of file descriptors keeps accepting once some are free,
+// instead of returning from Serve (which stopped the whole role).
+func TestAcceptSurvivesEMFILE(t *testing.T) {
+	srv, err := NewServer(ServerConfig{Logger: slog.New(slog.DiscardHandler), Handler: func(ctx context.Context, req *Request) (Response, error) {
+		return Response{Msg: append([]byte(nil), req.Msg...)}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &flakyListener{Listener: ln}
+	fl.n.Store(5)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, fl) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ccancel()
+	c, err := Dial(cctx, ln.Addr().String(), ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rep, err := c.Call(cctx, 1, 0, []byte("still here"), nil, nil)
+	if err != nil || string(rep.Msg) != "still here" {
+		t.Fatalf("after EMFILE: %q %v", rep.Msg, err)
+	}
+	if n := srv.AcceptFailures(); n != 5 {
+		t.Errorf("accept failures counted %d, want 5", n)
 	}
 }
