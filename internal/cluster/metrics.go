@@ -19,15 +19,17 @@ import (
 //	atoll_manager_raft_applied_index             gauge
 //	atoll_manager_table_entries{island}          gauge  hash-table entries per island
 //	atoll_manager_heartbeat_age_seconds{kind,id} gauge  leader only: time since each member's last heartbeat
+//	atoll_manager_refused_connections_total      counter connections (client and raft ports) that failed to authenticate
 type managerCollector struct {
 	m *Manager
 
-	epoch, members, raftState, leader, term, applied, entries, hbAge *prometheus.Desc
+	epoch, members, raftState, leader, term, applied, entries, hbAge, refused *prometheus.Desc
 }
 
 func newManagerCollector(m *Manager) *managerCollector {
 	return &managerCollector{
 		m:         m,
+		refused:   prometheus.NewDesc("atoll_manager_refused_connections_total", "Connections (client and raft ports) closed because they did not authenticate with a key of this cluster.", nil, nil),
 		epoch:     prometheus.NewDesc("atoll_manager_map_epoch", "Epoch of this manager's cluster map.", nil, nil),
 		members:   prometheus.NewDesc("atoll_manager_members", "Members of the cluster map by kind and state.", []string{"kind", "state"}, nil),
 		raftState: prometheus.NewDesc("atoll_manager_raft_state", "1 for this manager's raft state, 0 for the others.", []string{"state"}, nil),
@@ -40,7 +42,7 @@ func newManagerCollector(m *Manager) *managerCollector {
 }
 
 func (c *managerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.epoch, c.members, c.raftState, c.leader, c.term, c.applied, c.entries, c.hbAge} {
+	for _, d := range []*prometheus.Desc{c.epoch, c.members, c.raftState, c.leader, c.term, c.applied, c.entries, c.hbAge, c.refused} {
 		ch <- d
 	}
 }
@@ -58,6 +60,7 @@ func (c *managerCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	mp := sn.Map
 	ch <- prometheus.MustNewConstMetric(c.epoch, prometheus.GaugeValue, float64(mp.Epoch))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(m.Refused()))
 	// Every kind and state, zeros included, so a state that empties shows
 	// as 0 rather than vanishing.
 	var counts [4][5]int

@@ -137,7 +137,16 @@ func (m *islandMetrics) register(i *Island) error {
 	if m.reg == nil {
 		return nil
 	}
-	for _, c := range append(m.collected, newCacheCollector(i)) {
+	refused := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "atoll_meta_refused_connections_total", Help: "Connections closed because they did not authenticate with a key of this cluster.",
+		ConstLabels: prometheus.Labels{"island": strconv.Itoa(int(i.id))},
+	}, func() float64 {
+		if i.srv == nil {
+			return 0
+		}
+		return float64(i.srv.Refused())
+	})
+	for _, c := range append(m.collected, newCacheCollector(i), refused) {
 		if err := m.reg.Register(c); err != nil {
 			return err
 		}
