@@ -23,6 +23,8 @@ import (
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/wire"
+
+	"golang.org/x/sys/unix"
 )
 
 // Every port of a running cluster (manager, its raft transport, storage,
@@ -206,4 +208,118 @@ next:
 		out = append(out, kv)
 	}
 	return out
+}
+
+// vmRSS is a process's current resident set in bytes.
+func vmRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	t.Fatalf("no VmRSS for pid %d", pid)
+	return 0
+}
+
+// Slowloris: 1,000 connections to each server that send 40 bytes of a
+// hello and then nothing cost each server less than 64 MiB and do not
+// stop it serving keyed clients; and a storage server out of file
+// descriptors keeps its accept loop, serving again once they are free.
+func TestSlowlorisAndFDExhaustion(t *testing.T) {
+	cl, _ := startDev(t, 1, 1, 0, func(c *devcluster.Config) { c.NFSListen = "" })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// 40 bytes of a hello that announces a 64-byte name: the server
+	// waits for the rest until its handshake deadline.
+	partial := append([]byte{'A', 't', 'A', 'u', 1, byte(auth.CapRead), 64}, strings.Repeat("x", 33)...)
+	serves := func(addr string, op uint16) error {
+		c, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: testKey, IOTimeout: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Call(ctx, op, 0, nil, nil, nil)
+		var re *wire.RemoteError
+		if errors.As(err, &re) {
+			return nil // an answer (an error about the empty request) is serving
+		}
+		return err
+	}
+	targets := []struct {
+		name, child, addr string
+		op                uint16
+	}{
+		{"storage", "storage0", cl.Map.Storage[0].Addr, fragment.OpStat},
+		{"island", "island1", cl.Map.Islands[0].Addr, metawire.OpStatFS},
+		{"manager", "manager", cl.Manager, 7}, // OpStatus
+	}
+	for _, tg := range targets {
+		pid := cl.Child(tg.child).PID()
+		before := vmRSS(t, pid)
+		var conns []net.Conn
+		for i := 0; i < 1000; i++ {
+			c, err := net.DialTimeout("tcp", tg.addr, 5*time.Second)
+			if err != nil {
+				t.Fatalf("%s: connection %d: %v", tg.name, i, err)
+			}
+			c.Write(partial)
+			conns = append(conns, c)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if err := serves(tg.addr, tg.op); err != nil {
+			t.Errorf("%s does not serve a keyed client under 1,000 idle connections: %v", tg.name, err)
+		}
+		grew := vmRSS(t, pid) - before
+		t.Logf("%s: RSS %d MiB -> +%d KiB with 1,000 idle connections", tg.name, before>>20, grew>>10)
+		if grew > 64<<20 {
+			t.Errorf("%s: 1,000 idle connections grew RSS by %d MiB", tg.name, grew>>20)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+
+	// Out of file descriptors: the storage server may open 64 at most.
+	st := cl.Child("storage0")
+	var old unix.Rlimit
+	if err := unix.Prlimit(st.PID(), unix.RLIMIT_NOFILE, nil, &old); err != nil {
+		t.Fatalf("prlimit: %v", err)
+	}
+	if err := unix.Prlimit(st.PID(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 64, Max: old.Max}, nil); err != nil {
+		t.Fatalf("prlimit: %v", err)
+	}
+	var conns []net.Conn
+	for i := 0; i < 100; i++ {
+		if c, err := net.DialTimeout("tcp", targets[0].addr, 5*time.Second); err == nil {
+			c.Write(partial)
+			conns = append(conns, c)
+		}
+	}
+	time.Sleep(time.Second) // the server hits EMFILE on accept
+	for _, c := range conns {
+		c.Close()
+	}
+	if err := unix.Prlimit(st.PID(), unix.RLIMIT_NOFILE, &old, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-st.Done():
+		t.Fatalf("the storage server exited when out of file descriptors: %v", st.ExitErr())
+	default:
+	}
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err = serves(targets[0].addr, fragment.OpStat); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Errorf("the storage server does not serve again after running out of file descriptors: %v", err)
+	}
 }

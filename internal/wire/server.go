@@ -101,6 +101,7 @@ type Server struct {
 	refused atomic.Uint64
 	// refusedAccept counts failed accepts (EMFILE and the like).
 	refusedAccept atomic.Uint64
+	refusedLogged atomic.Int64 // when a refusal was last logged, Unix ns
 }
 
 // Unauthenticated is the Peer of every connection to a server without
@@ -215,9 +216,12 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	if s.cfg.Auth != nil {
 		var err error
 		if peer, err = s.cfg.Auth.Server(c, auth.DefaultTimeout); err != nil {
-			s.refused.Add(1)
-			if ctx.Err() == nil {
-				s.log.Warn("wire: refused connection", "remote", remote, "reason", err)
+			n := s.refused.Add(1)
+			// At most one line a second: a flood of strangers must not
+			// flood the log too (the counter has them all).
+			if now := time.Now().UnixNano(); ctx.Err() == nil && now-s.refusedLogged.Load() >= int64(time.Second) {
+				s.refusedLogged.Store(now)
+				s.log.Warn("wire: refused connection", "remote", remote, "reason", err, "refused_total", n)
 			}
 			return
 		}
