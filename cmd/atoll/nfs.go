@@ -21,7 +21,7 @@ func newNFSCmd(g *globalFlags) *cobra.Command {
 	var managers, allow, addrFile, metricsListen string
 	var id uint32
 	cmd := &cobra.Command{
-		Use:   "nfs --cluster ADDR [--listen ADDR] [--portmap ADDR] [--export-allow CIDR,...] [--read-only] [--root-squash]",
+		Use:   "nfs --cluster ADDR [--listen ADDR] [--portmap ADDR] [--export-allow CIDR,...] [--read-only] [--root-squash=false]",
 		Short: "Run an NFSv3 + MOUNT gateway over the cluster",
 		Long: `Run an NFSv3 (RFC 1813) + MOUNT v3 gateway. NFS and MOUNT share --listen;
 --portmap adds a minimal portmapper (rpcbind v2 GETPORT, v3/v4 GETADDR) for
@@ -108,7 +108,7 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 	f.StringVar(&cfg.PortmapListen, "portmap", "", "serve a minimal portmapper here too, e.g. 127.0.0.1:111")
 	f.StringVar(&allow, "export-allow", "", "client addresses or CIDR prefixes allowed to mount, comma-separated (empty: all)")
 	f.BoolVar(&cfg.Export.ReadOnly, "read-only", false, "refuse every change (NFS3ERR_ROFS)")
-	f.BoolVar(&cfg.Export.RootSquash, "root-squash", false, "map uid/gid 0 to the anonymous ids")
+	f.BoolVar(&cfg.Export.RootSquash, "root-squash", true, "map uid/gid 0 of NFS clients to the anonymous ids (--root-squash=false trusts clients' root)")
 	f.Uint32Var(&cfg.Export.AnonUID, "anonuid", 65534, "uid of AUTH_NONE and squashed callers")
 	f.Uint32Var(&cfg.Export.AnonGID, "anongid", 65534, "gid of AUTH_NONE and squashed callers")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")

@@ -381,7 +381,7 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		}
 	}
 	if d.cfg.Islands > 0 && d.cfg.NFSListen != "" {
-		if _, err := start("nfs", d.cfg.NFSListen, metrics.NFS, "nfs", "--cluster", mgr.Addr); err != nil {
+		if _, err := start("nfs", d.cfg.NFSListen, metrics.NFS, "nfs", "--cluster", mgr.Addr, "--root-squash=false"); err != nil {
 			return nil, err
 		}
 	}

@@ -337,8 +337,18 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}
 	}
-	for i := range clients {
-		if err := setup.mkdir(ctx, fmt.Sprintf("/data/c%d", i)); err != nil {
+	for i, c := range clients {
+		d := fmt.Sprintf("/data/c%d", i)
+		var err error
+		if lo, ok := setup.(*libOps); ok && isNFS(c) {
+			// The gateway squashes root (its default, as deploy.md runs
+			// it): the NFS client writes as nobody, in a directory of
+			// its own that nobody may write.
+			err = lo.mkdirMode(ctx, d, 0o777)
+		} else {
+			err = setup.mkdir(ctx, d)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -426,6 +436,8 @@ func (e *engine) run(ctx context.Context) error {
 	}
 	return nil
 }
+
+func isNFS(c fsOps) bool { _, ok := c.(*nfsOps); return ok }
 
 // namespaceOpFixed runs one given namespace operation and records it.
 func (w *workload) namespaceOpFixed(ctx context.Context, client int, c fsOps, in NsInput) {

@@ -149,11 +149,15 @@ func (l *libOps) unlink(ctx context.Context, path string) error {
 }
 
 func (l *libOps) mkdir(ctx context.Context, path string) error {
+	return l.mkdirMode(ctx, path, 0o755)
+}
+
+func (l *libOps) mkdirMode(ctx context.Context, path string, mode uint32) error {
 	dir, name, err := l.fs.ResolveParent(ctx, root, path)
 	if err != nil {
 		return err
 	}
-	_, err = l.fs.Mkdir(ctx, metawire.CreateReq{Cred: root, Dir: dir.Ino, Name: name, Mode: metawire.ModeDir | 0o755})
+	_, err = l.fs.Mkdir(ctx, metawire.CreateReq{Cred: root, Dir: dir.Ino, Name: name, Mode: metawire.ModeDir | mode})
 	return err
 }
 
