@@ -58,6 +58,31 @@
 // recorded handshake useless. Every step has a deadline (Handshake's
 // timeout), so a peer that stalls mid-handshake is dropped.
 //
+// # Where capabilities are checked
+//
+// Each server maps every operation to the capability it needs (a table
+// named needs in storage, meta and cluster) and refuses the rest with
+// ErrForbidden before decoding the request: storage reads need read, log
+// appends write, listing, deleting and verifying fragments admin; island
+// lookups, attributes, readdir and block maps read, every change write
+// (EROFS for a read-only key), the cleaner's and fsck's operations admin,
+// the cross-island transaction protocol (prepare, decide, outcome,
+// allocino) member; the manager's map and status read, registering and
+// heartbeating a storage server or island member, a gateway or mount
+// write, changing the map admin. Raft connections need member.
+//
+// Storage access is by key, not by per-stripe tokens (HDFS block tokens):
+// a client writes its own log stripes before any island knows of them,
+// so a token per stripe would cost a round trip to an island on every
+// stripe of the data path, and fragments are immutable and checked
+// against their parents' checksums on every read, so a write key cannot
+// change bytes another client's files point to without the reader
+// noticing. The cost: any key with read can read any fragment, bypassing
+// the POSIX permissions the mount enforces for its users. A mount or
+// gateway key is trusted to act for its users, as an NFS AUTH_SYS client
+// is; islands do not re-check POSIX permissions on block maps and commits
+// (a key that can assert any uid would pass them anyway).
+//
 // What the handshake does not do: it neither encrypts nor authenticates
 // the frames that follow, so an attacker on the path who can take over a
 // TCP connection after its handshake could inject frames. The data path
