@@ -1257,6 +1257,12 @@ func TestNFSMountAndExportOptions(t *testing.T) {
 	if rep := cd.call(progNFS, 3, 0, nil); rep.denied || rep.stat != 0 {
 		t.Fatalf("NULL from a client not allowed: %+v", rep)
 	}
+	// DUMP, UMNT, UMNTALL and EXPORT would tell a stranger who mounts what.
+	for _, proc := range []uint32{2, 3, 4, 5} {
+		if rep := cd.call(progMount, 3, proc, args("/")); !rep.denied || rep.authStat != 5 {
+			t.Fatalf("MOUNT procedure %d from a client not allowed: %+v", proc, rep)
+		}
+	}
 	allow := startGateway(t, fc.newFS(t), "", func(cfg *nfs.Config) {
 		cfg.Export.Allow, _ = nfs.ParseAllow([]string{"127.0.0.0/8"})
 	})
@@ -1489,6 +1495,13 @@ func TestNFSLibnfs(t *testing.T) {
 		if out := string(runTool(t, ls, "nfs://127.0.0.1/lib")); !strings.Contains(out, "dir") {
 			t.Fatalf("nfs-ls through the portmapper:\n%s", out)
 		}
+		// The portmapper's port serves the portmapper only.
+		pm := dialRPC(t, "127.0.0.1:111")
+		for _, prog := range []uint32{progNFS, progMount} {
+			if rep := pm.call(prog, 3, 0, nil); rep.denied || rep.stat != 1 {
+				t.Fatalf("program %d answered on the portmapper's port: %+v", prog, rep)
+			}
+		}
 		// go-nfs-client finds MOUNT and NFS through the portmapper too (in
 		// DialMount and again inside Mount).
 		var m *nfsc.Mount
@@ -1627,7 +1640,9 @@ func devGateway(t *testing.T, storage, islands int) int {
 	nfsPort := base + 2 + storage + islands
 	gw, err := devcluster.Start(ctx, devcluster.ChildSpec{
 		Name: "nfs", Exe: exe,
-		Args:     []string{"nfs", "--cluster", cl.Manager, "--listen", fmt.Sprintf("127.0.0.1:%d", nfsPort), "--log-level", "warn"},
+		// The tests copy in as root (the gateway squashes root by
+		// default; TestNFSMountAndExportOptions checks squashing).
+		Args:     []string{"nfs", "--cluster", cl.Manager, "--listen", fmt.Sprintf("127.0.0.1:%d", nfsPort), "--root-squash=false", "--log-level", "warn"},
 		AddrFile: filepath.Join(dir, "nfs.addr"),
 		Output:   os.Stderr,
 	})

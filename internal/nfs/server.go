@@ -229,7 +229,8 @@ func (s *Server) Run(ctx context.Context) error {
 			continue
 		}
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.accept(ln) }()
+		portmapOnly := ln == s.pmln
+		go func() { defer s.wg.Done(); s.accept(ln, portmapOnly) }()
 	}
 	s.log.Info("nfs: serving", "addr", s.Addr(), "portmap", s.PortmapAddr(), "read_only", s.exp.ReadOnly, "root_squash", s.exp.RootSquash)
 	<-ctx.Done()
@@ -263,7 +264,9 @@ func (s *Server) shutdown() {
 	s.wg.Wait()
 }
 
-func (s *Server) accept(ln net.Listener) {
+// accept serves ln; a portmapOnly listener (the portmapper's own port,
+// 111) answers only the portmapper program.
+func (s *Server) accept(ln net.Listener, portmapOnly bool) {
 	backoff := 5 * time.Millisecond
 	for {
 		nc, err := ln.Accept()
@@ -288,7 +291,7 @@ func (s *Server) accept(ln net.Listener) {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			s.serveConn(nc)
+			s.serveConn(nc, portmapOnly)
 			s.mu.Lock()
 			delete(s.conns, nc)
 			s.mu.Unlock()
@@ -302,7 +305,10 @@ type conn struct {
 	remote  netip.Addr
 	local   netip.Addr
 	allowed bool
-	wmu     lockcheck.Mutex
+	// portmapOnly: accepted on the portmapper's listener, which serves
+	// nothing but the portmapper.
+	portmapOnly bool
+	wmu         lockcheck.Mutex
 }
 
 // sendTimeout bounds writing one reply: a client that stops reading is
@@ -317,9 +323,9 @@ func (c *conn) send(b []byte) error {
 	return err
 }
 
-func (s *Server) serveConn(nc net.Conn) {
+func (s *Server) serveConn(nc net.Conn, portmapOnly bool) {
 	defer nc.Close()
-	c := &conn{nc: nc}
+	c := &conn{nc: nc, portmapOnly: portmapOnly}
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
 		c.remote = ap.Addr().Unmap()
 	}
@@ -403,9 +409,14 @@ func (s *Server) handle(cn *conn, rec []byte) (out []byte) {
 		return nil
 	}
 	proc, stat, low, high := s.lookupProc(&hdr)
-	if stat == acceptSuccess && !cn.allowed && hdr.prog == progNFS && hdr.proc != 0 {
-		// Not in the export's allow list: NFS answers only NULL (the
-		// portmapper and MOUNT answer; MNT itself says MNT3ERR_ACCES).
+	if cn.portmapOnly && hdr.prog != progPortmap {
+		stat = acceptProgUnavail
+	}
+	if stat == acceptSuccess && !cn.allowed && hdr.proc != 0 &&
+		(hdr.prog == progNFS || hdr.prog == progMount && hdr.proc != mountProcMnt) {
+		// Not in the export's allow list: NFS answers only NULL, MOUNT
+		// only NULL and MNT (which says MNT3ERR_ACCES); DUMP, EXPORT
+		// and UMNT would tell a stranger who mounts what.
 		deniedReply(w, hdr.xid, &headerError{stat: rejectAuthError, auth: authTooWeak})
 		finishRecord(w)
 		return w.B
