@@ -66,6 +66,11 @@ type ServerConfig struct {
 	// connection reads nothing else meanwhile. A handoff costs a thread
 	// wakeup, which was a large part of a lone lookup's CPU.
 	Inline func(op uint16) bool
+	// MaxConns bounds the connections served at once, and MaxConnsPerPeer
+	// those from one address; beyond them a new connection is closed at
+	// once and counted as refused. Defaults 8192 and 1024: far above what
+	// the clients' pools open, far below what exhausts a process.
+	MaxConns, MaxConnsPerPeer int
 	// Auth, when set, authenticates every connection (auth's handshake)
 	// before anything else is read from it; a connection that fails is
 	// closed with a logged reason and counted (Refused). Every serving
@@ -95,13 +100,33 @@ type Server struct {
 
 	mu struct {
 		lockcheck.Mutex
-		conns map[net.Conn]struct{}
+		conns   map[net.Conn]struct{}
+		perPeer map[string]int // connections served per remote address
 	}
 	wg      sync.WaitGroup
 	refused atomic.Uint64
 	// refusedAccept counts failed accepts (EMFILE and the like).
 	refusedAccept atomic.Uint64
 	refusedLogged atomic.Int64 // when a refusal was last logged, Unix ns
+}
+
+// refuse counts a refused connection and logs it, at most one line a
+// second: a flood of strangers must not flood the log too (the counter
+// has them all).
+func (s *Server) refuse(ctx context.Context, remote string, why error) {
+	n := s.refused.Add(1)
+	if now := time.Now().UnixNano(); ctx.Err() == nil && now-s.refusedLogged.Load() >= int64(time.Second) {
+		s.refusedLogged.Store(now)
+		s.log.Warn("wire: refused connection", "remote", remote, "reason", why, "refused_total", n)
+	}
+}
+
+// peerHost is a connection's remote address without its port.
+func peerHost(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return c.RemoteAddr().String()
 }
 
 // Unauthenticated is the Peer of every connection to a server without
@@ -130,6 +155,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.MaxConcurrentPerConn == 0 {
 		cfg.MaxConcurrentPerConn = 32
 	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 8192
+	}
+	if cfg.MaxConnsPerPeer == 0 {
+		cfg.MaxConnsPerPeer = 1024
+	}
 	if cfg.ErrorCode == nil {
 		cfg.ErrorCode = func(error) uint32 { return 1 }
 	}
@@ -141,6 +172,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, inflight: semaphore.NewWeighted(cfg.MaxInflightBytes), log: cfg.Logger}
 	s.mu.conns = make(map[net.Conn]struct{})
+	s.mu.perPeer = make(map[string]int)
 	return s, nil
 }
 
@@ -174,8 +206,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
+		peer := peerHost(c)
 		s.mu.Lock()
+		if len(s.mu.conns) >= s.cfg.MaxConns || s.mu.perPeer[peer] >= s.cfg.MaxConnsPerPeer {
+			n := len(s.mu.conns)
+			s.mu.Unlock()
+			c.Close()
+			s.refuse(ctx, c.RemoteAddr().String(), fmt.Errorf("too many connections (%d served, at most %d, %d from one address)", n, s.cfg.MaxConns, s.cfg.MaxConnsPerPeer))
+			continue
+		}
 		s.mu.conns[c] = struct{}{}
+		s.mu.perPeer[peer]++
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go func() {
@@ -209,6 +250,11 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		handlers.Wait()
 		s.mu.Lock()
 		delete(s.mu.conns, c)
+		if p := peerHost(c); s.mu.perPeer[p] <= 1 {
+			delete(s.mu.perPeer, p)
+		} else {
+			s.mu.perPeer[p]--
+		}
 		s.mu.Unlock()
 	}()
 	remote := c.RemoteAddr().String()
@@ -216,13 +262,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	if s.cfg.Auth != nil {
 		var err error
 		if peer, err = s.cfg.Auth.Server(c, auth.DefaultTimeout); err != nil {
-			n := s.refused.Add(1)
-			// At most one line a second: a flood of strangers must not
-			// flood the log too (the counter has them all).
-			if now := time.Now().UnixNano(); ctx.Err() == nil && now-s.refusedLogged.Load() >= int64(time.Second) {
-				s.refusedLogged.Store(now)
-				s.log.Warn("wire: refused connection", "remote", remote, "reason", err, "refused_total", n)
-			}
+			s.refuse(ctx, remote, err)
 			return
 		}
 	}

@@ -694,3 +694,61 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 		t.Errorf("accept failures counted %d, want 5", n)
 	}
 }
+
+// Connections beyond MaxConnsPerPeer from one address are closed at once
+// and counted; the ones already served keep working, and a slot freed is
+// usable again.
+func TestConnectionCaps(t *testing.T) {
+	srv, err := NewServer(ServerConfig{Logger: slog.New(slog.DiscardHandler), MaxConnsPerPeer: 3, Handler: func(ctx context.Context, req *Request) (Response, error) {
+		return Response{Msg: append([]byte(nil), req.Msg...)}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ccancel()
+	var cs []*Client
+	for i := 0; i < 5; i++ {
+		c, err := Dial(cctx, ln.Addr().String(), ClientConfig{IOTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	served := 0
+	for _, c := range cs {
+		if rep, err := c.Call(cctx, 1, 0, []byte("x"), nil, nil); err == nil && string(rep.Msg) == "x" {
+			served++
+		}
+	}
+	if served != 3 || srv.Refused() != 2 {
+		t.Fatalf("served %d of 5 connections (refused %d); want 3 and 2", served, srv.Refused())
+	}
+	cs[0].Close()
+	var err2 error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var c *Client
+		if c, err2 = Dial(cctx, ln.Addr().String(), ClientConfig{IOTimeout: 5 * time.Second}); err2 == nil {
+			_, err2 = c.Call(cctx, 1, 0, []byte("y"), nil, nil)
+			c.Close()
+			if err2 == nil {
+				break
+			}
+		}
+	}
+	if err2 != nil {
+		t.Fatalf("a freed slot is not usable again: %v", err2)
+	}
+}
