@@ -292,10 +292,32 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	}
 	defer close(jobs)
 	var hdr [HeaderSize]byte
+	var deadline time.Time // the read deadline last set (zero: none)
 	br := bufio.NewReaderSize(c, 64<<10) // several small frames per read syscall
 	inlineCtx := WithInlineForTest(ctx)  // one per connection, not per request
 	for {
-		_ = c.SetReadDeadline(time.Time{})
+		// Idle between frames as long as the peer likes; once a frame
+		// has begun, its header and message must arrive within
+		// IOTimeout (a peer that sends half a header and stalls would
+		// otherwise hold this goroutine forever). A frame already
+		// buffered whole needs no deadline (the common case costs
+		// nothing).
+		if br.Buffered() < HeaderSize {
+			_ = c.SetReadDeadline(time.Time{})
+			if _, err := br.Peek(1); err != nil {
+				if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+					s.log.Warn("wire: closing connection", "remote", remote, "reason", err)
+				}
+				return
+			}
+			deadline = time.Now().Add(s.cfg.IOTimeout)
+			_ = c.SetReadDeadline(deadline)
+		} else if !deadline.IsZero() && time.Until(deadline) < s.cfg.IOTimeout/2 {
+			// A busy connection keeps a deadline it set frames ago:
+			// push it out before it can cut a frame short.
+			deadline = time.Now().Add(s.cfg.IOTimeout)
+			_ = c.SetReadDeadline(deadline)
+		}
 		h, msg, err := ReadFrameHeader(br, hdr[:], nil, s.cfg.Limits)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
@@ -313,7 +335,8 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 				return
 			}
 			payload = GetBuf(int(h.PayloadLen))
-			_ = c.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout))
+			deadline = time.Now().Add(s.cfg.IOTimeout)
+			_ = c.SetReadDeadline(deadline)
 			if _, err := io.ReadFull(br, payload); err != nil {
 				PutBuf(payload)
 				s.inflight.Release(int64(h.PayloadLen))

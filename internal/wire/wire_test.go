@@ -752,3 +752,32 @@ func TestConnectionCaps(t *testing.T) {
 		t.Fatalf("a freed slot is not usable again: %v", err2)
 	}
 }
+
+// A peer that starts a frame and stalls is dropped after IOTimeout; one
+// that stays idle between frames is not.
+func TestStalledFrameDropped(t *testing.T) {
+	addr := serveWith(t, ServerConfig{Logger: slog.New(slog.DiscardHandler), IOTimeout: 300 * time.Millisecond,
+		Handler: func(ctx context.Context, req *Request) (Response, error) { return Response{}, nil }})
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	half, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer half.Close()
+	half.Write([]byte{0xA7, 0x70, 1, 1, 0, 1, 0, 0, 0, 0})
+	_ = half.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	if n, err := half.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a stalled half frame was kept: %d %v after %v", n, err, time.Since(start))
+	}
+	// The idle connection is still served.
+	c := NewClient(idle, ClientConfig{IOTimeout: 5 * time.Second})
+	defer c.Close()
+	if _, err := c.Call(context.Background(), 1, 0, nil, nil, nil); err != nil {
+		t.Fatalf("an idle connection was dropped: %v", err)
+	}
+}
