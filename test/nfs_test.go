@@ -1211,6 +1211,45 @@ func TestNFSMountAndExportOptions(t *testing.T) {
 		t.Fatalf("squashed owner %d:%d", a.uid, a.gid)
 	}
 
+	// A confined export of /exp/sub: only it mounts, ".." of its root is
+	// itself, and handles from anywhere else (the unconfined gateway's,
+	// forged tags) are STALE.
+	cf := startGateway(t, fc.newFS(t), "", func(cfg *nfs.Config) {
+		cfg.Export.Path, cfg.Export.HandleKey = "/exp/sub", []byte("0123456789abcdef0123")
+	})
+	cc := dialRPC(t, cf.addr)
+	for _, p := range []string{"/", "/exp", "/exp/sub/.keep", "/exp/sub/../"} {
+		rep := cc.call(progMount, 3, 1, args(p))
+		if rep.stat != 0 || rep.body.Uint32() != 13 {
+			t.Fatalf("confined export mounted %s", p)
+		}
+	}
+	subFH := cc.mount("/exp/sub")
+	if st, up := cc.lookup(subFH, ".."); st != sOK || !bytes.Equal(up, subFH) {
+		t.Fatalf("LOOKUP .. of a confined export's root: %d, %x (root %x)", st, up, subFH)
+	}
+	if st, kh := cc.lookup(subFH, ".keep"); st != sOK {
+		t.Fatalf("lookup inside a confined export: %d", st)
+	} else if st, _ := cc.getattr(kh); st != sOK {
+		t.Fatalf("getattr inside a confined export: %d", st)
+	}
+	outside := dialRPC(t, ro0(t, fc)).mount("/exp")
+	if st, _ := cc.getattr(outside); st != sStale {
+		t.Fatalf("an unconfined gateway's handle of /exp on a confined export: %d, want STALE", st)
+	}
+	forged := append([]byte(nil), subFH...)
+	forged[len(forged)-1] ^= 1
+	if st, _ := cc.getattr(forged); st != sStale {
+		t.Fatalf("a handle with a forged tag: %d, want STALE", st)
+	}
+	// A second gateway with the same key and path accepts the handles.
+	cf2 := startGateway(t, fc.newFS(t), "", func(cfg *nfs.Config) {
+		cfg.Export.Path, cfg.Export.HandleKey = "/exp/sub", []byte("0123456789abcdef0123")
+	})
+	if st, _ := dialRPC(t, cf2.addr).getattr(subFH); st != sOK {
+		t.Fatalf("a confined export's handle at a second gateway: %d", st)
+	}
+
 	// Read-only export: every change is ROFS; reads work.
 	ro := startGateway(t, fc.newFS(t), "", func(cfg *nfs.Config) { cfg.Export.ReadOnly = true })
 	cr := dialRPC(t, ro.addr)
@@ -1269,6 +1308,11 @@ func TestNFSMountAndExportOptions(t *testing.T) {
 	if st, _ := dialRPC(t, allow.addr).getattr(rh); st != sOK {
 		t.Fatalf("getattr from an allowed client: %d", st)
 	}
+}
+
+// ro0 starts a plain (unconfined) gateway and returns its address.
+func ro0(t *testing.T, fc *fsCluster) string {
+	return startGateway(t, fc.newFS(t), "", nil).addr
 }
 
 func mustIno(t *testing.T, fs *client.FS, path string) uint64 {

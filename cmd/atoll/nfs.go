@@ -66,6 +66,9 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 			if err != nil {
 				return err
 			}
+			// Gateways with the same key and --export accept each
+			// other's handles.
+			cfg.Export.HandleKey = key.Handle("nfs-handles")
 			conn, err := connect.DialWhenFormatted(ctx, addrs, key, log)
 			if err != nil {
 				return err
@@ -108,6 +111,7 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 	f.StringVar(&cfg.PortmapListen, "portmap", "", "serve a minimal portmapper here too, e.g. 127.0.0.1:111")
 	f.StringVar(&allow, "export-allow", "", "client addresses or CIDR prefixes allowed to mount, comma-separated (empty: all)")
 	f.BoolVar(&cfg.Export.ReadOnly, "read-only", false, "refuse every change (NFS3ERR_ROFS)")
+	f.StringVar(&cfg.Export.Path, "export", "/", "the directory clients may mount; below /, clients are confined to it (handles are tagged with this gateway's key)")
 	f.BoolVar(&cfg.Export.RootSquash, "root-squash", true, "map uid/gid 0 of NFS clients to the anonymous ids (--root-squash=false trusts clients' root)")
 	f.Uint32Var(&cfg.Export.AnonUID, "anonuid", 65534, "uid of AUTH_NONE and squashed callers")
 	f.Uint32Var(&cfg.Export.AnonGID, "anongid", 65534, "gid of AUTH_NONE and squashed callers")

@@ -154,6 +154,15 @@ func checkName(name string) error {
 	return nil
 }
 
+// Handle is a secret derived from k for purpose (e.g. tagging NFS file
+// handles), the same for every holder of k.
+func (k *Key) Handle(purpose string) []byte {
+	m := hmac.New(sha256.New, k.Secret[:])
+	m.Write([]byte("atoll-purpose-v1\x00"))
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
+}
+
 // Marshal is the key file's line.
 func (k *Key) Marshal() []byte {
 	return []byte(fmt.Sprintf("atoll-key 1 %s %s %s\n", k.Name, k.Caps, base64.RawURLEncoding.EncodeToString(k.Secret[:])))

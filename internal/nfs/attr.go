@@ -1,6 +1,9 @@
 package nfs
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"fmt"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/nfs/xdr"
@@ -112,18 +115,44 @@ func (s *Server) putWcc(w *xdr.Writer, pre, post *metawire.Attr) {
 	s.putPostAttr(w, post)
 }
 
-func handleOf(a *metawire.Attr) []byte {
-	return namespace.Handle{Ino: namespace.Ino(a.Ino), Gen: a.Gen}.AppendBinary(make([]byte, 0, namespace.HandleSize))
+// handleOf is the nfs_fh3 of a: namespace.Handle, followed on a confined
+// export by its tag.
+func (s *Server) handleOf(a *metawire.Attr) []byte {
+	b := namespace.Handle{Ino: namespace.Ino(a.Ino), Gen: a.Gen}.AppendBinary(make([]byte, 0, namespace.HandleSize+handleTagSize))
+	if s.rootIno != 0 {
+		b = append(b, s.handleTag(b)...)
+	}
+	return b
+}
+
+// handleLen is the length of the handles handleOf makes.
+func (s *Server) handleLen() int {
+	if s.rootIno != 0 {
+		return namespace.HandleSize + handleTagSize
+	}
+	return namespace.HandleSize
+}
+
+// handleTagSize is the tag a confined export appends to its handles.
+const handleTagSize = 16
+
+// handleTag is HMAC-SHA256(HandleKey, export path, handle), truncated.
+func (s *Server) handleTag(h []byte) []byte {
+	m := hmac.New(sha256.New, s.exp.HandleKey)
+	m.Write([]byte(s.exp.Path))
+	m.Write([]byte{0})
+	m.Write(h)
+	return m.Sum(nil)[:handleTagSize]
 }
 
 // post_op_fh3.
-func putPostFH(w *xdr.Writer, a *metawire.Attr) {
+func (s *Server) putPostFH(w *xdr.Writer, a *metawire.Attr) {
 	if a == nil || a.Ino == 0 {
 		w.Bool(false)
 		return
 	}
 	w.Bool(true)
-	w.Opaque(handleOf(a))
+	w.Opaque(s.handleOf(a))
 }
 
 // fh is a decoded nfs_fh3: the handle, or the error to answer with
@@ -135,10 +164,19 @@ type fh struct {
 
 func (f fh) ino() uint64 { return uint64(f.h.Ino) }
 
-func getFH(r *xdr.Reader) fh {
+// getFH reads an nfs_fh3. On a confined export a handle without this
+// export's tag (forged, or issued by an unconfined gateway) is stale:
+// the client may not reach that inode through this export.
+func (s *Server) getFH(r *xdr.Reader) fh {
 	b := r.Opaque(fhSize3)
 	if r.Err() != nil {
 		return fh{err: r.Err()}
+	}
+	if s.rootIno != 0 {
+		if len(b) != namespace.HandleSize+handleTagSize || !hmac.Equal(b[namespace.HandleSize:], s.handleTag(b[:namespace.HandleSize])) {
+			return fh{err: fmt.Errorf("%w: handle not issued for export %s", metawire.ErrStale, s.exp.Path)}
+		}
+		b = b[:namespace.HandleSize]
 	}
 	h, err := namespace.DecodeHandle(b)
 	return fh{h: h, err: err}

@@ -42,9 +42,14 @@
 // A handle is namespace.Handle{Ino, Gen} (20 bytes, versioned, CRC): it
 // names the inode only, so it is valid at every gateway and across
 // restarts. A handle that does not decode is NFS3ERR_BADHANDLE; an inode
-// that no longer exists, or whose generation differs, NFS3ERR_STALE. A
-// mount of a subdirectory does not confine clients: LOOKUP ".." and
-// forged handles reach the whole namespace.
+// that no longer exists, or whose generation differs, NFS3ERR_STALE. With
+// Export.Path below / (`atoll nfs --export DIR`) clients are confined to
+// that directory: only it mounts, LOOKUP ".." of it is itself, and every
+// handle carries a 16-byte tag, HMAC-SHA256(HandleKey, path, handle), so
+// a forged handle or one from an unconfined gateway is NFS3ERR_STALE.
+// (A file moved out of the export after a client looked it up stays
+// reachable through that handle.) An unconfined export, the default,
+// reaches the whole namespace.
 //
 // # Data
 //

@@ -3,7 +3,7 @@ package nfs
 import (
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
-	"github.com/atoll-fs/atoll/internal/namespace"
+	pathpkg "path"
 )
 
 // MOUNT v3 (RFC 1813 Appendix I).
@@ -130,6 +130,12 @@ func mountMnt(c *call) error {
 	if path == "" {
 		path = "/"
 	}
+	if c.s.rootIno != 0 && pathpkg.Clean("/"+path) != c.s.exp.Path {
+		// A confined export mounts its own root only: a path below it
+		// could pass through a symlink leading out of it.
+		w.Uint32(mnt3ErrAcces)
+		return nil
+	}
 	cred := c.cred()
 	a, err := c.s.fs.Resolve(c.ctx, cred, path)
 	if err == nil && a.IsSymlink() {
@@ -148,7 +154,7 @@ func mountMnt(c *call) error {
 	}
 	c.s.mnt.add(mountEntry{c.host(), path})
 	w.Uint32(mnt3OK)
-	w.Opaque(namespace.Handle{Ino: namespace.Ino(a.Ino), Gen: a.Gen}.AppendBinary(nil))
+	w.Opaque(c.s.handleOf(&a))
 	w.Uint32(1) // auth flavors
 	w.Uint32(authSys)
 	return nil

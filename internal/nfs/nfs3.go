@@ -162,7 +162,7 @@ func done(r *xdr.Reader) error {
 // --- GETATTR ---
 
 func nfsGetattr(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	if err := done(c.args); err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func nfsGetattr(c *call) error {
 func sameTime(a, b int64) bool { return max(a, 0) == max(b, 0) }
 
 func nfsSetattr(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	sa := getSattr(c.args)
 	var guard bool
 	var gctime int64
@@ -244,7 +244,7 @@ func (c *call) setattr(cur metawire.Attr, sa sattr, mask uint32) (metawire.Attr,
 // --- LOOKUP ---
 
 func nfsLookup(c *call) error {
-	dir := getFH(c.args)
+	dir := c.s.getFH(c.args)
 	name := getName(c.args)
 	if err := done(c.args); err != nil {
 		return err
@@ -256,6 +256,9 @@ func nfsLookup(c *call) error {
 		return nil
 	}
 	err := checkName(name)
+	if name == ".." && c.s.rootIno != 0 && dir.ino() == c.s.rootIno {
+		name = "." // a confined export's root is its own parent
+	}
 	var a metawire.Attr
 	if err == nil {
 		a, err = c.s.fs.Lookup(c.ctx, c.cred(), dir.ino(), name)
@@ -272,7 +275,7 @@ func nfsLookup(c *call) error {
 	c.s.files.noteAttr(&a)
 	c.s.overlay(&a)
 	w.Uint32(nfs3OK)
-	w.Opaque(handleOf(&a))
+	w.Opaque(c.s.handleOf(&a))
 	c.s.putPostAttr(w, &a)
 	c.s.putPostAttr(w, dirAttr)
 	return nil
@@ -281,7 +284,7 @@ func nfsLookup(c *call) error {
 // --- ACCESS ---
 
 func nfsAccess(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	want := c.args.Uint32()
 	if err := done(c.args); err != nil {
 		return err
@@ -326,7 +329,7 @@ func nfsAccess(c *call) error {
 // --- READLINK ---
 
 func nfsReadlink(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	if err := done(c.args); err != nil {
 		return err
 	}
@@ -374,7 +377,7 @@ func (c *call) openRegular(f fh) (*openFile, metawire.Attr, error) {
 }
 
 func nfsRead(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	off := c.args.Uint64()
 	count := c.args.Uint32()
 	if err := done(c.args); err != nil {
@@ -432,7 +435,7 @@ func nfsRead(c *call) error {
 // --- WRITE ---
 
 func nfsWrite(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	off := c.args.Uint64()
 	count := c.args.Uint32()
 	stable := c.args.Uint32()
@@ -516,7 +519,7 @@ const exclusiveVerf0 = 0x8000_0000_0000_0001
 func (c *call) created(obj *metawire.Attr, pre, post *metawire.Attr) {
 	w := c.res
 	w.Uint32(nfs3OK)
-	putPostFH(w, obj)
+	c.s.putPostFH(w, obj)
 	c.s.putPostAttr(w, obj)
 	c.s.putWcc(w, pre, post)
 }
@@ -567,7 +570,7 @@ func (c *call) finishCreate(obj metawire.Attr, sa sattr, mask uint32) (metawire.
 }
 
 func nfsCreate(c *call) error {
-	dir := getFH(c.args)
+	dir := c.s.getFH(c.args)
 	name := getName(c.args)
 	how := c.args.Uint32()
 	var sa sattr
@@ -628,7 +631,7 @@ func nfsCreate(c *call) error {
 }
 
 func nfsMkdir(c *call) error {
-	dir := getFH(c.args)
+	dir := c.s.getFH(c.args)
 	name := getName(c.args)
 	sa := getSattr(c.args)
 	if err := done(c.args); err != nil {
@@ -658,7 +661,7 @@ func nfsMkdir(c *call) error {
 }
 
 func nfsSymlink(c *call) error {
-	dir := getFH(c.args)
+	dir := c.s.getFH(c.args)
 	name := getName(c.args)
 	sa := getSattr(c.args)
 	target := c.args.String(maxPathDecode)
@@ -686,7 +689,7 @@ func nfsSymlink(c *call) error {
 }
 
 func nfsMknod(c *call) error {
-	dir := getFH(c.args)
+	dir := c.s.getFH(c.args)
 	name := getName(c.args)
 	typ := c.args.Uint32()
 	var sa sattr
@@ -748,7 +751,7 @@ func nfsRemove(c *call) error { return remove(c, false) }
 func nfsRmdir(c *call) error  { return remove(c, true) }
 
 func remove(c *call, dirOnly bool) error {
-	dir := getFH(c.args)
+	dir := c.s.getFH(c.args)
 	name := getName(c.args)
 	if err := done(c.args); err != nil {
 		return err
@@ -774,9 +777,9 @@ func remove(c *call, dirOnly bool) error {
 // --- RENAME ---
 
 func nfsRename(c *call) error {
-	from := getFH(c.args)
+	from := c.s.getFH(c.args)
 	fromName := getName(c.args)
-	to := getFH(c.args)
+	to := c.s.getFH(c.args)
 	toName := getName(c.args)
 	if err := done(c.args); err != nil {
 		return err
@@ -806,8 +809,8 @@ func nfsRename(c *call) error {
 // --- LINK ---
 
 func nfsLink(c *call) error {
-	file := getFH(c.args)
-	dir := getFH(c.args)
+	file := c.s.getFH(c.args)
+	dir := c.s.getFH(c.args)
 	name := getName(c.args)
 	if err := done(c.args); err != nil {
 		return err
@@ -856,7 +859,7 @@ const (
 )
 
 func readdir(c *call, plus bool) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	cookie := c.args.Uint64()
 	verf := c.args.Uint64() // cookieverf3: 8 opaque bytes
 	var maxcount uint32
@@ -910,6 +913,8 @@ func readdir(c *call, plus bool) error {
 			switch {
 			case e.Name == ".":
 				ea = &dirAttr
+			case e.Name == ".." && c.s.rootIno != 0 && dirAttr.Ino == c.s.rootIno:
+				ea = &dirAttr // a confined export's root is its own parent
 			case e.Name == "..":
 				ea = c.cachedAttr(e.Ino)
 			case e.HasAttr:
@@ -918,7 +923,7 @@ func readdir(c *call, plus bool) error {
 			}
 			size += 8
 			if ea != nil {
-				size += fattrSize + 4 + 20
+				size += fattrSize + 4 + c.s.handleLen()
 			}
 		}
 		if w.Len()+size > limit {
@@ -931,7 +936,7 @@ func readdir(c *call, plus bool) error {
 		w.Uint64(e.Cookie)
 		if plus {
 			c.s.putPostAttr(w, ea)
-			putPostFH(w, ea)
+			c.s.putPostFH(w, ea)
 		}
 		n++
 	}
@@ -949,7 +954,7 @@ func readdir(c *call, plus bool) error {
 // --- FSSTAT, FSINFO, PATHCONF ---
 
 func nfsFsstat(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	if err := done(c.args); err != nil {
 		return err
 	}
@@ -981,7 +986,7 @@ func nfsFsstat(c *call) error {
 }
 
 func nfsFsinfo(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	if err := done(c.args); err != nil {
 		return err
 	}
@@ -1009,7 +1014,7 @@ func nfsFsinfo(c *call) error {
 }
 
 func nfsPathconf(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	if err := done(c.args); err != nil {
 		return err
 	}
@@ -1034,7 +1039,7 @@ func nfsPathconf(c *call) error {
 // --- COMMIT ---
 
 func nfsCommit(c *call) error {
-	f := getFH(c.args)
+	f := c.s.getFH(c.args)
 	c.args.Uint64() // offset and count: the whole file is flushed
 	c.args.Uint32()
 	if err := done(c.args); err != nil {

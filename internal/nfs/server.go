@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
+	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/nfs/xdr"
 )
 
@@ -34,7 +36,20 @@ type Export struct {
 	// AnonUID and AnonGID are the identity of AUTH_NONE callers and of
 	// squashed root. Default 65534 (nobody).
 	AnonUID, AnonGID uint32
+	// Path, when not "" or "/", is the only directory clients may mount,
+	// and they are confined to it: handles carry a tag (an HMAC under
+	// HandleKey) so a forged or foreign handle is NFS3ERR_STALE, and
+	// LOOKUP ".." of the export's root is the root itself.
+	Path string
+	// HandleKey keys the tags of a confined export's handles; gateways
+	// with the same key and Path accept each other's handles. Required
+	// with Path.
+	HandleKey []byte
 }
+
+// confined reports whether the export is a subdirectory its clients
+// cannot leave.
+func (e *Export) confined() bool { return e.Path != "" && e.Path != "/" }
 
 // allowed reports whether a client at addr may use the export.
 func (e *Export) allowed(addr netip.Addr) bool {
@@ -136,6 +151,8 @@ type Server struct {
 
 	ln, pmln net.Listener
 	debug    bool // log every call
+	// rootIno is a confined export's root directory (0: not confined).
+	rootIno uint64
 
 	ctx    context.Context // cancelled when Run stops
 	cancel context.CancelFunc
@@ -187,6 +204,22 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.debug = cfg.Logger.Enabled(context.Background(), slog.LevelDebug)
+	if s.exp.confined() {
+		if len(s.exp.HandleKey) < 16 {
+			return nil, errors.New("nfs: an export of a subdirectory needs a HandleKey of at least 16 bytes")
+		}
+		s.exp.Path = path.Clean("/" + s.exp.Path)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		a, err := cfg.FS.Resolve(ctx, metawire.Root, s.exp.Path)
+		cancel()
+		if err == nil && !a.IsDir() {
+			err = metawire.ErrNotDir
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nfs: export %s: %w", s.exp.Path, err)
+		}
+		s.rootIno = a.Ino
+	}
 	s.files = newFileCache(s)
 	s.mnt = newMountTable()
 	var err error
