@@ -2,6 +2,7 @@ package nfs
 
 import (
 	"context"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"net"
 	"os"
@@ -22,7 +23,17 @@ func testServer(t testing.TB) *Server {
 	if os.Getenv("ATOLL_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	st, err := storage.NewServer(storage.ServerConfig{Dir: t.TempDir(), Listen: "127.0.0.1:0", Slot: 0, Logger: log})
+	// Authenticated like a real cluster: the servers hold the cluster
+	// key, the gateway a user key derived from it.
+	ck, err := auth.NewClusterKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uk, err := ck.Derive("gateway", auth.CapRead|auth.CapWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := storage.NewServer(storage.ServerConfig{Key: ck, Dir: t.TempDir(), Listen: "127.0.0.1:0", Slot: 0, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,14 +46,14 @@ func testServer(t testing.TB) *Server {
 	}
 	tab.Epoch = 1
 	smap := meta.NewStaticMap(tab, nil)
-	is, err := meta.New(meta.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", ID: 1, Map: smap, Logger: log})
+	is, err := meta.New(meta.Config{Key: ck, Dir: t.TempDir(), Listen: "127.0.0.1:0", ID: 1, Map: smap, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	smap.SetAddr(1, is.Addr())
 	isDone := make(chan error, 1)
 	go func() { isDone <- is.Run(ctx) }()
-	data, err := client.New(client.Config{Slots: []client.SlotAddr{{ID: 0, Addr: st.Addr()}}, Logger: log})
+	data, err := client.New(client.Config{Key: uk, Slots: []client.SlotAddr{{ID: 0, Addr: st.Addr()}}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
