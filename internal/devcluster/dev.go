@@ -422,6 +422,24 @@ func (d *Dev) Run(ctx context.Context) error {
 		return err
 	}
 	defer cl.Stop()
+	// Written before "ready" is printed: scripts start clients on it.
+	var userKeyMsg string
+	if d.cfg.UserKey {
+		if p := auth.UserKeyPath(); p != "" {
+			old, err := auth.Load(p)
+			switch {
+			case err == nil && *old == *d.key:
+			case err == nil && old.IsCluster():
+				userKeyMsg = fmt.Sprintf("  (not replacing %s: it holds another cluster's key; export ATOLL_KEY above)\n", p)
+			default:
+				if err := auth.Save(p, d.key); err != nil {
+					userKeyMsg = fmt.Sprintf("  (could not write %s: %v)\n", p, err)
+				} else {
+					userKeyMsg = fmt.Sprintf("  key also in %s, where the atoll CLI looks for it\n", p)
+				}
+			}
+		}
+	}
 	fmt.Fprintf(d.cfg.Out, "atoll dev ready: manager %s, %d storage servers, %d islands (epoch %d)\n", cl.Manager, d.cfg.Storage, d.cfg.Islands, cl.Map.Epoch)
 	for _, c := range cl.Children {
 		line := fmt.Sprintf("  %-10s %-21s pid %-8d", c.Name, c.Addr, c.PID())
@@ -436,21 +454,8 @@ func (d *Dev) Run(ctx context.Context) error {
 	if abs, err := filepath.Abs(d.keyPath); err == nil {
 		fmt.Fprintf(d.cfg.Out, "  key:       export ATOLL_KEY=%s   (the admin key: keep it private)\n", abs)
 	}
-	if d.cfg.UserKey {
-		if p := auth.UserKeyPath(); p != "" {
-			old, err := auth.Load(p)
-			switch {
-			case err == nil && *old == *d.key:
-			case err == nil && old.IsCluster():
-				fmt.Fprintf(d.cfg.Out, "  (not replacing %s: it holds another cluster's key; export ATOLL_KEY above)\n", p)
-			default:
-				if err := auth.Save(p, d.key); err != nil {
-					fmt.Fprintf(d.cfg.Out, "  (could not write %s: %v)\n", p, err)
-				} else {
-					fmt.Fprintf(d.cfg.Out, "  key also in %s, where the atoll CLI looks for it\n", p)
-				}
-			}
-		}
+	if userKeyMsg != "" {
+		fmt.Fprint(d.cfg.Out, userKeyMsg)
 	}
 	fmt.Fprintf(d.cfg.Out, "  status:    ATOLL_CLUSTER=%s atoll status\n", cl.Manager)
 	if d.cfg.Islands > 0 {

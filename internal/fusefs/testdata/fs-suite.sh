@@ -68,7 +68,7 @@ for i in $(seq 900); do
 	sleep 0.1
 done
 
-"$atoll" mount --cluster "127.0.0.1:$port" --log-level warn ${ATOLL_MOUNT_ARGS:-} "$mnt" >"$tmp/mount.log" 2>&1 &
+"$atoll" mount --cluster "127.0.0.1:$port" --key "$tmp/data/admin.key" --log-level warn ${ATOLL_MOUNT_ARGS:-} "$mnt" >"$tmp/mount.log" 2>&1 &
 mountpid=$!
 for i in $(seq 300); do
 	grep -qs " $mnt " /proc/self/mountinfo && break
