@@ -160,6 +160,27 @@ func TestAuthEveryPort(t *testing.T) {
 	if err := uc.Data.DeleteFragment(ctx, 0, fragment.ID{Log: 1, Seq: 1}); err == nil || !errors.Is(err, fragment.ErrForbidden) {
 		t.Errorf("user key: delete a fragment: %v", err)
 	}
+	// Posing as a peer island (2PC) or writing with a read-only key, on
+	// the raw protocol.
+	raw := func(key *auth.Key, addr string, op uint16) error {
+		c, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: key, IOTimeout: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Call(ctx, op, after0(ctx, admin), nil, nil, nil)
+		return err
+	}
+	if err := raw(user, islandAddr, metawire.OpPrepare); metawire.Errno(metawire.RemoteErr(err)) != syscall.EPERM {
+		t.Errorf("user key: island prepare (a peer's operation): %v, want EPERM", err)
+	}
+	if err := raw(ro, storageAddr, fragment.OpPut); !errors.Is(fragment.RemoteErr(err), fragment.ErrForbidden) {
+		t.Errorf("read-only key: storage put: %v, want forbidden", err)
+	}
+	if err := raw(ro, islandAddr, metawire.OpCommit); metawire.Errno(metawire.RemoteErr(err)) != syscall.EROFS {
+		t.Errorf("read-only key: island commit: %v, want EROFS", err)
+	}
+
 	// What a user key may do, it does.
 	if _, err := uc.FS.MkdirAll(ctx, metawire.Root, "/userdir", 0o755); err != nil {
 		t.Errorf("user key mkdir: %v", err)
@@ -193,6 +214,15 @@ func TestAuthEveryPort(t *testing.T) {
 	if m == nil || string(m[1]) == "0" {
 		t.Errorf("storage refusals not counted in /metrics: %q", m)
 	}
+}
+
+// after0 is the cluster map's epoch now (requests carry it).
+func after0(ctx context.Context, c *connect.Conn) uint64 {
+	m, err := c.Cluster.Map(ctx, 0)
+	if err != nil {
+		return 1
+	}
+	return m.Epoch
 }
 
 // cmdEnvWithout is this process's environment without the named variables.
