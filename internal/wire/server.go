@@ -292,7 +292,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	}
 	defer close(jobs)
 	var hdr [HeaderSize]byte
-	var deadline time.Time // the read deadline last set (zero: none)
+	var deadline time.Time               // the read deadline last set (zero: none)
 	br := bufio.NewReaderSize(c, 64<<10) // several small frames per read syscall
 	inlineCtx := WithInlineForTest(ctx)  // one per connection, not per request
 	for {
