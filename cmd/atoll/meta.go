@@ -142,7 +142,7 @@ func islandView(ctx context.Context, managers []string, id uint32, listen string
 		return nil, usageErr("--listen", err)
 	}
 	mc := cluster.NewClient(managers, key, log)
-	view, err := cluster.NewView(ctx, mc)
+	view, err := cluster.WaitView(ctx, mc, log, "meta")
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -37,6 +39,30 @@ func NewView(ctx context.Context, c *Client) (*View, error) {
 	v := &View{c: c, MinRefreshGap: 50 * time.Millisecond}
 	v.mu.m = m
 	return v, nil
+}
+
+// WaitView is NewView for long-running roles (islands, gateways), which
+// must not depend on the order machines come up in: while no manager
+// answers it logs and retries with backoff until ctx is done. Answers
+// that retrying cannot change (a key this cluster refuses, a malformed
+// request) return at once.
+func WaitView(ctx context.Context, c *Client, log *slog.Logger, who string) (*View, error) {
+	bo := backoff{min: 500 * time.Millisecond, max: 10 * time.Second}
+	for {
+		v, err := NewView(ctx, c)
+		if err == nil {
+			return v, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, auth.ErrRefused) || errors.Is(err, auth.ErrNoKey) ||
+			errors.Is(err, auth.ErrForbidden) || errors.Is(err, ErrBadRequest) {
+			return nil, err
+		}
+		wait := bo.next()
+		log.Warn(who+": cannot reach the cluster manager; retrying", "retry_in", wait.Round(time.Millisecond), "err", err)
+		if !sleepCtx(ctx, wait) {
+			return nil, err
+		}
+	}
 }
 
 // Map returns the current map (do not modify it).

@@ -42,8 +42,9 @@ func DialTuned(ctx context.Context, addrs []string, key *auth.Key, log *slog.Log
 	return dial(ctx, addrs, key, log, false, tune)
 }
 
-// DialWhenFormatted is Dial for long-running roles (gateways, mounts): it
-// waits for the namespace to be formatted instead of failing.
+// DialWhenFormatted is Dial for long-running roles (gateways, the
+// manager's cleaner): it waits for a manager to answer and for the
+// namespace to be formatted instead of failing.
 func DialWhenFormatted(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger) (*Conn, error) {
 	return dial(ctx, addrs, key, log, true, nil)
 }
@@ -53,7 +54,13 @@ func dial(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger, 
 		log = slog.Default()
 	}
 	mc := cluster.NewClient(addrs, key, log)
-	view, err := cluster.NewView(ctx, mc)
+	var view *cluster.View
+	var err error
+	if wait {
+		view, err = cluster.WaitView(ctx, mc, log, "client")
+	} else {
+		view, err = cluster.NewView(ctx, mc)
+	}
 	if err != nil {
 		mc.Close()
 		return nil, fmt.Errorf("cannot reach the manager at %v: %w (is `atoll dev` running? set ATOLL_CLUSTER)", addrs, err)

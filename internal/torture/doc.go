@@ -10,7 +10,9 @@
 // Schedule draws from the seed, about one every Config.FaultEvery:
 //
 //   - kill: kill -9 of any role (manager, storage server, island, FUSE
-//     mount), restarted after 1-8 s;
+//     mount), restarted after 1-8 s, and again every 2 s while its start
+//     fails (as deploy/'s units do with Restart=on-failure: a mount
+//     started while the manager is down exits);
 //   - pause: SIGSTOP, SIGCONT after 1-8 s (a hung server: connections stay
 //     open, nothing answers);
 //   - partition: the traffic between two hosts (the clients' host "local"

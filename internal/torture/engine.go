@@ -119,6 +119,7 @@ type Report struct {
 	Deletions         int      `json:"deletions"`
 	DeletionsRepaired int      `json:"deletions_repaired"`
 	DiskFull          int      `json:"disk_full"`
+	FailedRestarts    int      `json:"failed_restarts"` // starts of a killed role that failed and were retried
 	AckedBytes        int64    `json:"acked_bytes"`
 	FilesChecked      int      `json:"files_checked"`
 	LostBytes         int64    `json:"lost_bytes"`
@@ -142,9 +143,9 @@ func (r *Report) Summary() string {
 	if !r.Passed {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot; %d/%d probed soon after were reported sick, within %.0fs), %d/%d deletions repaired, %d disk-full; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s), fsck clean %v, fully redundant %v",
+	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot; %d/%d probed soon after were reported sick, within %.0fs), %d/%d deletions repaired, %d disk-full, %d failed restarts retried; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s), fsck clean %v, fully redundant %v",
 		verdict, r.Seed, r.Seconds, r.Operations, r.UnknownOutcomes, r.Kills, r.Partitions, r.Hangs, r.CorruptionsDetected, r.Corruptions, r.CorruptionsMoot, r.ProbeDetected, r.CorruptionsProbed, r.ProbeDelayMaxSec,
-		r.DeletionsRepaired, r.Deletions, r.DiskFull, r.AckedBytes, r.LostBytes, r.ReadMismatches, r.HistoryViolations, r.HistoryCheck, r.FsckClean, r.FullyRedundant)
+		r.DeletionsRepaired, r.Deletions, r.DiskFull, r.FailedRestarts, r.AckedBytes, r.LostBytes, r.ReadMismatches, r.HistoryViolations, r.HistoryCheck, r.FsckClean, r.FullyRedundant)
 }
 
 // groups of the namespace model.
@@ -509,7 +510,7 @@ func (e *engine) apply(ctx context.Context, f Fault) (func(context.Context) erro
 		}
 		r.Kill()
 		e.count(&e.rep.Kills)
-		return func(ctx context.Context) error { return e.restart(ctx, r) }, nil
+		return func(ctx context.Context) error { return e.restartUntilUp(ctx, r) }, nil
 	case FaultPause:
 		r := e.cl.Role(f.Target)
 		if r == nil || !r.Running() {
@@ -564,6 +565,25 @@ func (e *engine) count(n *int) {
 	e.mu.Lock()
 	*n++
 	e.mu.Unlock()
+}
+
+// restartUntilUp restarts a killed role the way deploy/'s units do
+// (Restart=on-failure, RestartSec=2): a start that fails, say because the
+// role it needs is itself down or cut off at that moment, is retried
+// every two seconds until ctx ends. Each failed start is counted.
+func (e *engine) restartUntilUp(ctx context.Context, r *simcluster.Role) error {
+	for {
+		err := e.restart(ctx, r)
+		if err == nil {
+			return nil
+		}
+		e.count(&e.rep.FailedRestarts)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // restart starts a killed role again (a FUSE mount is unmounted first).
