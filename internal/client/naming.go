@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
@@ -376,9 +377,21 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 	f.invalidateDentry(req.Dir, req.Name)
 	req.Lazy = op == metawire.OpCreate && !req.Exclusive && f.lazyCreate.Load() &&
 		req.Mode&metawire.ModeType == metawire.ModeFile && (len(req.Data) == 0 || f.lazyClose.Load())
+	if op == metawire.OpCreate && req.Exclusive && req.Verf == 0 {
+		// call retries a request whose answer was lost (a connection
+		// cut after the island applied it): with a verifier the island
+		// answers the retry with the file it made, instead of EEXIST
+		// for a create that succeeded (the fault engine caught that).
+		req.Verf = rand.Uint64() | 1
+	}
 	mark := f.lazyMark()
 	if err := f.call(ctx, req.Dir, op, &req, &resp); err != nil {
 		return resp, err
+	}
+	if req.Exclusive && resp.Existed {
+		// An exclusive create answers "existed" only when the verifier
+		// matched: the file is the one this create made (a retry).
+		resp.Existed = false
 	}
 	switch {
 	case req.Lazy && !resp.Existed:
