@@ -26,8 +26,8 @@ type Request struct {
 	Msg        []byte
 	Payload    []byte
 	RemoteAddr string
-	// Peer is the connection's authenticated key (zero without
-	// ServerConfig.Auth).
+	// Peer is the connection's authenticated key (Unauthenticated
+	// without ServerConfig.Auth).
 	Peer auth.Peer
 }
 
@@ -133,7 +133,8 @@ func peerHost(c net.Conn) string {
 // ServerConfig.Auth.
 var Unauthenticated = auth.Peer{Name: "unauthenticated", Caps: auth.AllCaps}
 
-// Refused counts connections closed because their handshake failed.
+// Refused counts connections closed unserved: their handshake failed, or
+// they were over MaxConns or MaxConnsPerPeer.
 func (s *Server) Refused() uint64 { return s.refused.Load() }
 
 // AcceptFailures counts accepts that failed (out of file descriptors and
