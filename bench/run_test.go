@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -14,17 +13,9 @@ import (
 	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
-// TestMain removes the binary atoll built.
-// testKey is the cluster key of every cluster the tests start (also in
-// $ATOLL_KEY, for the processes they start).
-var testKey, testKeyPath = (*auth.Key)(nil), ""
-
-func TestMain(m *testing.M) {
-	testKey, testKeyPath = testenv.ClusterKey()
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+// TestMain gives the benchmarks' clusters the test cluster key and
+// removes the binary atoll built.
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // atoll builds the atoll binary (the benchmarks start their servers as
 // child processes of it) once per test run.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -28,17 +27,12 @@ import (
 // (test/doc.go).
 func atoll(t *testing.T) string { return testenv.Atoll(t, "failpoints", "deadlock") }
 
-// TestMain removes the binaries the tests built.
 // testKey is the cluster key of every cluster the tests start (also in
 // $ATOLL_KEY, for the processes they start).
-var testKey, testKeyPath = (*auth.Key)(nil), ""
+var testKey, testKeyPath = testenv.ClusterKey()
 
-func TestMain(m *testing.M) {
-	testKey, testKeyPath = testenv.ClusterKey()
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+// TestMain removes what the tests built.
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func quietLogger() *slog.Logger {
 	if os.Getenv("ATOLL_TEST_LOG") != "" {

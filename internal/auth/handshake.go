@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -181,3 +183,24 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
 
 // IsRefused reports whether err is a refused handshake.
 func IsRefused(err error) bool { return errors.Is(err, ErrRefused) }
+
+// Refusals counts the connections a server refused and logs them, at
+// most one line a second: a flood of strangers must not flood the log
+// too (the count has them all). The zero value is ready.
+type Refusals struct {
+	n      atomic.Uint64
+	logged atomic.Int64 // when one was last logged, Unix ns
+}
+
+// Add counts one refusal of the connection from remote and logs it as msg
+// unless log is nil or a line went out less than a second ago.
+func (r *Refusals) Add(log *slog.Logger, msg, remote string, why error) {
+	n := r.n.Add(1)
+	if now := time.Now().UnixNano(); log != nil && now-r.logged.Load() >= int64(time.Second) {
+		r.logged.Store(now)
+		log.Warn(msg, "remote", remote, "reason", why, "refused_total", n)
+	}
+}
+
+// Count is how many were refused.
+func (r *Refusals) Count() uint64 { return r.n.Load() }

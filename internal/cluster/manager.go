@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -207,7 +206,7 @@ type Manager struct {
 	raft  *raft.Raft
 	join  bool // first start with Join: ask the group to add us
 
-	refusedRaft atomic.Uint64 // raft connections that failed auth
+	refusedRaft auth.Refusals // raft connections that failed auth
 
 	mu struct {
 		lockcheck.Mutex
@@ -274,7 +273,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Key != nil {
 		var st *authStream
-		st, err = newAuthStream(raftListen, cfg.Key, m.log, func() { m.refusedRaft.Add(1) })
+		st, err = newAuthStream(raftListen, cfg.Key, m.log, &m.refusedRaft)
 		if err == nil {
 			m.trans = raft.NewNetworkTransportWithLogger(st, 3, 10*time.Second, newHCLog(m.log, "raft-net"))
 		}
@@ -403,7 +402,7 @@ func (m *Manager) Addr() string { return m.ln.Addr().String() }
 
 // Refused counts connections closed because they did not authenticate
 // with a key of this cluster (client port and raft port).
-func (m *Manager) Refused() uint64 { return m.srv.Refused() + m.refusedRaft.Load() }
+func (m *Manager) Refused() uint64 { return m.srv.Refused() + m.refusedRaft.Count() }
 
 // RaftAddr is the raft transport's address.
 func (m *Manager) RaftAddr() string { return string(m.trans.LocalAddr()) }

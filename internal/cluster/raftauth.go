@@ -25,10 +25,10 @@ type authStream struct {
 	done     chan struct{}
 	once     sync.Once
 	wg       sync.WaitGroup
-	refused  func()
+	refused  *auth.Refusals
 }
 
-func newAuthStream(addr string, key *auth.Key, log *slog.Logger, refused func()) (*authStream, error) {
+func newAuthStream(addr string, key *auth.Key, log *slog.Logger, refused *auth.Refusals) (*authStream, error) {
 	v, err := auth.NewVerifier(key)
 	if err != nil {
 		return nil, err
@@ -73,8 +73,7 @@ func (s *authStream) acceptLoop() {
 				err = p.Allow(auth.CapMember, "raft")
 			}
 			if err != nil {
-				s.refused()
-				s.log.Warn("manager: refused raft connection", "remote", c.RemoteAddr().String(), "reason", err)
+				s.refused.Add(s.log, "manager: refused raft connection", c.RemoteAddr().String(), err)
 				c.Close()
 				return
 			}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -32,14 +31,10 @@ func buildAtoll(t *testing.T) string { return testenv.Atoll(t, "failpoints", "de
 
 // testKey is the cluster key of every cluster the tests start (also in
 // $ATOLL_KEY, for the processes they start).
-var testKey, testKeyPath = (*auth.Key)(nil), ""
+var testKey, testKeyPath = testenv.ClusterKey()
 
-func TestMain(m *testing.M) {
-	testKey, testKeyPath = testenv.ClusterKey()
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+// TestMain removes what the tests built.
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // atoll format waits for the islands and storage servers it is told to,
 // names what is missing when it gives up, formats once they are up, and

@@ -142,6 +142,16 @@ func ClusterKey() (*auth.Key, string) {
 	return keys.key, keys.path
 }
 
+// Main is a test package's TestMain: its tests run with the test cluster
+// key in place (ClusterKey), and what they built is removed after
+// (Cleanup).
+func Main(m *testing.M) {
+	ClusterKey()
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
 // Cleanup deletes what Atoll and ClusterKey made (from TestMain, after
 // m.Run).
 func Cleanup() {

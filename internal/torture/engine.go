@@ -707,24 +707,17 @@ func (e *engine) probeCorruption(d damage) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), probeWindow)
 	defer cancel()
-	id, err := fragment.ParseID(filepath.Base(d.path))
-	if err != nil {
-		return
-	}
 	verdict := func() (done, detected bool, violation string) {
-		got, err := os.ReadFile(d.path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return e.stripeGone(d.path), false, "" // deleted with its stripe: moot
-		case err == nil && bytes.Equal(got, d.orig):
-			return true, true, "" // a read found and repaired it already
-		}
 		vctx, vcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer vcancel()
-		sick, err := e.probe.Data.VerifyFragment(vctx, d.slot, id)
+		st, sick, err := e.examine(vctx, e.probe, d)
 		switch {
-		case err != nil:
-			return false, false, ""
+		case st == fragMoot:
+			return true, false, ""
+		case st == fragVanished || err != nil:
+			return false, false, "" // ask again: its stripe may be dying, its server away
+		case st == fragRestored:
+			return true, true, "" // a read found and repaired it already
 		case len(sick) == 0:
 			return true, false, fmt.Sprintf("storage slot %d called corrupted fragment %s sound", d.slot, d.path)
 		}
@@ -755,6 +748,38 @@ func (e *engine) probeCorruption(d damage) {
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// fragState is what became of a corrupted fragment file.
+type fragState int
+
+const (
+	fragMoot     fragState = iota // gone with its whole stripe
+	fragVanished                  // gone while its stripe lives on
+	fragRestored                  // holds its original bytes again (repaired)
+	fragOnDisk                    // still holds other bytes: examine verified it
+)
+
+// examine finds what became of the corrupted fragment d and, while it is
+// still on disk with other bytes, asks its storage server to verify it
+// (the scrubber's check) through vc: the sick ranges, or why it could not
+// ask. The run's probes and the final check both judge by it.
+func (e *engine) examine(ctx context.Context, vc *connect.Conn, d damage) (fragState, []fragment.Range, error) {
+	got, err := os.ReadFile(d.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && e.stripeGone(d.path):
+		return fragMoot, nil, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fragVanished, nil, nil
+	case err == nil && bytes.Equal(got, d.orig):
+		return fragRestored, nil, nil
+	}
+	id, err := fragment.ParseID(filepath.Base(d.path))
+	if err != nil {
+		return fragOnDisk, nil, err
+	}
+	sick, err := vc.Data.VerifyFragment(ctx, d.slot, id)
+	return fragOnDisk, sick, err
 }
 
 // probeWindow bounds how long the engine keeps asking about one
@@ -849,25 +874,19 @@ func (e *engine) verifyDamage(ctx context.Context, vc *connect.Conn) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, d := range e.corrupt {
-		got, err := os.ReadFile(d.path)
+		st, sick, err := e.examine(ctx, vc, d)
 		switch {
-		case errors.Is(err, fs.ErrNotExist) && e.stripeGone(d.path):
+		case st == fragMoot:
 			e.rep.CorruptionsMoot++
-			continue
-		case errors.Is(err, fs.ErrNotExist):
+		case st == fragVanished:
 			e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("corrupted fragment %s vanished while its stripe lives on", d.path))
-			continue
-		case err == nil && bytes.Equal(got, d.orig):
+		case st == fragRestored:
 			e.rep.CorruptionsDetected++
-			continue
+		case err != nil || len(sick) == 0:
+			e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("corrupted fragment %s (slot %d) not detected: verify says %v, %v", d.path, d.slot, sick, err))
+		default:
+			e.rep.CorruptionsDetected++
 		}
-		id, perr := fragment.ParseID(filepath.Base(d.path))
-		sick, verr := vc.Data.VerifyFragment(ctx, d.slot, id)
-		if perr != nil || verr != nil || len(sick) == 0 {
-			e.rep.Violations = append(e.rep.Violations, fmt.Sprintf("corrupted fragment %s (slot %d) not detected: verify says %v, %v", d.path, d.slot, sick, errors.Join(perr, verr)))
-			continue
-		}
-		e.rep.CorruptionsDetected++
 	}
 	// A deleted fragment file is found by the scrubber, a read or a
 	// restart: ask now, as the scrubber would on its next pass.

@@ -104,21 +104,19 @@ type Server struct {
 		perPeer map[string]int // connections served per remote address
 	}
 	wg      sync.WaitGroup
-	refused atomic.Uint64
+	refused auth.Refusals
 	// refusedAccept counts failed accepts (EMFILE and the like).
 	refusedAccept atomic.Uint64
-	refusedLogged atomic.Int64 // when a refusal was last logged, Unix ns
 }
 
-// refuse counts a refused connection and logs it, at most one line a
-// second: a flood of strangers must not flood the log too (the counter
-// has them all).
+// refuse counts a refused connection and logs it (rate-limited), unless
+// the server is shutting down.
 func (s *Server) refuse(ctx context.Context, remote string, why error) {
-	n := s.refused.Add(1)
-	if now := time.Now().UnixNano(); ctx.Err() == nil && now-s.refusedLogged.Load() >= int64(time.Second) {
-		s.refusedLogged.Store(now)
-		s.log.Warn("wire: refused connection", "remote", remote, "reason", why, "refused_total", n)
+	log := s.log
+	if ctx.Err() != nil {
+		log = nil
 	}
+	s.refused.Add(log, "wire: refused connection", remote, why)
 }
 
 // peerHost is a connection's remote address without its port.
@@ -135,7 +133,7 @@ var Unauthenticated = auth.Peer{Name: "unauthenticated", Caps: auth.AllCaps}
 
 // Refused counts connections closed unserved: their handshake failed, or
 // they were over MaxConns or MaxConnsPerPeer.
-func (s *Server) Refused() uint64 { return s.refused.Load() }
+func (s *Server) Refused() uint64 { return s.refused.Count() }
 
 // AcceptFailures counts accepts that failed (out of file descriptors and
 // the like) and were retried.

@@ -56,11 +56,18 @@ func startServer(t *testing.T, lim Limits) string {
 // serveWith serves cfg on a loopback port until the test ends.
 func serveWith(t *testing.T, cfg ServerConfig) string {
 	t.Helper()
-	srv, err := NewServer(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	serveOn(t, cfg, ln)
+	return ln.Addr().String()
+}
+
+// serveOn serves cfg on ln until the test ends and returns the server.
+func serveOn(t *testing.T, cfg ServerConfig, ln net.Listener) *Server {
+	t.Helper()
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +80,12 @@ func serveWith(t *testing.T, cfg ServerConfig) string {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return ln.Addr().String()
+	return srv
+}
+
+// echo answers every request with its message.
+func echo(ctx context.Context, req *Request) (Response, error) {
+	return Response{Msg: append([]byte(nil), req.Msg...)}, nil
 }
 
 func TestRoundTripConcurrent(t *testing.T) {
@@ -658,28 +670,14 @@ func (l *flakyListener) Accept() (net.Conn, error) {
 // A server out of file descriptors keeps accepting once some are free,
 // instead of returning from Serve (which stopped the whole role).
 func TestAcceptSurvivesEMFILE(t *testing.T) {
-	srv, err := NewServer(ServerConfig{Logger: slog.New(slog.DiscardHandler), Handler: func(ctx context.Context, req *Request) (Response, error) {
-		return Response{Msg: append([]byte(nil), req.Msg...)}, nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fl := &flakyListener{Listener: ln}
 	fl.n.Store(5)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, fl) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	srv := serveOn(t, ServerConfig{Logger: slog.New(slog.DiscardHandler), Handler: echo}, fl)
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
 	c, err := Dial(cctx, ln.Addr().String(), ClientConfig{})
 	if err != nil {
@@ -699,24 +697,12 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 // and counted; the ones already served keep working, and a slot freed is
 // usable again.
 func TestConnectionCaps(t *testing.T) {
-	srv, err := NewServer(ServerConfig{Logger: slog.New(slog.DiscardHandler), MaxConnsPerPeer: 3, Handler: func(ctx context.Context, req *Request) (Response, error) {
-		return Response{Msg: append([]byte(nil), req.Msg...)}, nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	srv := serveOn(t, ServerConfig{Logger: slog.New(slog.DiscardHandler), MaxConnsPerPeer: 3, Handler: echo}, ln)
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
 	var cs []*Client
 	for i := 0; i < 5; i++ {
