@@ -33,6 +33,6 @@ python3 - "$tmp/atoll.json" "$tmp/local.json" <<'PY'
 import json, sys
 a, l = (json.load(open(p)) for p in sys.argv[1:3])
 print(json.dumps({"atoll": a, "local": l}))
-for k in ("seq_write_mbps", "cold_read_mbps", "small_files_per_s", "small_files_parallel_per_s", "small_files_fsync_per_s", "stat_per_s"):
+for k in ("seq_write_mbps", "cold_read_mbps", "second_read_mbps", "small_files_per_s", "small_files_parallel_per_s", "small_files_fsync_per_s", "stat_cold_per_s", "stat_warm_per_s"):
     print(f"{k:20s} atoll {a[k]:12.1f}   local {l[k]:12.1f}   ratio {a[k] / l[k]:.2f}")
 PY

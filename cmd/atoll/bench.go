@@ -134,7 +134,7 @@ func newBenchFSCmd() *cobra.Command {
 	f.StringVar(&size, "size", "1GiB", "sequential file size")
 	f.IntVar(&cfg.SmallFiles, "small-files", 10000, "4 KiB files to create, then list and stat")
 	f.IntVar(&cfg.Jobs, "jobs", 8, "concurrent writers of the parallel small-file phase")
-	f.BoolVar(&dropCaches, "drop-caches", true, "drop the machine's page cache before the cold read (needs root; affects everything running)")
+	f.BoolVar(&dropCaches, "drop-caches", true, "drop the machine's caches before the cold read and the cold stat (needs root; affects everything running)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
 	return cmd
 }
