@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/fusefs"
@@ -157,4 +159,115 @@ func TestFUSECloseToOpenSizeAfterOtherClientGrew(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestFUSEKeepsPageCacheWhileUnchanged: an open of a file whose data
+// version is the one the kernel's pages hold keeps those pages (a second
+// read is served by the kernel), and an open after another client changed
+// the file drops them (close-to-open). Residency is read with mincore(2)
+// on a read-only mapping, which faults nothing in.
+func TestFUSEKeepsPageCacheWhileUnchanged(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	ctx := context.Background()
+	data := newClient(t, fc.storage, nil)
+	lib, err := client.NewFS(client.FSConfig{Data: data, Map: fc.view, Logger: quietLogger(), AttrTTL: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lib.Close() })
+	_, mnt := mountFS(t, fc.newFS(t))
+	r := newRand(7)
+	const path = "/keep"
+	want := randBytes(r, 3<<20+123)
+	if err := lib.WriteFile(ctx, root, path, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mnt, path)
+	readAll := func(what string) {
+		t.Helper()
+		got, err := os.ReadFile(p)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: read %d bytes (%v), want the %d written", what, len(got), err, len(want))
+		}
+	}
+	pages := (len(want) + os.Getpagesize() - 1) / os.Getpagesize()
+
+	readAll("first read")
+	if n := residentPages(t, p); n < pages/2 {
+		t.Errorf("unchanged file: %d of %d pages cached after a new open, want them kept", n, pages)
+	}
+	readAll("second read")
+
+	// Another client changes it and puts the mtime back (as rsync -t or
+	// tar do), so size and mtime are as the kernel has them: the next
+	// open must still drop the pages (the data version says so).
+	patch := randBytes(r, 5000)
+	fh, err := lib.OpenPath(ctx, root, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fh.Attr()
+	if _, err := fh.WriteAt(ctx, patch, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fh.Release()
+	if _, err := lib.SetAttr(ctx, metawire.SetAttrReq{Cred: root, Ino: before.Ino, Valid: metawire.SetMtime, Mtime: before.Mtime}); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[1<<20:], patch)
+	if n := residentPages(t, p); n != 0 {
+		t.Errorf("file changed by another client: %d of %d pages still cached after open, want none", n, pages)
+	}
+	readAll("read after another client's change")
+
+	// This mount's own write: what it reads back is the new bytes.
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch = randBytes(r, 7000)
+	if _, err := f.WriteAt(patch, 2<<20+11); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[2<<20+11:], patch)
+	readAll("read after this mount's write")
+	if got, err := lib.ReadFile(ctx, root, path); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the library reads %d bytes (%v) after the mount's write, want %d", len(got), err, len(want))
+	}
+}
+
+// residentPages opens p, maps it read-only and counts the pages of it the
+// kernel has cached (mincore).
+func residentPages(t *testing.T, p string) int {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(m)
+	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatalf("mincore %s: %v", p, e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }

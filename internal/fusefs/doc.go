@@ -48,13 +48,17 @@
 // descriptors of one process see each other's unflushed writes). Writes go
 // to its write-back cache; FLUSH (every close(2)), FSYNC and the last
 // RELEASE flush it, so data is durable and committed when close or fsync
-// returns (close-to-open consistency). OPEN always fetches fresh attributes,
-// does not keep the kernel's page cache and invalidates the kernel's cached
-// attributes (FUSE notify; its reply cannot carry them, and the kernel
-// reads only up to the size it has cached), so a file opened after another
-// client closed it shows that client's data, all of it: the kernel asks
-// again (GETATTR, from the island) before it reads past its old size or
-// answers fstat. While a file is open
+// returns (close-to-open consistency). OPEN always fetches fresh attributes
+// and invalidates the kernel's cached attributes (FUSE notify; its reply
+// cannot carry them, and the kernel reads only up to the size it has
+// cached), so a file opened after another client closed it shows that
+// client's data, all of it: the kernel asks again (GETATTR, from the
+// island) before it reads past its old size or answers fstat. OPEN keeps
+// the kernel's page cache (FOPEN_KEEP_CACHE) only when the pages hold the
+// data version the island has now (pages.go: a version is recorded when
+// an open drops the pages and moved by this mount's own commits), so a
+// second read of an unchanged file is served by the kernel while a file
+// another client changed is read again. While a file is open
 // with unflushed data, GETATTR reports the size (and modification time)
 // of that data. Truncation, attribute changes and user.atoll.policy
 // changes of an open file first flush it and then re-open the shared File

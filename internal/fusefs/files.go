@@ -26,6 +26,8 @@ type openFile struct {
 	file atomic.Pointer[client.File]
 	err  error // set (under mu) when the first open failed
 
+	pages *pageVersions // the adapter's: commits move the kernel's page version
+
 	writes  atomic.Uint64 // writes accepted
 	flushed atomic.Uint64 // writes known to be committed
 	mtime   atomic.Int64  // time of the last local write (ns)
@@ -63,9 +65,13 @@ func (of *openFile) flushShared(ctx context.Context, durable bool) error {
 	if durable {
 		flush = f.Fsync
 	}
+	before := f.Attr().Version
 	if err := flush(ctx); err != nil {
+		// The kernel's pages may hold writes the island never got.
+		of.pages.forget(of.ino)
 		return err
 	}
+	of.pages.committed(of.ino, before, f.Attr().Version)
 	// Only move forward: a concurrent flush may have recorded more.
 	for {
 		old := of.flushed.Load()
@@ -108,7 +114,7 @@ func (a *adapter) acquire(ctx context.Context, cred metawire.Cred, ino uint64, c
 		}
 		return of, nil
 	}
-	of = &openFile{ino: ino, cred: cred, refs: 1}
+	of = &openFile{ino: ino, cred: cred, refs: 1, pages: a.pages}
 	of.mu.Lock()
 	a.files[ino] = of
 	a.mu.Unlock()
@@ -213,6 +219,23 @@ func (a *adapter) release(of *openFile) {
 		delete(a.files, of.ino)
 	}
 	a.mu.Unlock()
+}
+
+// keepPages reports whether an open of of, revalidated just now, may keep
+// the kernel's page cache (FOPEN_KEEP_CACHE): the pages hold the data
+// version the island has now (pageVersions).
+func (a *adapter) keepPages(of *openFile) bool {
+	f := of.file.Load()
+	if f == nil {
+		return false
+	}
+	if of.dirty() {
+		// Unflushed writes: the version says nothing yet.
+		a.pages.forget(of.ino)
+		return false
+	}
+	at := f.Attr()
+	return a.pages.open(of.ino, at.Gen, at.Version)
 }
 
 // lookupOpen returns the open state of ino, or nil.

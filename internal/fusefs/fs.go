@@ -35,6 +35,7 @@ type adapter struct {
 	fs     *client.FS
 	log    *slog.Logger
 	creds  *credCache
+	pages  *pageVersions
 	server *fuse.Server
 	silly  atomic.Uint64
 	killed atomic.Bool // Mount.Kill: write nothing back any more
@@ -58,6 +59,7 @@ func newAdapter(cfg *Config) *adapter {
 		fs:            cfg.FS,
 		log:           cfg.Logger,
 		creds:         newCredCache(),
+		pages:         newPageVersions(),
 		files:         map[uint64]*openFile{},
 		handles:       map[uint64]*handle{},
 		dirs:          map[uint64]*dirStream{},
@@ -657,8 +659,17 @@ func (a *adapter) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 	st := a.openHandle(ctx, cred, i, in.Flags, nil, &out.Fh)
 	if st.Ok() {
 		a.dropKernelAttr(in.NodeId)
+		a.setKeepCache(out)
 	}
 	return st
+}
+
+// setKeepCache sets FOPEN_KEEP_CACHE in an open's reply when the kernel's
+// pages of the file opened hold the version the island has (keepPages).
+func (a *adapter) setKeepCache(out *fuse.OpenOut) {
+	if h := a.getHandle(out.Fh); h != nil && a.keepPages(h.of) {
+		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+	}
 }
 
 // dropKernelAttr invalidates the kernel's cached attributes of node (not
@@ -736,6 +747,7 @@ func (a *adapter) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string,
 	if st := a.openHandle(ctx, cred, r.Attr.Ino, flags, created, &out.Fh); !st.Ok() {
 		return st
 	}
+	a.setKeepCache(&out.OpenOut)
 	at := r.Attr
 	if r.Existed {
 		if f := a.lookupOpen(at.Ino); f != nil {
