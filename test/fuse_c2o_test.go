@@ -271,3 +271,28 @@ func residentPages(t *testing.T, p string) int {
 	}
 	return n
 }
+
+// TestFUSEReadAhead: a root mount raises the kernel's read-ahead from the
+// 128 KiB FUSE mounts start with (which cut sequential reads into 128 KiB
+// requests) to fusefs.DefaultReadAhead, and a big file reads back exact
+// through it.
+func TestFUSEReadAhead(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	_, mnt := mountFS(t, fc.newFS(t))
+	if ra, err := fusefs.ReadAheadOf(mnt); err != nil || ra != fusefs.DefaultReadAhead {
+		t.Fatalf("kernel read-ahead of the mount: %d bytes (%v), want %d", ra, err, fusefs.DefaultReadAhead)
+	}
+	want := randBytes(newRand(11), 20<<20+5)
+	p := filepath.Join(mnt, "ra")
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1\n"), 0); err != nil {
+		t.Logf("dropping caches: %v (the read may be warm)", err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes (%v), want the %d written", len(got), err, len(want))
+	}
+}

@@ -123,6 +123,7 @@ and repairs its reads found.`,
 	f.DurationVar(&cfg.EntryTTL, "entry-timeout", time.Second, "kernel name cache timeout")
 	f.DurationVar(&cfg.InterruptGrace, "interrupt-grace", 5*time.Second, "how long a change keeps waiting for a hung server after its process is interrupted or killed (negative: until the server answers)")
 	f.BoolVar(&cfg.Private, "private", false, "mount without allow_other (only the mounting user may enter)")
+	f.IntVar(&cfg.ReadAhead, "read-ahead", fusefs.DefaultReadAhead, "the kernel's read-ahead for the mount in bytes, set when running as root (negative: the kernel's default, 128 KiB)")
 	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here and register with the managers, e.g. 127.0.0.1:7609 (empty: off)")
 	return cmd
