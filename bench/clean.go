@@ -79,12 +79,19 @@ func (c *CleanConfig) Validate() error {
 
 // CleanResult holds the figures; JSON names are stable.
 type CleanResult struct {
-	LiveBytes          int64   `json:"live_bytes"`
-	DiskBeforeBytes    int64   `json:"disk_before_bytes"`
-	DiskAfterBytes     int64   `json:"disk_after_bytes"`
-	CopiedBytes        int64   `json:"copied_bytes"`
-	ReclaimedBytes     int64   `json:"reclaimed_bytes"`
-	WriteAmplification float64 `json:"write_amplification"` // bytes copied per byte reclaimed
+	LiveBytes       int64 `json:"live_bytes"`
+	DiskBeforeBytes int64 `json:"disk_before_bytes"`
+	DiskAfterBytes  int64 `json:"disk_after_bytes"`
+	CopiedBytes     int64 `json:"copied_bytes"`          // live file bytes the pass copied (logical)
+	CopiedPhysical  int64 `json:"copied_physical_bytes"` // the same with parity: what the copies took on disk
+	ReclaimedBytes  int64 `json:"reclaimed_bytes"`       // disk bytes given back, net of the copies (physical)
+	// WriteAmplification is disk bytes written by the copies per disk
+	// byte given back: physical by physical.
+	WriteAmplification float64 `json:"write_amplification"`
+	// CleanOverlap is the share of the measured pass's time during which
+	// the foreground writer ran (1: the whole pass competed with it; the
+	// foreground figure during cleaning means little when it is small).
+	CleanOverlap       float64 `json:"clean_overlap_fraction"`
 	CleanSeconds       float64 `json:"clean_seconds"`
 	ForegroundMBps     float64 `json:"foreground_mbps"`
 	ForegroundCleanMBs float64 `json:"foreground_during_clean_mbps"`
@@ -299,13 +306,17 @@ func measureCleaning(ctx context.Context, cfg CleanConfig, c *cleaner.Cleaner, f
 		d   time.Duration
 	}
 	passDone := make(chan passOut, 1)
+	passStart := time.Now()
 	go func() {
-		start := time.Now()
 		rep, err := c.Pass(ctx, cleaner.PassOptions{Copy: true})
-		passDone <- passOut{rep, err, time.Since(start)}
+		passDone <- passOut{rep, err, time.Since(passStart)}
 	}()
 	during, fgErr := fg("/fg-during")
+	fgEnd := time.Now()
 	p := <-passDone
+	if p.d > 0 {
+		res.CleanOverlap = min(fgEnd.Sub(passStart), p.d).Seconds() / p.d.Seconds()
+	}
 	if fgErr != nil {
 		return fgErr
 	}
@@ -319,10 +330,12 @@ func measureCleaning(ctx context.Context, cfg CleanConfig, c *cleaner.Cleaner, f
 	res.DiskBeforeBytes = p.rep.Bytes
 	res.CopiedBytes = p.rep.CopiedBytes
 	res.CleanSeconds = p.d.Seconds()
-	// Net space given back: what was deleted minus what the copies took.
-	res.ReclaimedBytes = p.rep.DeletedBytes - p.rep.CopiedBytes*5/4
+	// Net space given back: what was deleted (fragments: physical) minus
+	// what the copies took (their stripes carry ec:4+1's parity too).
+	res.CopiedPhysical = p.rep.CopiedBytes * 5 / 4
+	res.ReclaimedBytes = p.rep.DeletedBytes - res.CopiedPhysical
 	if res.ReclaimedBytes > 0 {
-		res.WriteAmplification = float64(res.CopiedBytes) / float64(res.ReclaimedBytes)
+		res.WriteAmplification = float64(res.CopiedPhysical) / float64(res.ReclaimedBytes)
 	}
 	if err := fs.Unlink(ctx, cred, uint64(namespace.RootIno), "fg-during"); err != nil {
 		return err
@@ -332,7 +345,8 @@ func measureCleaning(ctx context.Context, cfg CleanConfig, c *cleaner.Cleaner, f
 		return err
 	}
 	res.DiskAfterBytes = after.Bytes - after.DeletedBytes
-	say("cleaner: copied %s, reclaimed %s (write amplification %.2f)", human(res.CopiedBytes), human(res.ReclaimedBytes), res.WriteAmplification)
+	say("cleaner: copied %s (%s on disk), reclaimed %s net (write amplification %.2f, disk bytes by disk bytes); the foreground writer ran during %.0f%% of the pass",
+		human(res.CopiedBytes), human(res.CopiedPhysical), human(res.ReclaimedBytes), res.WriteAmplification, 100*res.CleanOverlap)
 
 	return nil
 }

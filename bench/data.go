@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/client"
@@ -246,7 +247,7 @@ func RunData(ctx context.Context, cfg DataConfig, progress io.Writer) (DataResul
 	}
 
 	// Phase 4: the local filesystem, same bytes, same machine.
-	lw, lr, err := localFile(filepath.Join(dir, "local.bin"), src, cfg.Size)
+	lw, lr, err := localFile(filepath.Join(dir, "local.bin"), src, cfg.Size, cfg.ReadWorkers)
 	if err != nil {
 		return res, err
 	}
@@ -354,7 +355,6 @@ func (s *source) fill(off int64, b []byte) {
 // readAll reads the pointers as a sequential reader with read-ahead
 // would: windows of 4 MiB, several in flight, and compares every byte.
 func readAll(ctx context.Context, cl *client.Client, ptrs []layout.Pointer, src *source, workers int) error {
-	const window = 4 * mib
 	type job struct {
 		lo, hi int
 		off    int64
@@ -421,8 +421,11 @@ func readAll(ctx context.Context, cl *client.Client, ptrs []layout.Pointer, src 
 }
 
 // localFile writes size bytes to path in 1 MiB writes with a final fsync,
-// then reads them back in 1 MiB reads, comparing.
-func localFile(path string, src *source, size int64) (wMBps, rMBps float64, err error) {
+// then reads them back as Atoll's read phase does (workers readers taking
+// the next window in turn, comparing), so the ratio compares like with
+// like. Both reads find their bytes in the page cache: Atoll's storage
+// servers' fragment files were just written too.
+func localFile(path string, src *source, size int64, workers int) (wMBps, rMBps float64, err error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return 0, 0, err
@@ -439,21 +442,46 @@ func localFile(path string, src *source, size int64) (wMBps, rMBps float64, err 
 		return 0, 0, err
 	}
 	wMBps = mbps(size, time.Since(start))
-	buf, want := make([]byte, mib), make([]byte, mib)
 	start = time.Now()
-	for off := int64(0); off < size; off += mib {
-		n, err := f.ReadAt(buf, off)
-		if err != nil && !(errors.Is(err, io.EOF) && int64(n) == size-off) {
-			return 0, 0, err
+	var next atomic.Int64
+	next.Store(-window)
+	errs := make(chan error, max(workers, 1))
+	for w := 0; w < max(workers, 1); w++ {
+		go func() {
+			buf, want := make([]byte, window), make([]byte, window)
+			for {
+				off := next.Add(window)
+				if off >= size {
+					errs <- nil
+					return
+				}
+				n, err := f.ReadAt(buf[:min(window, size-off)], off)
+				if err != nil && !errors.Is(err, io.EOF) {
+					errs <- err
+					return
+				}
+				src.fill(off, want[:n])
+				if int64(n) != min(window, size-off) || !bytes.Equal(buf[:n], want[:n]) {
+					errs <- fmt.Errorf("local file differs at %d", off)
+					return
+				}
+			}
+		}()
+	}
+	for w := 0; w < max(workers, 1); w++ {
+		if e := <-errs; e != nil && err == nil {
+			err = e
 		}
-		src.fill(off, want[:n])
-		if !bytes.Equal(buf[:n], want[:n]) {
-			return 0, 0, fmt.Errorf("local file differs at %d", off)
-		}
+	}
+	if err != nil {
+		return 0, 0, err
 	}
 	rMBps = mbps(size, time.Since(start))
 	return wMBps, rMBps, nil
 }
+
+// window is the bytes one reader of the read phases asks for at a time.
+const window = 4 * mib
 
 func mbps(n int64, d time.Duration) float64 { return float64(n) / 1e6 / d.Seconds() }
 

@@ -162,6 +162,12 @@ func TestRunClean(t *testing.T) {
 	if res.WriteAmplification < 0 || math.IsInf(res.WriteAmplification, 0) || math.IsNaN(res.WriteAmplification) {
 		t.Errorf("write amplification %v", res.WriteAmplification)
 	}
+	if res.CopiedPhysical != res.CopiedBytes*5/4 {
+		t.Errorf("copied %d bytes but %d on disk, want the ec:4+1 share", res.CopiedBytes, res.CopiedPhysical)
+	}
+	if res.CleanOverlap < 0 || res.CleanOverlap > 1 {
+		t.Errorf("clean overlap %v, want a fraction", res.CleanOverlap)
+	}
 	// Slot 2 held a fragment of every ec:4+1 stripe: the rebuild put
 	// back at least a fifth of the rebuild data and working set.
 	if min := (cfg.RebuildData + cfg.WorkingSet) / 5; res.RebuildBytes < min {
