@@ -1142,6 +1142,72 @@ func TestFUSESmallFileIslandRoundTrips(t *testing.T) {
 	}
 }
 
+// TestFUSETarLikeAttrsCostNoReopen: a file written and then given its
+// owner, mode and times on the open descriptor before close (what tar x
+// does for every file) costs one setattr per call and nothing more: no
+// re-open of the file behind it (a getattr and, for a small file, a
+// readmap per call before), and the attributes and bytes read back are
+// the ones set.
+func TestFUSETarLikeAttrsCostNoReopen(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	_, mnt := mountFS(t, fc.newFS(t))
+	dir := filepath.Join(mnt, "tar")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ops := []string{"setattr", "getattr", "readmap"}
+	before := map[string]float64{}
+	for _, op := range ops {
+		before[op] = fc.islandOpsResult(t, op, "")
+	}
+	const n = 10
+	mtime := time.Date(2020, 2, 29, 12, 0, 0, 123456789, time.UTC)
+	for i := 0; i < n; i++ {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("f%d", i)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(bytes.Repeat([]byte{byte(i)}, 3000)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Chown(1000+i, 2000+i); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Chmod(0o640); err != nil {
+			t.Fatal(err)
+		}
+		ts := []unix.Timespec{unix.NsecToTimespec(mtime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, f.Name(), ts, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fc.islandOpsResult(t, "setattr", "") - before["setattr"]; got != 3*n {
+		t.Errorf("%d files given owner, mode and times: %v island setattr requests, want %d", n, got, 3*n)
+	}
+	// The kernel asks for attributes once a file (its write invalidated
+	// them); a re-open asked once per setattr on top.
+	if got := fc.islandOpsResult(t, "getattr", "") - before["getattr"]; got > n {
+		t.Errorf("%d files: %v island getattr requests, want at most %d (one per file, the kernel's)", n, got, n)
+	}
+	if got := fc.islandOpsResult(t, "readmap", "") - before["readmap"]; got != 0 {
+		t.Errorf("%d files: %v island readmap requests, want none", n, got)
+	}
+	for i := 0; i < n; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("f%d", i))
+		st := lstat(t, p)
+		if st.Uid != uint32(1000+i) || st.Gid != uint32(2000+i) || st.Mode&0o7777 != 0o640 || st.Mtim.Nano() != mtime.UnixNano() || st.Size != 3000 {
+			t.Errorf("f%d: uid %d gid %d mode %o mtime %d size %d, want %d %d 640 %d 3000", i, st.Uid, st.Gid, st.Mode&0o7777, st.Mtim.Nano(), st.Size, 1000+i, 2000+i, mtime.UnixNano())
+		}
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(i)}, 3000)) {
+			t.Errorf("f%d: read %d bytes (%v)", i, len(got), err)
+		}
+	}
+}
+
 // A process blocked on the mount in a change (mkdir) whose island hangs
 // (SIGSTOP: its connections stay open, nothing answers) can be killed: the
 // request gives up InterruptGrace after the kernel interrupts it, instead

@@ -186,6 +186,22 @@ func (f *FS) OpenWithAttr(ctx context.Context, cred metawire.Cred, a metawire.At
 // Ino returns the file's inode id.
 func (h *File) Ino() uint64 { return h.ino }
 
+// TakeAttr makes a, the attributes the island answered a change that left
+// the data alone with (mode, owner, times), the File's own, so that the
+// File needs no re-open to follow it. It refuses (false: re-open) unless
+// the File is clean and a is of the very data version, size and policy
+// the File holds, so nothing the File caches beside attributes is stale.
+func (h *File) TakeAttr(a metawire.Attr) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cur := h.mu.attr
+	if h.mu.modified || a.Ino != h.ino || a.Gen != cur.Gen || a.Version != cur.Version || a.Size != h.mu.size || a.Policy != cur.Policy || a.Inline != cur.Inline {
+		return false
+	}
+	h.mu.attr = a
+	return true
+}
+
 // Size returns the file's size including unflushed writes.
 func (h *File) Size() uint64 {
 	h.mu.Lock()

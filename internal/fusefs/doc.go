@@ -61,8 +61,12 @@
 // another client changed is read again. While a file is open
 // with unflushed data, GETATTR reports the size (and modification time)
 // of that data. Truncation, attribute changes and user.atoll.policy
-// changes of an open file first flush it and then re-open the shared File
-// so its cached state (size, block size, policy) follows the island.
+// changes of an open file first flush it (a later commit would set mtime
+// and clear set-id bits again); truncation and policy changes then re-open
+// the shared File so its cached state (size, block size, policy) follows
+// the island, while chmod, chown and utimes hand the File the attributes
+// the island answered (client.File.TakeAttr; a re-open cost a getattr and
+// a readmap each, three times per file of a tar x).
 // Truncation always goes through a File: islands keep the bytes past a new
 // size inside its last block, and client.FS.SetAttr rewrites that block
 // (short) so stale bytes cannot reappear when the file grows again
