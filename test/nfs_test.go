@@ -1308,6 +1308,45 @@ func TestNFSMountAndExportOptions(t *testing.T) {
 	if st, _ := dialRPC(t, allow.addr).getattr(rh); st != sOK {
 		t.Fatalf("getattr from an allowed client: %d", st)
 	}
+
+	// Secure ports: from a port of 1024 or above only NULL answers; from
+	// one below (root binds it) everything does.
+	sec := startGateway(t, fc.newFS(t), "", func(cfg *nfs.Config) { cfg.Export.SecurePort = true })
+	cu := dialRPC(t, sec.addr)
+	if rep := cu.call(progNFS, 3, pGetattr, args(rh)); !rep.denied || rep.authStat != 5 {
+		t.Fatalf("getattr from an unprivileged port of a secure export: %+v", rep)
+	}
+	if rep := cu.call(progMount, 3, 1, args("/")); !rep.denied || rep.authStat != 5 {
+		t.Fatalf("MNT from an unprivileged port of a secure export: %+v", rep)
+	}
+	if rep := cu.call(progNFS, 3, 0, nil); rep.denied || rep.stat != 0 {
+		t.Fatalf("NULL from an unprivileged port of a secure export: %+v", rep)
+	}
+	cp := dialRPCFromPrivilegedPort(t, sec.addr)
+	if st, _ := cp.getattr(cp.mount("/")); st != sOK {
+		t.Fatalf("getattr from a privileged port of a secure export: %d", st)
+	}
+}
+
+// dialRPCFromPrivilegedPort is dialRPC from a source port below 1024
+// (needs root: it fails the test otherwise).
+func dialRPCFromPrivilegedPort(t *testing.T, addr string) *rpcConn {
+	t.Helper()
+	var last error
+	for port := 1023; port >= 600; port-- {
+		d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			last = err
+			continue
+		}
+		t.Cleanup(func() { c.Close() })
+		r := &rpcConn{t: t, c: c, br: bufio.NewReader(c), xid: 0x1000}
+		r.asUser(0, 0)
+		return r
+	}
+	t.Fatalf("no privileged source port could be bound (root needed): %v", last)
+	return nil
 }
 
 // ro0 starts a plain (unconfined) gateway and returns its address.

@@ -113,6 +113,7 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 	f.BoolVar(&cfg.Export.ReadOnly, "read-only", false, "refuse every change (NFS3ERR_ROFS)")
 	f.StringVar(&cfg.Export.Path, "export", "/", "the directory clients may mount; below /, clients are confined to it (handles are tagged with this gateway's key)")
 	f.BoolVar(&cfg.Export.RootSquash, "root-squash", true, "map uid/gid 0 of NFS clients to the anonymous ids (--root-squash=false trusts clients' root)")
+	f.BoolVar(&cfg.Export.SecurePort, "secure-port", false, "answer NFS and MOUNT calls only from client source ports below 1024 (root's), as knfsd's \"secure\" option")
 	f.Uint32Var(&cfg.Export.AnonUID, "anonuid", 65534, "uid of AUTH_NONE and squashed callers")
 	f.Uint32Var(&cfg.Export.AnonGID, "anongid", 65534, "gid of AUTH_NONE and squashed callers")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")

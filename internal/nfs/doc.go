@@ -34,7 +34,8 @@
 // and AUTH_ERROR/AUTH_TOOWEAK on NFS calls but NULL), read-only
 // (NFS3ERR_ROFS on every change; ACCESS never grants MODIFY, EXTEND or
 // DELETE), root squash (uid and gid 0, also among aux gids, become
-// AnonUID/AnonGID). DUMP reports the MNTs not yet UMNTed (in memory,
+// AnonUID/AnonGID), and secure ports (NFS and MOUNT calls but NULL only
+// from client ports below 1024, AUTH_TOOWEAK otherwise). DUMP reports the MNTs not yet UMNTed (in memory,
 // advisory).
 //
 // # File handles

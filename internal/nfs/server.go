@@ -31,6 +31,11 @@ type Export struct {
 	Allow []netip.Prefix
 	// ReadOnly refuses every change with NFS3ERR_ROFS.
 	ReadOnly bool
+	// SecurePort answers NFS and MOUNT calls (but NULL) only from source
+	// ports below 1024, which only root can bind on a client host (knfsd's
+	// "secure"): a user on an allowed host cannot then assert any uid
+	// with a hand-made AUTH_SYS credential. Others get AUTH_TOOWEAK.
+	SecurePort bool
 	// RootSquash maps uid 0 (and gid 0) to AnonUID (AnonGID).
 	RootSquash bool
 	// AnonUID and AnonGID are the identity of AUTH_NONE callers and of
@@ -338,6 +343,8 @@ type conn struct {
 	remote  netip.Addr
 	local   netip.Addr
 	allowed bool
+	// privileged: the client's source port is below 1024.
+	privileged bool
 	// portmapOnly: accepted on the portmapper's listener, which serves
 	// nothing but the portmapper.
 	portmapOnly bool
@@ -361,6 +368,7 @@ func (s *Server) serveConn(nc net.Conn, portmapOnly bool) {
 	c := &conn{nc: nc, portmapOnly: portmapOnly}
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
 		c.remote = ap.Addr().Unmap()
+		c.privileged = ap.Port() < 1024
 	}
 	if ap, err := netip.ParseAddrPort(nc.LocalAddr().String()); err == nil {
 		c.local = ap.Addr().Unmap()
@@ -445,11 +453,12 @@ func (s *Server) handle(cn *conn, rec []byte) (out []byte) {
 	if cn.portmapOnly && hdr.prog != progPortmap {
 		stat = acceptProgUnavail
 	}
-	if stat == acceptSuccess && !cn.allowed && hdr.proc != 0 &&
-		(hdr.prog == progNFS || hdr.prog == progMount && hdr.proc != mountProcMnt) {
+	if stat == acceptSuccess && hdr.proc != 0 && (hdr.prog == progNFS || hdr.prog == progMount) &&
+		(!cn.allowed && (hdr.prog == progNFS || hdr.proc != mountProcMnt) || s.exp.SecurePort && !cn.privileged) {
 		// Not in the export's allow list: NFS answers only NULL, MOUNT
 		// only NULL and MNT (which says MNT3ERR_ACCES); DUMP, EXPORT
-		// and UMNT would tell a stranger who mounts what.
+		// and UMNT would tell a stranger who mounts what. From an
+		// unprivileged port of a secure export: only NULL.
 		deniedReply(w, hdr.xid, &headerError{stat: rejectAuthError, auth: authTooWeak})
 		finishRecord(w)
 		return w.B
