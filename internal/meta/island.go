@@ -566,9 +566,12 @@ func (i *Island) lastSeqLocked(bucket uint32) (uint32, error) {
 	return last, nil
 }
 
-// noteSeq makes sure the bucket's sequence is at least ino's, so an id
-// created here is never allocated again (ids normally come from allocIno
-// already; this guards against a coordinator that made one up).
+// noteSeq checks that ino, about to be created here, is an id this island
+// handed out (allocIno: every id is at most the bucket's durable
+// reservation), and makes sure the bucket's sequence is at least ino's so
+// it is never allocated again. An id beyond the reservation was made up:
+// taking it would let one forged prepare use up the bucket's numbers
+// (^uint32(0) leaves none), so it is refused.
 func (i *Island) noteSeq(ino namespace.Ino) error {
 	i.seq.Lock()
 	defer i.seq.Unlock()
@@ -581,10 +584,7 @@ func (i *Island) noteSeq(ino namespace.Ino) error {
 		return nil
 	}
 	if ino.Seq() > i.seq.high[b] {
-		if err := i.db.Set(seqKey(b), encodeU32(ino.Seq()), pebble.NoSync); err != nil {
-			return fmt.Errorf("%w: %v", metawire.ErrIO, err)
-		}
-		i.seq.high[b] = ino.Seq()
+		return fmt.Errorf("%w: create of inode %v, which bucket %08x never allocated (reserved up to %d)", metawire.ErrBadRequest, ino, b, i.seq.high[b])
 	}
 	i.seq.last[b] = ino.Seq()
 	return nil

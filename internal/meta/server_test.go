@@ -53,6 +53,30 @@ func TestEpochsAndRouting(t *testing.T) {
 	_, err = other.Handle(bg, metawire.OpPrepare, 5, metawire.Marshal(&metawire.PrepareReq{Coordinator: 9,
 		Actions: []metawire.Action{{Kind: metawire.ActTouch, Ino: rootIno()}}}))
 	wantErr(t, err, metawire.ErrWrongIsland, "prepare on the wrong island")
+	// A made-up inode id beyond what the bucket allocated would use up
+	// its numbers: refused, and the next allocation is as before.
+	alloc := func() namespace.Ino {
+		t.Helper()
+		b, err := isl.Handle(bg, metawire.OpAllocIno, 5, metawire.Marshal(&metawire.AllocInoReq{Bucket: namespace.RootBucket}))
+		var r metawire.AllocInoResp
+		if err == nil {
+			err = metawire.Unmarshal(b, &r)
+		}
+		if err != nil {
+			t.Fatalf("allocino: %v", err)
+		}
+		return namespace.Ino(r.Ino)
+	}
+	first := alloc()
+	forged := metawire.PrepareReq{TxID: metawire.TxID{7, 7}, Coordinator: 9, Actions: []metawire.Action{{
+		Kind: metawire.ActCreateInode, Ino: uint64(namespace.MakeIno(namespace.RootBucket, ^uint32(0))),
+		Init: metawire.InodeInit{Mode: metawire.ModeFile | 0o644, Nlink: 1},
+	}}}
+	_, err = isl.Handle(bg, metawire.OpPrepare, 5, metawire.Marshal(&forged))
+	wantErr(t, err, metawire.ErrBadRequest, "prepare creating an inode id never allocated")
+	if next := alloc(); next.Seq() != first.Seq()+1 {
+		t.Fatalf("after a forged prepare the bucket allocates %v, want sequence %d", next, first.Seq()+1)
+	}
 	isl.Close()
 	wantErr(t, get(5, rootIno()), metawire.ErrUnavailable, "closed island")
 }
