@@ -2,11 +2,13 @@ package test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"regexp"
@@ -22,6 +24,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/nfs"
 	"github.com/atoll-fs/atoll/internal/wire"
 
 	"golang.org/x/sys/unix"
@@ -262,7 +265,12 @@ func vmRSS(t *testing.T, pid int) int64 {
 // stop it serving keyed clients; and a storage server out of file
 // descriptors keeps its accept loop, serving again once they are free.
 func TestSlowlorisAndFDExhaustion(t *testing.T) {
-	cl, _ := startDev(t, 1, 1, 0, func(c *devcluster.Config) { c.NFSListen = "" })
+	var nfsAddr string
+	cl, _ := startDev(t, 1, 1, 1, func(c *devcluster.Config) {
+		ap := netip.MustParseAddrPort(c.IslandListen)
+		nfsAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String()
+		c.NFSListen = nfsAddr
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// 40 bytes of a hello that announces a 64-byte name: the server
@@ -309,6 +317,36 @@ func TestSlowlorisAndFDExhaustion(t *testing.T) {
 		t.Logf("%s: RSS %d MiB -> +%d KiB with 1,000 idle connections", tg.name, before>>20, grew>>10)
 		if grew > 64<<20 {
 			t.Errorf("%s: 1,000 idle connections grew RSS by %d MiB", tg.name, grew>>20)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+
+	// The NFS gateway: 1,000 connections whose record header announces
+	// a megabyte followed by 40 bytes of it.
+	{
+		pid := cl.Child("nfs").PID()
+		before := vmRSS(t, pid)
+		rec := binary.BigEndian.AppendUint32(nil, 1<<31|nfs.MaxRecord-8)
+		rec = append(rec, make([]byte, 40)...)
+		var conns []net.Conn
+		for i := 0; i < 1000; i++ {
+			c, err := net.DialTimeout("tcp", nfsAddr, 5*time.Second)
+			if err != nil {
+				t.Fatalf("nfs: connection %d: %v", i, err)
+			}
+			c.Write(rec)
+			conns = append(conns, c)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if rep := dialRPC(t, nfsAddr).call(progNFS, 3, 0, nil); rep.denied || rep.stat != 0 {
+			t.Errorf("nfs does not answer NULL under 1,000 half records: %+v", rep)
+		}
+		grew := vmRSS(t, pid) - before
+		t.Logf("nfs: RSS %d MiB -> +%d KiB with 1,000 half records", before>>20, grew>>10)
+		if grew > 64<<20 {
+			t.Errorf("nfs: 1,000 connections announcing 1 MiB records grew RSS by %d MiB", grew>>20)
 		}
 		for _, c := range conns {
 			c.Close()

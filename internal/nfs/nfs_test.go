@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"testing"
 
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -78,6 +79,39 @@ func TestReadRecord(t *testing.T) {
 	br = bufio.NewReader(bytes.NewReader(frag(true, []byte("abcdef"))[:7]))
 	if _, err := readRecord(br, 100); err != io.ErrUnexpectedEOF {
 		t.Fatalf("truncated record: %v", err)
+	}
+}
+
+// A record header announcing a megabyte that is followed by a few bytes
+// costs about what arrived, not the megabyte (1,000 such connections
+// would otherwise hold a gigabyte).
+func TestReadRecordAllocatesAsBytesArrive(t *testing.T) {
+	var in bytes.Buffer
+	binary.Write(&in, binary.BigEndian, uint32(lastFragment|MaxRecord-8))
+	in.Write(make([]byte, 100))
+	br := bufio.NewReader(&in)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := readRecord(br, MaxRecord)
+	runtime.ReadMemStats(&after)
+	if err != io.ErrUnexpectedEOF {
+		t.Fatalf("truncated record: %v, want unexpected EOF", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4*recordStep {
+		t.Errorf("a record that announced %d bytes and sent 100 allocated %d bytes", MaxRecord-8, got)
+	}
+	// A whole record of that size still reads back exact.
+	in.Reset()
+	want := make([]byte, MaxRecord-8)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	binary.Write(&in, binary.BigEndian, uint32(lastFragment|len(want)))
+	in.Write(want)
+	got, err := readRecord(bufio.NewReader(&in), MaxRecord)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("whole record: %d bytes (%v), want %d", len(got), err, len(want))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/nfs/xdr"
@@ -62,9 +63,11 @@ const (
 var errRecordTooLong = errors.New("nfs: rpc record over the size limit")
 
 // readRecord reads one record (all its fragments) from r. It allocates
-// only as fragments arrive, never more than max bytes in all. io.EOF means
+// only as bytes arrive (in steps of at most recordStep beyond what has
+// arrived, so a header announcing 1 MiB that is followed by nothing costs
+// recordStep, not 1 MiB), never more than limit bytes in all. io.EOF means
 // the stream ended cleanly between records.
-func readRecord(r *bufio.Reader, max int) ([]byte, error) {
+func readRecord(r *bufio.Reader, limit int) ([]byte, error) {
 	var rec []byte
 	var hdr [4]byte
 	for first := true; ; first = false {
@@ -76,23 +79,26 @@ func readRecord(r *bufio.Reader, max int) ([]byte, error) {
 		}
 		v := binary.BigEndian.Uint32(hdr[:])
 		n := int(v &^ lastFragment)
-		if len(rec)+n > max {
+		if len(rec)+n > limit {
 			return nil, fmt.Errorf("%w: %d bytes", errRecordTooLong, len(rec)+n)
 		}
-		start := len(rec)
-		if first {
-			rec = make([]byte, n) // the common case: one fragment
-		} else {
-			rec = append(rec, make([]byte, n)...)
-		}
-		if _, err := io.ReadFull(r, rec[start:]); err != nil {
-			return nil, io.ErrUnexpectedEOF
+		for end := len(rec) + n; len(rec) < end; {
+			step := min(end-len(rec), max(len(rec), recordStep))
+			start := len(rec)
+			rec = slices.Grow(rec, step)[:start+step]
+			if _, err := io.ReadFull(r, rec[start:]); err != nil {
+				return nil, io.ErrUnexpectedEOF
+			}
 		}
 		if v&lastFragment != 0 {
 			return rec, nil
 		}
 	}
 }
+
+// recordStep is the most readRecord allocates ahead of the bytes that
+// have arrived, while a record is small (then it grows by doubling).
+const recordStep = 4 << 10
 
 // callHeader is a parsed RPC call header.
 type callHeader struct {

@@ -351,6 +351,9 @@ type conn struct {
 	wmu         lockcheck.Mutex
 }
 
+// recordTimeout bounds reading one call record once its first byte came.
+const recordTimeout = 2 * time.Minute
+
 // sendTimeout bounds writing one reply: a client that stops reading is
 // disconnected rather than holding its requests' goroutines forever.
 const sendTimeout = 2 * time.Minute
@@ -379,6 +382,17 @@ func (s *Server) serveConn(nc net.Conn, portmapOnly bool) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
+		// Idle between records as long as the client likes; once a
+		// record has begun it must arrive within recordTimeout, so a
+		// client that sends half a record and stalls lets go of its
+		// goroutine and buffer.
+		if br.Buffered() == 0 {
+			_ = nc.SetReadDeadline(time.Time{})
+			if _, err := br.Peek(1); err != nil {
+				return
+			}
+		}
+		_ = nc.SetReadDeadline(time.Now().Add(recordTimeout))
 		rec, err := readRecord(br, MaxRecord)
 		if err != nil {
 			if s.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && err.Error() != "EOF" {
