@@ -1208,6 +1208,86 @@ func TestFUSETarLikeAttrsCostNoReopen(t *testing.T) {
 	}
 }
 
+// TestFUSEKillsSetIDBits: with FUSE_HANDLE_KILLPRIV_V2 the kernel leaves
+// clearing set-user-id and set-group-id bits to the file system: a write
+// and a truncation by an unprivileged user and a chown clear them (the
+// set-group-id bit because group execute is set), a write by root does
+// not, and a chown costs no getattr.
+func TestFUSEKillsSetIDBits(t *testing.T) {
+	fuseUsable(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		testenv.Missing(t, "setpriv (util-linux) runs commands as another user: %v", err)
+	}
+	fc := startFSCluster(t, 5, 1)
+	_, mnt := mountFS(t, fc.newFS(t))
+	// uid 1000 must reach the mountpoint (test directories are 0700).
+	for d := filepath.Dir(mnt); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := filepath.Join(mnt, "setid")
+	if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	setid := func() {
+		t.Helper()
+		if err := unix.Chmod(p, 0o6777); err != nil { // os.Chmod drops 0o6000
+			t.Fatal(err)
+		}
+		if m := lstat(t, p).Mode & 0o7777; m != 0o6777 {
+			t.Fatalf("mode after chmod 6777: %o", m)
+		}
+	}
+	asUser := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(setpriv, append([]string{"--reuid=1000", "--regid=1000", "--clear-groups"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v as uid 1000: %v: %s", args, err, out)
+		}
+	}
+	wantMode := func(what string, want uint32) {
+		t.Helper()
+		if m := lstat(t, p).Mode & 0o7777; m != want {
+			t.Errorf("after %s: mode %o, want %o", what, m, want)
+		}
+	}
+
+	setid()
+	asUser("dd", "of="+p, "bs=1", "seek=3", "conv=notrunc", "status=none", "if=/etc/hostname", "count=2")
+	wantMode("a write by uid 1000", 0o777)
+
+	setid()
+	asUser("truncate", "-s", "5", p)
+	wantMode("a truncation by uid 1000", 0o777)
+
+	setid()
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("xy"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantMode("a write by root", 0o6777)
+
+	before := fc.islandOpsResult(t, "getattr", "")
+	if err := os.Chown(p, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if got := fc.islandOpsResult(t, "getattr", "") - before; got != 0 {
+		t.Errorf("chown cost %v island getattr requests, want none", got)
+	}
+	wantMode("chown", 0o777)
+	if st := lstat(t, p); st.Uid != 1000 || st.Gid != 1000 {
+		t.Errorf("after chown 1000:1000: %d:%d", st.Uid, st.Gid)
+	}
+}
+
 // A process blocked on the mount in a change (mkdir) whose island hangs
 // (SIGSTOP: its connections stay open, nothing answers) can be killed: the
 // request gives up InterruptGrace after the kernel interrupts it, instead

@@ -73,7 +73,13 @@
 // (internal/meta's contract; fsx found it). ftruncate(2) on a descriptor
 // open for writing succeeds whatever the mode says now, as on Linux.
 // fallocate mode 0 (posix_fallocate) extends the size; other modes are
-// EOPNOTSUPP.
+// EOPNOTSUPP. The mount negotiates FUSE_HANDLE_KILLPRIV_V2: the islands
+// clear set-id bits on chown, on truncation and on writes by the
+// unprivileged (FATTR_KILL_SUIDGID becomes metawire.SetKillSUID). Without
+// it the kernel asked GETATTR before every chown, and cleared the bits of
+// a file an unprivileged user wrote with a chmod in that user's name,
+// which the island refused (EPERM from write(2) on a set-id file the user
+// may write).
 //
 // Islands delete an inode when its last name goes, so unlinking (or
 // renaming over) a file that is open in this mount renames it aside to

@@ -302,6 +302,11 @@ func (a *adapter) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.
 		req.Valid |= metawire.SetCtime
 		req.Ctime = int64(in.Ctime)*1e9 + int64(in.Ctimensec)
 	}
+	if v&fuse.FATTR_KILL_SUIDGID != 0 {
+		// HANDLE_KILLPRIV_V2: the kernel leaves clearing set-id bits
+		// (chown, truncation by the unprivileged) to us.
+		req.Valid |= metawire.SetKillSUID
+	}
 	var fh *handle
 	if v&fuse.FATTR_FH != 0 {
 		fh = a.getHandle(in.Fh)
@@ -312,7 +317,7 @@ func (a *adapter) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.
 		at, err = a.fs.SetAttr(ctx, req)
 		// ftruncate(2) on a descriptor open for writing is allowed
 		// whatever the file's mode now says: the check was made at open.
-		if errors.Is(err, metawire.ErrAccess) && fh != nil && fh.writable() && req.Valid == metawire.SetSize {
+		if errors.Is(err, metawire.ErrAccess) && fh != nil && fh.writable() && req.Valid&^metawire.SetKillSUID == metawire.SetSize {
 			r := req
 			r.Cred = metawire.Root
 			at, err = a.fs.SetAttr(ctx, r)

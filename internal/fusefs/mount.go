@@ -227,6 +227,14 @@ func (m *Mount) Mount() error {
 		},
 		// No default_permissions: the islands check with the caller's
 		// credentials.
+		//
+		// HANDLE_KILLPRIV_V2: the islands clear set-id bits on chown
+		// (SETATTR's FATTR_KILL_SUIDGID, metawire.SetKillSUID), on
+		// truncation and on writes by the unprivileged. Without it the
+		// kernel asks GETATTR before every chown to compute the mode
+		// itself, and getxattr(security.capability) before a first
+		// write.
+		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 	}
 	srv, err := fuse.NewServer(m.ad, m.mp, opts)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 const MaxFileSize = 1 << 62
 
 const allSetAttr = metawire.SetMode | metawire.SetUID | metawire.SetGID | metawire.SetSize |
-	metawire.SetAtime | metawire.SetAtimeNow | metawire.SetMtime | metawire.SetMtimeNow | metawire.SetCtime
+	metawire.SetAtime | metawire.SetAtimeNow | metawire.SetMtime | metawire.SetMtimeNow | metawire.SetCtime | metawire.SetKillSUID
 
 // withInodes runs f on an indexed batch with the inodes locked
 // exclusively, and commits the batch (synced) if f succeeds.
@@ -147,6 +147,9 @@ func (i *Island) applySetAttr(b *pebble.Batch, n *inode, r *metawire.SetAttrReq)
 		if !n.isDir() && v&metawire.SetMode == 0 {
 			killSUID(n)
 		}
+	}
+	if v&metawire.SetKillSUID != 0 && !n.isDir() && v&metawire.SetMode == 0 {
+		killSUID(n)
 	}
 	if v&metawire.SetMode != 0 {
 		mode := r.Mode & metawire.ModePerm

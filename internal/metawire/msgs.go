@@ -97,6 +97,14 @@ const (
 	SetMtime
 	SetMtimeNow
 	SetCtime
+	// SetKillSUID clears the set-user-id bit of a file that is not a
+	// directory, and its set-group-id bit when group execute is set
+	// (what Linux does for chown and for writes and truncation by
+	// unprivileged users), unless SetMode sets the mode itself. The
+	// mount sends it for the kernel's FATTR_KILL_SUIDGID
+	// (FUSE_HANDLE_KILLPRIV_V2), which saves the kernel a getattr
+	// before every chown.
+	SetKillSUID
 )
 
 // SetAttrReq changes attributes selected by Valid. Truncation (SetSize)
