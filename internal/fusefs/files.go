@@ -296,11 +296,19 @@ func (a *adapter) closeAll(ctx context.Context) error {
 	return first
 }
 
-// modifyOpenAttr is modifyOpen for a change of attributes that leaves
-// the data alone (chmod, chown, utimes): the File takes the attributes fn
-// returns instead of being re-opened, which saved a getattr and, for a
-// small file, a readmap on every such call (tar sets three per file).
-func (a *adapter) modifyOpenAttr(ctx context.Context, of *openFile, fn func() (metawire.Attr, error)) error {
+// modifyOpen runs fn with of's File flushed and of.mu held exclusively,
+// then re-opens the File so its cached state follows the island. Used for
+// changes that go around the File (truncation, policy).
+func (a *adapter) modifyOpen(ctx context.Context, of *openFile, fn func() error) error {
+	return a.modifyOpenAttr(ctx, of, func() (*metawire.Attr, error) { return nil, fn() })
+}
+
+// modifyOpenAttr is modifyOpen for fn that may return the attributes the
+// island answered a change that left the data alone with (chmod, chown,
+// utimes): the File takes them (client.File.TakeAttr) instead of being
+// re-opened, which cost a getattr and, for a small file, a readmap on
+// every such call (tar sets three per file).
+func (a *adapter) modifyOpenAttr(ctx context.Context, of *openFile, fn func() (*metawire.Attr, error)) error {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	f := of.file.Load()
@@ -309,34 +317,15 @@ func (a *adapter) modifyOpenAttr(ctx context.Context, of *openFile, fn func() (m
 		return err
 	}
 	// Flushed first: a commit after the change would set mtime (and
-	// clear set-id bits) again.
+	// clear set-id bits) again. fn is a synced island change: it makes
+	// this commit durable too.
 	if err := of.flushShared(ctx, false); err != nil {
 		return err
 	}
 	at, ferr := fn()
-	if ferr == nil && f.TakeAttr(at) {
+	if ferr == nil && at != nil && f.TakeAttr(*at) {
 		return nil
 	}
-	if err := a.reopenLocked(ctx, of); err != nil && ferr == nil {
-		a.log.Warn("fusefs: re-open after change", "ino", fmt.Sprintf("%x", of.ino), "err", err)
-	}
-	return ferr
-}
-
-// modifyOpen runs fn with of's File flushed and of.mu held exclusively,
-// then re-opens the File so its cached state follows the island. Used for
-// changes that go around the File (truncation, attributes, policy).
-func (a *adapter) modifyOpen(ctx context.Context, of *openFile, fn func() error) error {
-	of.mu.Lock()
-	defer of.mu.Unlock()
-	if of.file.Load() == nil {
-		return fn()
-	}
-	// fn is a synced island change: it makes this commit durable too.
-	if err := of.flushShared(ctx, false); err != nil {
-		return err
-	}
-	ferr := fn()
 	if err := a.reopenLocked(ctx, of); err != nil && ferr == nil {
 		a.log.Warn("fusefs: re-open after change", "ino", fmt.Sprintf("%x", of.ino), "err", err)
 	}

@@ -328,9 +328,9 @@ func (a *adapter) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.
 	if req.Valid&metawire.SetSize != 0 {
 		err = a.truncate(ctx, req.Cred, req.Ino, req.Size, do)
 	} else if of := a.lookupOpen(req.Ino); of != nil {
-		err = a.modifyOpenAttr(ctx, of, func() (metawire.Attr, error) {
+		err = a.modifyOpenAttr(ctx, of, func() (*metawire.Attr, error) {
 			err := do()
-			return at, err
+			return &at, err
 		})
 	} else {
 		err = do()
