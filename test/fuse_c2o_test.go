@@ -37,14 +37,8 @@ func TestFUSECloseToOpenSizeAfterOtherClientGrew(t *testing.T) {
 	fuseUsable(t)
 	fc := startFSCluster(t, 5, 1)
 	ctx := context.Background()
-	// Client A: the client library, attributes never cached (as the fault
-	// engine's DialTuned with AttrTTL 1ns).
-	data := newClient(t, fc.storage, nil)
-	lib, err := client.NewFS(client.FSConfig{Data: data, Map: fc.view, Logger: quietLogger(), AttrTTL: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lib.Close() })
+	// Client A: the client library, attributes never cached.
+	lib := uncachedFS(t, fc)
 	if _, err := lib.MkdirAll(ctx, root, "/data/c0", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +164,7 @@ func TestFUSEKeepsPageCacheWhileUnchanged(t *testing.T) {
 	fuseUsable(t)
 	fc := startFSCluster(t, 5, 1)
 	ctx := context.Background()
-	data := newClient(t, fc.storage, nil)
-	lib, err := client.NewFS(client.FSConfig{Data: data, Map: fc.view, Logger: quietLogger(), AttrTTL: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lib.Close() })
+	lib := uncachedFS(t, fc)
 	_, mnt := mountFS(t, fc.newFS(t))
 	r := newRand(7)
 	const path = "/keep"
@@ -241,6 +230,19 @@ func TestFUSEKeepsPageCacheWhileUnchanged(t *testing.T) {
 	if got, err := lib.ReadFile(ctx, root, path); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("the library reads %d bytes (%v) after the mount's write, want %d", len(got), err, len(want))
 	}
+}
+
+// uncachedFS is a client library FS on fc that caches no names or
+// attributes (as the fault engine's library clients, AttrTTL 1ns): what
+// it reads is the islands' state now.
+func uncachedFS(t *testing.T, fc *fsCluster) *client.FS {
+	t.Helper()
+	lib, err := client.NewFS(client.FSConfig{Data: newClient(t, fc.storage, nil), Map: fc.view, Logger: quietLogger(), AttrTTL: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lib.Close() })
+	return lib
 }
 
 // residentPages opens p, maps it read-only and counts the pages of it the
