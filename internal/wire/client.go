@@ -70,8 +70,22 @@ type Client struct {
 		nextID  uint64
 		pending map[uint64]*call
 		err     error
+		// lastCall is when the last call was sent (Pool retires
+		// connections idle for PoolIdle).
+		lastCall time.Time
 	}
 	readerDone chan struct{}
+}
+
+// idleFor reports how long c has had no call in flight and sent none (0
+// while one is in flight).
+func (c *Client) idleFor(now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.mu.pending) > 0 {
+		return 0
+	}
+	return now.Sub(c.mu.lastCall)
 }
 
 // Dial connects to addr.
@@ -105,6 +119,7 @@ func NewClient(c net.Conn, cfg ClientConfig) *Client {
 	}
 	cl := &Client{conn: c, cfg: cfg, w: newFrameWriter(c, cfg.IOTimeout), readerDone: make(chan struct{})}
 	cl.mu.pending = make(map[uint64]*call)
+	cl.mu.lastCall = time.Now()
 	go cl.readLoop()
 	return cl
 }
@@ -166,6 +181,7 @@ func (c *Client) CallV(ctx context.Context, op uint16, epoch uint64, msg []byte,
 	c.mu.nextID++
 	id := c.mu.nextID
 	c.mu.pending[id] = cl
+	c.mu.lastCall = time.Now()
 	c.mu.Unlock()
 
 	if err := c.write(ctx, &Header{Kind: KindRequest, Op: op, ID: id, Epoch: epoch, PayloadLen: uint32(plen)}, msg, payload); err != nil {
@@ -287,11 +303,13 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Client, error) {
 		return nil, ErrConnClosed
 	}
 	conns := p.mu.conns[addr]
-	// Drop broken connections.
+	// Drop broken connections, and retire idle ones before the server's
+	// idle timeout can close them under a call.
 	live := conns[:0]
 	var dead []*Client
+	now := time.Now()
 	for _, c := range conns {
-		if c.Err() == nil {
+		if c.Err() == nil && c.idleFor(now) < PoolIdle {
 			live = append(live, c)
 		} else {
 			dead = append(dead, c)
@@ -322,6 +340,12 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Client, error) {
 	p.mu.conns[addr] = append(p.mu.conns[addr], c)
 	return c, nil
 }
+
+// PoolIdle is how long a Pool keeps a connection that carried no call:
+// half the servers' DefaultIdleTimeout, so a pool closes its idle
+// connections before a server would (a server closing one as a call is
+// sent would fail that call).
+var PoolIdle = DefaultIdleTimeout / 2
 
 func closeAll(cs []*Client) {
 	for _, c := range cs {

@@ -50,4 +50,14 @@
 //
 // An error response has a nonzero status and its message is the UTF-8 error
 // text; the meaning of status codes belongs to the protocol built on top.
+//
+// Resource limits: a frame once begun (its first byte read) must arrive
+// whole within ServerConfig.IOTimeout; a connection with no request in
+// flight that sends nothing for ServerConfig.IdleTimeout (10 minutes) is
+// closed, and a Pool retires its own connections idle for PoolIdle (5
+// minutes) first, so a live client never sends on a connection the server
+// is closing; connections are capped per server and per remote address;
+// buffered request payloads are capped across connections
+// (MaxInflightBytes); an accept that fails for want of file descriptors
+// is retried with a back-off instead of stopping the server.
 package wire

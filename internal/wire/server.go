@@ -59,7 +59,14 @@ type ServerConfig struct {
 	// IOTimeout bounds writing one response and reading one frame body.
 	// Default 30s.
 	IOTimeout time.Duration
-	Logger    *slog.Logger
+	// IdleTimeout closes a connection that has had no request in flight
+	// and sent nothing for this long, so that forgotten or hostile
+	// connections do not hold a server's slots for ever. Default
+	// DefaultIdleTimeout; negative: never. Pools retire their own idle
+	// connections sooner (PoolIdle), so a live client does not race a
+	// server closing under it.
+	IdleTimeout time.Duration
+	Logger      *slog.Logger
 	// Inline, if set, names the operations served on the connection's
 	// reader goroutine itself, without a handoff to a worker: only ones
 	// that answer in microseconds and never wait long, since the
@@ -162,6 +169,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.ErrorCode == nil {
 		cfg.ErrorCode = func(error) uint32 { return 1 }
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	if cfg.IOTimeout == 0 {
 		cfg.IOTimeout = 30 * time.Second
@@ -302,8 +312,27 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		// buffered whole needs no deadline (the common case costs
 		// nothing).
 		if br.Buffered() < HeaderSize {
-			_ = c.SetReadDeadline(time.Time{})
+			var idleUntil time.Time
+			if s.cfg.IdleTimeout > 0 {
+				idleUntil = time.Now().Add(s.cfg.IdleTimeout)
+			}
+			_ = c.SetReadDeadline(idleUntil)
 			if _, err := br.Peek(1); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() && br.Buffered() == 0 {
+					for drained := false; !drained; {
+						select {
+						case <-idleCh:
+							idle++
+						default:
+							drained = true
+						}
+					}
+					if idle < workers {
+						continue // requests still being served: not idle
+					}
+					s.log.Debug("wire: closing idle connection", "remote", remote, "idle", s.cfg.IdleTimeout)
+					return
+				}
 				if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 					s.log.Warn("wire: closing connection", "remote", remote, "reason", err)
 				}
@@ -385,6 +414,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		jobs <- job{h: h, req: Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote, Peer: peer}, payload: payload}
 	}
 }
+
+// DefaultIdleTimeout is ServerConfig.IdleTimeout's default.
+const DefaultIdleTimeout = 10 * time.Minute
 
 // ErrWouldBlock is what a handler returns for a request served inline
 // (ServerConfig.Inline; see IsInline) that would have to wait: the server

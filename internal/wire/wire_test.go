@@ -696,6 +696,73 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 // Connections beyond MaxConnsPerPeer from one address are closed at once
 // and counted; the ones already served keep working, and a slot freed is
 // usable again.
+// A connection that sends nothing for IdleTimeout is closed by the
+// server, unless a request on it is still being served (then its answer
+// arrives); a pool retires connections idle for PoolIdle itself and
+// dials anew, so its calls never meet a server-closed connection.
+func TestIdleConnections(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, ServerConfig{Logger: slog.New(slog.DiscardHandler), IdleTimeout: idle, Handler: func(ctx context.Context, req *Request) (Response, error) {
+		if string(req.Msg) == "slow" {
+			time.Sleep(3 * idle)
+		}
+		return Response{Msg: append([]byte(nil), req.Msg...)}, nil
+	}}, ln)
+	addr := ln.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Idle: closed after about IdleTimeout.
+	c, err := Dial(ctx, addr, ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Call(ctx, 1, 0, []byte("hi"), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to close an idle connection", func() bool { return c.Err() != nil })
+
+	// Busy past IdleTimeout: answered, not closed.
+	c2, err := Dial(ctx, addr, ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if r, err := c2.Call(ctx, 1, 0, []byte("slow"), nil, nil); err != nil || string(r.Msg) != "slow" {
+		t.Fatalf("a request served for longer than the idle timeout: %q, %v", r.Msg, err)
+	}
+
+	// A pool retires its idle connection before the server would.
+	old := PoolIdle
+	PoolIdle = idle / 3
+	defer func() { PoolIdle = old }()
+	p := NewPool(ClientConfig{}, 1)
+	defer p.Close()
+	first, err := p.Get(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Call(ctx, 1, 0, []byte("a"), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(idle / 2)
+	second, err := p.Get(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Fatal("the pool kept a connection idle for longer than PoolIdle")
+	}
+	if r, err := second.Call(ctx, 1, 0, []byte("b"), nil, nil); err != nil || string(r.Msg) != "b" {
+		t.Fatalf("call on the pool's new connection: %q, %v", r.Msg, err)
+	}
+}
+
 func TestConnectionCaps(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -765,5 +832,15 @@ func TestStalledFrameDropped(t *testing.T) {
 	defer c.Close()
 	if _, err := c.Call(context.Background(), 1, 0, nil, nil, nil); err != nil {
 		t.Fatalf("an idle connection was dropped: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 30 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }
