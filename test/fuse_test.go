@@ -1255,7 +1255,7 @@ func TestFUSEKillsSetIDBits(t *testing.T) {
 	}
 
 	setid()
-	asUser("dd", "of="+p, "bs=1", "seek=3", "conv=notrunc", "status=none", "if=/etc/hostname", "count=2")
+	asUser("dd", "of="+p, "bs=1", "seek=3", "conv=notrunc", "status=none", "if=/dev/zero", "count=2")
 	wantMode("a write by uid 1000", 0o777)
 
 	setid()
