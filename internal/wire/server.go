@@ -288,6 +288,17 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	idle := 0 // workers waiting for a job; guarded by being touched only here and via idleCh
 	idleCh := make(chan struct{}, s.cfg.MaxConcurrentPerConn)
 	workers := 0
+	// collectIdle counts the workers that finished a job since it last ran.
+	collectIdle := func() {
+		for {
+			select {
+			case <-idleCh:
+				idle++
+			default:
+				return
+			}
+		}
+	}
 	worker := func() {
 		defer handlers.Done()
 		for j := range jobs {
@@ -319,14 +330,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			_ = c.SetReadDeadline(idleUntil)
 			if _, err := br.Peek(1); err != nil {
 				if ne, ok := err.(net.Error); ok && ne.Timeout() && br.Buffered() == 0 {
-					for drained := false; !drained; {
-						select {
-						case <-idleCh:
-							idle++
-						default:
-							drained = true
-						}
-					}
+					collectIdle()
 					if idle < workers {
 						continue // requests still being served: not idle
 					}
@@ -384,14 +388,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			// It would wait: serve it on a worker like any other.
 		}
 		// Take an idle worker, start one while under the limit, or wait.
-		for drained := false; !drained; {
-			select {
-			case <-idleCh:
-				idle++
-			default:
-				drained = true
-			}
-		}
+		collectIdle()
 		if idle == 0 && workers < s.cfg.MaxConcurrentPerConn {
 			workers++
 			handlers.Add(1)
