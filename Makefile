@@ -83,6 +83,13 @@ bench-fs: build
 bench-peers: build
 	bash bench/run-peers.sh
 
+# Island requests per file of a real `tar x` through the FUSE mount of a
+# fresh dev cluster, by operation (bench/run-trips.sh; BENCH_TRIPS_TREE,
+# a directory of the Go source, default net/http). Needs root.
+.PHONY: bench-trips
+bench-trips: build
+	bash bench/run-trips.sh
+
 # The cleaner benchmark of issue #6: write amplification on random
 # overwrites, foreground writes while cleaning, rebuild of a replaced server.
 bench-clean: build
