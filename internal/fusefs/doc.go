@@ -103,9 +103,10 @@
 // fusermount3 helper otherwise) with allow_other, 1 MiB requests and no
 // default_permissions, then raises the kernel's read-ahead for the mount
 // from 128 KiB to Config.ReadAhead (8 MiB: sequential reads become 1 MiB
-// requests, several in flight, instead of 128 KiB ones); Run serves until its context ends or the file
-// system is unmounted from outside, then unmounts (lazily if busy) and
-// writes back every open file. Kill simulates a crash for tests.
+// requests, several in flight, instead of 128 KiB ones); Run serves until
+// its context ends or the file system is unmounted from outside, then
+// unmounts (lazily if busy) and writes back every open file. Kill
+// simulates a crash for tests.
 //
 // # Interrupts
 //

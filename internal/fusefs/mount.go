@@ -270,30 +270,38 @@ func (m *Mount) Mount() error {
 // DefaultReadAhead is Config.ReadAhead's default.
 const DefaultReadAhead = 8 << 20
 
-// setReadAhead sets the read-ahead of the mount at mp (its backing
-// device info, /sys/class/bdi/MAJOR:MINOR, named by the mount's st_dev).
+// setReadAhead sets the read-ahead of the mount at mp.
 func setReadAhead(mp string, bytes int) error {
-	var st syscall.Stat_t
-	if err := syscall.Stat(mp, &st); err != nil {
+	p, err := readAheadFile(mp)
+	if err != nil {
 		return err
 	}
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
 	return os.WriteFile(p, []byte(strconv.Itoa(max(bytes>>10, 4))), 0)
 }
 
 // ReadAheadOf reports the kernel's read-ahead of the mount at mp, in
 // bytes (for tests and diagnostics).
 func ReadAheadOf(mp string) (int, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(mp, &st); err != nil {
+	p, err := readAheadFile(mp)
+	if err != nil {
 		return 0, err
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	b, err := os.ReadFile(p)
 	if err != nil {
 		return 0, err
 	}
 	kb, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	return kb << 10, err
+}
+
+// readAheadFile is the read_ahead_kb file of the mount at mp: its backing
+// device info, /sys/class/bdi/MAJOR:MINOR, named by the mount's st_dev.
+func readAheadFile(mp string) (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(mp, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)), nil
 }
 
 // Done is closed when the FUSE server stops (unmounted by Unmount or from

@@ -30,13 +30,13 @@
 //
 // The gateway has one export: MNT of any directory path returns that
 // directory's handle (flavors: AUTH_SYS). Export options (Config.Export):
-// an allow list of client addresses/prefixes (others get MNT3ERR_ACCES
-// and AUTH_ERROR/AUTH_TOOWEAK on NFS calls but NULL), read-only
-// (NFS3ERR_ROFS on every change; ACCESS never grants MODIFY, EXTEND or
-// DELETE), root squash (uid and gid 0, also among aux gids, become
-// AnonUID/AnonGID), and secure ports (NFS and MOUNT calls but NULL only
-// from client ports below 1024, AUTH_TOOWEAK otherwise). DUMP reports the MNTs not yet UMNTed (in memory,
-// advisory).
+// an allow list of client addresses/prefixes (others get MNT3ERR_ACCES and
+// AUTH_ERROR/AUTH_TOOWEAK on NFS calls but NULL), read-only (NFS3ERR_ROFS
+// on every change; ACCESS never grants MODIFY, EXTEND or DELETE), root
+// squash (uid and gid 0, also among aux gids, become AnonUID/AnonGID), and
+// secure ports (NFS and MOUNT calls but NULL only from client ports below
+// 1024, AUTH_TOOWEAK otherwise). DUMP reports the MNTs not yet UMNTed (in
+// memory, advisory).
 //
 // # File handles
 //
