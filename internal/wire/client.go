@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/auth"
@@ -70,22 +71,23 @@ type Client struct {
 		nextID  uint64
 		pending map[uint64]*call
 		err     error
-		// lastCall is when the last call was sent (Pool retires
-		// connections idle for PoolIdle).
-		lastCall time.Time
 	}
+	// lastCall is when the last call was sent, Unix ns (Pool retires
+	// connections idle for PoolIdle).
+	lastCall   atomic.Int64
 	readerDone chan struct{}
 }
 
-// idleFor reports how long c has had no call in flight and sent none (0
-// while one is in flight).
-func (c *Client) idleFor(now time.Time) time.Duration {
+// idleLongerThan reports whether c has sent no call for d and has none in
+// flight. Only a connection quiet for d takes c.mu, so a Pool's Get on a
+// busy connection costs no lock.
+func (c *Client) idleLongerThan(now time.Time, d time.Duration) bool {
+	if now.UnixNano()-c.lastCall.Load() < int64(d) {
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.mu.pending) > 0 {
-		return 0
-	}
-	return now.Sub(c.mu.lastCall)
+	return len(c.mu.pending) == 0
 }
 
 // Dial connects to addr.
@@ -119,7 +121,7 @@ func NewClient(c net.Conn, cfg ClientConfig) *Client {
 	}
 	cl := &Client{conn: c, cfg: cfg, w: newFrameWriter(c, cfg.IOTimeout), readerDone: make(chan struct{})}
 	cl.mu.pending = make(map[uint64]*call)
-	cl.mu.lastCall = time.Now()
+	cl.lastCall.Store(time.Now().UnixNano())
 	go cl.readLoop()
 	return cl
 }
@@ -181,8 +183,8 @@ func (c *Client) CallV(ctx context.Context, op uint16, epoch uint64, msg []byte,
 	c.mu.nextID++
 	id := c.mu.nextID
 	c.mu.pending[id] = cl
-	c.mu.lastCall = time.Now()
 	c.mu.Unlock()
+	c.lastCall.Store(time.Now().UnixNano())
 
 	if err := c.write(ctx, &Header{Kind: KindRequest, Op: op, ID: id, Epoch: epoch, PayloadLen: uint32(plen)}, msg, payload); err != nil {
 		c.fail(fmt.Errorf("%w: write: %v", ErrConnClosed, err))
@@ -309,7 +311,7 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Client, error) {
 	var dead []*Client
 	now := time.Now()
 	for _, c := range conns {
-		if c.Err() == nil && c.idleFor(now) < PoolIdle {
+		if c.Err() == nil && !c.idleLongerThan(now, PoolIdle) {
 			live = append(live, c)
 		} else {
 			dead = append(dead, c)
