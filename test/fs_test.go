@@ -317,6 +317,25 @@ func (fc *fsCluster) islandOps(t *testing.T, op string) float64 {
 	return fc.islandOpsResult(t, op, "ok")
 }
 
+// islandOpsSince snapshots island 0's request counts of ops (any result)
+// and returns how many of each came since, for a test to count the round
+// trips a workload costs.
+func (fc *fsCluster) islandOpsSince(t *testing.T, ops ...string) func() map[string]float64 {
+	t.Helper()
+	before := map[string]float64{}
+	for _, op := range ops {
+		before[op] = fc.islandOpsResult(t, op, "")
+	}
+	return func() map[string]float64 {
+		t.Helper()
+		d := map[string]float64{}
+		for _, op := range ops {
+			d[op] = fc.islandOpsResult(t, op, "") - before[op]
+		}
+		return d
+	}
+}
+
 // islandOpsResult counts island 0's requests of op that ended with result
 // ("" for any result).
 func (fc *fsCluster) islandOpsResult(t *testing.T, op, result string) float64 {
