@@ -8,22 +8,13 @@ size=${BENCH_FS_SIZE:-1GiB}
 files=${BENCH_FS_FILES:-10000}
 port=${ATOLL_BENCH_PORT:-29300} # below the ephemeral port range
 tmp=$(mktemp -d /tmp/atoll-bench-fs.XXXXXX)
+. "$(dirname "$0")/atoll-dev.sh"
 cleanup() {
-	[ -n "${devpid:-}" ] && kill "$devpid" 2>/dev/null && wait "$devpid" 2>/dev/null || true
-	umount -l "$tmp/data/mnt" 2>/dev/null || true
+	stop_atoll_dev "$tmp"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-"$atoll" dev --data "$tmp/data" --log-level warn --nfs-listen "" --web-listen "" --metrics-listen "" \
-	--manager-listen "127.0.0.1:$port" --storage-listen "127.0.0.1:$((port + 100))" \
-	--island-listen "127.0.0.1:$((port + 200))" >"$tmp/dev.log" 2>&1 &
-devpid=$!
-for i in $(seq 600); do
-	grep -q "atoll dev ready" "$tmp/dev.log" && break
-	kill -0 "$devpid" 2>/dev/null || { cat "$tmp/dev.log"; echo "bench-fs: atoll dev exited" >&2; exit 1; }
-	sleep 0.1
-done
-grep -q "FUSE:" "$tmp/dev.log" || { cat "$tmp/dev.log"; echo "bench-fs: no FUSE mount" >&2; exit 1; }
+start_atoll_dev bench-fs "$atoll" "$tmp" "$port"
 mkdir -p "$tmp/local"
 echo "== atoll (FUSE mount, ec:4+1 over 5 storage servers)"
 "$atoll" bench fs --dir "$tmp/data/mnt" --size "$size" --small-files "$files" --json >"$tmp/atoll.json"

@@ -10,23 +10,14 @@ atoll=$(realpath "${ATOLL:-./bin/atoll}")
 tree=${BENCH_TRIPS_TREE:-net/http}
 port=${BENCH_TRIPS_PORT:-28300} # manager; storage +100, islands +200, metrics +300
 tmp=$(mktemp -d /tmp/atoll-bench-trips.XXXXXX)
+. "$(dirname "$0")/atoll-dev.sh"
 cleanup() {
-	[ -n "${devpid:-}" ] && kill "$devpid" 2>/dev/null && wait "$devpid" 2>/dev/null || true
-	umount -l "$tmp/data/mnt" 2>/dev/null || true
+	stop_atoll_dev "$tmp"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 tar -C "$(go env GOROOT)/src" -cf "$tmp/tree.tar" "$tree"
-"$atoll" dev --data "$tmp/data" --log-level warn --nfs-listen "" --web-listen "" \
-	--metrics-listen "127.0.0.1:$((port + 300))" --manager-listen "127.0.0.1:$port" \
-	--storage-listen "127.0.0.1:$((port + 100))" --island-listen "127.0.0.1:$((port + 200))" >"$tmp/dev.log" 2>&1 &
-devpid=$!
-for _ in $(seq 600); do
-	grep -q "atoll dev ready" "$tmp/dev.log" && break
-	kill -0 "$devpid" 2>/dev/null || { cat "$tmp/dev.log"; echo "bench-trips: atoll dev exited" >&2; exit 1; }
-	sleep 0.1
-done
-grep -q "FUSE:" "$tmp/dev.log" || { cat "$tmp/dev.log"; echo "bench-trips: no FUSE mount" >&2; exit 1; }
+start_atoll_dev bench-trips "$atoll" "$tmp" "$port" --metrics-listen "127.0.0.1:$((port + 300))"
 # Every role's /metrics is on the metrics ports; the islands' carry
 # atoll_meta_ops_total{op=...}.
 scrape() {
