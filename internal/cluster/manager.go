@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/raftlog"
 	"log/slog"
 	"net"
 	"os"
@@ -275,10 +276,10 @@ func New(cfg Config) (*Manager, error) {
 		var st *authStream
 		st, err = newAuthStream(raftListen, cfg.Key, m.log, &m.refusedRaft)
 		if err == nil {
-			m.trans = raft.NewNetworkTransportWithLogger(st, 3, 10*time.Second, newHCLog(m.log, "raft-net"))
+			m.trans = raft.NewNetworkTransportWithLogger(st, 3, 10*time.Second, raftlog.New(m.log, "raft-net"))
 		}
 	} else {
-		m.trans, err = raft.NewTCPTransportWithLogger(raftListen, nil, 3, 10*time.Second, newHCLog(m.log, "raft-net"))
+		m.trans, err = raft.NewTCPTransportWithLogger(raftListen, nil, 3, 10*time.Second, raftlog.New(m.log, "raft-net"))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("manager: raft listen %s: %w", raftListen, err)
@@ -290,7 +291,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manager: open %s: %w", filepath.Join(cfg.Dir, "raft.db"), err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, newHCLog(m.log, "raft-snap"))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, raftlog.New(m.log, "raft-snap"))
 	if err != nil {
 		return nil, fmt.Errorf("manager: snapshot store: %w", err)
 	}
@@ -302,7 +303,7 @@ func New(cfg Config) (*Manager, error) {
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = 1024
-	rc.Logger = newHCLog(m.log, "raft")
+	rc.Logger = raftlog.New(m.log, "raft")
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("manager: raft config: %w", err)
 	}

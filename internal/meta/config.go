@@ -14,6 +14,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -72,6 +73,28 @@ type Config struct {
 	// unauthenticated: in-process tests only; the atoll command always
 	// sets it.
 	Key *auth.Key
+
+	// DB, when set, is the island's database, opened by the caller with
+	// PebbleOptions and left open by Close: a replica of a replicated
+	// island owns it and hands it to each Island it runs while leading.
+	// Dir then only names the island in logs.
+	DB *pebble.DB
+	// Replicator, when set (with DB), is how the island changes DB: every
+	// batch it would commit is handed over instead, and is applied to DB
+	// by the replica once a quorum holds it (see "Replication" in the
+	// package doc). Nil: the island commits to its own database.
+	Replicator Replicator
+}
+
+// Replicator makes an island's batch durable and applies it (replicated
+// islands, internal/replica). Replicate returns once batch (a
+// pebble.Batch representation) is applied to the island's DB, or fails;
+// it must not return while the batch may still be applied later without
+// the caller knowing whether it was (the island holds its inode locks
+// until it returns), except when the island stops leading, which the
+// error says (wrapping metawire.ErrUnavailable).
+type Replicator interface {
+	Replicate(ctx context.Context, batch []byte) error
 }
 
 // Validate reports the first problem with c.
@@ -79,6 +102,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Dir == "":
 		return errors.New("meta: config: Dir is empty")
+	case c.Replicator != nil && c.DB == nil:
+		return errors.New("meta: config: a Replicator needs DB")
 	case c.ID == uint32(namespace.NoIsland):
 		return errors.New("meta: config: ID must not be 0")
 	case c.Map == nil:

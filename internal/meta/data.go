@@ -354,8 +354,8 @@ func (i *Island) forget(r *metawire.ForgetReq) (*metawire.ForgetResp, error) {
 	if resp.Dropped > 0 {
 		// Not synced: a crash may bring some back, which only costs a
 		// zero key each (zero and absent mean the same to the cleaner).
-		if err := b.Commit(pebble.NoSync); err != nil {
-			return nil, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+		if err := i.write(context.Background(), b, true); err != nil {
+			return nil, err
 		}
 	}
 	return resp, nil

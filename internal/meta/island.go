@@ -62,6 +62,11 @@ type Island struct {
 
 	lastNow atomic.Int64
 
+	// repl replicates every change (Config.Replicator); nil: local commits.
+	repl Replicator
+	// handler serves wire requests: serveWire, counted in met.
+	handler wire.Handler
+
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
 
@@ -159,32 +164,19 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 		i.closePool()
 		return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
 	}
-	opts := &pebble.Options{
-		FS: i.fs,
-		// Measured with atoll bench meta: an 8 MiB cache and 4 MiB
-		// memtables sent most lookups to sstable blocks on disk; these
-		// sizes keep a few million inodes' hot records in memory.
-		CacheSize:                   64 << 20,
-		MemTableSize:                16 << 20,
-		MemTableStopWritesThreshold: 4,
-		MaxOpenFiles:                1024,
-		FormatMajorVersion:          pebble.FormatNewest,
-		Merger:                      counterMerger,
-		Logger:                      pebbleLogger{i.log},
-	}
-	// Most creates look up a name that does not exist yet: bloom filters
-	// answer those without reading a data block.
-	for l := range opts.Levels {
-		opts.Levels[l].FilterPolicy = bloom.FilterPolicy(10)
-	}
-	db, err := pebble.Open(i.fs.PathJoin(cfg.Dir, "db"), opts)
-	if err != nil {
-		i.closePool()
-		return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
+	db := cfg.DB
+	var err error
+	if db == nil {
+		if db, err = pebble.Open(i.fs.PathJoin(cfg.Dir, "db"), PebbleOptions(i.fs, i.log)); err != nil {
+			i.closePool()
+			return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
+		}
 	}
 	i.db = db
+	i.repl = cfg.Replicator
+	i.handler = i.met.wrap(i.serveWire)
 	if err := i.start(); err != nil {
-		_ = db.Close()
+		i.closeDB()
 		i.closePool()
 		return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
 	}
@@ -198,7 +190,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 		}
 		i.srv, err = wire.NewServer(wire.ServerConfig{
 			Auth:      verifier,
-			Handler:   i.met.wrap(i.serveWire),
+			Handler:   i.handler,
 			Logger:    i.log,
 			ErrorCode: metawire.StatusOf,
 			Inline:    inlineOp,
@@ -216,6 +208,38 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 		return nil, fmt.Errorf("meta: metrics: %w", err)
 	}
 	return i, nil
+}
+
+// PebbleOptions are the options of an island's database (a replica opens
+// it with them: the counter merger must be the island's).
+func PebbleOptions(fs vfs.FS, log *slog.Logger) *pebble.Options {
+	opts := &pebble.Options{
+		FS: fs,
+		// Measured with atoll bench meta: an 8 MiB cache and 4 MiB
+		// memtables sent most lookups to sstable blocks on disk; these
+		// sizes keep a few million inodes' hot records in memory.
+		CacheSize:                   64 << 20,
+		MemTableSize:                16 << 20,
+		MemTableStopWritesThreshold: 4,
+		MaxOpenFiles:                1024,
+		FormatMajorVersion:          pebble.FormatNewest,
+		Merger:                      counterMerger,
+		Logger:                      pebbleLogger{log},
+	}
+	// Most creates look up a name that does not exist yet: bloom filters
+	// answer those without reading a data block.
+	for l := range opts.Levels {
+		opts.Levels[l].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	return opts
+}
+
+// closeDB closes the database unless the caller owns it (Config.DB).
+func (i *Island) closeDB() error {
+	if i.cfg.DB != nil {
+		return nil
+	}
+	return i.db.Close()
 }
 
 // start checks the island's identity, recovers transactions, creates the
@@ -236,7 +260,7 @@ func (i *Island) start() error {
 		if format != formatVersion {
 			return fmt.Errorf("format version %d, want %d", format, formatVersion)
 		}
-	} else if err := i.db.Set(globalKey(gMeta), encodeMeta(i.cfg.ID), pebble.Sync); err != nil {
+	} else if err := i.put(context.Background(), globalKey(gMeta), encodeMeta(i.cfg.ID)); err != nil {
 		return err
 	}
 	if err := i.startBoot(); err != nil {
@@ -256,7 +280,11 @@ func (i *Island) start() error {
 	pcancel()
 	go i.background(ctx)
 	i.syncKick, i.syncDone = make(chan struct{}, 1), make(chan struct{})
-	go i.syncer(ctx)
+	if i.repl != nil {
+		close(i.syncDone) // every change is durable once applied: nothing to sync
+	} else {
+		go i.syncer(ctx)
+	}
 	return nil
 }
 
@@ -296,7 +324,11 @@ func (i *Island) syncer(ctx context.Context) {
 }
 
 // syncLog makes everything committed so far durable (OpSync, the syncer).
+// A replicated island's changes are durable on a quorum once applied.
 func (i *Island) syncLog() error {
+	if i.repl != nil {
+		return nil
+	}
 	if err := i.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("%w: log sync: %v", metawire.ErrIO, err)
 	}
@@ -328,7 +360,7 @@ func (i *Island) ensureRoot() error {
 		return err
 	}
 	i.log.Info("meta: created root directory", "ino", namespace.RootIno)
-	return b.Commit(pebble.Sync)
+	return i.write(context.Background(), b, false)
 }
 
 // Addr is the listening address ("" without a listener).
@@ -379,10 +411,13 @@ func (i *Island) Close() error {
 	// Lazy records committed since the syncer's last sync become durable,
 	// and the next start keeps this incarnation: nothing acknowledged was
 	// lost.
-	if err := i.syncLog(); err == nil && i.boot != 0 {
-		_ = i.db.Set(globalKey(gBoot), encodeBoot(i.boot, true), pebble.Sync)
+	if i.repl == nil {
+		if err := i.syncLog(); err == nil && i.boot != 0 {
+			_ = i.db.Set(globalKey(gBoot), encodeBoot(i.boot, true), pebble.Sync)
+		}
 	}
-	return i.db.Close()
+	i.met.unregister()
+	return i.closeDB()
 }
 
 // startBoot picks this run's incarnation (metawire.SyncResp): the last
@@ -392,6 +427,19 @@ func (i *Island) startBoot() error {
 	v, ok, err := get(i.db, globalKey(gBoot))
 	if err != nil {
 		return err
+	}
+	if i.repl != nil {
+		// A replicated island loses nothing it acknowledged (every change
+		// is applied only once a quorum holds it), whichever replica
+		// leads: one incarnation for the island's life.
+		if ok && len(v) == 9 && binary.BigEndian.Uint64(v) != 0 {
+			i.boot = binary.BigEndian.Uint64(v)
+			return nil
+		}
+		for i.boot == 0 {
+			i.boot = mrand.Uint64()
+		}
+		return i.put(context.Background(), globalKey(gBoot), encodeBoot(i.boot, true))
 	}
 	if ok && len(v) == 9 && v[8] == 1 && binary.BigEndian.Uint64(v) != 0 {
 		i.boot = binary.BigEndian.Uint64(v)
@@ -495,8 +543,8 @@ func (i *Island) allocIno(bucket uint32) (namespace.Ino, error) {
 		// create). A crash skips the unused rest of the run: numbers are
 		// never reused, they may be skipped.
 		high := uint32(min(uint64(next)+seqReserve-1, uint64(^uint32(0))))
-		if err := i.db.Set(seqKey(bucket), encodeU32(high), pebble.Sync); err != nil {
-			return 0, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+		if err := i.put(context.Background(), seqKey(bucket), encodeU32(high)); err != nil {
+			return 0, err
 		}
 		i.seq.high[bucket] = high
 	}
@@ -609,6 +657,59 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	panic(msg)
 }
 
+// Serve serves one wire request the way the island's own listener does
+// (capability check, metrics): an island server hosting several islands
+// dispatches to it.
+func (i *Island) Serve(ctx context.Context, req *wire.Request) (wire.Response, error) {
+	return i.handler(ctx, req)
+}
+
+// InlineOp names the requests an island serves on a connection's reader
+// goroutine (wire.ServerConfig.Inline).
+func InlineOp(op uint16) bool { return inlineOp(op) }
+
 // inlineOp names the requests served on a connection's reader goroutine:
 // lookups and getattrs read one snapshot and answer.
 func inlineOp(op uint16) bool { return op == metawire.OpLookup || op == metawire.OpGetAttr }
+
+// write makes b's changes the island's. Locally: committed with a synced
+// write, or for a lazy change without one, kicking the syncer.
+// Replicated: handed to the Replicator, which returns once a quorum holds
+// the batch and it is applied here (lazy changes too: they are durable
+// when acknowledged).
+func (i *Island) write(ctx context.Context, b *pebble.Batch, lazy bool) error {
+	if i.repl != nil {
+		return i.repl.Replicate(ctx, b.Repr())
+	}
+	opt := pebble.Sync
+	if lazy {
+		opt = pebble.NoSync
+	}
+	if err := b.Commit(opt); err != nil {
+		return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	}
+	if lazy {
+		i.kickSync()
+	}
+	return nil
+}
+
+// put durably sets one key (write of a one-record batch).
+func (i *Island) put(ctx context.Context, key, value []byte) error {
+	b := i.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(key, value, nil); err != nil {
+		return err
+	}
+	return i.write(ctx, b, false)
+}
+
+// del deletes one key; lazy skips the sync (see write).
+func (i *Island) del(ctx context.Context, key []byte, lazy bool) error {
+	b := i.db.NewBatch()
+	defer b.Close()
+	if err := b.Delete(key, nil); err != nil {
+		return err
+	}
+	return i.write(ctx, b, lazy)
+}

@@ -146,12 +146,27 @@ func (m *islandMetrics) register(i *Island) error {
 		}
 		return float64(i.srv.Refused())
 	})
-	for _, c := range append(m.collected, newCacheCollector(i), refused) {
+	m.collected = append(m.collected, newCacheCollector(i), refused)
+	for k, c := range m.collected {
 		if err := m.reg.Register(c); err != nil {
+			m.collected = m.collected[:k]
+			m.unregister()
 			return err
 		}
 	}
 	return nil
+}
+
+// unregister withdraws the metrics (the island closed: a replica's next
+// Island, when it leads again, registers its own).
+func (m *islandMetrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collected {
+		m.reg.Unregister(c)
+	}
+	m.collected = nil
 }
 
 // wrap counts every request h serves.

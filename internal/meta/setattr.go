@@ -41,17 +41,7 @@ func (i *Island) withInodesOpt(ctx context.Context, inos []namespace.Ino, lazy b
 	if b.Empty() {
 		return nil
 	}
-	if lazy {
-		if err := b.Commit(pebble.NoSync); err != nil {
-			return fmt.Errorf("%w: %v", metawire.ErrIO, err)
-		}
-		i.kickSync()
-		return nil
-	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("%w: %v", metawire.ErrIO, err)
-	}
-	return nil
+	return i.write(ctx, b, lazy)
 }
 
 // killSUID clears the set-user-id bit, and the set-group-id bit when

@@ -176,17 +176,7 @@ func (i *Island) executeOpt(ctx context.Context, as []metawire.Action, o execOpt
 		if err := i.fp(FailLocalBeforeCommit); err != nil {
 			return err
 		}
-		if o.lazy {
-			if err := b.Commit(pebble.NoSync); err != nil {
-				return fmt.Errorf("%w: %v", metawire.ErrIO, err)
-			}
-			i.kickSync()
-			return nil
-		}
-		if err := b.Commit(pebble.Sync); err != nil {
-			return fmt.Errorf("%w: %v", metawire.ErrIO, err)
-		}
-		return nil
+		return i.write(ctx, b, o.lazy)
 	}
 	return i.coordinate(ctx, txid, b, remote, release)
 }
@@ -211,8 +201,8 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 		delete(i.tx.active, txid)
 		i.tx.Unlock()
 	}()
-	if err := i.db.Set(key, it.encode(), pebble.Sync); err != nil {
-		return fmt.Errorf("%w: writing intent: %v", metawire.ErrIO, err)
+	if err := i.put(ctx, key, it.encode()); err != nil {
+		return fmt.Errorf("writing intent: %w", err)
 	}
 	i.met.txStarted.Inc()
 	if err := i.fp(FailTxAfterIntent); err != nil {
@@ -247,9 +237,9 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 		i.abort(ctx, txid, it, release)
 		return err
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := i.write(ctx, b, false); err != nil {
 		i.abort(ctx, txid, it, release)
-		return fmt.Errorf("%w: committing decision: %v", metawire.ErrIO, err)
+		return fmt.Errorf("committing decision: %w", err)
 	}
 	release()
 	i.met.txCommitted.Inc()
@@ -270,7 +260,7 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 		return err
 	}
 	if len(n.pending) == 0 {
-		if err := i.db.Delete(key, pebble.NoSync); err != nil {
+		if err := i.del(ctx, key, true); err != nil {
 			i.log.Warn("meta: clearing intent", "tx", txHex(txid), "err", err)
 		}
 		return nil
@@ -315,7 +305,7 @@ func prepareError(errs []error) error {
 // (OpOutcome) and learn it from the missing intent.
 func (i *Island) abort(ctx context.Context, txid metawire.TxID, it *intent, release func()) {
 	i.met.txAborted.Inc()
-	if err := i.db.Delete(intentKey(txid), pebble.NoSync); err != nil {
+	if err := i.del(ctx, intentKey(txid), true); err != nil {
 		i.log.Warn("meta: deleting aborted intent", "tx", txHex(txid), "err", err)
 	}
 	release()
@@ -382,7 +372,7 @@ func (i *Island) prepare(ctx context.Context, req *metawire.PrepareReq) error {
 	err := i.applyActions(b, req.Actions)
 	b.Close()
 	if err == nil {
-		err = i.db.Set(preparedKey(req.TxID), encodePrepared(coord, i.now(), req.Actions), pebble.Sync)
+		err = i.put(ctx, preparedKey(req.TxID), encodePrepared(coord, i.now(), req.Actions))
 	}
 	if err != nil {
 		i.locks.release(req.TxID)
@@ -426,7 +416,7 @@ func (i *Island) decide(txid metawire.TxID, commit bool) error {
 			err = b.Delete(preparedKey(txid), nil)
 		}
 		if err == nil {
-			err = b.Commit(pebble.Sync)
+			err = i.write(context.Background(), b, false)
 		}
 		b.Close()
 		if err != nil {
@@ -434,9 +424,9 @@ func (i *Island) decide(txid metawire.TxID, commit bool) error {
 			i.log.Error("meta: applying a prepared transaction failed", "tx", txHex(txid), "err", err)
 			return fmt.Errorf("%w: applying prepared transaction %s: %v", metawire.ErrInternal, txHex(txid), err)
 		}
-	} else if err := i.db.Delete(preparedKey(txid), pebble.Sync); err != nil {
+	} else if err := i.del(context.Background(), preparedKey(txid), false); err != nil {
 		undo()
-		return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+		return err
 	}
 	i.tx.Lock()
 	delete(i.tx.prepared, txid)
@@ -470,8 +460,8 @@ func (i *Island) outcome(txid metawire.TxID) (uint8, error) {
 	if !active {
 		// Undecided and nobody is deciding it (an abort whose intent
 		// deletion failed): it is aborted.
-		if err := i.db.Delete(intentKey(txid), pebble.Sync); err != nil {
-			return 0, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+		if err := i.del(context.Background(), intentKey(txid), false); err != nil {
+			return 0, err
 		}
 		return metawire.TxAborted, nil
 	}
@@ -515,7 +505,7 @@ func (i *Island) recoverTx() error {
 			n.pending[p.island] = true
 		}
 		if !n.commit {
-			if err := i.db.Delete(intentKey(f.id), pebble.Sync); err != nil {
+			if err := i.del(context.Background(), intentKey(f.id), false); err != nil {
 				return err
 			}
 			aborted++
@@ -614,7 +604,7 @@ func (i *Island) resolveOnce(ctx context.Context, force bool) int {
 		}
 		if done {
 			if n.commit {
-				if err := i.db.Delete(intentKey(id), pebble.NoSync); err != nil {
+				if err := i.del(ctx, intentKey(id), true); err != nil {
 					continue
 				}
 			}

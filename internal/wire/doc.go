@@ -14,7 +14,10 @@
 //	 6     2    flags (reserved, 0)
 //	 8     8    request id
 //	16     8    sender's cluster-map epoch
-//	24     4    status (responses: 0 ok, else an error code; requests: 0)
+//	24     4    status (responses: 0 ok, else an error code); route
+//	            (requests: what the request is for inside a server hosting
+//	            several, e.g. the island of a replicated island server; 0
+//	            for the server's only one)
 //	28     4    message length M (at most Limits.MaxMsg)
 //	32     4    payload length P (at most Limits.MaxPayload)
 //	36     4    CRC32C (Castagnoli) of bytes 0..35 followed by the message

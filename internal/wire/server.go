@@ -21,7 +21,11 @@ import (
 // Request is one decoded request. Msg and Payload are valid only until the
 // handler returns.
 type Request struct {
-	Op         uint16
+	Op uint16
+	// Route names what the request is for inside a server that hosts
+	// several (a replicated island server: the island), 0 for the
+	// server's only one. Carried in the header's status field.
+	Route      uint32
 	Epoch      uint64
 	Msg        []byte
 	Payload    []byte
@@ -379,7 +383,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		// Inline only on a connection with nothing more to read yet: a
 		// burst of requests goes to workers, which serve it in parallel.
 		if s.cfg.Inline != nil && payload == nil && br.Buffered() == 0 && s.cfg.Inline(h.Op) {
-			req := Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, RemoteAddr: remote, Peer: peer}
+			req := Request{Op: h.Op, Route: h.Status, Epoch: h.Epoch, Msg: msg, RemoteAddr: remote, Peer: peer}
 			resp, err := sc.call(inlineCtx, &req)
 			if !errors.Is(err, ErrWouldBlock) {
 				sc.reply(h, resp, err)
@@ -408,7 +412,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			}
 		}
 		idle--
-		jobs <- job{h: h, req: Request{Op: h.Op, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote, Peer: peer}, payload: payload}
+		jobs <- job{h: h, req: Request{Op: h.Op, Route: h.Status, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote, Peer: peer}, payload: payload}
 	}
 }
 

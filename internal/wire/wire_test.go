@@ -844,3 +844,30 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestRoute: a request's route reaches the handler; plain calls carry 0.
+func TestRoute(t *testing.T) {
+	h := func(ctx context.Context, req *Request) (Response, error) {
+		return Response{Msg: binary.BigEndian.AppendUint32(nil, req.Route)}, nil
+	}
+	addr := serveWith(t, ServerConfig{Handler: h, Logger: slog.New(slog.DiscardHandler)})
+	p := NewPool(ClientConfig{}, 1)
+	defer p.Close()
+	ctx := context.Background()
+	for _, route := range []uint32{0, 1, 7, 1<<32 - 1} {
+		rep, err := p.CallRoute(ctx, addr, route, opEcho, 1, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := binary.BigEndian.Uint32(rep.Msg); got != route {
+			t.Fatalf("route %d arrived as %d", route, got)
+		}
+	}
+	rep, err := p.Call(ctx, addr, opEcho, 1, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.BigEndian.Uint32(rep.Msg); got != 0 {
+		t.Fatalf("a plain call arrived with route %d", got)
+	}
+}

@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"bytes"
@@ -20,7 +20,8 @@ type hclogAdapter struct {
 	args []any
 }
 
-func newHCLog(l *slog.Logger, name string) hclog.Logger {
+// New returns an hclog.Logger writing to l under name.
+func New(l *slog.Logger, name string) hclog.Logger {
 	return &hclogAdapter{l: l, name: name}
 }
 

@@ -1,0 +1,243 @@
+package replica
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
+
+	"github.com/atoll-fs/atoll/internal/faults"
+)
+
+// AppliedKey holds the index of the last raft entry applied to the
+// island's database (8 bytes big-endian), written in the same batch as
+// the entry, so an entry is applied exactly once across restarts. It
+// sorts among the island's global records (internal/meta's schema).
+var AppliedKey = []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 'A'}
+
+// dbEnd is above every key of an island's database (meta keys start with
+// a 4-byte bucket or FF FF FF FF FF and a tag below FF).
+var dbEnd = []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// fsm applies committed entries (pebble batch representations) to the
+// replica's database.
+type fsm struct {
+	db      *pebble.DB
+	log     *slog.Logger
+	faults  *faults.Set
+	applied atomic.Uint64
+	// failed is the first entry that could not be applied: the replica
+	// stops applying (its database would diverge) and says so in Status.
+	failed atomic.Pointer[error]
+}
+
+func newFSM(db *pebble.DB, log *slog.Logger, fs *faults.Set) (*fsm, error) {
+	f := &fsm{db: db, log: log, faults: fs}
+	v, c, err := db.Get(AppliedKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		defer c.Close()
+		if len(v) != 8 {
+			return nil, fmt.Errorf("replica: applied index record of %d bytes", len(v))
+		}
+		f.applied.Store(binary.BigEndian.Uint64(v))
+	}
+	return f, nil
+}
+
+// Apply applies one committed entry: its batch and the applied index in
+// one pebble batch, without a sync (the raft log is the durable copy; a
+// crash replays what the database lost).
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand || l.Index <= f.applied.Load() {
+		return nil
+	}
+	if p := f.failed.Load(); p != nil {
+		return *p
+	}
+	// After the quorum, before the apply: a crash here must lose nothing.
+	_ = f.faults.Hit(FailBeforeApply)
+	b := f.db.NewBatch()
+	defer b.Close()
+	if len(l.Data) > 0 {
+		if err := b.SetRepr(append([]byte(nil), l.Data...)); err != nil {
+			return f.fail(l.Index, err)
+		}
+	}
+	if err := b.Set(AppliedKey, binary.BigEndian.AppendUint64(nil, l.Index), nil); err != nil {
+		return f.fail(l.Index, err)
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return f.fail(l.Index, err)
+	}
+	f.applied.Store(l.Index)
+	_ = f.faults.Hit(FailAfterApply)
+	return nil
+}
+
+func (f *fsm) fail(index uint64, err error) error {
+	err = fmt.Errorf("replica: applying entry %d: %w", index, err)
+	f.failed.CompareAndSwap(nil, &err)
+	f.log.Error("replica: cannot apply a committed entry; this replica stops applying", "err", err)
+	return err
+}
+
+// Snapshot captures the database at the applied index. The database is
+// synced first: raft may drop the log up to this index once the snapshot
+// is stored, and entries applied without a sync must not then be lost.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.db.LogData(nil, pebble.Sync); err != nil {
+		return nil, err
+	}
+	return &snapshot{snap: f.db.NewSnapshot()}, nil
+}
+
+// Snapshot stream format: records of u32 key length, key, u32 value
+// length, value; then a u32 0xFFFFFFFF end mark and a u32 CRC32C of
+// everything before it.
+const snapEnd = 0xFFFFFFFF
+
+type snapshot struct{ snap *pebble.Snapshot }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	err := s.write(sink)
+	if err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) write(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	crc := crc32.New(castagnoli)
+	out := io.MultiWriter(bw, crc)
+	it, err := s.snap.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	var hdr [4]byte
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return err
+		}
+		for _, b := range [][]byte{it.Key(), v} {
+			binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
+			if _, err := out.Write(hdr[:]); err != nil {
+				it.Close()
+				return err
+			}
+			if _, err := out.Write(b); err != nil {
+				it.Close()
+				return err
+			}
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	binary.BigEndian.PutUint32(hdr[:], snapEnd)
+	if _, err := out.Write(hdr[:]); err != nil {
+		return err
+	}
+	binary.BigEndian.PutUint32(hdr[:], crc.Sum32())
+	if _, err := bw.Write(hdr[:]); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func (s *snapshot) Release() { _ = s.snap.Close() }
+
+// Restore replaces the database with a snapshot's records (a replica
+// that fell behind the leader's log, or lost its disk). Records go in
+// batches; the applied index comes with them (AppliedKey is a record).
+// A snapshot that fails its checksum leaves the database cleared and the
+// error is raft's to handle (it retries the install).
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	if err := f.db.DeleteRange(nil, dbEnd, pebble.NoSync); err != nil {
+		return err
+	}
+	br := bufio.NewReaderSize(rc, 1<<20)
+	crc := crc32.New(castagnoli)
+	in := io.TeeReader(br, crc)
+	b := f.db.NewBatch()
+	defer func() { b.Close() }()
+	var hdr [4]byte
+	readLen := func() (uint32, error) {
+		if _, err := io.ReadFull(in, hdr[:]); err != nil {
+			return 0, err
+		}
+		return binary.BigEndian.Uint32(hdr[:]), nil
+	}
+	for {
+		kl, err := readLen()
+		if err != nil {
+			return fmt.Errorf("replica: snapshot: %w", err)
+		}
+		if kl == snapEnd {
+			break
+		}
+		if kl > 1<<20 {
+			return fmt.Errorf("replica: snapshot: key of %d bytes", kl)
+		}
+		k := make([]byte, kl)
+		if _, err := io.ReadFull(in, k); err != nil {
+			return fmt.Errorf("replica: snapshot: %w", err)
+		}
+		vl, err := readLen()
+		if err != nil || vl > 64<<20 {
+			return fmt.Errorf("replica: snapshot: value length %d: %v", vl, err)
+		}
+		v := make([]byte, vl)
+		if _, err := io.ReadFull(in, v); err != nil {
+			return fmt.Errorf("replica: snapshot: %w", err)
+		}
+		if err := b.Set(k, v, nil); err != nil {
+			return err
+		}
+		if b.Len() >= 4<<20 {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return err
+			}
+			b.Close()
+			b = f.db.NewBatch()
+		}
+	}
+	sum := crc.Sum32()
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return fmt.Errorf("replica: snapshot checksum: %w", err)
+	}
+	if binary.BigEndian.Uint32(hdr[:]) != sum {
+		return fmt.Errorf("replica: snapshot checksum %08x, computed %08x", binary.BigEndian.Uint32(hdr[:]), sum)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	f.failed.Store(nil)
+	applied := uint64(0)
+	if v, c, err := f.db.Get(AppliedKey); err == nil {
+		if len(v) == 8 {
+			applied = binary.BigEndian.Uint64(v)
+		}
+		c.Close()
+	}
+	f.applied.Store(applied)
+	f.log.Info("replica: restored a snapshot", "applied", applied)
+	return nil
+}

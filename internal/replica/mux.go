@@ -1,0 +1,222 @@
+package replica
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
+)
+
+// Mux is one island server's raft port, shared by the replica groups it
+// hosts. Every connection, both ways, runs auth's handshake first (when
+// the Mux has a key) and the accepting side admits only cluster members;
+// the dialler then names the group (4 bytes, big-endian island id) and
+// the connection goes to that group's raft transport. A connection for a
+// group this server does not host is closed.
+type Mux struct {
+	ln       net.Listener
+	key      *auth.Key
+	verifier *auth.Verifier
+	log      *slog.Logger
+	refused  *auth.Refusals
+	done     chan struct{}
+	once     sync.Once
+	wg       sync.WaitGroup
+
+	mu struct {
+		lockcheck.Mutex
+		groups map[uint32]*muxLayer
+	}
+}
+
+// muxHello bounds how long an accepted connection may take to name its
+// group after the handshake.
+const muxHello = 10 * time.Second
+
+// NewMux listens on addr. key nil: no authentication (in-process tests).
+func NewMux(addr string, key *auth.Key, log *slog.Logger, refused *auth.Refusals) (*Mux, error) {
+	m := &Mux{key: key, log: log, refused: refused, done: make(chan struct{})}
+	m.mu.groups = map[uint32]*muxLayer{}
+	if key != nil {
+		v, err := auth.NewVerifier(key)
+		if err != nil {
+			return nil, err
+		}
+		m.verifier = v
+	}
+	if m.refused == nil {
+		m.refused = &auth.Refusals{}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	m.ln = ln
+	m.wg.Add(1)
+	go m.acceptLoop()
+	return m, nil
+}
+
+// Addr is the raft address (the listener's).
+func (m *Mux) Addr() string { return m.ln.Addr().String() }
+
+// Refused counts connections refused for want of a cluster key.
+func (m *Mux) Refused() uint64 { return m.refused.Count() }
+
+// Close stops accepting, closes every group's layer and joins the
+// handshakes in progress.
+func (m *Mux) Close() error {
+	var err error
+	m.once.Do(func() {
+		close(m.done)
+		err = m.ln.Close()
+	})
+	m.wg.Wait()
+	return err
+}
+
+func (m *Mux) acceptLoop() {
+	defer m.wg.Done()
+	var bo time.Duration
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			bo = min(max(2*bo, 5*time.Millisecond), time.Second)
+			m.log.Warn("replica: raft accept failed; retrying", "err", err, "retry_in", bo)
+			select {
+			case <-m.done:
+				return
+			case <-time.After(bo):
+			}
+			continue
+		}
+		bo = 0
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.admit(c)
+		}()
+	}
+}
+
+// admit authenticates c, reads its group and hands it to the group.
+func (m *Mux) admit(c net.Conn) {
+	if m.verifier != nil {
+		p, err := m.verifier.Server(c, auth.DefaultTimeout)
+		if err == nil {
+			err = p.Allow(auth.CapMember, "island raft")
+		}
+		if err != nil {
+			m.refused.Add(m.log, "replica: refused raft connection", c.RemoteAddr().String(), err)
+			c.Close()
+			return
+		}
+	}
+	var hello [4]byte
+	_ = c.SetReadDeadline(time.Now().Add(muxHello))
+	if _, err := io.ReadFull(c, hello[:]); err != nil {
+		c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	group := binary.BigEndian.Uint32(hello[:])
+	m.mu.Lock()
+	l := m.mu.groups[group]
+	m.mu.Unlock()
+	if l == nil {
+		m.log.Debug("replica: raft connection for a group not hosted here", "island", group, "from", c.RemoteAddr())
+		c.Close()
+		return
+	}
+	select {
+	case l.conns <- c:
+	case <-l.done:
+		c.Close()
+	case <-m.done:
+		c.Close()
+	}
+}
+
+// Layer returns the raft stream layer of group (one per group; a second
+// call for a group still open fails).
+func (m *Mux) Layer(group uint32) (raft.StreamLayer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.groups[group] != nil {
+		return nil, fmt.Errorf("replica: island %d already has a raft layer", group)
+	}
+	l := &muxLayer{m: m, group: group, conns: make(chan net.Conn), done: make(chan struct{})}
+	m.mu.groups[group] = l
+	return l, nil
+}
+
+// muxLayer is one group's raft.StreamLayer over the Mux.
+type muxLayer struct {
+	m     *Mux
+	group uint32
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *muxLayer) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-l.m.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close detaches the group: its connections are refused from now on.
+func (l *muxLayer) Close() error {
+	l.once.Do(func() {
+		close(l.done)
+		l.m.mu.Lock()
+		if l.m.mu.groups[l.group] == l {
+			delete(l.m.mu.groups, l.group)
+		}
+		l.m.mu.Unlock()
+	})
+	return nil
+}
+
+func (l *muxLayer) Addr() net.Addr { return l.m.ln.Addr() }
+
+// Dial connects to the Mux at address, authenticates and names the group.
+func (l *muxLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	if l.m.key != nil {
+		if err := auth.Client(c, l.m.key, max(timeout, auth.DefaultTimeout)); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("raft peer %s: %w", address, err)
+		}
+	}
+	var hello [4]byte
+	binary.BigEndian.PutUint32(hello[:], l.group)
+	_ = c.SetWriteDeadline(time.Now().Add(max(timeout, time.Second)))
+	if _, err := c.Write(hello[:]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("raft peer %s: %w", address, err)
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	return c, nil
+}

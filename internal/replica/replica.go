@@ -1,0 +1,396 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/atoll-fs/atoll/internal/faults"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/raftlog"
+)
+
+// Failpoints of the replication steps (see the package doc).
+const (
+	FailBeforeAppend = "replica.beforeAppend" // leader: batch built, not handed to raft
+	FailBeforeApply  = "replica.beforeApply"  // any replica: entry committed on a quorum, not applied
+	FailAfterApply   = "replica.afterApply"   // any replica: entry applied, not answered
+)
+
+func init() { faults.Register(FailBeforeAppend, FailBeforeApply, FailAfterApply) }
+
+// Config configures one replica of one island.
+type Config struct {
+	// Island is the group's id (the island id).
+	Island uint32
+	// Self is this island server's id; Voters maps every replica's
+	// server id (Self included) to its raft address. The first start
+	// bootstraps the group with exactly these voters; every replica must
+	// be given the same set.
+	Self   uint32
+	Voters map[uint32]string
+	// Dir holds db/ (pebble), raft.db (raft-boltdb: log and stable
+	// store) and snapshots/.
+	Dir string
+	// Pebble are the database's options (meta.PebbleOptions).
+	Pebble *pebble.Options
+	// Mux is the server's raft port.
+	Mux *Mux
+	// ApplyTimeout bounds how long Replicate waits for raft to take a
+	// batch (not for it to commit). Default 10s.
+	ApplyTimeout time.Duration
+	// Raft timing; zero values take the defaults below.
+	HeartbeatTimeout   time.Duration // 500ms
+	ElectionTimeout    time.Duration // 500ms
+	LeaderLeaseTimeout time.Duration // 250ms
+	SnapshotThreshold  uint64        // 8192 entries
+	SnapshotInterval   time.Duration // 30s
+	TrailingLogs       uint64        // 4096 entries
+	Faults             *faults.Set
+	Logger             *slog.Logger
+}
+
+// Validate reports the first problem with c.
+func (c *Config) Validate() error {
+	switch {
+	case c.Island == 0:
+		return errors.New("replica: config: Island must not be 0")
+	case c.Self == 0:
+		return errors.New("replica: config: Self must not be 0")
+	case c.Voters[c.Self] == "":
+		return fmt.Errorf("replica: config: Voters lacks this server (%d)", c.Self)
+	case c.Dir == "":
+		return errors.New("replica: config: Dir is empty")
+	case c.Pebble == nil:
+		return errors.New("replica: config: Pebble options are nil")
+	case c.Mux == nil:
+		return errors.New("replica: config: Mux is nil")
+	}
+	for id, addr := range c.Voters {
+		if id == 0 || addr == "" {
+			return fmt.Errorf("replica: config: bad voter %d at %q", id, addr)
+		}
+	}
+	return nil
+}
+
+// Replica is one replica of an island: its database, the raft group
+// member that changes it, and the island's leadership as seen here.
+type Replica struct {
+	cfg   Config
+	log   *slog.Logger
+	db    *pebble.DB
+	fsm   *fsm
+	store *raftboltdb.BoltStore
+	trans *raft.NetworkTransport
+	layer raft.StreamLayer
+	raft  *raft.Raft
+}
+
+// Open opens (creating) the replica's database and raft state, and joins
+// the group (bootstrapping it with Voters on the very first start).
+func Open(cfg Config) (*Replica, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.ApplyTimeout, 10*time.Second)
+	def(&cfg.HeartbeatTimeout, 500*time.Millisecond)
+	def(&cfg.ElectionTimeout, 500*time.Millisecond)
+	def(&cfg.LeaderLeaseTimeout, 250*time.Millisecond)
+	def(&cfg.SnapshotInterval, 30*time.Second)
+	if cfg.SnapshotThreshold == 0 {
+		cfg.SnapshotThreshold = 8192
+	}
+	if cfg.TrailingLogs == 0 {
+		cfg.TrailingLogs = 4096
+	}
+	r := &Replica{cfg: cfg, log: cfg.Logger.With("island", cfg.Island, "replica", cfg.Self)}
+	ok := false
+	defer func() {
+		if !ok {
+			r.closeParts()
+		}
+	}()
+	var err error
+	if r.db, err = pebble.Open(filepath.Join(cfg.Dir, "db"), cfg.Pebble); err != nil {
+		return nil, fmt.Errorf("replica: open %s: %w", cfg.Dir, err)
+	}
+	if r.fsm, err = newFSM(r.db, r.log, cfg.Faults); err != nil {
+		return nil, fmt.Errorf("replica: open %s: %w", cfg.Dir, err)
+	}
+	if r.store, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(cfg.Dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+	}); err != nil {
+		return nil, fmt.Errorf("replica: open %s: %w", filepath.Join(cfg.Dir, "raft.db"), err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, raftlog.New(r.log, "raft-snap"))
+	if err != nil {
+		return nil, fmt.Errorf("replica: snapshot store: %w", err)
+	}
+	// The database persists across restarts: raft must not restore the
+	// last snapshot over it (entries after the applied index are replayed
+	// instead), unless the database is behind that snapshot (it was lost
+	// or replaced), which restoreIfBehind handles.
+	if err := r.restoreIfBehind(snaps); err != nil {
+		return nil, err
+	}
+	if r.layer, err = cfg.Mux.Layer(cfg.Island); err != nil {
+		return nil, err
+	}
+	r.trans = raft.NewNetworkTransportWithLogger(r.layer, 3, 10*time.Second, raftlog.New(r.log, "raft-net"))
+	rc := raft.DefaultConfig()
+	rc.LocalID = serverID(cfg.Self)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.NoSnapshotRestoreOnStart = true
+	rc.BatchApplyCh = true
+	rc.Logger = raftlog.New(r.log, "raft")
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("replica: raft config: %w", err)
+	}
+	existing, err := raft.HasExistingState(r.store, r.store, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("replica: reading raft state in %s: %w", cfg.Dir, err)
+	}
+	if !existing {
+		boot := raft.Configuration{}
+		for _, id := range sortedIDs(cfg.Voters) {
+			boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: serverID(id), Address: raft.ServerAddress(cfg.Voters[id])})
+		}
+		if err := raft.BootstrapCluster(rc, r.store, r.store, snaps, r.trans, boot); err != nil {
+			return nil, fmt.Errorf("replica: bootstrap: %w", err)
+		}
+		r.log.Info("replica: bootstrapped", "voters", len(boot.Servers))
+	}
+	if r.raft, err = raft.NewRaft(rc, r.fsm, r.store, r.store, snaps, r.trans); err != nil {
+		return nil, fmt.Errorf("replica: start raft: %w", err)
+	}
+	ok = true
+	return r, nil
+}
+
+// restoreIfBehind restores the newest local snapshot when the database
+// has not applied up to it: the database directory was lost while the
+// raft log was compacted past what it held.
+func (r *Replica) restoreIfBehind(snaps *raft.FileSnapshotStore) error {
+	list, err := snaps.List()
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	if list[0].Index <= r.fsm.applied.Load() {
+		return nil
+	}
+	_, rc, err := snaps.Open(list[0].ID)
+	if err != nil {
+		return fmt.Errorf("replica: opening snapshot %s: %w", list[0].ID, err)
+	}
+	r.log.Warn("replica: database behind the last snapshot; restoring it", "applied", r.fsm.applied.Load(), "snapshot", list[0].Index)
+	return r.fsm.Restore(rc)
+}
+
+func serverID(id uint32) raft.ServerID { return raft.ServerID(strconv.FormatUint(uint64(id), 10)) }
+
+func parseServerID(id raft.ServerID) uint32 {
+	n, _ := strconv.ParseUint(string(id), 10, 32)
+	return uint32(n)
+}
+
+func sortedIDs(m map[uint32]string) []uint32 {
+	ids := make([]uint32, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
+	return ids
+}
+
+// DB is the replica's database. Only the FSM writes it; an Island reads
+// it (and hands its batches to Replicate) while this replica leads.
+func (r *Replica) DB() *pebble.DB { return r.db }
+
+// Replicate appends batch to the group's log and returns once a quorum
+// holds it and it is applied to DB (meta.Replicator). It waits for raft's
+// answer whatever ctx says: an entry handed to raft may still commit, and
+// the island must not act as if it had not. Not leading, or losing the
+// lead before the entry committed, is metawire.ErrUnavailable (the entry
+// may yet commit under the next leader; the client retries there).
+func (r *Replica) Replicate(ctx context.Context, batch []byte) error {
+	if err := r.cfg.Faults.Hit(FailBeforeAppend); err != nil {
+		return fmt.Errorf("%w: island %d: %v", metawire.ErrUnavailable, r.cfg.Island, err)
+	}
+	if p := r.fsm.failed.Load(); p != nil {
+		return fmt.Errorf("%w: island %d replica %d: %v", metawire.ErrIO, r.cfg.Island, r.cfg.Self, *p)
+	}
+	f := r.raft.Apply(batch, r.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return r.raftErr("replicate", err)
+	}
+	if err, ok := f.Response().(error); ok && err != nil {
+		return fmt.Errorf("%w: island %d: %v", metawire.ErrIO, r.cfg.Island, err)
+	}
+	return nil
+}
+
+// raftErr maps raft's errors to the island protocol's.
+func (r *Replica) raftErr(op string, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown),
+		errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: island %d replica %d: %s: %v", metawire.ErrUnavailable, r.cfg.Island, r.cfg.Self, op, err)
+	}
+	return fmt.Errorf("%w: island %d replica %d: %s: %v", metawire.ErrIO, r.cfg.Island, r.cfg.Self, op, err)
+}
+
+// LeaderCh signals this replica gaining (true) or losing (false) the
+// lead; only the latest signal is kept when the reader is slow.
+func (r *Replica) LeaderCh() <-chan bool { return r.raft.LeaderCh() }
+
+// IsLeader reports whether this replica leads now. raft steps a leader
+// down once it has not heard from a quorum for LeaderLeaseTimeout, which
+// is shorter than the time followers wait before electing another: a
+// replica that answers reads while IsLeader holds does not answer after
+// a newer leader accepted a change (with clocks that run at the same
+// rate).
+func (r *Replica) IsLeader() bool { return r.raft.State() == raft.Leader }
+
+// Barrier waits until every entry committed before it is applied here
+// (a new leader does this before it serves).
+func (r *Replica) Barrier(timeout time.Duration) error {
+	if err := r.raft.Barrier(timeout).Error(); err != nil {
+		return r.raftErr("barrier", err)
+	}
+	return nil
+}
+
+// Leader returns the server id of the leader this replica knows of.
+func (r *Replica) Leader() (uint32, bool) {
+	_, id := r.raft.LeaderWithID()
+	if id == "" {
+		return 0, false
+	}
+	return parseServerID(id), true
+}
+
+// TransferTo hands the lead to server (a preferred leader).
+func (r *Replica) TransferTo(server uint32) error {
+	addr, ok := r.cfg.Voters[server]
+	if !ok {
+		return fmt.Errorf("replica: island %d has no replica on server %d", r.cfg.Island, server)
+	}
+	if err := r.raft.LeadershipTransferToServer(serverID(server), raft.ServerAddress(addr)).Error(); err != nil {
+		return r.raftErr("leadership transfer", err)
+	}
+	return nil
+}
+
+// Status is a replica's view of its group.
+type Status struct {
+	Island       uint32
+	Server       uint32
+	State        string // leader, follower, candidate, shutdown
+	Leader       uint32 // 0: none known
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64 // applied to the database
+	LastContact  time.Duration
+	Voters       []uint32
+	Failed       string // the entry this replica could not apply, if any
+}
+
+// Status reports the replica's state.
+func (r *Replica) Status() Status {
+	s := Status{
+		Island: r.cfg.Island, Server: r.cfg.Self, State: r.raft.State().String(),
+		Term: r.raft.CurrentTerm(), CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.fsm.applied.Load(),
+	}
+	if s.State == raft.Leader.String() {
+		s.State = "leader"
+	}
+	s.State = lower(s.State)
+	s.Leader, _ = r.Leader()
+	if lc := r.raft.LastContact(); !lc.IsZero() && s.State != "leader" {
+		s.LastContact = time.Since(lc)
+	}
+	if cf := r.raft.GetConfiguration(); cf.Error() == nil {
+		for _, sv := range cf.Configuration().Servers {
+			s.Voters = append(s.Voters, parseServerID(sv.ID))
+		}
+	}
+	if p := r.fsm.failed.Load(); p != nil {
+		s.Failed = (*p).Error()
+	}
+	return s
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// Close hands the lead to another replica when it leads (so the island
+// pauses for a transfer, not an election), stops raft and closes the
+// database.
+func (r *Replica) Close() error {
+	if r.raft != nil && r.raft.State() == raft.Leader && len(r.cfg.Voters) > 1 {
+		if err := r.raft.LeadershipTransfer().Error(); err != nil {
+			r.log.Debug("replica: leadership transfer at close", "err", err)
+		}
+	}
+	return r.closeParts()
+}
+
+func (r *Replica) closeParts() error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if r.raft != nil {
+		keep(r.raft.Shutdown().Error())
+	}
+	if r.trans != nil {
+		keep(r.trans.Close())
+	} else if r.layer != nil {
+		keep(r.layer.Close())
+	}
+	if r.store != nil {
+		keep(r.store.Close())
+	}
+	if r.db != nil {
+		if r.fsm != nil {
+			keep(r.db.LogData(nil, pebble.Sync))
+		}
+		keep(r.db.Close())
+	}
+	return first
+}
