@@ -221,7 +221,7 @@ func killIslandCase(t *testing.T, op, name, point string, target int) {
 	var rep meta.Report
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		rep, err = meta.Fsck(context.Background(), []meta.FsckSource{meta.WireFsckSource(pool, addrs[1]), meta.WireFsckSource(pool, addrs[2])})
+		rep, err = meta.Fsck(context.Background(), []meta.FsckSource{meta.WireFsckSource(pool, 1, addrs[1]), meta.WireFsckSource(pool, 2, addrs[2])})
 		if err == nil && rep.Clean() {
 			break
 		}

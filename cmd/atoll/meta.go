@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/meta"
+	"github.com/atoll-fs/atoll/internal/metaserver"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/web"
 )
@@ -23,6 +26,8 @@ func newMetaCmd(g *globalFlags) *cobra.Command {
 	var cfg meta.Config
 	var id uint32
 	var mapFile, addrFile, inlineMax, managers, metricsListen string
+	var srv metaserver.Config
+	var servers string
 	cmd := &cobra.Command{
 		Use:   "meta --dir DIR --listen ADDR --id N --static-map FILE",
 		Short: "Run a metadata island (directories, inodes, block maps, intents)",
@@ -36,7 +41,18 @@ Until the manager serves the cluster map, the map comes from a JSON file
 
 entries has 1<<depth island ids: entry i owns the buckets whose top depth
 bits are i. Without --static-map the island is alone: it owns every bucket
-at epoch 1.`,
+at epoch 1.
+
+With --server-id the process is an island server of replicated islands
+instead: it hosts a replica of each of the --islands islands that the
+placement puts on it (island k on the --replicas servers following the
+(k-1) mod n-th of the --island-servers, in id order), and serves every
+island whose replica leads. Every island server is given the same
+--island-servers, --islands and --replicas, and --manager:
+
+  atoll meta --server-id 1 --listen 127.0.0.1:7500 --raft-listen 127.0.0.1:7510 \
+    --island-servers 1=127.0.0.1:7510,2=127.0.0.1:7511,3=127.0.0.1:7512 \
+    --islands 3 --replicas 3 --manager 127.0.0.1:7400 --dir /var/lib/atoll/meta1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -47,14 +63,24 @@ at epoch 1.`,
 			if cfg.Key, err = g.clusterKey("meta"); err != nil {
 				return err
 			}
-			if id == 0 {
-				return usageErr("--id", errors.New("must be a nonzero island id"))
-			}
 			n, err := layout.ParseSize(inlineMax)
 			if err != nil {
 				return usageErr("--inline-max", err)
 			}
 			cfg.InlineMax = n
+			if srv.ID != 0 {
+				if id != 0 || mapFile != "" {
+					return usageErr("--server-id", errors.New("an island server takes neither --id nor --static-map"))
+				}
+				if srv.Servers, err = parseServers(servers); err != nil {
+					return usageErr("--island-servers", err)
+				}
+				srv.Listen, srv.Dir, srv.Managers, srv.Key, srv.Logger, srv.InlineMax = cfg.Listen, cfg.Dir, splitList(managers), cfg.Key, log, n
+				return runIslandServer(cmd.Context(), srv, addrFile, metricsListen)
+			}
+			if id == 0 {
+				return usageErr("--id", errors.New("must be a nonzero island id"))
+			}
 			var view *cluster.View
 			switch {
 			case managers != "" && mapFile != "":
@@ -122,7 +148,63 @@ at epoch 1.`,
 	f.StringVar(&inlineMax, "inline-max", "16KiB", "largest file kept inline in its inode")
 	f.DurationVar(&cfg.LazySync, "lazy-sync", meta.DefaultLazySync, "longest wait of a lazily committed change (mount creates and closes) for the log sync, unless an fsync syncs first")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:7605 (empty: off)")
+	f.Uint32Var(&srv.ID, "server-id", 0, "run as island server N of replicated islands (see --help)")
+	f.StringVar(&srv.RaftListen, "raft-listen", "127.0.0.1:7510", "island server: raft port shared by its replicas")
+	f.StringVar(&servers, "island-servers", "", "island server: every island server as id=raft-address, comma-separated")
+	f.IntVar(&srv.Islands, "islands", 3, "island server: number of islands (ids 1..N)")
+	f.IntVar(&srv.Replicas, "replicas", 3, "island server: replicas of each island (1, 3 or 5)")
 	return cmd
+}
+
+// parseServers parses "1=host:port,2=host:port".
+func parseServers(s string) (map[uint32]string, error) {
+	out := map[uint32]string{}
+	for _, p := range splitList(s) {
+		k, v, ok := strings.Cut(p, "=")
+		id, err := strconv.ParseUint(k, 10, 32)
+		if !ok || err != nil || id == 0 || v == "" {
+			return nil, fmt.Errorf("%q: want id=host:port with a nonzero id", p)
+		}
+		if _, dup := out[uint32(id)]; dup {
+			return nil, fmt.Errorf("island server %d given twice", id)
+		}
+		out[uint32(id)] = v
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no island servers")
+	}
+	return out, nil
+}
+
+// runIslandServer runs an island server of replicated islands.
+func runIslandServer(ctx context.Context, cfg metaserver.Config, addrFile, metricsListen string) error {
+	if len(cfg.Managers) == 0 {
+		return usageErr("--manager", errors.New("an island server needs the managers"))
+	}
+	if err := checkAdvertised("--listen", cfg.Listen); err != nil {
+		return err
+	}
+	var err error
+	if cfg.Faults, err = faults.FromEnv(); err != nil {
+		return err
+	}
+	reg := web.NewRegistry()
+	cfg.Registerer = reg
+	ms, err := metricsServer(metricsListen, reg, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	cfg.MetricsAddr = advertisedMetrics(ms, cfg.Listen)
+	s, err := metaserver.New(ctx, cfg)
+	if err != nil {
+		closeServer(ms)
+		return err
+	}
+	if err := writeAddrFile(addrFile, s.Addr()); err != nil {
+		closeServer(ms)
+		return err
+	}
+	return web.RunWith(ctx, ms, s.Run)
 }
 
 // islandView registers the island with the managers (so that formatting

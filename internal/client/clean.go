@@ -4,69 +4,88 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"time"
 
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
 )
 
 // IslandLister is implemented by map views that can name every island;
 // the cleaner's calls (LiveBytes, StripeRefs) go to all of them.
 type IslandLister interface {
-	IslandAddrs() []string
+	Islands() map[namespace.IslandID]string
 }
 
 // ErrNoIslandList is returned by the cleaner's calls when the FS's map
 // view cannot enumerate islands.
 var ErrNoIslandList = errors.New("client: map view cannot list islands")
 
-func (f *FS) islandAddrs() ([]string, error) {
+// islandIDs lists every island of the map, sorted.
+func (f *FS) islandIDs() ([]namespace.IslandID, error) {
 	l, ok := f.cfg.Map.(IslandLister)
 	if !ok {
 		return nil, ErrNoIslandList
 	}
-	addrs := l.IslandAddrs()
-	if len(addrs) == 0 {
+	ids := slices.Sorted(maps.Keys(l.Islands()))
+	if len(ids) == 0 {
 		return nil, fmt.Errorf("client: no islands in the map: %w", metawire.ErrUnavailable)
 	}
-	return addrs, nil
+	return ids, nil
 }
 
-// callAddr sends one request to the island at addr (no rerouting: the
-// cleaner asks every island for its own records).
-func (f *FS) callAddr(ctx context.Context, addr string, op uint16, req, resp metawire.Message) error {
-	rep, err := f.pool.Call(ctx, addr, op, f.cfg.Map.Epoch(), metawire.Marshal(req), nil, nil)
-	if err != nil {
-		if err = metawire.RemoteErr(err); errors.Is(err, metawire.ErrStaleEpoch) {
-			if rerr := f.cfg.Map.Refresh(ctx); rerr == nil {
-				rep, err = f.pool.Call(ctx, addr, op, f.cfg.Map.Epoch(), metawire.Marshal(req), nil, nil)
-				if err != nil {
-					err = metawire.RemoteErr(err)
-				}
-			}
+// callIsland sends one request to island id (no rerouting by inode: the
+// cleaner asks every island for its own records). A stale epoch or an
+// island that moved (a replicated island's new leader) is retried a few
+// times after a map refresh.
+func (f *FS) callIsland(ctx context.Context, id namespace.IslandID, op uint16, req, resp metawire.Message) error {
+	msg := metawire.Marshal(req)
+	backoff := 20 * time.Millisecond
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		addr := f.cfg.Map.(IslandLister).Islands()[id]
+		var rep wire.Reply
+		if addr == "" {
+			err = fmt.Errorf("%w: island %d has no address in the map", metawire.ErrUnavailable, id)
+		} else if rep, err = f.pool.CallRoute(ctx, addr, uint32(id), op, f.cfg.Map.Epoch(), msg, nil, nil); err == nil {
+			return metawire.Unmarshal(rep.Msg, resp)
+		} else if err = metawire.RemoteErr(err); !errors.As(err, new(*metawire.StatusError)) {
+			err = fmt.Errorf("%w: %v", metawire.ErrUnavailable, err)
 		}
-		if err != nil {
-			return fmt.Errorf("client: island %s: %w", addr, err)
+		if !errors.Is(err, metawire.ErrStaleEpoch) && !errors.Is(err, metawire.ErrUnavailable) {
+			break
 		}
+		if rerr := f.cfg.Map.Refresh(ctx); rerr != nil {
+			f.log.Debug("client: map refresh failed", "err", rerr)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	return metawire.Unmarshal(rep.Msg, resp)
+	return fmt.Errorf("client: island %d: %w", id, err)
 }
 
 // LiveBytes sums every island's per-stripe live bytes. Stripes that no
 // committed block ever pointed into are absent (their live bytes are 0).
 func (f *FS) LiveBytes(ctx context.Context) (map[fragment.StripeID]int64, error) {
-	addrs, err := f.islandAddrs()
+	ids, err := f.islandIDs()
 	if err != nil {
 		return nil, err
 	}
 	out := map[fragment.StripeID]int64{}
-	for _, addr := range addrs {
+	for _, id := range ids {
 		req := metawire.LiveReq{First: true, Limit: 5000}
 		for {
 			var resp metawire.LiveResp
-			if err := f.callAddr(ctx, addr, metawire.OpLiveBytes, &req, &resp); err != nil {
+			if err := f.callIsland(ctx, id, metawire.OpLiveBytes, &req, &resp); err != nil {
 				return nil, fmt.Errorf("live bytes: %w", err)
 			}
 			for _, s := range resp.Stripes {
@@ -86,7 +105,7 @@ func (f *FS) LiveBytes(ctx context.Context) (map[fragment.StripeID]int64, error)
 // stripes the cleaner deleted. It returns how many counters were dropped
 // and how many were kept because they were not zero.
 func (f *FS) ForgetStripes(ctx context.Context, ids []fragment.StripeID) (dropped, kept int, err error) {
-	addrs, err := f.islandAddrs()
+	islands, err := f.islandIDs()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -96,9 +115,9 @@ func (f *FS) ForgetStripes(ctx context.Context, ids []fragment.StripeID) (droppe
 		for i, id := range ids[:n] {
 			req.Stripes[i] = metawire.StripeLive{Log: id.Log, Seq: id.Seq}
 		}
-		for _, addr := range addrs {
+		for _, island := range islands {
 			var resp metawire.ForgetResp
-			if err := f.callAddr(ctx, addr, metawire.OpForget, &req, &resp); err != nil {
+			if err := f.callIsland(ctx, island, metawire.OpForget, &req, &resp); err != nil {
 				return dropped, kept, fmt.Errorf("forget stripes: %w", err)
 			}
 			dropped, kept = dropped+int(resp.Dropped), kept+int(resp.Kept)
@@ -110,14 +129,14 @@ func (f *FS) ForgetStripes(ctx context.Context, ids []fragment.StripeID) (droppe
 
 // StripeRefs lists every block, in every island, that points into s.
 func (f *FS) StripeRefs(ctx context.Context, s fragment.StripeID) ([]metawire.BlockRef, error) {
-	addrs, err := f.islandAddrs()
+	ids, err := f.islandIDs()
 	if err != nil {
 		return nil, err
 	}
 	var out []metawire.BlockRef
-	for _, addr := range addrs {
+	for _, id := range ids {
 		var resp metawire.RefsResp
-		if err := f.callAddr(ctx, addr, metawire.OpStripeRefs, &metawire.RefsReq{Log: s.Log, Seq: s.Seq}, &resp); err != nil {
+		if err := f.callIsland(ctx, id, metawire.OpStripeRefs, &metawire.RefsReq{Log: s.Log, Seq: s.Seq}, &resp); err != nil {
 			return nil, fmt.Errorf("stripe refs %s: %w", s, err)
 		}
 		out = append(out, resp.Refs...)

@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
-	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +25,9 @@ type MapView interface {
 	Epoch() uint64
 	// IslandAddr returns the address of the island owning bucket.
 	IslandAddr(bucket uint32) (string, bool)
+	// IslandFor returns the id and address of the island owning bucket
+	// (requests name the island: one server may host several).
+	IslandFor(bucket uint32) (namespace.IslandID, string, bool)
 	// Refresh fetches a newer map (after a stale-epoch or wrong-island reply).
 	Refresh(ctx context.Context) error
 	// DefaultPolicy is the cluster's policy for files without one.
@@ -53,15 +55,14 @@ func (m *StaticMapView) IslandAddr(bucket uint32) (string, bool) {
 	return a, ok
 }
 
-// IslandAddrs returns every island's address, sorted.
-func (m *StaticMapView) IslandAddrs() []string {
-	var out []string
-	for _, a := range m.Addrs {
-		out = append(out, a)
-	}
-	sort.Strings(out)
-	return slices.Compact(out)
+func (m *StaticMapView) IslandFor(bucket uint32) (namespace.IslandID, string, bool) {
+	id := m.Table.Lookup(bucket)
+	a, ok := m.Addrs[id]
+	return id, a, ok
 }
+
+// Islands returns every island's address by id.
+func (m *StaticMapView) Islands() map[namespace.IslandID]string { return maps.Clone(m.Addrs) }
 
 // FSConfig configures the naming and cache layers.
 type FSConfig struct {
@@ -197,11 +198,11 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	backoff := 5 * time.Millisecond
 	var last error
 	for attempt := 0; attempt < 12; attempt++ {
-		addr, ok := f.cfg.Map.IslandAddr(namespace.Ino(route).Bucket())
+		id, addr, ok := f.cfg.Map.IslandFor(namespace.Ino(route).Bucket())
 		if !ok {
 			last = fmt.Errorf("client: no island for inode %s: %w", namespace.Ino(route), metawire.ErrUnavailable)
 		} else {
-			rep, err := f.pool.Call(ctx, addr, op, f.cfg.Map.Epoch(), msg, nil, nil)
+			rep, err := f.pool.CallRoute(ctx, addr, uint32(id), op, f.cfg.Map.Epoch(), msg, nil, nil)
 			if err == nil {
 				if resp == nil {
 					return nil
@@ -398,8 +399,8 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 		f.addLazy(ctx, resp.Attr.Ino, resp.Boot)
 	case !req.Lazy && resp.Boot != 0:
 		// A synced create makes what its island acknowledged before durable.
-		addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(req.Dir).Bucket())
-		f.settleIsland(addr, mark, resp.Boot, false)
+		isl := f.islandOf(req.Dir)
+		f.settleIsland(isl, mark, resp.Boot, false)
 	}
 	f.cacheAttr(resp.Attr)
 	f.cacheAttr(resp.DirAttr)
@@ -501,10 +502,10 @@ func (f *FS) addLazy(ctx context.Context, ino, boot uint64) {
 // one OpSync to each island concerned (unmount). It fails if an island
 // restarted after a crash before syncing some of them (errLazyLost).
 func (f *FS) SyncLazy(ctx context.Context) error {
-	one := map[string]uint64{} // a file per island, to route the sync
+	one := map[namespace.IslandID]uint64{} // a file per island, to route the sync
 	for _, ino := range f.lazyInos(^uint64(0)) {
-		addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket())
-		one[addr] = ino
+		isl := f.islandOf(ino)
+		one[isl] = ino
 	}
 	var lost error
 	for _, ino := range one {
@@ -523,20 +524,20 @@ func (f *FS) SyncLazy(ctx context.Context) error {
 // FS's lazy changes there (settleIsland, reporting those lost); err is the
 // sync's own failure.
 func (f *FS) syncIsland(ctx context.Context, route uint64) (lost, err error) {
-	addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(route).Bucket())
+	isl := f.islandOf(route)
 	mark := f.lazyMark()
 	var resp metawire.SyncResp
 	if err := f.call(ctx, route, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
 		return nil, err
 	}
-	return f.settleIsland(addr, mark, resp.Boot, true), nil
+	return f.settleIsland(isl, mark, resp.Boot, true), nil
 }
 
 // durable records that a synced write to ino's island, sent after mark
 // (lazyMark), was answered by incarnation boot (settleIsland); it reports
 // ino's own changes if they may be lost.
 func (f *FS) durable(ino, mark, boot uint64) error {
-	addr, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket())
+	isl := f.islandOf(ino)
 	f.lazy.Lock()
 	var lost error
 	if ch, ok := f.lazy.m[ino]; ok && ch.gen <= mark {
@@ -546,21 +547,29 @@ func (f *FS) durable(ino, mark, boot uint64) error {
 		}
 	}
 	f.lazy.Unlock()
-	f.settleIsland(addr, mark, boot, false) // others' losses are theirs to report
+	f.settleIsland(isl, mark, boot, false) // others' losses are theirs to report
 	return lost
 }
 
-// settleIsland records that a synced write to island addr, sent after
+// islandOf returns the island owning ino's bucket. Lazy changes are
+// tracked by island, not address: one server may serve several islands,
+// and an island's address moves with its leader.
+func (f *FS) islandOf(ino uint64) namespace.IslandID {
+	id, _, _ := f.cfg.Map.IslandFor(namespace.Ino(ino).Bucket())
+	return id
+}
+
+// settleIsland records that a synced write to island isl, sent after
 // mark, was answered by incarnation boot: every change there up to mark
 // that the same incarnation acknowledged is durable. One another
 // incarnation acknowledged may be lost: with takeLost it is reported
 // (once, as fsync reports a failed write-back) and forgotten, else kept
 // for its own file's fsync to report.
-func (f *FS) settleIsland(addr string, mark, boot uint64, takeLost bool) error {
+func (f *FS) settleIsland(isl namespace.IslandID, mark, boot uint64, takeLost bool) error {
 	// The map is another component: it is asked with f.lazy released.
 	var here []uint64
 	for _, ino := range f.lazyInos(mark) {
-		if a, _ := f.cfg.Map.IslandAddr(namespace.Ino(ino).Bucket()); a == addr {
+		if f.islandOf(ino) == isl {
 			here = append(here, ino)
 		}
 	}

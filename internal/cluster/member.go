@@ -29,6 +29,10 @@ type MemberConfig struct {
 	// Key is the cluster key the member registers with (nil: none, for
 	// in-process tests).
 	Key *auth.Key
+	// Reclaim makes the member register again whenever a map shows
+	// another address or pid under its key: the leader of a replicated
+	// island, whose key a former leader may have registered last.
+	Reclaim bool
 }
 
 // Validate checks the configuration.
@@ -80,6 +84,12 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 		epoch = m.Epoch
 		if cfg.OnMap != nil {
 			cfg.OnMap(m)
+		}
+		if cfg.Reclaim && registered {
+			if f, ok := m.fields(key); ok && (*f.addr != cfg.Addr || *f.pid != cfg.PID) {
+				log.Info("cluster: the map names another process for this member; registering again", "addr", *f.addr, "pid", *f.pid)
+				registered = false
+			}
 		}
 	}
 	bo := backoff{min: 100 * time.Millisecond, max: max(2*cfg.Interval, time.Second)}

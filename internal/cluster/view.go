@@ -155,16 +155,22 @@ func (v *View) IslandAddr(bucket uint32) (string, bool) {
 	return addr, ok && addr != ""
 }
 
-// IslandAddrs returns the address of every island in the map (the
+// Islands returns the address of every island in the map by id (the
 // cleaner asks each for its stripe counters and references).
-func (v *View) IslandAddrs() []string {
-	var out []string
+func (v *View) Islands() map[namespace.IslandID]string {
+	out := map[namespace.IslandID]string{}
 	for _, is := range v.Map().Islands {
 		if is.Addr != "" {
-			out = append(out, is.Addr)
+			out[namespace.IslandID(is.ID)] = is.Addr
 		}
 	}
 	return out
+}
+
+// IslandFor returns the id and address of the island owning bucket.
+func (v *View) IslandFor(bucket uint32) (namespace.IslandID, string, bool) {
+	id, addr, ok := v.IslandForBucket(bucket)
+	return namespace.IslandID(id), addr, ok && addr != ""
 }
 
 // StorageSlots returns every storage slot's address and the slots that

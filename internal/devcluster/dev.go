@@ -46,6 +46,15 @@ type Config struct {
 	RebuildAfter  time.Duration
 	// LazySync is the islands' --lazy-sync (zero: their default).
 	LazySync time.Duration
+	// IslandReplicas is the number of replicas of each island (1, 3 or
+	// 5; 0 means 1). Above 1 the island processes are island servers
+	// (atoll meta --server-id i, as many as Islands, at the same
+	// addresses), each hosting replicas of several islands, with their
+	// raft ports at IslandRaftListen's port + i - 1.
+	IslandReplicas int
+	// IslandRaftListen is island server 1's raft address (replicated
+	// islands); default IslandListen's port + 50.
+	IslandRaftListen string
 	// UserKey: also write the cluster key to the user's
 	// ~/.config/atoll/admin.key, where the CLI finds it (`atoll dev` sets
 	// it; tests do not).
@@ -65,6 +74,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Islands < 0 || c.Islands > 32 {
 		return errors.New("dev: --islands must be 0..32")
+	}
+	switch r := c.IslandReplicas; {
+	case r != 0 && r != 1 && r != 3 && r != 5:
+		return fmt.Errorf("dev: --island-replicas %d: want 1, 3 or 5", r)
+	case r > 1 && c.Islands < r:
+		return fmt.Errorf("dev: --island-replicas %d needs at least as many islands (their servers), have %d", r, c.Islands)
 	}
 	for flag, a := range map[string]string{"--manager-listen": c.ManagerListen, "--storage-listen": c.StorageListen, "--island-listen": c.IslandListen} {
 		if _, _, err := splitPort(a); err != nil {
@@ -199,6 +214,14 @@ func portFree(addr string) error {
 func nthAddr(base string, i int) string {
 	host, port, _ := splitPort(base)
 	return net.JoinHostPort(host, strconv.Itoa(port+i))
+}
+
+// islandRaftAddr is island server i's raft address (replicated islands).
+func (c *Config) islandRaftAddr(i int) string {
+	if c.IslandRaftListen != "" {
+		return nthAddr(c.IslandRaftListen, i-1)
+	}
+	return nthAddr(c.IslandListen, 50+i-1)
 }
 
 // MetricsAddrs are the children's /metrics addresses, derived from
@@ -359,8 +382,20 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	var servers []string
+	for i := 1; i <= d.cfg.Islands; i++ {
+		servers = append(servers, fmt.Sprintf("%d=%s", i, d.cfg.islandRaftAddr(i)))
+	}
 	for i := 1; i <= d.cfg.Islands; i++ {
 		args := []string{"meta", "--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--id", strconv.Itoa(i), "--manager", mgr.Addr}
+		if d.cfg.IslandReplicas > 1 {
+			args = []string{"meta", "--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--server-id", strconv.Itoa(i),
+				"--raft-listen", d.cfg.islandRaftAddr(i), "--island-servers", strings.Join(servers, ","),
+				"--islands", strconv.Itoa(d.cfg.Islands), "--replicas", strconv.Itoa(d.cfg.IslandReplicas), "--manager", mgr.Addr}
+			if err := portFree(d.cfg.islandRaftAddr(i)); err != nil {
+				return nil, fmt.Errorf("dev: island server %d: raft address %s in use: %w", i, d.cfg.islandRaftAddr(i), err)
+			}
+		}
 		if d.cfg.LazySync > 0 {
 			args = append(args, "--lazy-sync", d.cfg.LazySync.String())
 		}

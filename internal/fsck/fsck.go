@@ -13,6 +13,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/meta"
+	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -58,7 +59,7 @@ func Run(ctx context.Context, m *cluster.Map, key *auth.Key) (*Report, error) {
 		if is.State == cluster.StateOut {
 			continue
 		}
-		srcs = append(srcs, meta.WireFsckSource(pool, is.Addr))
+		srcs = append(srcs, meta.WireFsckSource(pool, namespace.IslandID(is.ID), is.Addr))
 	}
 	nr, err := meta.Fsck(ctx, srcs)
 	if err != nil {

@@ -55,6 +55,8 @@
 //	FF FF FF FF FF 'P' txid(16)    prepared transaction (participant)
 //	FF FF FF FF FF 'L' log(8) seq(8)  live bytes of a stripe (merge counter)
 //	FF FF FF FF FF 'S'             island statistics (merge counter)
+//	FF FF FF FF FF 'A'             replicated islands: the last raft index applied, u64
+//	                               without version or CRC (written by internal/replica)
 //
 // Every value is u8 version (1), a payload, and u32 CRC32C (Castagnoli)
 // of the version and payload; a value failing either is ErrIO. In

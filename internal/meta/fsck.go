@@ -111,6 +111,10 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 			if len(v) != 9 {
 				problem(k, "incarnation record of %d bytes", len(v))
 			}
+		case gApplied:
+			if len(v) != 8 {
+				problem(k, "applied index record of %d bytes", len(v))
+			}
 		case gMeta:
 		default:
 			problem(k, "unknown island record")
@@ -222,16 +226,19 @@ func (s islandSource) FsckPage(ctx context.Context, cursor []byte) (*metawire.Fs
 	return &resp, metawire.Unmarshal(out, &resp)
 }
 
-// WireFsckSource reads the island at addr over internal/wire.
-func WireFsckSource(pool *wire.Pool, addr string) FsckSource { return wireSource{pool, addr} }
+// WireFsckSource reads island id at addr over internal/wire.
+func WireFsckSource(pool *wire.Pool, id namespace.IslandID, addr string) FsckSource {
+	return wireSource{pool, id, addr}
+}
 
 type wireSource struct {
 	pool *wire.Pool
+	id   namespace.IslandID
 	addr string
 }
 
 func (s wireSource) FsckPage(ctx context.Context, cursor []byte) (*metawire.FsckResp, error) {
-	reply, err := s.pool.Call(ctx, s.addr, metawire.OpFsck, 0, metawire.Marshal(&metawire.FsckReq{Cursor: cursor}), nil, nil)
+	reply, err := s.pool.CallRoute(ctx, s.addr, uint32(s.id), metawire.OpFsck, 0, metawire.Marshal(&metawire.FsckReq{Cursor: cursor}), nil, nil)
 	if err != nil {
 		return nil, metawire.RemoteErr(err)
 	}

@@ -555,6 +555,10 @@ func (i *Island) allocIno(bucket uint32) (namespace.Ino, error) {
 // seqReserve is how many inode numbers one counter write reserves.
 const seqReserve = 1024
 
+// MakeDirDurable creates dir and its missing ancestors durably (a
+// replica's directory, before its database is opened).
+func MakeDirDurable(fs vfs.FS, dir string) error { return makeDirDurable(fs, dir) }
+
 // makeDirDurable creates dir and its missing ancestors, syncing the
 // parent of each one created so that the tree survives a crash.
 func makeDirDurable(fs vfs.FS, dir string) error {

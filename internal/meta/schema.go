@@ -32,6 +32,7 @@ const (
 	gStats    = 'S'
 	gRef      = 'R'
 	gBoot     = 'B' // incarnation (8 bytes) + 1 if the island closed cleanly
+	gApplied  = 'A' // replicated islands: last raft index applied (internal/replica.AppliedKey)
 )
 
 const recordVersion = 1

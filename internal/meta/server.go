@@ -41,6 +41,10 @@ func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Respons
 	if len(req.Payload) != 0 {
 		return wire.Response{}, fmt.Errorf("%w: unexpected payload", metawire.ErrBadRequest)
 	}
+	if req.Route != 0 && req.Route != uint32(i.id) {
+		// Sent to this address for another island (whose leader moved).
+		return wire.Response{}, fmt.Errorf("%w: request for island %d reached island %d", metawire.ErrWrongIsland, req.Route, i.id)
+	}
 	out, err := i.Handle(ctx, req.Op, req.Epoch, req.Msg)
 	if err != nil {
 		return wire.Response{}, err

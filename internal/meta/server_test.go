@@ -312,7 +312,7 @@ func TestWireCluster(t *testing.T) {
 		t.Helper()
 		var srcs []FsckSource
 		for _, id := range ids {
-			srcs = append(srcs, WireFsckSource(pool, isls[id].Addr()))
+			srcs = append(srcs, WireFsckSource(pool, id, isls[id].Addr()))
 		}
 		rep, err := Fsck(bg, srcs)
 		if err != nil || !rep.Clean() || rep.Inodes != wantInodes || len(rep.Islands) != len(ids) {

@@ -1,0 +1,46 @@
+// Package metaserver is an island server (`atoll meta --server-id`): it
+// hosts one replica (internal/replica) of each island the placement puts
+// on it and, for every island whose replica leads, runs a meta.Island on
+// the replica's database, registers the island with the managers at the
+// server's own address and serves it.
+//
+// # Placement
+//
+// Every island server is given the same list of island servers (id and
+// raft address), number of islands and replicas per island. Island k's
+// replicas are on the Replicas servers that follow, in id order, the
+// (k-1) mod n-th of the n servers (Placement); the first is its preferred
+// leader: a replica leading an island whose preferred server is another
+// offers that server the lead after 5 s, and every 30 s after that, so
+// that leaders spread over the servers and return to their place after a
+// failover.
+//
+// # Requests
+//
+// One wire listener serves every island: a request's route
+// (wire.Request.Route) names its island. A request for an island this
+// server does not lead, or leads in another term than the one its Island
+// was opened in, is answered ErrUnavailable; clients refresh their map
+// (the leader registered the island at its own address) and retry.
+//
+// # Leadership
+//
+// Each hosted replica has a loop following its leadership signals. Every
+// signal closes the Island it runs, if any; gaining the lead then: waits
+// for the cluster map (and for the namespace to be formatted, registering
+// the island meanwhile so that `atoll format` can include it), applies a
+// raft barrier, opens a meta.Island on the replica's database with the
+// replica as its Replicator (which recovers open transactions through the
+// log), and serves it. Losing the lead closes it: requests in flight fail
+// with ErrUnavailable (the entry they proposed may still commit under
+// the next leader).
+//
+// # Metrics
+//
+//	atoll_island_replica_leader{island}         1 while this server serves the island
+//	atoll_island_replica_applied_index{island}  raft index applied to the replica's database
+//	atoll_island_replica_commit_index{island}   commit index known here
+//	atoll_island_replica_term{island}           raft term
+//
+// and every served Island's own metrics (internal/meta).
+package metaserver
