@@ -52,7 +52,7 @@ func (f *FS) callIsland(ctx context.Context, id namespace.IslandID, op uint16, r
 		var rep wire.Reply
 		if addr == "" {
 			err = fmt.Errorf("%w: island %d has no address in the map", metawire.ErrUnavailable, id)
-		} else if rep, err = f.pool.CallRoute(ctx, addr, uint32(id), op, f.cfg.Map.Epoch(), msg, nil, nil); err == nil {
+		} else if rep, err = f.pool.CallRoute(ctx, addr, uint32(id), wire.ReqID{}, op, f.cfg.Map.Epoch(), msg, nil, nil); err == nil {
 			return metawire.Unmarshal(rep.Msg, resp)
 		} else if err = metawire.RemoteErr(err); !errors.As(err, new(*metawire.StatusError)) {
 			err = fmt.Errorf("%w: %v", metawire.ErrUnavailable, err)

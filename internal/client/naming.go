@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -195,6 +196,13 @@ func (f *FS) Data() *Client { return f.data }
 // off on busy ones.
 func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawire.Message) error {
 	msg := metawire.Marshal(req)
+	// A change carries one id across its attempts: an island that
+	// applied it (the answer was lost with a connection or a leader)
+	// answers the retry without applying it twice.
+	var reqID wire.ReqID
+	if metawire.Deduplicated(op) {
+		_, _ = crand.Read(reqID[:])
+	}
 	backoff := 5 * time.Millisecond
 	var last error
 	for attempt := 0; attempt < 12; attempt++ {
@@ -202,7 +210,7 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 		if !ok {
 			last = fmt.Errorf("client: no island for inode %s: %w", namespace.Ino(route), metawire.ErrUnavailable)
 		} else {
-			rep, err := f.pool.CallRoute(ctx, addr, uint32(id), op, f.cfg.Map.Epoch(), msg, nil, nil)
+			rep, err := f.pool.CallRoute(ctx, addr, uint32(id), reqID, op, f.cfg.Map.Epoch(), msg, nil, nil)
 			if err == nil {
 				if resp == nil {
 					return nil

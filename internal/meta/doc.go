@@ -55,6 +55,7 @@
 //	FF FF FF FF FF 'P' txid(16)    prepared transaction (participant)
 //	FF FF FF FF FF 'L' log(8) seq(8)  live bytes of a stripe (merge counter)
 //	FF FF FF FF FF 'S'             island statistics (merge counter)
+//	FF FF FF FF FF 'Q' reqid(16)   request applied (u64 ns when), kept DedupKeep (dedup.go)
 //	FF FF FF FF FF 'A'             replicated islands: the last raft index applied, u64
 //	                               without version or CRC (written by internal/replica)
 //

@@ -111,6 +111,10 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 			if len(v) != 9 {
 				problem(k, "incarnation record of %d bytes", len(v))
 			}
+		case gDedup:
+			if len(k) != len(globalKey(gDedup))+16 || len(v) != 8 {
+				problem(k, "request id record: key %d, value %d bytes", len(k), len(v))
+			}
 		case gApplied:
 			if len(v) != 8 {
 				problem(k, "applied index record of %d bytes", len(v))
@@ -238,7 +242,7 @@ type wireSource struct {
 }
 
 func (s wireSource) FsckPage(ctx context.Context, cursor []byte) (*metawire.FsckResp, error) {
-	reply, err := s.pool.CallRoute(ctx, s.addr, uint32(s.id), metawire.OpFsck, 0, metawire.Marshal(&metawire.FsckReq{Cursor: cursor}), nil, nil)
+	reply, err := s.pool.CallRoute(ctx, s.addr, uint32(s.id), wire.ReqID{}, metawire.OpFsck, 0, metawire.Marshal(&metawire.FsckReq{Cursor: cursor}), nil, nil)
 	if err != nil {
 		return nil, metawire.RemoteErr(err)
 	}

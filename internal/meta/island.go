@@ -66,6 +66,10 @@ type Island struct {
 	repl Replicator
 	// handler serves wire requests: serveWire, counted in met.
 	handler wire.Handler
+	// reqs are the request ids being served; lastSweep is when the
+	// background loop last deleted old ones (dedup.go).
+	reqs      requests
+	lastSweep time.Time
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}

@@ -23,6 +23,7 @@ import (
 //	atoll_meta_tx_started_total              counter  cross-island transactions this island coordinated
 //	atoll_meta_tx_committed_total            counter  ... whose commit decision was made durable
 //	atoll_meta_tx_aborted_total              counter  ... that were aborted
+//	atoll_meta_replayed_total                counter  retried changes answered without applying them again
 //	atoll_meta_block_cache_hits_total        counter  pebble block cache hits (the island's record cache)
 //	atoll_meta_block_cache_misses_total      counter
 //	atoll_meta_block_cache_bytes             gauge
@@ -97,6 +98,7 @@ type islandMetrics struct {
 	collected []prometheus.Collector
 
 	txStarted, txCommitted, txAborted prometheus.Counter
+	replayed                          prometheus.Counter
 	requests                          atomic.Uint64 // plain total, for heartbeats
 }
 
@@ -128,7 +130,8 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 	m.txStarted = counter("atoll_meta_tx_started_total", "Cross-island transactions coordinated by this island.")
 	m.txCommitted = counter("atoll_meta_tx_committed_total", "Coordinated transactions whose commit decision was made durable.")
 	m.txAborted = counter("atoll_meta_tx_aborted_total", "Coordinated transactions aborted.")
-	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted}
+	m.replayed = counter("atoll_meta_replayed_total", "Retried changes answered without applying them again (their request id was recorded).")
+	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed}
 	return m
 }
 

@@ -30,7 +30,7 @@ func (p *WirePeer) Call(ctx context.Context, island namespace.IslandID, op uint1
 	if !ok {
 		return nil, fmt.Errorf("%w: no address for island %d", metawire.ErrUnavailable, island)
 	}
-	reply, err := p.Pool.CallRoute(ctx, addr, uint32(island), op, epoch, msg, nil, nil)
+	reply, err := p.Pool.CallRoute(ctx, addr, uint32(island), wire.ReqID{}, op, epoch, msg, nil, nil)
 	if err != nil {
 		var re *wire.RemoteError
 		if errors.As(err, &re) {

@@ -32,6 +32,7 @@ const (
 	gStats    = 'S'
 	gRef      = 'R'
 	gBoot     = 'B' // incarnation (8 bytes) + 1 if the island closed cleanly
+	gDedup    = 'Q' // request id (16) -> applied at (i64 ns): see dedup.go
 	gApplied  = 'A' // replicated islands: last raft index applied (internal/replica.AppliedKey)
 )
 

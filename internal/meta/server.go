@@ -45,7 +45,7 @@ func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Respons
 		// Sent to this address for another island (whose leader moved).
 		return wire.Response{}, fmt.Errorf("%w: request for island %d reached island %d", metawire.ErrWrongIsland, req.Route, i.id)
 	}
-	out, err := i.Handle(ctx, req.Op, req.Epoch, req.Msg)
+	out, err := i.handle(ctx, req.Op, req.Epoch, req.ReqID, req.Msg)
 	if err != nil {
 		return wire.Response{}, err
 	}
@@ -74,6 +74,17 @@ func (i *Island) checkEpoch(ctx context.Context, epoch uint64) error {
 // by a wire frame with the sender's map epoch. It returns the encoded
 // response. Errors wrap the metawire sentinels.
 func (i *Island) Handle(ctx context.Context, op uint16, epoch uint64, msg []byte) ([]byte, error) {
+	return i.handle(ctx, op, epoch, wire.ReqID{}, msg)
+}
+
+// HandleReq is Handle for a request with id (wire.ReqID): a change
+// (metawire.Deduplicated) already applied under id is answered, not
+// applied again.
+func (i *Island) HandleReq(ctx context.Context, op uint16, epoch uint64, id wire.ReqID, msg []byte) ([]byte, error) {
+	return i.handle(ctx, op, epoch, id, msg)
+}
+
+func (i *Island) handle(ctx context.Context, op uint16, epoch uint64, id wire.ReqID, msg []byte) ([]byte, error) {
 	if err := i.enter(); err != nil {
 		return nil, err
 	}
@@ -87,6 +98,14 @@ func (i *Island) Handle(ctx context.Context, op uint16, epoch uint64, msg []byte
 			return nil, err
 		}
 	}
+	if id != (wire.ReqID{}) && metawire.Deduplicated(op) {
+		return i.dedup(ctx, op, id, msg, func(ctx context.Context) ([]byte, error) { return i.dispatch(ctx, op, msg) })
+	}
+	return i.dispatch(ctx, op, msg)
+}
+
+// dispatch decodes and serves one request.
+func (i *Island) dispatch(ctx context.Context, op uint16, msg []byte) ([]byte, error) {
 	switch op {
 	case metawire.OpLookup:
 		return serve(msg, &metawire.NameReq{}, func(r *metawire.NameReq) (metawire.Message, error) { return i.lookup(ctx, r) })

@@ -41,6 +41,9 @@ func (i *Island) withInodesOpt(ctx context.Context, inos []namespace.Ino, lazy b
 	if b.Empty() {
 		return nil
 	}
+	if err := i.markDone(ctx, b); err != nil {
+		return err
+	}
 	return i.write(ctx, b, lazy)
 }
 

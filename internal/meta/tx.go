@@ -176,6 +176,9 @@ func (i *Island) executeOpt(ctx context.Context, as []metawire.Action, o execOpt
 		if err := i.fp(FailLocalBeforeCommit); err != nil {
 			return err
 		}
+		if err := i.markDone(ctx, b); err != nil {
+			return err
+		}
 		return i.write(ctx, b, o.lazy)
 	}
 	return i.coordinate(ctx, txid, b, remote, release)
@@ -233,6 +236,10 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 
 	// The decision: commit with this island's own actions in one batch.
 	it.state = intentCommitted
+	if err := i.markDone(ctx, b); err != nil {
+		i.abort(ctx, txid, it, release)
+		return err
+	}
 	if err := b.Set(key, it.encode(), nil); err != nil {
 		i.abort(ctx, txid, it, release)
 		return err
@@ -560,6 +567,7 @@ func (i *Island) background(ctx context.Context) {
 			return
 		case <-t.C:
 			i.resolveOnce(ctx, false)
+			i.sweepDedup(ctx)
 		}
 	}
 }

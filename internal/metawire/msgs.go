@@ -724,3 +724,15 @@ func (r *RefsResp) Decode(d *wire.Dec) {
 		b.Ptr = append([]byte(nil), d.Bytes()...)
 	}
 }
+
+// Deduplicated reports whether the islands apply op at most once per
+// request id (wire.ReqID): the operations that change names, attributes
+// or data, which a client retries after a lost answer.
+func Deduplicated(op uint16) bool {
+	switch op {
+	case OpCreate, OpMkdir, OpSymlink, OpUnlink, OpRmdir, OpRename, OpLink,
+		OpSetAttr, OpSetXattr, OpRemoveXattr, OpCommit:
+		return true
+	}
+	return false
+}

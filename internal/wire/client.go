@@ -166,15 +166,21 @@ func (c *Client) Call(ctx context.Context, op uint16, epoch uint64, msg, payload
 // CallV is Call with a payload gathered from several slices, written with
 // one vectored write and no copy.
 func (c *Client) CallV(ctx context.Context, op uint16, epoch uint64, msg []byte, payload [][]byte, dst []byte) (Reply, error) {
-	return c.callRoute(ctx, 0, op, epoch, msg, payload, dst)
+	return c.callRoute(ctx, 0, ReqID{}, op, epoch, msg, payload, dst)
 }
 
-// CallRoute is Call for route (Request.Route) inside the server.
-func (c *Client) CallRoute(ctx context.Context, route uint32, op uint16, epoch uint64, msg, payload, dst []byte) (Reply, error) {
-	return c.callRoute(ctx, route, op, epoch, msg, [][]byte{payload}, dst)
+// CallRoute is Call for route (Request.Route) inside the server, with
+// request id id (zero: none; see ReqID).
+func (c *Client) CallRoute(ctx context.Context, route uint32, id ReqID, op uint16, epoch uint64, msg, payload, dst []byte) (Reply, error) {
+	return c.callRoute(ctx, route, id, op, epoch, msg, [][]byte{payload}, dst)
 }
 
-func (c *Client) callRoute(ctx context.Context, route uint32, op uint16, epoch uint64, msg []byte, payload [][]byte, dst []byte) (Reply, error) {
+func (c *Client) callRoute(ctx context.Context, route uint32, reqID ReqID, op uint16, epoch uint64, msg []byte, payload [][]byte, dst []byte) (Reply, error) {
+	var flags uint16
+	if reqID != (ReqID{}) {
+		flags = FlagReqID
+		msg = append(append(make([]byte, 0, len(reqID)+len(msg)), reqID[:]...), msg...)
+	}
 	plen := 0
 	for _, p := range payload {
 		plen += len(p)
@@ -195,7 +201,7 @@ func (c *Client) callRoute(ctx context.Context, route uint32, op uint16, epoch u
 	c.mu.Unlock()
 	c.lastCall.Store(time.Now().UnixNano())
 
-	if err := c.write(ctx, &Header{Kind: KindRequest, Op: op, ID: id, Epoch: epoch, Status: route, PayloadLen: uint32(plen)}, msg, payload); err != nil {
+	if err := c.write(ctx, &Header{Kind: KindRequest, Op: op, Flags: flags, ID: id, Epoch: epoch, Status: route, PayloadLen: uint32(plen)}, msg, payload); err != nil {
 		c.fail(fmt.Errorf("%w: write: %v", ErrConnClosed, err))
 		c.conn.Close()
 		<-cl.done
@@ -379,12 +385,12 @@ func (p *Pool) CallV(ctx context.Context, addr string, op uint16, epoch uint64, 
 }
 
 // CallRoute is Get followed by Client.CallRoute.
-func (p *Pool) CallRoute(ctx context.Context, addr string, route uint32, op uint16, epoch uint64, msg, payload, dst []byte) (Reply, error) {
+func (p *Pool) CallRoute(ctx context.Context, addr string, route uint32, id ReqID, op uint16, epoch uint64, msg, payload, dst []byte) (Reply, error) {
 	c, err := p.Get(ctx, addr)
 	if err != nil {
 		return Reply{}, err
 	}
-	return c.CallRoute(ctx, route, op, epoch, msg, payload, dst)
+	return c.CallRoute(ctx, route, id, op, epoch, msg, payload, dst)
 }
 
 // Forget closes and drops the connections to addr (after a server restart,

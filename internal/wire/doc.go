@@ -11,7 +11,9 @@
 //	 2     1    version (1)
 //	 3     1    kind: 1 request, 2 response
 //	 4     2    op (request) / op echoed (response)
-//	 6     2    flags (reserved, 0)
+//	 6     2    flags: 0x0001 (requests only) the message starts with a
+//	            16-byte request id (ReqID, an idempotency key kept across
+//	            retries); every other bit is reserved and must be 0
 //	 8     8    request id
 //	16     8    sender's cluster-map epoch
 //	24     4    status (responses: 0 ok, else an error code); route

@@ -45,10 +45,20 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// FlagReqID marks a request whose message starts with a 16-byte request
+// id (Request.ReqID). No other flag is defined.
+const FlagReqID = 0x0001
+
+// ReqID names a request across retries (an idempotency key): a server
+// that applied a request with this id answers a retry without applying
+// it again. The zero ReqID is none.
+type ReqID [16]byte
+
 // Header is the decoded fixed part of a frame.
 type Header struct {
 	Kind       uint8
 	Op         uint16
+	Flags      uint16
 	ID         uint64
 	Epoch      uint64
 	Status     uint32
@@ -61,7 +71,7 @@ func PutHeader(b []byte, h *Header, msg []byte) {
 	_ = b[HeaderSize-1]
 	b[0], b[1], b[2], b[3] = magic0, magic1, version, h.Kind
 	binary.BigEndian.PutUint16(b[4:], h.Op)
-	binary.BigEndian.PutUint16(b[6:], 0)
+	binary.BigEndian.PutUint16(b[6:], h.Flags)
 	binary.BigEndian.PutUint64(b[8:], h.ID)
 	binary.BigEndian.PutUint64(b[16:], h.Epoch)
 	binary.BigEndian.PutUint32(b[24:], h.Status)
@@ -85,8 +95,9 @@ func parseHeader(b []byte, lim Limits) (Header, error) {
 	if h.Kind != KindRequest && h.Kind != KindResponse {
 		return h, fmt.Errorf("%w: bad kind %d", ErrBadFrame, h.Kind)
 	}
-	if binary.BigEndian.Uint16(b[6:]) != 0 {
-		return h, fmt.Errorf("%w: reserved flags set", ErrBadFrame)
+	h.Flags = binary.BigEndian.Uint16(b[6:])
+	if h.Flags&^FlagReqID != 0 || (h.Flags != 0 && h.Kind != KindRequest) {
+		return h, fmt.Errorf("%w: reserved flags %#x set", ErrBadFrame, h.Flags)
 	}
 	h.Op = binary.BigEndian.Uint16(b[4:])
 	h.ID = binary.BigEndian.Uint64(b[8:])

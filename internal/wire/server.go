@@ -25,7 +25,9 @@ type Request struct {
 	// Route names what the request is for inside a server that hosts
 	// several (a replicated island server: the island), 0 for the
 	// server's only one. Carried in the header's status field.
-	Route      uint32
+	Route uint32
+	// ReqID is the request's id across retries (zero: none; FlagReqID).
+	ReqID      ReqID
 	Epoch      uint64
 	Msg        []byte
 	Payload    []byte
@@ -365,6 +367,15 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			s.log.Warn("wire: closing connection", "remote", remote, "reason", "response frame sent to server")
 			return
 		}
+		var reqID ReqID
+		if h.Flags&FlagReqID != 0 {
+			if len(msg) < len(reqID) {
+				s.log.Warn("wire: closing connection", "remote", remote, "reason", "request id flag on a message shorter than an id")
+				return
+			}
+			copy(reqID[:], msg)
+			msg = msg[len(reqID):]
+		}
 		var payload []byte
 		if h.PayloadLen > 0 {
 			if err := s.inflight.Acquire(ctx, int64(h.PayloadLen)); err != nil {
@@ -383,7 +394,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		// Inline only on a connection with nothing more to read yet: a
 		// burst of requests goes to workers, which serve it in parallel.
 		if s.cfg.Inline != nil && payload == nil && br.Buffered() == 0 && s.cfg.Inline(h.Op) {
-			req := Request{Op: h.Op, Route: h.Status, Epoch: h.Epoch, Msg: msg, RemoteAddr: remote, Peer: peer}
+			req := Request{Op: h.Op, Route: h.Status, ReqID: reqID, Epoch: h.Epoch, Msg: msg, RemoteAddr: remote, Peer: peer}
 			resp, err := sc.call(inlineCtx, &req)
 			if !errors.Is(err, ErrWouldBlock) {
 				sc.reply(h, resp, err)
@@ -412,7 +423,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			}
 		}
 		idle--
-		jobs <- job{h: h, req: Request{Op: h.Op, Route: h.Status, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote, Peer: peer}, payload: payload}
+		jobs <- job{h: h, req: Request{Op: h.Op, Route: h.Status, ReqID: reqID, Epoch: h.Epoch, Msg: msg, Payload: payload, RemoteAddr: remote, Peer: peer}, payload: payload}
 	}
 }
 

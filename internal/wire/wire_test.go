@@ -845,29 +845,39 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestRoute: a request's route reaches the handler; plain calls carry 0.
+// TestRoute: a request's route and id reach the handler, and its
+// message without the id; plain calls carry neither.
 func TestRoute(t *testing.T) {
 	h := func(ctx context.Context, req *Request) (Response, error) {
-		return Response{Msg: binary.BigEndian.AppendUint32(nil, req.Route)}, nil
+		out := binary.BigEndian.AppendUint32(nil, req.Route)
+		out = append(out, req.ReqID[:]...)
+		return Response{Msg: append(out, req.Msg...)}, nil
 	}
 	addr := serveWith(t, ServerConfig{Handler: h, Logger: slog.New(slog.DiscardHandler)})
 	p := NewPool(ClientConfig{}, 1)
 	defer p.Close()
 	ctx := context.Background()
 	for _, route := range []uint32{0, 1, 7, 1<<32 - 1} {
-		rep, err := p.CallRoute(ctx, addr, route, opEcho, 1, nil, nil, nil)
+		id := ReqID{byte(route), 2, 3}
+		if route == 0 {
+			id = ReqID{}
+		}
+		rep, err := p.CallRoute(ctx, addr, route, id, opEcho, 1, []byte("msg"), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := binary.BigEndian.Uint32(rep.Msg); got != route {
 			t.Fatalf("route %d arrived as %d", route, got)
 		}
+		if got := ReqID(rep.Msg[4:20]); got != id || string(rep.Msg[20:]) != "msg" {
+			t.Fatalf("request id %x and message %q arrived as %x, %q", id, "msg", got, rep.Msg[20:])
+		}
 	}
 	rep, err := p.Call(ctx, addr, opEcho, 1, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := binary.BigEndian.Uint32(rep.Msg); got != 0 {
-		t.Fatalf("a plain call arrived with route %d", got)
+	if got := binary.BigEndian.Uint32(rep.Msg); got != 0 || ReqID(rep.Msg[4:20]) != (ReqID{}) {
+		t.Fatalf("a plain call arrived with route %d, id %x", got, rep.Msg[4:20])
 	}
 }
