@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -148,6 +149,77 @@ type islandJSON struct {
 	State   string  `json:"state"`
 	Entries int     `json:"entries"`
 	Share   float64 `json:"share"` // fraction of table entries, 0..1
+	// Replicated islands: the island server leading it and every replica
+	// (absent for a single-copy island).
+	LeaderServer uint32        `json:"leader_server,omitempty"`
+	Replicas     []replicaJSON `json:"replicas,omitempty"`
+}
+
+// replicaJSON is one replica of a replicated island, as its island server
+// last reported it (Reported false: no report reached the manager, e.g.
+// its server is down or leads no island).
+type replicaJSON struct {
+	Server        uint32 `json:"server"`
+	Reported      bool   `json:"reported"`
+	Role          string `json:"role,omitempty"`
+	Term          uint64 `json:"term,omitempty"`
+	CommitIndex   uint64 `json:"commit_index,omitempty"`
+	AppliedIndex  uint64 `json:"applied_index,omitempty"`
+	Lag           uint64 `json:"lag"` // entries behind the leader's applied index
+	LastContactMS uint64 `json:"last_contact_ms,omitempty"`
+}
+
+// islandReplicas gathers the replica reports of every island from the
+// heartbeats of the islands' leaders: by island, its leader's server id
+// and its replicas sorted by server.
+func islandReplicas(st *cluster.Status) map[uint32]struct {
+	leader   uint32
+	replicas []replicaJSON
+} {
+	type key struct{ island, server uint32 }
+	reports := map[key]cluster.ReplicaStats{}
+	voters := map[uint32][]uint32{}
+	for _, l := range st.Live {
+		for _, r := range l.Stats.Replicas {
+			k := key{r.Island, r.Server}
+			if old, ok := reports[k]; !ok || r.Applied >= old.Applied {
+				reports[k] = r
+			}
+			if r.Role == "leader" || len(voters[r.Island]) == 0 {
+				voters[r.Island] = r.Voters
+			}
+		}
+	}
+	out := map[uint32]struct {
+		leader   uint32
+		replicas []replicaJSON
+	}{}
+	for island, vs := range voters {
+		var leader uint32
+		var leaderApplied uint64
+		for _, v := range vs {
+			if r, ok := reports[key{island, v}]; ok && r.Role == "leader" {
+				leader, leaderApplied = v, r.Applied
+			}
+		}
+		var reps []replicaJSON
+		for _, v := range slices.Sorted(slices.Values(vs)) {
+			rj := replicaJSON{Server: v}
+			if r, ok := reports[key{island, v}]; ok {
+				rj = replicaJSON{Server: v, Reported: true, Role: r.Role, Term: r.Term, CommitIndex: r.Commit,
+					AppliedIndex: r.Applied, LastContactMS: r.LastContactMS}
+				if leaderApplied > r.Applied {
+					rj.Lag = leaderApplied - r.Applied
+				}
+			}
+			reps = append(reps, rj)
+		}
+		out[island] = struct {
+			leader   uint32
+			replicas []replicaJSON
+		}{leader, reps}
+	}
+	return out
 }
 
 type tableJSON struct {
@@ -197,10 +269,14 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 		out.Members = append(out.Members, mj)
 	}
 	shares := m.Table.Shares()
+	reps := islandReplicas(st)
 	for _, is := range m.Islands {
 		ij := islandJSON{ID: is.ID, Addr: is.Addr, State: is.State.String(), Entries: shares[is.ID]}
 		if n := len(m.Table.Entries); n > 0 {
 			ij.Share = float64(ij.Entries) / float64(n)
+		}
+		if r, ok := reps[is.ID]; ok {
+			ij.LeaderServer, ij.Replicas = r.leader, r.replicas
 		}
 		out.Islands = append(out.Islands, ij)
 	}
@@ -292,6 +368,25 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", id, is.State, shares[id], share)
 		}
 		tw.Flush()
+		reps := islandReplicas(st)
+		for _, id := range ids {
+			r, ok := reps[id]
+			if !ok {
+				continue
+			}
+			var parts []string
+			for _, rj := range r.replicas {
+				switch {
+				case !rj.Reported:
+					parts = append(parts, fmt.Sprintf("server %d: no report", rj.Server))
+				case rj.Role == "leader":
+					parts = append(parts, fmt.Sprintf("server %d: leader, applied %d", rj.Server, rj.AppliedIndex))
+				default:
+					parts = append(parts, fmt.Sprintf("server %d: %s, applied %d (lag %d)", rj.Server, rj.Role, rj.AppliedIndex, rj.Lag))
+				}
+			}
+			bw.printf("  island %d replicas: %s\n", id, strings.Join(parts, "; "))
+		}
 	}
 	bw.printf("\nbackground jobs (run by the leader):\n")
 	if len(st.Jobs) == 0 {

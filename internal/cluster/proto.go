@@ -113,7 +113,24 @@ type MemberStats struct {
 	Repairs        uint64 // fragments repaired (storage: repairs received; gateways: repairs made)
 	// MetricsAddr is where the member serves /metrics ("" = nowhere).
 	MetricsAddr string
+	// Replicas (the leader of a replicated island) are the states of
+	// every island replica its island server hosts, so status can show
+	// each island's replicas, leader and lag.
+	Replicas []ReplicaStats
 }
+
+// ReplicaStats is one island replica's state as its server sees it.
+type ReplicaStats struct {
+	Island, Server uint32
+	Role           string // leader, follower, candidate, shutdown
+	Leader         uint32 // the leader's server id as this replica knows it (0: none)
+	Term           uint64
+	Commit         uint64 // raft commit index known here
+	Applied        uint64 // raft index applied to the replica's database
+	LastContactMS  uint64 // since the leader was last heard from (followers)
+	Voters         []uint32
+}
+
 
 // maxMetricsAddr bounds MemberStats.MetricsAddr (a host:port).
 const maxMetricsAddr = 256
@@ -154,6 +171,21 @@ func encodeStats(e *wire.Enc, s *MemberStats) {
 	e.U64(s.Corrupt)
 	e.U64(s.Repairs)
 	e.String(s.MetricsAddr)
+	e.Uvarint(uint64(len(s.Replicas)))
+	for _, r := range s.Replicas {
+		e.U32(r.Island)
+		e.U32(r.Server)
+		e.String(r.Role)
+		e.U32(r.Leader)
+		e.U64(r.Term)
+		e.U64(r.Commit)
+		e.U64(r.Applied)
+		e.U64(r.LastContactMS)
+		e.Uvarint(uint64(len(r.Voters)))
+		for _, v := range r.Voters {
+			e.U32(v)
+		}
+	}
 }
 
 func decodeStats(d *wire.Dec, s *MemberStats) {
@@ -161,6 +193,15 @@ func decodeStats(d *wire.Dec, s *MemberStats) {
 		BytesRead: d.U64(), BytesWritten: d.U64(), Ops: d.U64(),
 		ScrubPassBytes: d.U64(), ScrubPasses: d.U64(), Corrupt: d.U64(), Repairs: d.U64(),
 		MetricsAddr: d.Str()}
+	// Count bounds the entries by the message's size (MaxMsg).
+	for range d.Count(36) {
+		r := ReplicaStats{Island: d.U32(), Server: d.U32(), Role: d.Str(), Leader: d.U32(), Term: d.U64(),
+			Commit: d.U64(), Applied: d.U64(), LastContactMS: d.U64()}
+		for range d.Count(4) {
+			r.Voters = append(r.Voters, d.U32())
+		}
+		s.Replicas = append(s.Replicas, r)
+	}
 }
 
 // HeartbeatResp carries the current epoch, so a member notices a newer

@@ -343,7 +343,7 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 				if isl := h.island.Load(); isl != nil {
 					ops = isl.Ops()
 				}
-				return cluster.MemberStats{Ops: ops, MetricsAddr: s.cfg.MetricsAddr}
+				return cluster.MemberStats{Ops: ops, MetricsAddr: s.cfg.MetricsAddr, Replicas: s.replicaStats()}
 			},
 		})
 		if err != nil {
@@ -417,6 +417,19 @@ func (s *Server) Status() []replica.Status {
 		out = append(out, h.rep.Status())
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Island < out[b].Island })
+	return out
+}
+
+// replicaStats reports every hosted replica for heartbeats.
+func (s *Server) replicaStats() []cluster.ReplicaStats {
+	var out []cluster.ReplicaStats
+	for _, st := range s.Status() {
+		out = append(out, cluster.ReplicaStats{
+			Island: st.Island, Server: st.Server, Role: st.State, Leader: st.Leader, Term: st.Term,
+			Commit: st.CommitIndex, Applied: st.AppliedIndex, LastContactMS: uint64(st.LastContact.Milliseconds()),
+			Voters: st.Voters,
+		})
+	}
 	return out
 }
 
