@@ -131,7 +131,6 @@ type ReplicaStats struct {
 	Voters         []uint32
 }
 
-
 // maxMetricsAddr bounds MemberStats.MetricsAddr (a host:port).
 const maxMetricsAddr = 256
 
