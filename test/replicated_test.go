@@ -10,13 +10,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/fsck"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
 // startReplicated starts a dev cluster of servers island servers (and as
@@ -204,4 +208,176 @@ func TestReplicatedIslandLeaderKill9(t *testing.T) {
 	// everything: the files read the same through the mount after it.
 	waitPreferredLeaders(t, cl, conn, 3)
 	s.check(t)
+}
+
+// replicaApplied reports, from the managers' view of the island servers'
+// heartbeats, each island's replicas: server -> applied index, and the
+// leader's server.
+func replicaApplied(t *testing.T, conn *connect.Conn) map[uint32]map[uint32]cluster.ReplicaStats {
+	t.Helper()
+	st, err := conn.Cluster.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint32]map[uint32]cluster.ReplicaStats{}
+	for _, l := range st.Live {
+		for _, r := range l.Stats.Replicas {
+			if out[r.Island] == nil {
+				out[r.Island] = map[uint32]cluster.ReplicaStats{}
+			}
+			if old, ok := out[r.Island][r.Server]; !ok || r.Applied >= old.Applied {
+				out[r.Island][r.Server] = r
+			}
+		}
+	}
+	return out
+}
+
+// dirOnIsland creates directories under mnt until one's entries live on
+// island want (its bucket's owner) and returns its path.
+func dirOnIsland(t *testing.T, conn *connect.Conn, mnt string, want uint32) string {
+	t.Helper()
+	for k := 0; k < 200; k++ {
+		name := fmt.Sprintf("on%d-%d", want, k)
+		if err := os.Mkdir(filepath.Join(mnt, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		a, err := conn.FS.Lookup(context.Background(), metawire.Cred{}, uint64(namespace.RootIno), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, _, _ := conn.View.IslandFor(namespace.Ino(a.Ino).Bucket()); uint32(id) == want {
+			return filepath.Join(mnt, name)
+		}
+	}
+	t.Fatalf("no directory landed on island %d", want)
+	return ""
+}
+
+// TestReplicatedIslandQuorumLoss: with 2 of an island's 3 replicas down
+// that island refuses changes with EIO after a bounded wait while the
+// islands that kept a quorum serve on; bringing one replica back makes
+// it serve again with nothing lost.
+func TestReplicatedIslandQuorumLoss(t *testing.T) {
+	fuseUsable(t)
+	// 5 island servers, 3 replicas: island k on servers k, k+1, k+2
+	// (mod 5). Killing servers 1 and 2 leaves islands 1 (1,2,3) and 5
+	// (5,1,2) one replica each; islands 2, 3 and 4 keep two or three.
+	cl := startReplicated(t, 5, 5, 3, nil)
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	waitPreferredLeaders(t, cl, conn, 5)
+	_, mnt := mountFS(t, conn.FS)
+	lost, kept := dirOnIsland(t, conn, mnt, 1), dirOnIsland(t, conn, mnt, 3)
+	files := map[string][]byte{}
+	r := newRand(5)
+	for k := range 10 {
+		for _, d := range []string{lost, kept} {
+			p := filepath.Join(d, fmt.Sprintf("f%d", k))
+			files[p] = randBytes(r, 1000+k*3000)
+			if err := os.WriteFile(p, files[p], 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cl.Child("island1").Kill()
+	cl.Child("island2").Kill()
+
+	// An island with a quorum serves (island 2 fails over to 3 or 4).
+	p := filepath.Join(kept, "after")
+	if err := os.WriteFile(p, []byte("kept a quorum"), 0o644); err != nil {
+		t.Fatalf("write on an island that kept a quorum: %v", err)
+	}
+	files[p] = []byte("kept a quorum")
+	// The island without one refuses, after a bounded wait, with EIO.
+	start := time.Now()
+	err := os.WriteFile(filepath.Join(lost, "refused"), []byte("x"), 0o644)
+	took := time.Since(start)
+	wantErrno(t, "create on an island with 1 of 3 replicas", err, syscall.EIO)
+	if took > 3*client.DefaultIslandWait {
+		t.Fatalf("the refusal took %v", took)
+	}
+	t.Logf("island 1 without a quorum refused a create with EIO after %v", took.Round(time.Millisecond))
+
+	// One replica back: island 1 (servers 2 and 3) serves again, with
+	// everything it had.
+	if _, err := cl.Restart(ctx, "island2"); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, "island 1 serving again", func() error {
+		return os.WriteFile(filepath.Join(lost, "back"), []byte("back"), 0o644)
+	})
+	files[filepath.Join(lost, "back")] = []byte("back")
+	for p, want := range files {
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %d bytes, %v; want %d", p, len(got), err, len(want))
+		}
+	}
+	if _, err := cl.Restart(ctx, "island1"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := fsck.Run(ctx, conn.View.Map(), testKey)
+	if err != nil || !rep.Clean() {
+		t.Fatalf("fsck: %v %v", err, rep.Problems())
+	}
+}
+
+// TestReplicatedIslandLostDisk: an island server whose data directory is
+// deleted while the cluster serves starts empty, catches every island it
+// hosts up from the others (by log or snapshot); then another server is
+// killed and everything still reads.
+func TestReplicatedIslandLostDisk(t *testing.T) {
+	fuseUsable(t)
+	var dataDir string
+	cl := startReplicated(t, 5, 3, 3, func(c *devcluster.Config) { dataDir = c.DataDir })
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	waitPreferredLeaders(t, cl, conn, 3)
+	_, mnt := mountFS(t, conn.FS)
+
+	s := startStorm(t, mnt, 4)
+	time.Sleep(1500 * time.Millisecond)
+	victim := cl.Child("island3")
+	victim.Kill()
+	if err := os.RemoveAll(filepath.Join(dataDir, "island", "3")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, err := cl.Restart(ctx, "island3"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	s.halt()
+	if len(s.errs) > 0 {
+		t.Fatalf("%d operations failed, first: %v", len(s.errs), s.errs[0])
+	}
+	// Caught up: every island's replica on server 3 has applied what its
+	// leader has.
+	waitEvent(t, "server 3's replicas caught up", func() error {
+		for island, reps := range replicaApplied(t, conn) {
+			var leader uint64
+			for _, r := range reps {
+				if r.Role == "leader" {
+					leader = r.Applied
+				}
+			}
+			if r, ok := reps[3]; !ok || leader == 0 || r.Applied < leader {
+				return fmt.Errorf("island %d: server 3 applied %d, leader %d", island, r.Applied, leader)
+			}
+		}
+		return nil
+	})
+	// Now lose another server: islands run on the rebuilt replica.
+	cl.Child("island1").Kill()
+	s.check(t)
+	fresh, err := connect.Dial(ctx, []string{cl.Manager}, testKey, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	rep, err := fsck.Run(ctx, fresh.View.Map(), testKey)
+	if err != nil || !rep.Clean() {
+		t.Fatalf("fsck with server 1 down and server 3 rebuilt: %v %v", err, rep.Problems())
+	}
+	t.Logf("%d files checked with server 3 rebuilt from nothing and server 1 killed", len(s.want))
 }

@@ -89,7 +89,12 @@ type FSConfig struct {
 	// 16 MiB windows); past it readers fetch only what they read.
 	// Default 256 MiB.
 	ReadAheadMax int64
-	Logger       *slog.Logger
+	// IslandWait bounds how long a request waits for an unavailable
+	// island (down, restarting, or a replicated island electing a new
+	// leader) before it fails with ErrUnavailable (EIO). Default 6s: a
+	// failover takes a few seconds.
+	IslandWait time.Duration
+	Logger     *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -97,7 +102,7 @@ func (c *FSConfig) Validate() error {
 	if c.Data == nil || c.Map == nil {
 		return errors.New("client: fs config: Data and Map are required")
 	}
-	if c.AttrTTL < 0 || c.InlineMax < 0 || c.DirtyMax < 0 || c.ReadAheadMax < 0 || c.DirtyTotalMax < 0 {
+	if c.AttrTTL < 0 || c.InlineMax < 0 || c.DirtyMax < 0 || c.ReadAheadMax < 0 || c.DirtyTotalMax < 0 || c.IslandWait < 0 {
 		return errors.New("client: fs config: negative duration or size")
 	}
 	return nil
@@ -159,6 +164,9 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	if cfg.AttrTTL == 0 {
 		cfg.AttrTTL = time.Second
 	}
+	if cfg.IslandWait == 0 {
+		cfg.IslandWait = DefaultIslandWait
+	}
 	if cfg.InlineMax == 0 {
 		cfg.InlineMax = 16 << 10
 	}
@@ -191,6 +199,9 @@ func (f *FS) Close() error {
 // Data returns the data-path client.
 func (f *FS) Data() *Client { return f.data }
 
+// DefaultIslandWait is FSConfig.IslandWait's default.
+const DefaultIslandWait = 6 * time.Second
+
 // call sends one request to the island owning route's bucket, refreshing
 // the map and retrying on stale-epoch and wrong-island answers and backing
 // off on busy ones.
@@ -205,7 +216,10 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	}
 	backoff := 5 * time.Millisecond
 	var last error
-	for attempt := 0; attempt < 12; attempt++ {
+	start := time.Now()
+	// Busy and stale answers are retried 12 times; an unavailable island
+	// for up to IslandWait.
+	for attempt := 0; attempt < 12 || (errors.Is(last, metawire.ErrUnavailable) && time.Since(start) < f.cfg.IslandWait); attempt++ {
 		id, addr, ok := f.cfg.Map.IslandFor(namespace.Ino(route).Bucket())
 		if !ok {
 			last = fmt.Errorf("client: no island for inode %s: %w", namespace.Ino(route), metawire.ErrUnavailable)
