@@ -8,7 +8,7 @@ PKGS := ./...
 export PATH := $(PATH):$(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 SHELL := /bin/bash
 
-.PHONY: all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-fs bench-clean clean
+.PHONY: all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-meta-replicas bench-fs bench-clean clean
 
 all: build
 
@@ -61,6 +61,19 @@ bench-data-json: build
 bench-meta: build
 	./bin/atoll bench meta --islands 1
 	./bin/atoll bench meta --islands 3
+
+# Replicated islands beside single copies in one run (3 islands each),
+# alternating, ROUNDS times; the replicated runs also time FAILOVERS kills
+# of island 1's leader. Figures as JSON lines in bench-meta-replicas.jsonl.
+ROUNDS ?= 2
+FAILOVERS ?= 5
+bench-meta-replicas: build
+	rm -f bench-meta-replicas.jsonl
+	for r in $$(seq $(ROUNDS)); do \
+	  ./bin/atoll bench meta --islands 3 --replicas 1 --json >> bench-meta-replicas.jsonl && \
+	  ./bin/atoll bench meta --islands 3 --replicas 3 --failovers $(FAILOVERS) --json >> bench-meta-replicas.jsonl || exit 1; \
+	done
+	jq -c '{replicas, mkdir_per_s, create_per_s, create_durable_per_s, stat_per_s, readdir_entries_per_s, small_files_per_s, unlink_per_s, failover_median_ms, failover_ms}' bench-meta-replicas.jsonl
 
 # The file system benchmark of issue #4: a FUSE mount of a dev cluster and
 # a local directory in one run, with the ratios.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,14 @@ import (
 
 // MetaConfig configures the metadata benchmark.
 type MetaConfig struct {
-	Islands    int
+	Islands int
+	// Replicas of each island (1, 3 or 5; 0 means 1): above 1 the
+	// islands run on island servers (as many as Islands).
+	Replicas int
+	// Failovers is how many times to kill the island server leading
+	// island 1 and time the first create that succeeds after it
+	// (replicated islands only).
+	Failovers  int
 	Storage    int
 	Dirs       int // directories in the generated tree
 	Files      int // empty files spread over them
@@ -44,6 +52,12 @@ func (c *MetaConfig) Validate() error {
 		return fmt.Errorf("bench: --clients must be 1..256")
 	case c.Exe == "":
 		return fmt.Errorf("bench: no atoll binary")
+	case c.Replicas != 0 && c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5:
+		return fmt.Errorf("bench: --replicas must be 1, 3 or 5")
+	case c.Replicas > 1 && c.Islands < c.Replicas:
+		return fmt.Errorf("bench: --replicas %d needs --islands %d or more (one island server each)", c.Replicas, c.Replicas)
+	case c.Failovers < 0 || (c.Failovers > 0 && c.Replicas < 3):
+		return fmt.Errorf("bench: --failovers needs --replicas 3 or 5")
 	}
 	return nil
 }
@@ -51,6 +65,7 @@ func (c *MetaConfig) Validate() error {
 // MetaResult holds the figures; JSON names are stable.
 type MetaResult struct {
 	Islands             int     `json:"islands"`
+	Replicas            int     `json:"replicas"`
 	Clients             int     `json:"clients"`
 	Dirs                int     `json:"dirs"`
 	Files               int     `json:"files"`
@@ -71,6 +86,10 @@ type MetaResult struct {
 	LocalCreatePerS       float64 `json:"local_create_per_s"`
 	LocalStatPerS         float64 `json:"local_stat_per_s"`
 	LocalSmallFilesPerS   float64 `json:"local_small_files_per_s"`
+	// FailoverMS: for each kill -9 of island 1's leader, the time until
+	// a create in a directory of island 1 succeeded (milliseconds).
+	FailoverMS       []int64 `json:"failover_ms,omitempty"`
+	FailoverMedianMS int64   `json:"failover_median_ms,omitempty"`
 }
 
 // RunMeta starts a cluster (1 manager, Storage servers, Islands islands,
@@ -104,13 +123,14 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	res := MetaResult{Islands: cfg.Islands, Clients: cfg.Clients, Dirs: cfg.Dirs, Files: cfg.Files}
+	res := MetaResult{Islands: cfg.Islands, Replicas: max(cfg.Replicas, 1), Clients: cfg.Clients, Dirs: cfg.Dirs, Files: cfg.Files}
 	dev, err := devcluster.New(devcluster.Config{
 		DataDir: filepath.Join(dir, "cluster"), Storage: cfg.Storage, Islands: cfg.Islands, Exe: cfg.Exe, LogLevel: "warn",
-		ManagerListen: fmt.Sprintf("127.0.0.1:%d", cfg.BasePort),
-		StorageListen: fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+100),
-		IslandListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+200),
-		Out:           os.Stderr,
+		ManagerListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort),
+		StorageListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+100),
+		IslandListen:   fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+200),
+		IslandReplicas: cfg.Replicas,
+		Out:            os.Stderr,
 	})
 	if err != nil {
 		return res, err
@@ -362,6 +382,11 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 	res.CrossIslandFraction = float64(crossOps.Load()) / float64(totalOps.Load())
 	say("  cross-island %9.4f of operations; imbalance %.3f over %d islands %v", res.CrossIslandFraction, res.Imbalance, cfg.Islands, res.EntriesPerIsland)
 
+	if cfg.Failovers > 0 {
+		if err := failovers(ctx, cfg, cl, view, fss[0], &res, say); err != nil {
+			return res, err
+		}
+	}
 	if err := localMeta(ctx, filepath.Join(dir, "local"), cfg, &res); err != nil {
 		return res, err
 	}
@@ -447,4 +472,73 @@ func parallel(ctx context.Context, workers, n int, fn func(w, i int) error) erro
 		first = ctx.Err()
 	}
 	return first
+}
+
+// failovers kills -9 the island server leading island 1, times the first
+// create in a directory of island 1 that succeeds after the kill (the
+// client retries an unavailable island for FSConfig.IslandWait), restarts
+// the server and waits for it to lead island 1 again; cfg.Failovers times.
+func failovers(ctx context.Context, cfg MetaConfig, cl *devcluster.Cluster, view *cluster.View, fs *client.FS, res *MetaResult, say func(string, ...any)) error {
+	cred := metawire.Root
+	var dir uint64
+	for k := 0; dir == 0; k++ {
+		if k == 500 {
+			return fmt.Errorf("bench: no directory landed on island 1")
+		}
+		r, err := fs.Mkdir(ctx, metawire.CreateReq{Cred: cred, Dir: uint64(namespace.RootIno), Name: fmt.Sprintf("failover%d", k), Mode: 0o755})
+		if err != nil {
+			return err
+		}
+		if id, _, _ := view.IslandFor(namespace.Ino(r.Attr.Ino).Bucket()); id == 1 {
+			dir = r.Attr.Ino
+		}
+	}
+	leaderOf := func() *devcluster.Child {
+		if err := view.Refresh(ctx); err != nil {
+			return nil
+		}
+		is, ok := view.Map().Island(1)
+		if !ok {
+			return nil
+		}
+		for _, c := range cl.Children {
+			if c.PID() == is.PID {
+				return c
+			}
+		}
+		return nil
+	}
+	for round := range cfg.Failovers {
+		// Wait for island 1's preferred leader (island server 1) to lead.
+		deadline := time.Now().Add(time.Minute)
+		for c := leaderOf(); c == nil || c.Name != "island1"; c = leaderOf() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("bench: island 1 not back on island server 1")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		victim := cl.Child("island1")
+		victim.Kill()
+		start := time.Now()
+		for try := 0; ; try++ {
+			_, err := fs.Create(ctx, metawire.CreateReq{Cred: cred, Dir: dir, Name: fmt.Sprintf("after-kill-%d-%d", round, try), Mode: 0o644})
+			if err == nil {
+				break
+			}
+			if time.Since(start) > time.Minute {
+				return fmt.Errorf("bench: no create succeeded within a minute of the kill: %w", err)
+			}
+		}
+		took := time.Since(start)
+		res.FailoverMS = append(res.FailoverMS, took.Milliseconds())
+		say("  failover %d: first create %v after kill -9 of island 1's leader", round+1, took.Round(time.Millisecond))
+		if _, err := cl.Restart(ctx, "island1"); err != nil {
+			return err
+		}
+	}
+	ms := slices.Clone(res.FailoverMS)
+	slices.Sort(ms)
+	res.FailoverMedianMS = ms[len(ms)/2]
+	say("  failover     median %d ms over %d kills", res.FailoverMedianMS, len(ms))
+	return nil
 }

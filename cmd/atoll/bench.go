@@ -63,7 +63,7 @@ func newBenchMetaCmd(g *globalFlags) *cobra.Command {
 	var cfg bench.MetaConfig
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "meta [--islands 1|3] [--json]",
+		Use:   "meta [--islands 1|3] [--replicas 1|3] [--json]",
 		Short: "Metadata: mkdir, create, stat, readdir, small files, unlink; imbalance and cross-island share",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,6 +80,8 @@ func newBenchMetaCmd(g *globalFlags) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Islands, "islands", 1, "metadata islands")
+	f.IntVar(&cfg.Replicas, "replicas", 1, "replicas of each island (1, 3 or 5; above 1 needs as many --islands: one island server each)")
+	f.IntVar(&cfg.Failovers, "failovers", 0, "with --replicas 3 or 5: kill island 1's leader this many times and time the first create after each")
 	f.IntVar(&cfg.Storage, "storage", 3, "storage servers")
 	f.IntVar(&cfg.Dirs, "dirs", 2000, "directories in the generated tree")
 	f.IntVar(&cfg.Files, "files", 20000, "empty files in the tree")
