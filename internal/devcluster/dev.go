@@ -284,6 +284,16 @@ func (c *Cluster) Child(name string) *Child {
 // (same directory and address) after it has exited, for crash tests, and
 // waits until it is ready.
 func (c *Cluster) Restart(ctx context.Context, name string) (*Child, error) {
+	return c.restart(ctx, name, false, nil)
+}
+
+// RestartWith is Restart with env as the child's extra environment
+// (replacing what it had), e.g. ATOLL_FAILPOINTS for this run only.
+func (c *Cluster) RestartWith(ctx context.Context, name string, env ...string) (*Child, error) {
+	return c.restart(ctx, name, true, env)
+}
+
+func (c *Cluster) restart(ctx context.Context, name string, setEnv bool, env []string) (*Child, error) {
 	for i, ch := range c.Children {
 		if ch.Name != name {
 			continue
@@ -295,6 +305,9 @@ func (c *Cluster) Restart(ctx context.Context, name string) (*Child, error) {
 		}
 		spec := ch.spec
 		spec.NoWait = false
+		if setEnv {
+			spec.Env = env
+		}
 		n, err := Start(ctx, spec)
 		if err != nil {
 			return nil, fmt.Errorf("devcluster: restart %s: %w", name, err)
