@@ -6,9 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,8 +91,13 @@ type MetaResult struct {
 	LocalSmallFilesPerS   float64 `json:"local_small_files_per_s"`
 	// FailoverMS: for each kill -9 of island 1's leader, the time until
 	// a create in a directory of island 1 succeeded (milliseconds).
-	FailoverMS       []int64 `json:"failover_ms,omitempty"`
-	FailoverMedianMS int64   `json:"failover_median_ms,omitempty"`
+	FailoverMS []int64 `json:"failover_ms,omitempty"`
+	// CreateLatencyMS is the islands' mean time to serve a create;
+	// ReplicateLatencyMS their mean time from a change handed to raft to
+	// applied on the leader (replicated islands), from their /metrics.
+	CreateLatencyMS    float64 `json:"create_latency_ms"`
+	ReplicateLatencyMS float64 `json:"replicate_latency_ms,omitempty"`
+	FailoverMedianMS   int64   `json:"failover_median_ms,omitempty"`
 }
 
 // RunMeta starts a cluster (1 manager, Storage servers, Islands islands,
@@ -130,6 +138,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 		StorageListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+100),
 		IslandListen:   fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+200),
 		IslandReplicas: cfg.Replicas,
+		MetricsListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+400),
 		Out:            os.Stderr,
 	})
 	if err != nil {
@@ -382,6 +391,12 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 	res.CrossIslandFraction = float64(crossOps.Load()) / float64(totalOps.Load())
 	say("  cross-island %9.4f of operations; imbalance %.3f over %d islands %v", res.CrossIslandFraction, res.Imbalance, cfg.Islands, res.EntriesPerIsland)
 
+	if lat, err := islandLatencies(ctx, cl); err == nil {
+		res.CreateLatencyMS, res.ReplicateLatencyMS = lat.create, lat.replicate
+		say("  island create latency (mean) %.2f ms; replication (mean) %.2f ms", lat.create, lat.replicate)
+	} else {
+		say("  island latencies: %v", err)
+	}
 	if cfg.Failovers > 0 {
 		if err := failovers(ctx, cfg, cl, view, fss[0], &res, say); err != nil {
 			return res, err
@@ -541,4 +556,56 @@ func failovers(ctx context.Context, cfg MetaConfig, cl *devcluster.Cluster, view
 	res.FailoverMedianMS = ms[len(ms)/2]
 	say("  failover     median %d ms over %d kills", res.FailoverMedianMS, len(ms))
 	return nil
+}
+
+// islandLatencies reads every island process's /metrics and returns the
+// mean create time and the mean replication time over all islands.
+func islandLatencies(ctx context.Context, cl *devcluster.Cluster) (struct{ create, replicate float64 }, error) {
+	var out struct{ create, replicate float64 }
+	var cSum, cN, rSum, rN float64
+	for _, c := range cl.Children {
+		if !strings.HasPrefix(c.Name, "island") || c.MetricsAddr == "" {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.MetricsAddr+"/metrics", nil)
+		if err != nil {
+			return out, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return out, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return out, err
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				continue
+			}
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(f[0], "atoll_meta_op_duration_seconds_sum{") && strings.Contains(f[0], `op="create"`):
+				cSum += v
+			case strings.HasPrefix(f[0], "atoll_meta_op_duration_seconds_count{") && strings.Contains(f[0], `op="create"`):
+				cN += v
+			case strings.HasPrefix(f[0], "atoll_island_replicate_seconds_sum{"):
+				rSum += v
+			case strings.HasPrefix(f[0], "atoll_island_replicate_seconds_count{"):
+				rN += v
+			}
+		}
+	}
+	if cN > 0 {
+		out.create = 1000 * cSum / cN
+	}
+	if rN > 0 {
+		out.replicate = 1000 * rSum / rN
+	}
+	return out, nil
 }

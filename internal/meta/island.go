@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,9 @@ type Island struct {
 	// background loop last deleted old ones (dedup.go).
 	reqs      requests
 	lastSweep time.Time
+	// lazyDels are background deletions of a replicated island (del),
+	// waited for by Close.
+	lazyDels sync.WaitGroup
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -411,6 +415,8 @@ func (i *Island) Close() error {
 	if i.ln != nil {
 		i.ln.Close()
 	}
+	// No request runs now (each holds state shared): no deletion starts.
+	i.lazyDels.Wait()
 	i.closePool()
 	// Lazy records committed since the syncer's last sync become durable,
 	// and the next start keeps this incarnation: nothing acknowledged was
@@ -712,12 +718,30 @@ func (i *Island) put(ctx context.Context, key, value []byte) error {
 	return i.write(ctx, b, false)
 }
 
-// del deletes one key; lazy skips the sync (see write).
+// del deletes one key; lazy skips the sync (see write). A replicated
+// island does a lazy deletion in the background instead: the callers
+// (clearing a transaction's intent once every participant acknowledged,
+// or an aborted one's) hold no lock and lose nothing if it never happens
+// (the resolver clears what is left), and waiting would add a consensus
+// round to every cross-island operation.
 func (i *Island) del(ctx context.Context, key []byte, lazy bool) error {
 	b := i.db.NewBatch()
-	defer b.Close()
 	if err := b.Delete(key, nil); err != nil {
+		b.Close()
 		return err
 	}
+	if lazy && i.repl != nil {
+		repr := append([]byte(nil), b.Repr()...)
+		b.Close()
+		i.lazyDels.Add(1)
+		go func() {
+			defer i.lazyDels.Done()
+			if err := i.repl.Replicate(context.Background(), repr); err != nil {
+				i.log.Debug("meta: background deletion", "err", err)
+			}
+		}()
+		return nil
+	}
+	defer b.Close()
 	return i.write(ctx, b, lazy)
 }

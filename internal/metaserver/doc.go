@@ -41,6 +41,7 @@
 //	atoll_island_replica_applied_index{island}  raft index applied to the replica's database
 //	atoll_island_replica_commit_index{island}   commit index known here
 //	atoll_island_replica_term{island}           raft term
+//	atoll_island_replicate_seconds{island}      histogram: a change from handed to raft to applied on the leader
 //
 // and every served Island's own metrics (internal/meta).
 package metaserver

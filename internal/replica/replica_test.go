@@ -19,7 +19,7 @@ import (
 // group is a test group of replicas of island 1, each with its own Mux
 // on loopback.
 type group struct {
-	t      *testing.T
+	t      testing.TB
 	dirs   map[uint32]string
 	muxes  map[uint32]*Mux
 	voters map[uint32]string
@@ -27,7 +27,7 @@ type group struct {
 	tune   func(*Config)
 }
 
-func newGroup(t *testing.T, n int, tune func(*Config)) *group {
+func newGroup(t testing.TB, n int, tune func(*Config)) *group {
 	g := &group{t: t, dirs: map[uint32]string{}, muxes: map[uint32]*Mux{}, voters: map[uint32]string{}, reps: map[uint32]*Replica{}, tune: tune}
 	base := t.TempDir()
 	for id := uint32(1); id <= uint32(n); id++ {
@@ -54,7 +54,7 @@ func newGroup(t *testing.T, n int, tune func(*Config)) *group {
 
 func (g *group) start(id uint32) {
 	cfg := Config{
-		Island: 1, Self: id, Voters: g.voters, Dir: g.dirs[id], Pebble: &pebble.Options{},
+		Island: 1, Self: id, Voters: g.voters, Dir: g.dirs[id], Pebble: &pebble.Options{Logger: quietPebble{}},
 		Mux: g.muxes[id], Logger: slog.New(slog.DiscardHandler),
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
 	}
@@ -261,3 +261,10 @@ func TestLostDiskRebuiltBySnapshot(t *testing.T) {
 	}
 	waitValue(t, g.reps[victim], "still", "serving")
 }
+
+// quietPebble drops pebble's informational logs in tests.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)      {}
+func (quietPebble) Errorf(f string, a ...any) { fmt.Printf("pebble: "+f+"\n", a...) }
+func (quietPebble) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }

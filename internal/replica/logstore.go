@@ -1,0 +1,254 @@
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
+
+	"github.com/atoll-fs/atoll/internal/lockcheck"
+)
+
+// LogDB holds the raft logs and stable state of every replica of one
+// island server in one pebble database, so that the log appends of all
+// the server's groups share its write-ahead log: concurrent synced
+// appends of different groups become one fsync (pebble's group commit),
+// where a log store per group (raft-boltdb: two fdatasyncs per append)
+// synced each on its own.
+//
+// Keys: u32 group (big-endian), a tag, then
+//
+//	'l' u64 index    a log entry: u64 term, u8 type, i64 appended-at (ns),
+//	                 uvarint length + data, uvarint length + extensions
+//	's' name         a stable value (raft's current term, last vote)
+type LogDB struct {
+	db *pebble.DB
+	mu struct {
+		lockcheck.Mutex
+		open map[uint32]bool
+	}
+}
+
+// OpenLogDB opens (creating) the log database in dir.
+func OpenLogDB(dir string, logger pebble.Logger) (*LogDB, error) {
+	opts := &pebble.Options{
+		CacheSize:          16 << 20,
+		MemTableSize:       8 << 20,
+		FormatMajorVersion: pebble.FormatNewest,
+	}
+	if logger != nil {
+		opts.Logger = logger
+	}
+	db, err := pebble.Open(filepath.Join(dir, "raftlog"), opts)
+	if err != nil {
+		return nil, fmt.Errorf("replica: open raft log in %s: %w", dir, err)
+	}
+	l := &LogDB{db: db}
+	l.mu.open = map[uint32]bool{}
+	return l, nil
+}
+
+// Close closes the database (after every group's raft has shut down).
+func (l *LogDB) Close() error { return l.db.Close() }
+
+// group returns group's LogStore and StableStore (one per group).
+func (l *LogDB) group(id uint32) (*groupLog, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.open[id] {
+		return nil, fmt.Errorf("replica: island %d's raft log is already open", id)
+	}
+	g := &groupLog{db: l.db, id: id, release: func() {
+		l.mu.Lock()
+		delete(l.mu.open, id)
+		l.mu.Unlock()
+	}}
+	if err := g.loadBounds(); err != nil {
+		return nil, err
+	}
+	l.mu.open[id] = true
+	return g, nil
+}
+
+// groupLog is one group's raft.LogStore and raft.StableStore.
+type groupLog struct {
+	db      *pebble.DB
+	id      uint32
+	release func()
+	once    sync.Once
+	// first and last index stored (0, 0: empty), kept in memory.
+	first, last atomic.Uint64
+	boundsMu    sync.Mutex // orders bound updates of appends and deletions
+}
+
+func (g *groupLog) prefix(tag byte) []byte {
+	return append(binary.BigEndian.AppendUint32(make([]byte, 0, 16), g.id), tag)
+}
+
+func (g *groupLog) logKey(index uint64) []byte {
+	return binary.BigEndian.AppendUint64(g.prefix('l'), index)
+}
+
+func (g *groupLog) loadBounds() error {
+	lo, hi := g.prefix('l'), g.prefix('l'+1)
+	it, err := g.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	if it.First() {
+		g.first.Store(binary.BigEndian.Uint64(it.Key()[len(lo):]))
+	}
+	if it.Last() {
+		g.last.Store(binary.BigEndian.Uint64(it.Key()[len(lo):]))
+	}
+	return it.Error()
+}
+
+func (g *groupLog) close() { g.once.Do(g.release) }
+
+func (g *groupLog) FirstIndex() (uint64, error) { return g.first.Load(), nil }
+func (g *groupLog) LastIndex() (uint64, error)  { return g.last.Load(), nil }
+
+func (g *groupLog) GetLog(index uint64, out *raft.Log) error {
+	v, c, err := g.db.Get(g.logKey(index))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return raft.ErrLogNotFound
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return decodeLog(index, v, out)
+}
+
+func (g *groupLog) StoreLog(l *raft.Log) error { return g.StoreLogs([]*raft.Log{l}) }
+
+func (g *groupLog) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	b := g.db.NewBatch()
+	defer b.Close()
+	var buf []byte
+	for _, l := range logs {
+		buf = encodeLog(buf[:0], l)
+		if err := b.Set(g.logKey(l.Index), buf, nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	g.boundsMu.Lock()
+	defer g.boundsMu.Unlock()
+	if g.first.Load() == 0 {
+		g.first.Store(logs[0].Index)
+	}
+	g.last.Store(max(g.last.Load(), logs[len(logs)-1].Index))
+	return nil
+}
+
+// DeleteRange removes entries min..max (a compacted prefix, or a
+// conflicting suffix a new leader overwrites). Not synced: entries that
+// come back after a crash are below the snapshot or get overwritten.
+func (g *groupLog) DeleteRange(min, max uint64) error {
+	if err := g.db.DeleteRange(g.logKey(min), g.logKey(max+1), pebble.NoSync); err != nil {
+		return err
+	}
+	g.boundsMu.Lock()
+	defer g.boundsMu.Unlock()
+	g.first.Store(0)
+	g.last.Store(0)
+	return g.loadBounds()
+}
+
+func (g *groupLog) Set(key, val []byte) error {
+	return g.db.Set(append(g.prefix('s'), key...), val, pebble.Sync)
+}
+
+// errNotFound is the error raft expects of a missing stable key (it
+// compares the text).
+var errNotFound = errors.New("not found")
+
+func (g *groupLog) Get(key []byte) ([]byte, error) {
+	v, c, err := g.db.Get(append(g.prefix('s'), key...))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return append([]byte(nil), v...), nil
+}
+
+func (g *groupLog) SetUint64(key []byte, val uint64) error {
+	return g.Set(key, binary.BigEndian.AppendUint64(nil, val))
+}
+
+func (g *groupLog) GetUint64(key []byte) (uint64, error) {
+	v, err := g.Get(key)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("replica: stable value %q of %d bytes", key, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+func encodeLog(b []byte, l *raft.Log) []byte {
+	b = binary.BigEndian.AppendUint64(b, l.Term)
+	b = append(b, byte(l.Type))
+	var at int64
+	if !l.AppendedAt.IsZero() {
+		at = l.AppendedAt.UnixNano()
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(at))
+	b = binary.AppendUvarint(b, uint64(len(l.Data)))
+	b = append(b, l.Data...)
+	b = binary.AppendUvarint(b, uint64(len(l.Extensions)))
+	return append(b, l.Extensions...)
+}
+
+func decodeLog(index uint64, v []byte, out *raft.Log) error {
+	bad := fmt.Errorf("replica: raft log entry %d: malformed", index)
+	if len(v) < 17 {
+		return bad
+	}
+	*out = raft.Log{Index: index, Term: binary.BigEndian.Uint64(v), Type: raft.LogType(v[8])}
+	if at := int64(binary.BigEndian.Uint64(v[9:])); at != 0 {
+		out.AppendedAt = time.Unix(0, at)
+	}
+	v = v[17:]
+	take := func() ([]byte, bool) {
+		n, k := binary.Uvarint(v)
+		if k <= 0 || uint64(len(v)-k) < n {
+			return nil, false
+		}
+		b := append([]byte(nil), v[k:k+int(n)]...)
+		v = v[k+int(n):]
+		return b, true
+	}
+	var ok bool
+	if out.Data, ok = take(); !ok {
+		return bad
+	}
+	if out.Extensions, ok = take(); !ok || len(v) != 0 {
+		return bad
+	}
+	if len(out.Data) == 0 {
+		out.Data = nil
+	}
+	if len(out.Extensions) == 0 {
+		out.Extensions = nil
+	}
+	return nil
+}
