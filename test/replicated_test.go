@@ -143,6 +143,12 @@ func (s *storm) note(d time.Duration, err error, ok func()) {
 	ok()
 }
 
+func (s *storm) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ops
+}
+
 func (s *storm) halt() {
 	close(s.stop)
 	s.wg.Wait()
@@ -183,7 +189,7 @@ func TestReplicatedIslandLeaderKill9(t *testing.T) {
 	victim := cl.Child("island2")
 	victim.Kill()
 	killed := time.Now()
-	t.Logf("killed island server 2 (leader of island 2) after %d operations", s.ops)
+	t.Logf("killed island server 2 (leader of island 2) after %d operations", s.count())
 	time.Sleep(6 * time.Second)
 	s.halt()
 	t.Logf("%d operations, %d failed, the slowest successful one took %v", s.ops, len(s.errs), s.longest.Round(time.Millisecond))

@@ -140,7 +140,9 @@ func TestReadmeTour(t *testing.T) {
 			t.Fatalf("tour command %d (%s) did not run\nscript:\n%s\nwhole output:\n%s", i+1, step.cmd, sb.String(), out)
 		}
 		if strings.HasSuffix(step.cmd, "&") {
-			got = append(got, devOut...)
+			// got is a slice of out: appending in place would overwrite
+			// the commands after it.
+			got = append(bytes.Clone(got), devOut...)
 		}
 		t.Logf("$ %s\n%s", step.cmd, tail(got, 1500))
 		if rc != 0 {

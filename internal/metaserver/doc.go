@@ -11,7 +11,7 @@
 // replicas are on the Replicas servers that follow, in id order, the
 // (k-1) mod n-th of the n servers (Placement); the first is its preferred
 // leader: a replica leading an island whose preferred server is another
-// offers that server the lead after 5 s, and every 30 s after that, so
+// offers that server the lead after 5 s, and every 10 s after that, so
 // that leaders spread over the servers and return to their place after a
 // failover.
 //

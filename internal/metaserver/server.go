@@ -426,7 +426,7 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 // the pause between later offers while the preferred server is away.
 const (
 	preferredAfter = 5 * time.Second
-	preferredRetry = 30 * time.Second
+	preferredRetry = 10 * time.Second
 )
 
 // Status returns the state of every hosted replica, by island.

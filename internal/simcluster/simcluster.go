@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -42,6 +43,7 @@ const (
 	DashboardPort = 7380
 	StoragePort   = 7400
 	IslandPort    = 7500
+	IslandRaft    = 7510 // an island server's raft port
 	NFSPort       = 2049
 	MetricsPort   = 9100
 )
@@ -62,8 +64,12 @@ type Config struct {
 	Exe     string // the atoll binary
 	Dir     string // data root: each role's data dir is Dir/<role name>
 	Storage int    // storage servers, roles "storage0".."storageN-1" on hosts "s0".."sN-1", slot i
-	Islands int    // islands, roles "island1".."islandN" on hosts "i1".."iN"
-	NFS     bool   // NFS gateway role "nfs" on host "gw" (port 2049)
+	Islands int    // islands, roles "island1".."islandN" on hosts "i1".."iN": island servers
+	// IslandReplicas is the replicas of each island (1, 3 or 5; 0: 3
+	// with 3 islands or more, else 1), as docs/deploy.md deploys them:
+	// island server i leads island i while it can.
+	IslandReplicas int
+	NFS            bool // NFS gateway role "nfs" on host "gw" (port 2049)
 	// Mount is the FUSE mountpoint of role "mount" on host "cl" ("" =
 	// none); the caller sees the mount there.
 	Mount string
@@ -89,6 +95,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("simcluster: %d storage servers (1..64)", c.Storage)
 	case c.Islands < 0 || c.Islands > 32:
 		return fmt.Errorf("simcluster: %d islands (0..32)", c.Islands)
+	case c.IslandReplicas != 0 && c.IslandReplicas != 1 && c.IslandReplicas != 3 && c.IslandReplicas != 5,
+		c.IslandReplicas > c.Islands:
+		return fmt.Errorf("simcluster: %d replicas of %d islands (1, 3 or 5, at most the islands)", c.IslandReplicas, c.Islands)
 	case c.Islands == 0 && (c.NFS || c.Mount != ""):
 		return errors.New("simcluster: an NFS gateway or a mount needs at least one island")
 	}
@@ -98,6 +107,17 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// islandReplicas is IslandReplicas with its default.
+func (c *Config) islandReplicas() int {
+	switch {
+	case c.IslandReplicas != 0:
+		return c.IslandReplicas
+	case c.Islands >= 3:
+		return 3
+	}
+	return 1
 }
 
 // HostNames lists the simnet hosts cfg needs: "m0", "s0".., "i1"..,
@@ -194,11 +214,17 @@ func plan(cfg Config, addrOf func(host string) string) []step {
 				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--key", ck, "--log-level", lvl},
 		})
 	}
+	var servers []string
+	for i := 1; i <= cfg.Islands; i++ {
+		servers = append(servers, fmt.Sprintf("%d=%s", i, hp(fmt.Sprintf("i%d", i), IslandRaft)))
+	}
 	for i := 1; i <= cfg.Islands; i++ {
 		h, n := fmt.Sprintf("i%d", i), fmt.Sprintf("island%d", i)
 		steps = append(steps, step{
 			name: n, kind: KindIsland, host: h, id: i, addr: hp(h, IslandPort), metrics: hp(h, MetricsPort), dir: dir(n),
-			args: []string{"meta", "--dir", dir(n), "--id", strconv.Itoa(i), "--listen", hp(h, IslandPort),
+			args: []string{"meta", "--dir", dir(n), "--server-id", strconv.Itoa(i), "--listen", hp(h, IslandPort),
+				"--raft-listen", hp(h, IslandRaft), "--island-servers", strings.Join(servers, ","),
+				"--islands", strconv.Itoa(cfg.Islands), "--replicas", strconv.Itoa(cfg.islandReplicas()),
 				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--key", ck, "--log-level", lvl},
 		})
 	}
@@ -510,6 +536,16 @@ func (c *Cluster) WaitMembers(ctx context.Context) error {
 	}
 }
 
+// islandAddr reports whether addr is a running island server's.
+func (c *Cluster) islandAddr(addr string) bool {
+	for _, r := range c.Roles {
+		if r.Kind == KindIsland && r.Addr == addr && r.Running() {
+			return true
+		}
+	}
+	return false
+}
+
 // missing says which running role m does not show up at its address, ""
 // when none.
 func (c *Cluster) missing(m *cluster.Map) string {
@@ -524,14 +560,17 @@ func (c *Cluster) missing(m *cluster.Map) string {
 			case KindStorage:
 				match = v.Kind == cluster.KindStorage && int(v.ID) == r.ID
 			case KindIsland:
-				match = v.Kind == cluster.KindIsland && int(v.ID) == r.ID
+				// Island r.ID is registered by whichever island server
+				// leads it: r's own when it has the lead (its preferred
+				// island), another's for a while after a failover.
+				match = v.Kind == cluster.KindIsland && int(v.ID) == r.ID && c.islandAddr(v.Addr)
 			default:
 				match = v.Kind == cluster.KindGateway && v.Addr == r.Addr
 			}
 			if !match {
 				continue
 			}
-			if v.Addr != r.Addr {
+			if v.Addr != r.Addr && r.Kind != KindIsland {
 				return fmt.Sprintf("%s registered as %s, not %s", r.Name, v.Addr, r.Addr)
 			}
 			if v.State == cluster.StateUp {
