@@ -17,19 +17,17 @@ import (
 
 // Mux is one island server's raft port, shared by the replica groups it
 // hosts. Every connection, both ways, runs auth's handshake first (when
-// the Mux has a key) and the accepting side admits only cluster members;
-// the dialler then names the group (4 bytes, big-endian island id) and
-// the connection goes to that group's raft transport. A connection for a
-// group this server does not host is closed.
+// the Mux has a key) and the accepting side admits only cluster members
+// (auth.Listener); the dialler then names the group (4 bytes, big-endian
+// island id) and the connection goes to that group's raft transport. A
+// connection for a group this server does not host is closed.
 type Mux struct {
-	ln       net.Listener
-	key      *auth.Key
-	verifier *auth.Verifier
-	log      *slog.Logger
-	refused  *auth.Refusals
-	done     chan struct{}
-	once     sync.Once
-	wg       sync.WaitGroup
+	ln   *auth.Listener
+	key  *auth.Key
+	log  *slog.Logger
+	done chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
 
 	mu struct {
 		lockcheck.Mutex
@@ -43,23 +41,12 @@ const muxHello = 10 * time.Second
 
 // NewMux listens on addr. key nil: no authentication (in-process tests).
 func NewMux(addr string, key *auth.Key, log *slog.Logger, refused *auth.Refusals) (*Mux, error) {
-	m := &Mux{key: key, log: log, refused: refused, done: make(chan struct{})}
-	m.mu.groups = map[uint32]*muxLayer{}
-	if key != nil {
-		v, err := auth.NewVerifier(key)
-		if err != nil {
-			return nil, err
-		}
-		m.verifier = v
-	}
-	if m.refused == nil {
-		m.refused = &auth.Refusals{}
-	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := auth.Listen(addr, key, auth.CapMember, "island raft", log, refused)
 	if err != nil {
 		return nil, err
 	}
-	m.ln = ln
+	m := &Mux{ln: ln, key: key, log: log, done: make(chan struct{})}
+	m.mu.groups = map[uint32]*muxLayer{}
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m, nil
@@ -69,10 +56,10 @@ func NewMux(addr string, key *auth.Key, log *slog.Logger, refused *auth.Refusals
 func (m *Mux) Addr() string { return m.ln.Addr().String() }
 
 // Refused counts connections refused for want of a cluster key.
-func (m *Mux) Refused() uint64 { return m.refused.Count() }
+func (m *Mux) Refused() uint64 { return m.ln.Refused() }
 
 // Close stops accepting, closes every group's layer and joins the
-// handshakes in progress.
+// connections being admitted.
 func (m *Mux) Close() error {
 	var err error
 	m.once.Do(func() {
@@ -85,25 +72,11 @@ func (m *Mux) Close() error {
 
 func (m *Mux) acceptLoop() {
 	defer m.wg.Done()
-	var bo time.Duration
 	for {
 		c, err := m.ln.Accept()
 		if err != nil {
-			select {
-			case <-m.done:
-				return
-			default:
-			}
-			bo = min(max(2*bo, 5*time.Millisecond), time.Second)
-			m.log.Warn("replica: raft accept failed; retrying", "err", err, "retry_in", bo)
-			select {
-			case <-m.done:
-				return
-			case <-time.After(bo):
-			}
-			continue
+			return // closed
 		}
-		bo = 0
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
@@ -112,19 +85,8 @@ func (m *Mux) acceptLoop() {
 	}
 }
 
-// admit authenticates c, reads its group and hands it to the group.
+// admit reads an authenticated connection's group and hands it over.
 func (m *Mux) admit(c net.Conn) {
-	if m.verifier != nil {
-		p, err := m.verifier.Server(c, auth.DefaultTimeout)
-		if err == nil {
-			err = p.Allow(auth.CapMember, "island raft")
-		}
-		if err != nil {
-			m.refused.Add(m.log, "replica: refused raft connection", c.RemoteAddr().String(), err)
-			c.Close()
-			return
-		}
-	}
 	var hello [4]byte
 	_ = c.SetReadDeadline(time.Now().Add(muxHello))
 	if _, err := io.ReadFull(c, hello[:]); err != nil {
@@ -200,15 +162,9 @@ func (l *muxLayer) Addr() net.Addr { return l.m.ln.Addr() }
 
 // Dial connects to the Mux at address, authenticates and names the group.
 func (l *muxLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(address), timeout)
+	c, err := auth.Dial(string(address), l.m.key, timeout)
 	if err != nil {
-		return nil, err
-	}
-	if l.m.key != nil {
-		if err := auth.Client(c, l.m.key, max(timeout, auth.DefaultTimeout)); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("raft peer %s: %w", address, err)
-		}
+		return nil, fmt.Errorf("raft peer %s: %w", address, err)
 	}
 	var hello [4]byte
 	binary.BigEndian.PutUint32(hello[:], l.group)
