@@ -5,16 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
@@ -439,5 +442,62 @@ func TestReplicationFailpoints(t *testing.T) {
 	rep, err := fsck.Run(ctx, conn.View.Map(), testKey)
 	if err != nil || !rep.Clean() {
 		t.Fatalf("fsck: %v %v", err, rep.Problems())
+	}
+}
+
+// TestIslandRaftPortRefusesStrangers: an island server's raft port
+// closes a connection without a key (garbage gets no byte back), refuses
+// another cluster's key and a user key (not a member) at the handshake,
+// counts the refusals, and the islands go on serving.
+func TestIslandRaftPortRefusesStrangers(t *testing.T) {
+	var raftAddr, metrics string
+	cl := startReplicated(t, 3, 3, 3, func(c *devcluster.Config) {
+		raftAddr = c.IslandRaftListen
+		c.MetricsListen = fmt.Sprintf("127.0.0.1:%d", freeBase(t, 8))
+		metrics = c.MetricsAddrs().Islands[0]
+	})
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	if c, err := net.DialTimeout("tcp", raftAddr, 5*time.Second); err != nil {
+		t.Fatal(err)
+	} else {
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		c.Write([]byte{0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8})
+		if n, err := io.ReadAll(c); len(n) > 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("island raft port answered or kept a keyless peer: %q %v", n, err)
+		}
+		c.Close()
+	}
+	other, _ := auth.NewClusterKey()
+	user, _ := testKey.Derive("mount", auth.CapRead|auth.CapWrite)
+	for name, k := range map[string]*auth.Key{"another cluster's key": other, "a user key": user} {
+		c, err := auth.Dial(raftAddr, k, 5*time.Second)
+		if err == nil {
+			// The handshake may complete on our side before the server
+			// refuses the capability: then it closes without a byte.
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			n, rerr := io.ReadAll(c)
+			c.Close()
+			if len(n) > 0 || errors.Is(rerr, os.ErrDeadlineExceeded) {
+				t.Errorf("island raft port kept %s: %q %v", name, n, rerr)
+			}
+		} else if !errors.Is(err, auth.ErrRefused) && !errors.Is(err, auth.ErrForbidden) {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	waitEvent(t, "the refusals counted", func() error {
+		body := string(httpGet(t, "http://"+metrics+"/metrics"))
+		for _, l := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(l, "atoll_island_raft_refused_connections_total "); ok {
+				if n, _ := strconv.Atoi(v); n >= 3 {
+					return nil
+				}
+				return fmt.Errorf("refused %s", v)
+			}
+		}
+		return errors.New("no atoll_island_raft_refused_connections_total")
+	})
+	if err := conn.FS.WriteFile(ctx, metawire.Root, "/still-serving", []byte("yes"), 0o644); err != nil {
+		t.Fatalf("the islands after the strangers: %v", err)
 	}
 }

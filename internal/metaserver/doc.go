@@ -42,6 +42,7 @@
 //	atoll_island_replica_commit_index{island}   commit index known here
 //	atoll_island_replica_term{island}           raft term
 //	atoll_island_replicate_seconds{island}      histogram: a change from handed to raft to applied on the leader
+//	atoll_island_raft_refused_connections_total connections to the raft port that did not authenticate as members
 //
 // and every served Island's own metrics (internal/meta).
 package metaserver

@@ -485,6 +485,7 @@ var (
 	descApplied = prometheus.NewDesc("atoll_island_replica_applied_index", "Raft index applied to this replica's database.", []string{"island"}, nil)
 	descCommit  = prometheus.NewDesc("atoll_island_replica_commit_index", "Raft commit index this replica knows of.", []string{"island"}, nil)
 	descTerm    = prometheus.NewDesc("atoll_island_replica_term", "Raft term of this replica.", []string{"island"}, nil)
+	descRefused = prometheus.NewDesc("atoll_island_raft_refused_connections_total", "Connections to the raft port closed because they did not authenticate as a member of this cluster.", nil, nil)
 )
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -492,9 +493,11 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descApplied
 	ch <- descCommit
 	ch <- descTerm
+	ch <- descRefused
 }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(c.s.mux.Refused()))
 	for _, h := range c.s.hosts {
 		st := h.rep.Status()
 		id := strconv.Itoa(int(h.id))
