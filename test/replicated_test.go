@@ -27,6 +27,24 @@ import (
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
+// fsckClean waits until fsck over conn's map runs (every island serves
+// again after a restart) and fails the test unless it is clean.
+func fsckClean(t *testing.T, conn *connect.Conn) {
+	t.Helper()
+	var rep *fsck.Report
+	waitEvent(t, "fsck ran", func() error {
+		if err := conn.View.Refresh(context.Background()); err != nil {
+			return err
+		}
+		r, err := fsck.Run(context.Background(), conn.View.Map(), testKey)
+		rep = r
+		return err
+	})
+	if !rep.Clean() {
+		t.Fatalf("fsck: %v", rep.Problems())
+	}
+}
+
 // startReplicated starts a dev cluster of servers island servers (and as
 // many islands), each island replicated on replicas of them.
 func startReplicated(t *testing.T, storage, servers, replicas int, tune func(*devcluster.Config)) *devcluster.Cluster {
@@ -209,13 +227,7 @@ func TestReplicatedIslandLeaderKill9(t *testing.T) {
 	if _, err := cl.Restart(ctx, "island2"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := fsck.Run(ctx, conn.View.Map(), testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.Clean() {
-		t.Fatalf("fsck: %v", rep.Problems())
-	}
+	fsckClean(t, conn)
 	// The returned server takes its island back (preferred leader) with
 	// everything: the files read the same through the mount after it.
 	waitPreferredLeaders(t, cl, conn, 3)
@@ -330,10 +342,7 @@ func TestReplicatedIslandQuorumLoss(t *testing.T) {
 	if _, err := cl.Restart(ctx, "island1"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := fsck.Run(ctx, conn.View.Map(), testKey)
-	if err != nil || !rep.Clean() {
-		t.Fatalf("fsck: %v %v", err, rep.Problems())
-	}
+	fsckClean(t, conn)
 }
 
 // TestReplicatedIslandLostDisk: an island server whose data directory is
@@ -389,10 +398,7 @@ func TestReplicatedIslandLostDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fresh.Close()
-	rep, err := fsck.Run(ctx, fresh.View.Map(), testKey)
-	if err != nil || !rep.Clean() {
-		t.Fatalf("fsck with server 1 down and server 3 rebuilt: %v %v", err, rep.Problems())
-	}
+	fsckClean(t, fresh)
 	t.Logf("%d files checked with server 3 rebuilt from nothing and server 1 killed", len(s.want))
 }
 
@@ -439,10 +445,7 @@ func TestReplicationFailpoints(t *testing.T) {
 		t.Fatalf("%d operations failed, first: %v", len(s.errs), s.errs[0])
 	}
 	s.check(t)
-	rep, err := fsck.Run(ctx, conn.View.Map(), testKey)
-	if err != nil || !rep.Clean() {
-		t.Fatalf("fsck: %v %v", err, rep.Problems())
-	}
+	fsckClean(t, conn)
 }
 
 // TestIslandRaftPortRefusesStrangers: an island server's raft port
