@@ -230,6 +230,32 @@
 // lazy create lost in a crash is never handed out again. Close syncs the
 // log once more.
 //
+// # Replication
+//
+// With Config.Replicator (a replicated island: internal/replica, run by
+// internal/metaserver) the island runs only on its group's leader, on the
+// replica's database (Config.DB), and never commits a batch itself: every
+// write (write, put, del) hands the batch's representation to Replicate,
+// which returns once a quorum holds it and it is applied here, while the
+// island still holds its inode locks. Lazy changes are no exception:
+// acknowledged means committed on a quorum, so the incarnation (Boot) is
+// one for the island's life, recorded once, and the syncer does nothing.
+// Deleting a finished or aborted transaction's intent (del with lazy)
+// runs in the background instead of adding a consensus round to the
+// operation; Close waits for it. A new leader opens a new Island, which
+// recovers open intents and prepared transactions from the replicated
+// records like a restarted island.
+//
+// # Request ids
+//
+// A change (metawire.Deduplicated) sent with a wire.ReqID is applied at
+// most once: its id is written with its effect (the single-island batch,
+// the coordinator's decision batch, or the SetAttr/xattr/Commit batch)
+// under FF FF FF FF FF 'Q', and a request whose id is found is answered
+// from the current state (the attributes of what it made or changed)
+// without applying it again; one still being served answers ErrBusy. Ids
+// are deleted after DedupKeep (10 minutes) by the background loop.
+//
 // # Failpoints
 //
 //	meta.tx.afterIntent            coordinator: intent durable, nothing prepared
