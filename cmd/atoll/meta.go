@@ -195,7 +195,7 @@ func runIslandServer(ctx context.Context, cfg metaserver.Config, addrFile, metri
 		return err
 	}
 	cfg.MetricsAddr = advertisedMetrics(ms, cfg.Listen)
-	s, err := metaserver.New(ctx, cfg)
+	s, err := metaserver.New(cfg)
 	if err != nil {
 		closeServer(ms)
 		return err

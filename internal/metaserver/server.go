@@ -43,7 +43,8 @@ type Config struct {
 	// replicas of each (1, 3 or 5, at most len(Servers)).
 	Islands  int
 	Replicas int
-	// Dir holds one directory per hosted island (island-N).
+	// Dir holds one directory per hosted island (island-N) and raftlog/
+	// (every hosted replica's raft log, replica.LogDB).
 	Dir string
 	// Managers are the manager addresses: each island this server leads
 	// is registered there (its address is this server's), and the map
@@ -131,7 +132,7 @@ type hosted struct {
 }
 
 // New opens every hosted replica and binds the listeners; Run serves.
-func New(ctx context.Context, cfg Config) (*Server, error) {
+func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
