@@ -62,7 +62,7 @@ func lockReqs(as []metawire.Action) []lockReq {
 	reqs := make([]lockReq, 0, len(as))
 	for _, a := range as {
 		m := lockExcl
-		if a.Kind == metawire.ActCheck {
+		if a.Kind == metawire.ActCheck || a.Kind == metawire.ActCheckEntry {
 			m = lockShared
 		}
 		reqs = append(reqs, lockReq{namespace.Ino(a.Ino), m})
@@ -112,7 +112,7 @@ func (i *Island) checkActions(as []metawire.Action) error {
 			if t == metawire.ModeDir && (!namespace.Ino(a.Init.Parent).Valid() || !namespace.IsClean(a.Init.Path)) {
 				return bad("bad directory parent or path")
 			}
-		case metawire.ActAddEntry, metawire.ActRemoveEntry:
+		case metawire.ActAddEntry, metawire.ActRemoveEntry, metawire.ActCheckEntry:
 			if namespace.ValidName(a.Name) != nil || !namespace.Ino(a.Target).Valid() {
 				return bad("bad entry")
 			}
@@ -294,6 +294,19 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *
 	case metawire.ActCheck:
 		if a.Flags&metawire.ActCheckParent != 0 && n.parent != namespace.Ino(a.Target) {
 			return conflict("parent of %v changed", ino)
+		}
+		return nil
+
+	case metawire.ActCheckEntry:
+		if !n.isDir() {
+			return conflict("%v is not a directory", ino)
+		}
+		e, exists, err := readDirent(b, ino, a.Name)
+		if err != nil {
+			return err
+		}
+		if !exists || e.ino != namespace.Ino(a.Target) {
+			return conflict("entry %q of %v changed", a.Name, ino)
 		}
 		return nil
 	}

@@ -77,3 +77,44 @@ func TestRetriedChangesApplyOnce(t *testing.T) {
 	}
 	c.mustFsck()
 }
+
+// TestRenameOfTwoLinksToOneInode: renaming one name of an inode onto
+// another name of the same inode changes nothing, across islands too (its
+// two entries are checked together under shared locks).
+func TestRenameOfTwoLinksToOneInode(t *testing.T) {
+	c := newCluster(t, 3)
+	k := c.root()
+	root := rootIno()
+	var dirs []uint64
+	for n := 0; len(dirs) < 2 && n < 64; n++ {
+		d, err := k.mkdir(root, "d"+string(rune('a'+n%26))+string(rune('a'+n/26)), 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dirs) == 0 || c.owner(d.Ino) != c.owner(dirs[0]) {
+			dirs = append(dirs, d.Ino)
+		}
+	}
+	if len(dirs) < 2 {
+		t.Fatal("no two directories on different islands")
+	}
+	f, err := k.create(dirs[0], "f", metawire.ModeFile|0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.link(f.Ino, dirs[1], "g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.rename(dirs[0], "f", dirs[1], "g", 0); err != nil {
+		t.Fatalf("rename between two links of one inode: %v", err)
+	}
+	for _, e := range []struct {
+		dir  uint64
+		name string
+	}{{dirs[0], "f"}, {dirs[1], "g"}} {
+		if a, err := k.lookup(e.dir, e.name); err != nil || a.Ino != f.Ino {
+			t.Fatalf("%s after the rename: %v %x", e.name, err, a.Ino)
+		}
+	}
+	c.mustFsck()
+}

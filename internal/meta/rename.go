@@ -92,7 +92,15 @@ func (i *Island) renameOnce(ctx context.Context, r *metawire.RenameReq) error {
 		}
 	}
 	if yok && y.ino == x.ino {
-		return nil // both names are links to one inode: nothing to do
+		// Both names are links to one inode: nothing to do, if that held
+		// at one instant. The two reads above took no lock, and may
+		// straddle another rename of the same name (the source read
+		// before it, the destination after): check both entries together
+		// under shared locks, and start over if either moved.
+		return i.execute(ctx, []metawire.Action{
+			{Kind: metawire.ActCheckEntry, Ino: uint64(S), Name: r.SrcName, Target: uint64(x.ino)},
+			{Kind: metawire.ActCheckEntry, Ino: uint64(T), Name: r.DstName, Target: uint64(x.ino)},
+		})
 	}
 	if !mayAccess(&sAttr, c, accW|accX) {
 		return metawire.ErrAccess

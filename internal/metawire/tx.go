@@ -52,6 +52,9 @@ const (
 	// not 0) and, with ActCheckParent, have parent Target. It takes a
 	// shared lock, so the facts hold until the transaction is decided.
 	ActCheck ActionKind = 8
+	// ActCheckEntry changes nothing: entry Name of directory Ino must
+	// point at Target. Shared lock, like ActCheck.
+	ActCheckEntry ActionKind = 9
 )
 
 // Action flags.
@@ -113,6 +116,7 @@ func (n *InodeInit) Decode(d *wire.Dec) {
 //	SetParent:   u64 target, u64 expect, i64 time
 //	Touch:       i32 delta (as u32), u32 flags, i64 time
 //	Check:       u32 type, u32 flags, u64 target
+//	CheckEntry:  string name, u64 target
 type Action struct {
 	Kind   ActionKind
 	Ino    uint64
@@ -157,6 +161,9 @@ func (a *Action) Encode(e *wire.Enc) {
 		e.U32(a.Type)
 		e.U32(a.Flags)
 		e.U64(a.Target)
+	case ActCheckEntry:
+		e.String(a.Name)
+		e.U64(a.Target)
 	}
 }
 
@@ -178,6 +185,8 @@ func (a *Action) Decode(d *wire.Dec) {
 		a.Target, a.Expect, a.Time = d.U64(), d.U64(), d.I64()
 	case ActCheck:
 		a.Type, a.Flags, a.Target = d.U32(), d.U32(), d.U64()
+	case ActCheckEntry:
+		a.Name, a.Target = d.Str(), d.U64()
 	default:
 		// Unknown kind: read until the decoder fails (it always does once
 		// the bytes run out), so the message is rejected.
