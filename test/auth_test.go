@@ -80,18 +80,7 @@ func TestAuthEveryPort(t *testing.T) {
 		}
 	}
 	// The raft port: garbage, then silence.
-	if c, err := net.DialTimeout("tcp", raftAddr, 5*time.Second); err != nil {
-		t.Fatalf("raft: %v", err)
-	} else {
-		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-		c.Write([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
-		// Closed (EOF or a reset) without a byte; a timeout would mean
-		// the port kept the stranger's connection open.
-		if n, err := io.ReadAll(c); len(n) > 0 || errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("raft port answered or kept a keyless peer: %q %v", n, err)
-		}
-		c.Close()
-	}
+	closesKeyless(t, "raft port", raftAddr, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 
 	// 2. Another cluster's key: refused at the handshake, on every port.
 	other, _ := auth.NewClusterKey()
@@ -389,5 +378,22 @@ func TestSlowlorisAndFDExhaustion(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("the storage server does not serve again after running out of file descriptors: %v", err)
+	}
+}
+
+// closesKeyless sends garbage to a port that admits only cluster members
+// and checks that it closes the connection (EOF or a reset) without a
+// byte; a timeout would mean it kept the stranger's connection open.
+func closesKeyless(t *testing.T, what, addr string, garbage []byte) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	c.Write(garbage)
+	if n, err := io.ReadAll(c); len(n) > 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("%s answered or kept a keyless peer: %q %v", what, n, err)
 	}
 }

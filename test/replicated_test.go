@@ -461,16 +461,7 @@ func TestIslandRaftPortRefusesStrangers(t *testing.T) {
 	})
 	ctx := context.Background()
 	conn := dialDev(t, cl)
-	if c, err := net.DialTimeout("tcp", raftAddr, 5*time.Second); err != nil {
-		t.Fatal(err)
-	} else {
-		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-		c.Write([]byte{0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8})
-		if n, err := io.ReadAll(c); len(n) > 0 || errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("island raft port answered or kept a keyless peer: %q %v", n, err)
-		}
-		c.Close()
-	}
+	closesKeyless(t, "island raft port", raftAddr, []byte{0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8})
 	other, _ := auth.NewClusterKey()
 	user, _ := testKey.Derive("mount", auth.CapRead|auth.CapWrite)
 	for name, k := range map[string]*auth.Key{"another cluster's key": other, "a user key": user} {
