@@ -132,11 +132,17 @@ func Open(cfg Config) (*Replica, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			r.closeParts()
+			r.closeParts(false)
 		}
 	}()
 	var err error
-	if r.db, err = pebble.Open(filepath.Join(cfg.Dir, "db"), cfg.Pebble); err != nil {
+	// The raft log is the database's log: an entry applied only in memory
+	// is replayed from it after a crash (AppliedKey says where to start),
+	// so the database needs no write-ahead log of its own (one write per
+	// applied entry saved on every replica).
+	opts := *cfg.Pebble
+	opts.DisableWAL = true
+	if r.db, err = pebble.Open(filepath.Join(cfg.Dir, "db"), &opts); err != nil {
 		return nil, fmt.Errorf("replica: open %s: %w", cfg.Dir, err)
 	}
 	if r.fsm, err = newFSM(r.db, r.log, cfg.Faults); err != nil {
@@ -150,6 +156,9 @@ func Open(cfg Config) (*Replica, error) {
 		logs = r.ownLog
 	}
 	if r.store, err = logs.group(cfg.Island); err != nil {
+		return nil, err
+	}
+	if r.fsm.replayTo, err = r.store.LastIndex(); err != nil {
 		return nil, err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, raftlog.New(r.log, "raft-snap"))
@@ -390,10 +399,13 @@ func (r *Replica) Close() error {
 			r.log.Debug("replica: leadership transfer at close", "err", err)
 		}
 	}
-	return r.closeParts()
+	return r.closeParts(true)
 }
 
-func (r *Replica) closeParts() error {
+// closeParts stops raft and closes the stores; flush writes the
+// database's memtable first (a clean stop: nothing to replay at the next
+// start). A crash is closeParts(false).
+func (r *Replica) closeParts(flush bool) error {
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {
@@ -415,8 +427,8 @@ func (r *Replica) closeParts() error {
 		keep(r.ownLog.Close())
 	}
 	if r.db != nil {
-		if r.fsm != nil {
-			keep(r.db.LogData(nil, pebble.Sync))
+		if r.fsm != nil && flush {
+			keep(r.db.Flush())
 		}
 		keep(r.db.Close())
 	}
