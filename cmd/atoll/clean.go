@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,8 @@ type cleanFlags struct {
 	maxLive  float64
 	budget   int64
 	parallel int
+	// tolerance of the storage rebalancer (0: off)
+	tolerance float64
 }
 
 func (f *cleanFlags) register(cmd *cobra.Command) {
@@ -41,6 +44,8 @@ func (f *cleanFlags) register(cmd *cobra.Command) {
 	fl.Float64Var(&f.maxLive, "max-live", cleaner.DefaultMaxLive, "copy stripes whose useful fraction is at most this")
 	fl.Int64Var(&f.budget, "budget", cleaner.DefaultCopyBudget, "live bytes to copy in one pass at most")
 	fl.IntVar(&f.parallel, "parallel", 8, "fragments repaired at once")
+	fl.Float64Var(&f.tolerance, "rebalance-tolerance", cleaner.DefaultTolerance,
+		"move old data until every storage server's used bytes are within this fraction of the mean (0: never)")
 }
 
 func (f *cleanFlags) config(conn *connect.Conn, g *globalFlags) (cleaner.Config, error) {
@@ -53,7 +58,15 @@ func (f *cleanFlags) config(conn *connect.Conn, g *globalFlags) (cleaner.Config,
 		return cleaner.Config{}, err
 	}
 	return cleaner.Config{Data: conn.Data, FS: conn.FS, Grace: f.grace, UnsafeGrace: f.unsafe, Rate: f.rate, MaxLive: f.maxLive,
-		CopyBudget: f.budget, Parallel: f.parallel, Faults: fs, Logger: log}, nil
+		CopyBudget: f.budget, Parallel: f.parallel, Rebalance: f.rebalance(), Faults: fs, Logger: log}, nil
+}
+
+// rebalance is the cleaner's Config.Rebalance for the flag (0: off).
+func (f *cleanFlags) rebalance() float64 {
+	if f.tolerance <= 0 {
+		return -1
+	}
+	return f.tolerance
 }
 
 // passProgress draws a progress bar per phase of a pass on stderr.
@@ -89,6 +102,10 @@ func printReport(rep cleaner.Report, asJSON bool) {
 	fmt.Printf("deleted %d stripes (%s); copied %d stripes (%s, %d blocks moved, %d rejected: a writer won)\n",
 		rep.DeletedStripes, hsize(uint64(rep.DeletedBytes)), rep.CopiedStripes, hsize(uint64(rep.CopiedBytes)), rep.MovedBlocks, rep.RejectedBlocks)
 	fmt.Printf("repaired %d fragments (%d failed, %d waiting for unreachable slots %v)\n", rep.Repaired, rep.RepairFailed, rep.RepairPending, rep.Unreachable)
+	if rep.StorageImbalance > 0 {
+		fmt.Printf("storage imbalance %.3f: rebalanced %d stripes (%s moved), %s estimated still to move\n",
+			rep.StorageImbalance, rep.RebalancedStripes, hsize(uint64(rep.RebalancedBytes)), hsize(uint64(rep.RebalanceRemaining)))
+	}
 	if rep.DrainRemaining > 0 {
 		fmt.Printf("drain: %d stripes could not be moved yet\n", rep.DrainRemaining)
 	}
@@ -99,7 +116,7 @@ func printReport(rep cleaner.Report, asJSON bool) {
 
 func newCleanCmd(g *globalFlags) *cobra.Command {
 	var addr string
-	var asJSON, copyToo, noRepair bool
+	var asJSON, copyToo, noRepair, rebalance bool
 	var cf cleanFlags
 	cmd := &cobra.Command{
 		Use:   "clean [--cluster ADDR] [--copy] [--json]",
@@ -129,7 +146,14 @@ A pass killed at any point is finished by the next one.`,
 			if err != nil {
 				return err
 			}
-			rep, err := c.Pass(cmd.Context(), cleaner.PassOptions{Copy: copyToo, Repair: !noRepair, Progress: passProgress(asJSON)})
+			opts := cleaner.PassOptions{Copy: copyToo, Repair: !noRepair, Progress: passProgress(asJSON)}
+			if rebalance {
+				if cf.tolerance <= 0 {
+					return fmt.Errorf("clean: --rebalance needs a --rebalance-tolerance above 0")
+				}
+				opts.Rebalance = cf.tolerance
+			}
+			rep, err := c.Pass(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -145,6 +169,7 @@ A pass killed at any point is finished by the next one.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().BoolVar(&copyToo, "copy", false, "also copy live data out of sparse stripes (cost-benefit)")
 	cmd.Flags().BoolVar(&noRepair, "no-repair", false, "do not rebuild missing fragments")
+	cmd.Flags().BoolVar(&rebalance, "rebalance", false, "also move old data off the fullest storage servers (e.g. onto a new one)")
 	cf.register(cmd)
 	return cmd
 }
@@ -266,6 +291,10 @@ func (b *backgroundCleaner) jobs() []cluster.Job {
 	if l.DrainRemaining > 0 {
 		sum += fmt.Sprintf("; %d stripes wait to leave drained or lost slots (too few other servers for their width)", l.DrainRemaining)
 	}
+	if l.StorageImbalance > 0 {
+		sum += fmt.Sprintf("; storage imbalance %.2f, rebalanced %s in all, about %s still to move", l.StorageImbalance,
+			hsize(uint64(tot.RebalancedBytes)), hsize(uint64(l.RebalanceRemaining)))
+	}
 	return []cluster.Job{{Name: "cleaner", Phase: st.Phase, Done: st.Done, Total: st.Total, ETASeconds: st.ETASeconds, Summary: sum}}
 }
 
@@ -276,6 +305,8 @@ func (b *backgroundCleaner) register(cmd *cobra.Command) {
 	fl.Float64Var(&b.share, "clean-share", cleaner.DefaultShare, "cleaner: copy at most this share of the storage servers' peak observed throughput (read plus written)")
 	fl.DurationVar(&b.interval, "clean-interval", cleaner.DefaultInterval, "cleaner: time between passes (0: no background cleaner)")
 	fl.DurationVar(&b.rebuildAfter, "rebuild-after", 30*time.Minute, "rebuild the data of a storage server unreachable this long onto the others (0: never)")
+	fl.Float64Var(&b.flags.tolerance, "rebalance-tolerance", cleaner.DefaultTolerance,
+		"cleaner: move old data until every storage server's used bytes are within this fraction of the mean, e.g. onto a server just added (0: never)")
 }
 
 // run returns when ctx is done.
@@ -323,9 +354,19 @@ func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *s
 		return err
 	}
 	defer conn.Close()
+	// The map moves on while the cleaner runs (a storage server joins,
+	// goes down, drains): its data client follows.
+	var watch sync.WaitGroup
+	defer watch.Wait()
+	defer cancel()
+	watch.Add(1)
+	go func() {
+		defer watch.Done()
+		conn.Watch(ctx, 5*time.Second)
+	}()
 	cfg := cleaner.Config{Data: conn.Data, FS: conn.FS, Grace: b.flags.grace, Rate: b.flags.rate,
 		Share: b.share, Capacity: func() float64 { return peakThroughput(m.Throughput()) },
-		Interval: b.interval, RebuildAfter: b.rebuildAfter, Logger: log.With("role", "cleaner")}
+		Interval: b.interval, RebuildAfter: b.rebuildAfter, Rebalance: b.flags.rebalance(), Logger: log.With("role", "cleaner")}
 	c, err := cleaner.New(cfg)
 	if err != nil {
 		return err

@@ -88,6 +88,10 @@ type Config struct {
 	// (its data is rebuilt onto the others). 0 disables. A replacement
 	// server on the slot is filled by repair instead.
 	RebuildAfter time.Duration
+	// Rebalance is the tolerance of Run's passes for uneven storage slots
+	// (PassOptions.Rebalance): 0 means DefaultTolerance, a negative value
+	// turns rebalancing off.
+	Rebalance float64
 	// Parallel repairs and deletes. Default 8.
 	Parallel int
 	Faults   *faults.Set
@@ -111,7 +115,7 @@ func (c *Config) Validate() error {
 	if c.Grace < 0 || c.Rate < 0 || c.CopyBudget < 0 || c.Interval < 0 || c.RebuildAfter < 0 {
 		return fmt.Errorf("%w: negative duration or size", ErrBadConfig)
 	}
-	if c.MaxLive < 0 || c.MaxLive > 1 || c.FreeBelow < 0 || c.FreeBelow > 1 || c.Share < 0 || c.Share > 1 {
+	if c.MaxLive < 0 || c.MaxLive > 1 || c.FreeBelow < 0 || c.FreeBelow > 1 || c.Share < 0 || c.Share > 1 || c.Rebalance > 1 {
 		return fmt.Errorf("%w: fractions must be within 0..1", ErrBadConfig)
 	}
 	if c.Grace == 0 {
@@ -141,6 +145,9 @@ func (c *Config) Validate() error {
 	if c.Parallel <= 0 {
 		c.Parallel = 8
 	}
+	if c.Rebalance == 0 {
+		c.Rebalance = DefaultTolerance
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -155,6 +162,10 @@ type PassOptions struct {
 	Copy   bool     // copy live data out of sparse stripes (cost-benefit)
 	Drain  []uint16 // move every live block off these slots
 	Repair bool     // rebuild missing fragments on reachable slots
+	// Rebalance, when above 0, moves old data off the fullest storage
+	// slots until every slot's used bytes are within this fraction of the
+	// mean (a server added to the cluster fills up; PlanRebalance).
+	Rebalance float64
 	// Progress, if set, is called as work advances (phase, done, total).
 	Progress func(phase string, done, total int)
 }
@@ -176,7 +187,14 @@ type Report struct {
 	RepairFailed   int      `json:"repair_failed"`
 	RepairPending  int      `json:"repair_pending"` // missing on unreachable slots
 	DrainRemaining int      `json:"drain_remaining"`
-	Errors         []string `json:"errors,omitempty"`
+	// Storage balance: max |used − mean| / mean over the storage slots at
+	// the start of the pass; the stripes and live bytes this pass moved to
+	// even them out, and the bytes estimated still to move after it.
+	StorageImbalance   float64  `json:"storage_imbalance"`
+	RebalancedStripes  int      `json:"rebalanced_stripes"`
+	RebalancedBytes    int64    `json:"rebalanced_bytes"`
+	RebalanceRemaining int64    `json:"rebalance_remaining_bytes"`
+	Errors             []string `json:"errors,omitempty"`
 	Seconds        float64  `json:"seconds"`
 	// Forgotten counts the islands' live counters of deleted stripes
 	// dropped at the end of the pass (they would pile up forever).
@@ -199,6 +217,9 @@ func (t *Report) add(r *Report) {
 	t.RepairFailed += r.RepairFailed
 	t.RepairPending = r.RepairPending
 	t.DrainRemaining = r.DrainRemaining
+	t.StorageImbalance, t.RebalanceRemaining = r.StorageImbalance, r.RebalanceRemaining
+	t.RebalancedStripes += r.RebalancedStripes
+	t.RebalancedBytes += r.RebalancedBytes
 	t.Seconds += r.Seconds
 }
 
@@ -283,7 +304,7 @@ func (c *Cleaner) Run(ctx context.Context) error {
 	defer t.Stop()
 	kicked := false
 	for {
-		opts := PassOptions{Repair: true, Copy: kicked || c.lowOnSpace(ctx)}
+		opts := PassOptions{Repair: true, Copy: kicked || c.lowOnSpace(ctx), Rebalance: max(c.cfg.Rebalance, 0)}
 		if c.cfg.RebuildAfter > 0 {
 			opts.Drain = c.longUnreachable()
 		}
@@ -293,7 +314,7 @@ func (c *Cleaner) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			c.log.Warn("cleaner: pass failed", "err", err)
-		} else if rep.DeletedStripes+rep.CopiedStripes+rep.Repaired > 0 || len(rep.Errors) > 0 {
+		} else if rep.DeletedStripes+rep.CopiedStripes+rep.Repaired+rep.RebalancedStripes > 0 || len(rep.Errors) > 0 {
 			c.log.Info("cleaner: pass", "deleted_stripes", rep.DeletedStripes, "deleted_bytes", rep.DeletedBytes,
 				"copied_stripes", rep.CopiedStripes, "copied_bytes", rep.CopiedBytes, "rejected", rep.RejectedBlocks,
 				"repaired", rep.Repaired, "errors", len(rep.Errors))
@@ -545,7 +566,87 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (rep Report, err e
 	if err := flush(); err != nil {
 		return rep, err
 	}
+	if opts.Rebalance > 0 {
+		if err := c.rebalance(ctx, list, seen, dead, drain, &rep, &opts); err != nil {
+			return rep, err
+		}
+	}
 	return rep, nil
+}
+
+// rebalance plans and makes this pass's moves toward even storage slots
+// (PlanRebalance), leaving out the stripes the pass already deleted or
+// moved. Its copies go through the same path as the cleaner's others,
+// with the over-full slots avoided for the new stripes.
+func (c *Cleaner) rebalance(ctx context.Context, list []Stripe, moved map[fragment.StripeID]bool, dead []fragment.StripeID,
+	drain map[uint16]bool, rep *Report, opts *PassOptions) error {
+	used := map[uint16]int64{}
+	for _, sl := range c.cfg.Data.Slots() {
+		if sl.Up && !drain[sl.ID] && !slices.Contains(rep.Unreachable, sl.ID) {
+			used[sl.ID] = 0
+		}
+	}
+	gone := map[fragment.StripeID]bool{}
+	for _, id := range dead {
+		gone[id] = true
+	}
+	var keep []Stripe
+	for _, s := range list {
+		if gone[s.ID] || moved[s.ID] {
+			continue
+		}
+		for _, f := range s.Frags {
+			if _, ok := used[f.Slot]; ok {
+				used[f.Slot] += f.Length
+			}
+		}
+		keep = append(keep, s)
+	}
+	plan := PlanRebalance(keep, used, RebalanceConfig{Now: c.cfg.Now(), Grace: c.cfg.Grace, Tolerance: opts.Rebalance, Budget: c.cfg.CopyBudget})
+	rep.StorageImbalance, rep.RebalanceRemaining = plan.Imbalance, plan.Remaining
+	if len(plan.Move) == 0 {
+		return nil
+	}
+	c.log.Info("cleaner: rebalancing storage", "imbalance", plan.Imbalance, "stripes", len(plan.Move), "avoid", plan.Avoid,
+		"estimated_after", plan.Estimated, "remaining_bytes", plan.Remaining)
+	c.cfg.Data.Avoid(plan.Avoid)
+	defer c.cfg.Data.Avoid(nil)
+	byID := map[fragment.StripeID]*Stripe{}
+	for k := range keep {
+		byID[keep[k].ID] = &keep[k]
+	}
+	var batch []*Stripe
+	var batchLive int64
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		before := rep.CopiedBytes
+		err := c.relocate(ctx, batch, rep)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			rep.Errors = append(rep.Errors, err.Error())
+		} else {
+			rep.RebalancedStripes += len(batch)
+			rep.RebalancedBytes += rep.CopiedBytes - before
+		}
+		batch, batchLive = batch[:0], 0
+		return nil
+	}
+	for i, id := range plan.Move {
+		c.phase("rebalance", i, len(plan.Move), opts)
+		s := byID[id]
+		batch = append(batch, s)
+		batchLive += s.Live
+		if batchLive >= batchBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
 }
 
 // batchBytes is how much live data one relocation batch moves before its

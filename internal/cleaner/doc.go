@@ -1,6 +1,6 @@
 // Package cleaner gives the striped log its space back and keeps its
-// stripes whole: Zebra's stripe cleaner (§3.4, §4.5–4.6) plus the repair
-// and drain jobs, which reuse its inventory and its copy path.
+// stripes whole: Zebra's stripe cleaner (§3.4, §4.5–4.6) plus the repair,
+// drain and rebalance jobs, which reuse its inventory and its copy path.
 //
 // A pass works from two durable sources only, so a cleaner killed at any
 // point simply starts over and finishes on its next pass:
@@ -29,6 +29,14 @@
 //     a replacement server takes over the slot of the one it replaces).
 //   - Drain moves every live block with a fragment on the drained slot
 //     into new stripes that avoid it, through the same copy path.
+//   - Rebalance (PlanRebalance) evens out the storage slots' used bytes
+//     after a server joins: it rewrites old stripes (older than Grace,
+//     fullest slot first, sparsest stripes first) through the same copy
+//     path, with the over-full slots avoided for the new stripes
+//     (client.Avoid, never at the cost of a degraded stripe), until every
+//     slot is within the tolerance of the mean. A rewritten stripe puts
+//     at most one fragment on the new slot, so filling a new server
+//     rewrites about as many stripes as its share of fragments.
 //   - Deleting a stripe deletes every fragment its placement allows, not
 //     only those the inventory saw (a repair in the same pass may have
 //     recreated one), and at the end of the pass the islands drop the

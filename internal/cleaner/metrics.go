@@ -18,6 +18,9 @@ import (
 //	atoll_cleaner_disk_bytes, _live_bytes      gauge    the last inventory: bytes stored, bytes live
 //	atoll_cleaner_phase_done, _phase_total     gauge    progress of the running phase (0 when idle)
 //	atoll_cleaner_phase_eta_seconds            gauge    estimated time left in the running phase
+//	atoll_cleaner_storage_imbalance            gauge    max |used − mean| / mean over storage slots, last pass
+//	atoll_cleaner_rebalanced_bytes_total       counter  live bytes moved to even out storage slots
+//	atoll_cleaner_rebalance_remaining_bytes    gauge    bytes estimated still to move after the last pass
 type collector struct {
 	status func() Status
 	descs  []*prometheus.Desc
@@ -38,6 +41,9 @@ var metricNames = []struct{ name, help string }{
 	{"atoll_cleaner_phase_done", "Work items done in the running phase (0 when idle)."},
 	{"atoll_cleaner_phase_total", "Work items of the running phase (0 when idle)."},
 	{"atoll_cleaner_phase_eta_seconds", "Estimated seconds left in the running phase."},
+	{"atoll_cleaner_storage_imbalance", "Max |used - mean| / mean of the storage slots' used bytes at the last pass."},
+	{"atoll_cleaner_rebalanced_bytes_total", "Live bytes moved to even out the storage slots."},
+	{"atoll_cleaner_rebalance_remaining_bytes", "Bytes estimated still to move to even out the storage slots."},
 }
 
 // Register adds the cleaner's metrics to reg.
@@ -64,10 +70,11 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	t := &st.Totals
 	vals := []float64{float64(st.Passes), float64(t.DeletedStripes), float64(t.DeletedBytes), float64(t.CopiedBytes),
 		float64(t.MovedBlocks), float64(t.RejectedBlocks), float64(t.Repaired), float64(t.RepairFailed),
-		float64(t.RepairPending), float64(t.Bytes), float64(t.LiveBytes), float64(st.Done), float64(st.Total), st.ETASeconds}
+		float64(t.RepairPending), float64(t.Bytes), float64(t.LiveBytes), float64(st.Done), float64(st.Total), st.ETASeconds,
+		t.StorageImbalance, float64(t.RebalancedBytes), float64(t.RebalanceRemaining)}
 	for i, d := range col.descs {
 		kind := prometheus.GaugeValue
-		if i <= 7 {
+		if i <= 7 || i == 15 {
 			kind = prometheus.CounterValue
 		}
 		ch <- prometheus.MustNewConstMetric(d, kind, vals[i])

@@ -119,6 +119,9 @@ type Client struct {
 	pool *wire.Pool
 	// slots is replaced whole when the cluster map changes (SetSlots).
 	slots atomic.Pointer[slotTable]
+	// avoid are slots new stripes skip while enough others are up
+	// (Avoid); nil: none.
+	avoid atomic.Pointer[map[uint16]bool]
 
 	encMu lockcheck.Mutex
 	encs  map[[2]int]reedsolomon.Encoder
@@ -223,6 +226,48 @@ func (c *Client) Slots() []layout.Slot {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// Avoid makes new stripes skip slots (the cleaner's rebalancer steers
+// its copies away from over-full servers and onto a new one) as long as
+// at least a stripe's width of other slots are up; a stripe is never
+// placed degraded to avoid a slot. Avoid(nil) clears the set.
+func (c *Client) Avoid(slots []uint16) {
+	if len(slots) == 0 {
+		c.avoid.Store(nil)
+		return
+	}
+	m := make(map[uint16]bool, len(slots))
+	for _, s := range slots {
+		m[s] = true
+	}
+	c.avoid.Store(&m)
+}
+
+// placementSlots is the slot view a new stripe of the given width is
+// placed on: Slots, with the avoided ones marked down when at least
+// width others are up.
+func (c *Client) placementSlots(width int) []layout.Slot {
+	slots := c.Slots()
+	av := c.avoid.Load()
+	if av == nil {
+		return slots
+	}
+	up := 0
+	for _, s := range slots {
+		if s.Up && !(*av)[s.ID] {
+			up++
+		}
+	}
+	if up < width {
+		return slots
+	}
+	for k := range slots {
+		if (*av)[slots[k].ID] {
+			slots[k].Up = false
+		}
+	}
+	return slots
 }
 
 // SetDown marks a slot down (or up again) for new stripes, as a cluster

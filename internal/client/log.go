@@ -206,7 +206,7 @@ func (l *Log) appendWhole(ctx context.Context, data []byte) ([]layout.Pointer, e
 }
 
 func (l *Log) openLocked() error {
-	pl, err := layout.Place(l.pol, l.id, l.mu.seq, l.c.Slots())
+	pl, err := layout.Place(l.pol, l.id, l.mu.seq, l.c.placementSlots(l.pol.Width()))
 	if err != nil {
 		return fmt.Errorf("client: log %016x stripe %d: %w", l.id, l.mu.seq, err)
 	}

@@ -1,0 +1,192 @@
+package cleaner
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/fragment"
+)
+
+// DefaultTolerance is how far (a fraction of the mean) a storage slot's
+// used bytes may stray from the mean before the rebalancer moves data.
+const DefaultTolerance = 0.10
+
+// RebalanceConfig tunes PlanRebalance.
+type RebalanceConfig struct {
+	Now   time.Time
+	Grace time.Duration // younger stripes stay (their writers may still commit into them)
+	// Tolerance: a slot within Tolerance·mean of the mean is balanced.
+	Tolerance float64
+	// Budget bounds the live bytes the plan copies (0: no bound).
+	Budget int64
+}
+
+// RebalancePlan is what a pass does to even out the slots' used bytes.
+type RebalancePlan struct {
+	// Imbalance is max |used − mean| / mean over the slots before the
+	// moves; Estimated is the same after them, as planned.
+	Imbalance, Estimated float64
+	// Move are the stripes to copy (their live blocks, into new stripes)
+	// and then delete; their copies avoid the slots in Avoid.
+	Move  []fragment.StripeID
+	Avoid []uint16
+	// Remaining estimates the bytes still above the tolerance band after
+	// the moves (later passes' work; 0 when these moves suffice).
+	Remaining int64
+}
+
+// PlanRebalance plans moves that bring every slot's used bytes within
+// Tolerance of the mean (Zebra and Sigma add servers and let old data
+// spread onto them; here the cleaner's copy path does the spreading).
+// used are the bytes on each slot that takes part (up, not draining);
+// stripes with a fragment on any other slot are left alone. A moved
+// stripe's fragments leave every slot it was on; its live bytes, with
+// their redundancy, land on the slots not avoided, spread evenly by the
+// rotating placement. Avoided are the slots above the mean, fullest
+// first, as long as the stripes' widest policy still fits on the rest
+// (a copy is never placed degraded to avoid a slot). Stripes with the
+// least live data per byte they hold move first: they give back the
+// most for the bytes copied.
+func PlanRebalance(stripes []Stripe, used map[uint16]int64, c RebalanceConfig) RebalancePlan {
+	var plan RebalancePlan
+	if len(used) < 2 {
+		return plan
+	}
+	var total int64
+	slots := make([]uint16, 0, len(used))
+	for s, u := range used {
+		total += u
+		slots = append(slots, s)
+	}
+	if total <= 0 {
+		return plan
+	}
+	mean := float64(total) / float64(len(used))
+	imbalance := func(est map[uint16]float64) float64 {
+		var worst float64
+		for _, u := range est {
+			worst = max(worst, math.Abs(u-mean)/mean)
+		}
+		return worst
+	}
+	est := make(map[uint16]float64, len(used))
+	for s, u := range used {
+		est[s] = float64(u)
+	}
+	plan.Imbalance = imbalance(est)
+	plan.Estimated = plan.Imbalance
+	if plan.Imbalance <= c.Tolerance {
+		return plan
+	}
+	// Candidates: old enough, live, geometry known, every fragment on a
+	// slot that takes part.
+	width := 0
+	var cands []*Stripe
+	for k := range stripes {
+		s := &stripes[k]
+		if s.Live <= 0 || s.K <= 0 || c.Now.Sub(s.Created) < c.Grace {
+			continue
+		}
+		ok := true
+		for _, f := range s.Frags {
+			if _, in := used[f.Slot]; !in {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			cands = append(cands, s)
+			width = max(width, s.K+s.M)
+		}
+	}
+	// Avoid the fullest slots above the mean while the rest can still
+	// hold the widest stripe.
+	sort.Slice(slots, func(i, j int) bool {
+		if used[slots[i]] != used[slots[j]] {
+			return used[slots[i]] > used[slots[j]]
+		}
+		return slots[i] < slots[j]
+	})
+	avoid := map[uint16]bool{}
+	for _, s := range slots {
+		if float64(used[s]) <= mean || len(slots)-len(avoid)-1 < width {
+			break
+		}
+		avoid[s] = true
+		plan.Avoid = append(plan.Avoid, s)
+	}
+	if len(avoid) == 0 {
+		// Every stripe is as wide as the cluster (or nothing can move):
+		// placement alone cannot even the slots out.
+		plan.Remaining = overBand(est, mean, c.Tolerance)
+		return plan
+	}
+	targets := len(used) - len(avoid)
+	sort.Slice(cands, func(i, j int) bool {
+		ui, uj := Utilization(*cands[i]), Utilization(*cands[j])
+		if ui != uj {
+			return ui < uj
+		}
+		return less(cands[i].ID, cands[j].ID)
+	})
+	chosen := map[fragment.StripeID]bool{}
+	var copied int64
+	for c.Budget <= 0 || copied < c.Budget {
+		// The fullest avoided slot, while it is above the mean and some
+		// slot is outside the band's inner half (an empty new slot is
+		// usually the one outside: its deficit is the others' excess).
+		var hot uint16
+		hotUsed := -1.0
+		for s := range avoid {
+			if est[s] > hotUsed || est[s] == hotUsed && s < hot {
+				hot, hotUsed = s, est[s]
+			}
+		}
+		if hotUsed <= mean || imbalance(est) <= c.Tolerance/2 {
+			break
+		}
+		var pick *Stripe
+		for _, s := range cands {
+			if chosen[s.ID] {
+				continue
+			}
+			for _, f := range s.Frags {
+				if f.Slot == hot {
+					pick = s
+					break
+				}
+			}
+			if pick != nil {
+				break
+			}
+		}
+		if pick == nil {
+			break // nothing left on the fullest slot that may move
+		}
+		chosen[pick.ID] = true
+		plan.Move = append(plan.Move, pick.ID)
+		copied += pick.Live
+		for _, f := range pick.Frags {
+			est[f.Slot] -= float64(f.Length)
+		}
+		add := float64(pick.Live) * float64(pick.K+pick.M) / float64(pick.K) / float64(targets)
+		for s := range est {
+			if !avoid[s] {
+				est[s] += add
+			}
+		}
+	}
+	plan.Estimated = imbalance(est)
+	plan.Remaining = overBand(est, mean, c.Tolerance)
+	return plan
+}
+
+// overBand sums the bytes above mean·(1+tol).
+func overBand(est map[uint16]float64, mean, tol float64) int64 {
+	var over float64
+	for _, u := range est {
+		over += max(0, u-mean*(1+tol))
+	}
+	return int64(over)
+}
