@@ -195,7 +195,7 @@ type Report struct {
 	RebalancedBytes    int64    `json:"rebalanced_bytes"`
 	RebalanceRemaining int64    `json:"rebalance_remaining_bytes"`
 	Errors             []string `json:"errors,omitempty"`
-	Seconds        float64  `json:"seconds"`
+	Seconds            float64  `json:"seconds"`
 	// Forgotten counts the islands' live counters of deleted stripes
 	// dropped at the end of the pass (they would pile up forever).
 	Forgotten int `json:"forgotten_counters,omitempty"`
