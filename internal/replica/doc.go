@@ -27,6 +27,31 @@
 // Replicate returns once the entry is applied on the leader, which is
 // after a quorum has it in its synced log: a change an island
 // acknowledges survives the loss of any minority of its replicas.
+//
+// # The leader writes its log while it replicates
+//
+// hashicorp/raft's leader syncs its own append and only then sends the
+// entries to the followers: two fsyncs in series per commit. Here a
+// leader's appends are written without a sync and synced in the
+// background (one fsync for every group of the server, LogDB.syncLoop)
+// while raft sends them (the Raft thesis, §10.2.1). raft then counts the
+// leader's copy before it is durable, so an entry can be "committed"
+// with only a follower's copy on disk; nothing acts on that until the
+// leader's copy is durable as well:
+//
+//   - the leader's state machine waits for its log to be synced up to an
+//     entry before applying it (so before Replicate returns);
+//   - followers are told of commits only up to the leader's synced index
+//     (syncedTransport lowers LeaderCommitIndex), so no follower applies
+//     an entry the leader could still lose.
+//
+// A leader that crashes before its sync loses entries no replica applied
+// and no client was told of; the followers' copies are then overwritten
+// or committed by the next leader, as for any uncommitted entry. A
+// follower syncs before it answers, as raft requires. Measured with
+// BenchmarkReplicate (16 proposers, same run of this VM): 11,031–11,247
+// entries/s against 5,714–7,194 with the leader's sync in series, and a
+// lone proposer's entry in 0.43–0.49 ms against 0.59 ms.
 // A replica that cannot apply a committed entry (a corrupt batch, a full
 // disk) stops applying and fails every later Replicate with ErrIO rather
 // than diverge; Status reports it.

@@ -38,11 +38,27 @@ type fsm struct {
 	// failed is the first entry that could not be applied: the replica
 	// stops applying (its database would diverge) and says so in Status.
 	failed atomic.Pointer[error]
+	// synced waits until the local raft log holds an index durably (a
+	// leader's appends are synced in the background); nil: no wait.
+	synced func(index uint64) error
 	// replayTo is the log's last index when the replica opened: entries
 	// up to it are replayed at start (the database lost them with its
 	// memtable), and the apply failpoints fire only after it, where a
 	// change is being made rather than recovered.
 	replayTo uint64
+}
+
+// waitSynced waits until this replica's log holds index durably: a
+// leader applies an entry (and answers for it) only once its own copy is
+// durable, besides the followers' copies that committed it.
+func (f *fsm) waitSynced(index uint64) error {
+	if f.synced == nil {
+		return nil
+	}
+	if err := f.synced(index); err != nil {
+		return fmt.Errorf("replica: entry %d: %w", index, err)
+	}
+	return nil
 }
 
 // hit fires failpoint name for entry index unless it is a replayed one.
@@ -79,6 +95,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if p := f.failed.Load(); p != nil {
 		return *p
 	}
+	if err := f.waitSynced(l.Index); err != nil {
+		return f.fail(l.Index, err) // raft counts it applied: never apply past it
+	}
 	// After the quorum, before the apply: a crash here must lose nothing.
 	f.hit(FailBeforeApply, l.Index)
 	b := f.db.NewBatch()
@@ -106,11 +125,17 @@ func (f *fsm) Apply(l *raft.Log) any {
 // (Apply), which stops at that entry.
 func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
-	if p := f.failed.Load(); p != nil {
+	fail := func(err error) []any {
 		for k := range out {
-			out[k] = *p
+			out[k] = err
 		}
 		return out
+	}
+	if p := f.failed.Load(); p != nil {
+		return fail(*p)
+	}
+	if err := f.waitSynced(logs[len(logs)-1].Index); err != nil {
+		return fail(f.fail(logs[len(logs)-1].Index, err)) // raft counts them applied: never apply past them
 	}
 	b := f.db.NewBatch()
 	defer b.Close()

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,22 @@ type LogDB struct {
 		lockcheck.Mutex
 		open map[uint32]bool
 	}
+	// sync is the background syncer of leaders' appends (see
+	// groupLog.StoreLogs): written is each group's highest index appended
+	// without a sync, synced each group's highest index known durable.
+	sync struct {
+		lockcheck.Mutex
+		cond    *sync.Cond
+		written map[uint32]uint64
+		synced  map[uint32]uint64
+		pending bool
+		closed  bool
+		err     error
+	}
+	syncDone chan struct{}
+	// beforeSync, when set, runs before each background sync (tests hold
+	// a leader's appends undurable with it).
+	beforeSync atomic.Pointer[func()]
 }
 
 // OpenLogDB opens (creating) the log database in dir.
@@ -49,13 +66,109 @@ func OpenLogDB(dir string, logger pebble.Logger) (*LogDB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica: open raft log in %s: %w", dir, err)
 	}
-	l := &LogDB{db: db}
+	// What the previous run wrote without a sync (a leader's last
+	// appends) counts as durable from here on: make it so.
+	if err := db.Flush(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("replica: raft log in %s: %w", dir, err)
+	}
+	l := &LogDB{db: db, syncDone: make(chan struct{})}
 	l.mu.open = map[uint32]bool{}
+	l.sync.cond = sync.NewCond(&l.sync.Mutex)
+	l.sync.written, l.sync.synced = map[uint32]uint64{}, map[uint32]uint64{}
+	go l.syncLoop()
 	return l, nil
 }
 
 // Close closes the database (after every group's raft has shut down).
-func (l *LogDB) Close() error { return l.db.Close() }
+func (l *LogDB) Close() error {
+	l.sync.Lock()
+	l.sync.closed = true
+	l.sync.cond.Broadcast()
+	l.sync.Unlock()
+	<-l.syncDone
+	return l.db.Close()
+}
+
+// syncLoop syncs the log whenever a leader appended without a sync: one
+// fsync covers every group's appends made before it started.
+func (l *LogDB) syncLoop() {
+	defer close(l.syncDone)
+	l.sync.Lock()
+	defer l.sync.Unlock()
+	for {
+		for !l.sync.pending && !l.sync.closed {
+			l.sync.cond.Wait()
+		}
+		if l.sync.closed {
+			return
+		}
+		l.sync.pending = false
+		upTo := maps.Clone(l.sync.written)
+		l.sync.Unlock()
+		if h := l.beforeSync.Load(); h != nil {
+			(*h)()
+		}
+		err := l.db.LogData(nil, pebble.Sync)
+		l.sync.Lock()
+		if err != nil {
+			l.sync.err = fmt.Errorf("replica: syncing the raft log: %w", err)
+		}
+		for g, i := range upTo {
+			l.sync.synced[g] = max(l.sync.synced[g], i)
+		}
+		l.sync.cond.Broadcast()
+	}
+}
+
+// markSynced records group id durable up to index (a synced append).
+func (l *LogDB) markSynced(id uint32, index uint64) {
+	l.sync.Lock()
+	l.sync.synced[id] = max(l.sync.synced[id], index)
+	l.sync.cond.Broadcast()
+	l.sync.Unlock()
+}
+
+// written records an append without a sync and asks for one.
+func (l *LogDB) written(id uint32, index uint64) {
+	l.sync.Lock()
+	l.sync.written[id] = max(l.sync.written[id], index)
+	l.sync.pending = true
+	l.sync.cond.Broadcast()
+	l.sync.Unlock()
+}
+
+// truncated forgets durability above index-1 for group id (a suffix was
+// deleted; entries appended there again are new).
+func (l *LogDB) truncated(id uint32, index uint64) {
+	l.sync.Lock()
+	l.sync.synced[id] = min(l.sync.synced[id], index-1)
+	l.sync.written[id] = min(l.sync.written[id], index-1)
+	l.sync.Unlock()
+}
+
+// syncedIndex is group id's highest index known durable.
+func (l *LogDB) syncedIndex(id uint32) uint64 {
+	l.sync.Lock()
+	defer l.sync.Unlock()
+	return l.sync.synced[id]
+}
+
+// waitSynced waits until group id is durable up to index.
+func (l *LogDB) waitSynced(id uint32, index uint64) error {
+	l.sync.Lock()
+	defer l.sync.Unlock()
+	for l.sync.synced[id] < index {
+		switch {
+		case l.sync.err != nil:
+			return l.sync.err
+		case l.sync.closed:
+			return raft.ErrRaftShutdown
+		}
+		l.sync.cond.Wait()
+	}
+	return nil
+}
 
 // group returns group's LogStore and StableStore (one per group).
 func (l *LogDB) group(id uint32) (*groupLog, error) {
@@ -64,7 +177,7 @@ func (l *LogDB) group(id uint32) (*groupLog, error) {
 	if l.mu.open[id] {
 		return nil, fmt.Errorf("replica: island %d's raft log is already open", id)
 	}
-	g := &groupLog{db: l.db, id: id, release: func() {
+	g := &groupLog{db: l.db, ldb: l, id: id, release: func() {
 		l.mu.Lock()
 		delete(l.mu.open, id)
 		l.mu.Unlock()
@@ -73,13 +186,21 @@ func (l *LogDB) group(id uint32) (*groupLog, error) {
 		return nil, err
 	}
 	l.mu.open[id] = true
+	// Everything stored is durable (OpenLogDB flushed it).
+	l.sync.Lock()
+	l.sync.synced[id], l.sync.written[id] = g.last.Load(), g.last.Load()
+	l.sync.Unlock()
 	return g, nil
 }
 
 // groupLog is one group's raft.LogStore and raft.StableStore.
 type groupLog struct {
 	db      *pebble.DB
+	ldb     *LogDB
 	id      uint32
+	// leading, when set, reports whether raft runs this group's leader
+	// loop; its appends are then not synced before StoreLogs returns.
+	leading func() bool
 	release func()
 	once    sync.Once
 	// first and last index stored (0, 0: empty), kept in memory.
@@ -143,17 +264,46 @@ func (g *groupLog) StoreLogs(logs []*raft.Log) error {
 			return err
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	// A leader's append is synced in the background while raft sends the
+	// entries to the followers (the Raft thesis, §10.2.1: the leader may
+	// write its log in parallel with replicating it), instead of a sync
+	// and then the sends, two fsyncs in series per commit. raft counts
+	// the leader's copy at once, so an entry may be "committed" with only
+	// a follower's copy durable; nothing acts on that until the leader's
+	// copy is durable too: its state machine waits for the sync before
+	// applying (fsm.synced) and followers learn of a commit only up to
+	// the leader's synced index (syncedTransport). A crash before the sync
+	// loses an entry no replica applied and no client was told of.
+	// Followers' appends (and everything else) are synced before they
+	// answer, as raft requires.
+	last := logs[len(logs)-1].Index
+	async := g.leading != nil && g.leading()
+	opt := pebble.Sync
+	if async {
+		opt = pebble.NoSync
+	}
+	if err := b.Commit(opt); err != nil {
 		return err
+	}
+	if async {
+		g.ldb.written(g.id, last)
+	} else {
+		g.ldb.markSynced(g.id, last)
 	}
 	g.boundsMu.Lock()
 	defer g.boundsMu.Unlock()
 	if g.first.Load() == 0 {
 		g.first.Store(logs[0].Index)
 	}
-	g.last.Store(max(g.last.Load(), logs[len(logs)-1].Index))
+	g.last.Store(max(g.last.Load(), last))
 	return nil
 }
+
+// synced is the highest index of this group known durable here.
+func (g *groupLog) synced() uint64 { return g.ldb.syncedIndex(g.id) }
+
+// waitSynced waits until this group's log is durable up to index.
+func (g *groupLog) waitSynced(index uint64) error { return g.ldb.waitSynced(g.id, index) }
 
 // DeleteRange removes entries min..max (a compacted prefix, or a
 // conflicting suffix a new leader overwrites). Not synced: entries that
@@ -161,6 +311,9 @@ func (g *groupLog) StoreLogs(logs []*raft.Log) error {
 func (g *groupLog) DeleteRange(min, max uint64) error {
 	if err := g.db.DeleteRange(g.logKey(min), g.logKey(max+1), pebble.NoSync); err != nil {
 		return err
+	}
+	if max >= g.last.Load() {
+		g.ldb.truncated(g.id, min)
 	}
 	g.boundsMu.Lock()
 	defer g.boundsMu.Unlock()

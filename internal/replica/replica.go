@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -101,6 +102,41 @@ type Replica struct {
 	trans  *raft.NetworkTransport
 	layer  raft.StreamLayer
 	raft   *raft.Raft
+	// running is raft once started, for raft's own goroutines (the log
+	// store asks whether it leads).
+	running atomic.Pointer[raft.Raft]
+}
+
+// syncedTransport tells followers of commits only up to what the leader
+// has durably in its own log (see groupLog.StoreLogs): a follower applies
+// an entry only once the leader's copy is durable too, so every applied
+// entry survives the loss of any one replica.
+type syncedTransport struct {
+	*raft.NetworkTransport
+	synced func() uint64
+}
+
+func (t *syncedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	args.LeaderCommitIndex = min(args.LeaderCommitIndex, t.synced())
+	return t.NetworkTransport.AppendEntries(id, target, args, resp)
+}
+
+func (t *syncedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)
+	if err != nil {
+		return nil, err
+	}
+	return &syncedPipeline{p, t.synced}, nil
+}
+
+type syncedPipeline struct {
+	raft.AppendPipeline
+	synced func() uint64
+}
+
+func (p *syncedPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	args.LeaderCommitIndex = min(args.LeaderCommitIndex, p.synced())
+	return p.AppendPipeline.AppendEntries(args, resp)
 }
 
 // Open opens (creating) the replica's database and raft state, and joins
@@ -176,6 +212,10 @@ func Open(cfg Config) (*Replica, error) {
 		return nil, err
 	}
 	r.trans = raft.NewNetworkTransportWithLogger(r.layer, 3, 10*time.Second, raftlog.New(r.log, "raft-net"))
+	// This replica's appends while it leads are synced in the background
+	// (groupLog.StoreLogs); its state machine waits for them.
+	r.store.leading = func() bool { rf := r.running.Load(); return rf != nil && rf.State() == raft.Leader }
+	r.fsm.synced = r.store.waitSynced
 	rc := raft.DefaultConfig()
 	rc.LocalID = serverID(cfg.Self)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
@@ -210,9 +250,10 @@ func Open(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.raft, err = raft.NewRaft(rc, r.fsm, cached, r.store, snaps, r.trans); err != nil {
+	if r.raft, err = raft.NewRaft(rc, r.fsm, cached, r.store, snaps, &syncedTransport{r.trans, r.store.synced}); err != nil {
 		return nil, fmt.Errorf("replica: start raft: %w", err)
 	}
+	r.running.Store(r.raft)
 	ok = true
 	return r, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -218,6 +219,74 @@ func TestCrashReplaysFromTheLog(t *testing.T) {
 		waitValue(t, r, "k039", "v")
 		waitValue(t, r, "after", "crash")
 		waitValue(t, r, "count", strings.Repeat("+", 41))
+	}
+}
+
+// TestLeaderAppliesOnlyItsDurableCopy: a leader syncs its own log in the
+// background while followers store theirs; with that sync held back, an
+// entry committed by the followers' copies is applied nowhere (the
+// leader does not answer for it, followers are not told it committed);
+// once the leader's copy is durable it is applied everywhere.
+func TestLeaderAppliesOnlyItsDurableCopy(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	l := g.leader()
+	if err := put(t, l, "warm", "up"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range g.reps {
+		waitValue(t, r, "warm", "up")
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	defer unhold() // a failing test must not leave raft waiting for the sync
+	hold := func() { <-release }
+	l.ownLog.beforeSync.Store(&hold)
+	prev := l.store.last.Load()
+	done := make(chan error, 1)
+	go func() { done <- put(t, l, "k", "v") }()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.store.last.Load() == prev {
+		if time.Now().After(deadline) {
+			t.Fatal("the leader never appended the entry")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	last := l.store.last.Load()
+	if l.store.synced() >= last {
+		t.Fatalf("the leader's entry %d is durable with its sync held back", last)
+	}
+	// Followers hold the entry in their synced logs: it is committed.
+	for _, r := range g.reps {
+		if r == l {
+			continue
+		}
+		for r.store.last.Load() < last || r.store.synced() < last {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d never stored entry %d", r.cfg.Self, last)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // several commit-index updates
+	select {
+	case err := <-done:
+		t.Fatalf("the leader answered before its own copy was durable (err %v)", err)
+	default:
+	}
+	for id, r := range g.reps {
+		if _, c, err := r.DB().Get([]byte("k")); err == nil {
+			c.Close()
+			t.Fatalf("replica %d applied an entry the leader holds only in memory", id)
+		}
+	}
+	l.ownLog.beforeSync.Store(nil)
+	unhold()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range g.reps {
+		waitValue(t, r, "k", "v")
 	}
 }
 
