@@ -195,9 +195,9 @@ func (l *LogDB) group(id uint32) (*groupLog, error) {
 
 // groupLog is one group's raft.LogStore and raft.StableStore.
 type groupLog struct {
-	db      *pebble.DB
-	ldb     *LogDB
-	id      uint32
+	db  *pebble.DB
+	ldb *LogDB
+	id  uint32
 	// leading, when set, reports whether raft runs this group's leader
 	// loop; its appends are then not synced before StoreLogs returns.
 	leading func() bool
