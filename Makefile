@@ -103,6 +103,13 @@ bench-peers: build
 bench-trips: build
 	bash bench/run-trips.sh
 
+# Archipelago's one-island measure (issue #20): of a real workload's
+# namespace operations through the mount (tar x, go build, git, rm -rf),
+# how many needed more than one island.
+.PHONY: bench-one-island
+bench-one-island: build
+	bash bench/run-islands.sh
+
 # The cleaner benchmark of issue #6: write amplification on random
 # overwrites, foreground writes while cleaning, rebuild of a replaced server.
 bench-clean: build

@@ -3,7 +3,9 @@ package meta
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -24,6 +27,10 @@ import (
 //	atoll_meta_tx_committed_total            counter  ... whose commit decision was made durable
 //	atoll_meta_tx_aborted_total              counter  ... that were aborted
 //	atoll_meta_replayed_total                counter  retried changes answered without applying them again
+//	atoll_meta_op_islands_total{islands}     counter  client requests by how many islands their work
+//	                                                  involved: this one plus every other it called
+//	                                                  ("1", "2", "3", "4+"; Archipelago's one-island
+//	                                                  measure; peer and cleaner requests not counted)
 //	atoll_meta_block_cache_hits_total        counter  pebble block cache hits (the island's record cache)
 //	atoll_meta_block_cache_misses_total      counter
 //	atoll_meta_block_cache_bytes             gauge
@@ -99,7 +106,8 @@ type islandMetrics struct {
 
 	txStarted, txCommitted, txAborted prometheus.Counter
 	replayed                          prometheus.Counter
-	requests                          atomic.Uint64 // plain total, for heartbeats
+	islands                           [4]prometheus.Counter // client requests involving 1, 2, 3, 4+ islands
+	requests                          atomic.Uint64         // plain total, for heartbeats
 }
 
 func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
@@ -131,8 +139,45 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 	m.txCommitted = counter("atoll_meta_tx_committed_total", "Coordinated transactions whose commit decision was made durable.")
 	m.txAborted = counter("atoll_meta_tx_aborted_total", "Coordinated transactions aborted.")
 	m.replayed = counter("atoll_meta_replayed_total", "Retried changes answered without applying them again (their request id was recorded).")
-	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed}
+	islands := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "atoll_meta_op_islands_total", Help: "Client requests by how many islands their work involved (this one and every other it called).",
+		ConstLabels: labels,
+	}, []string{"islands"})
+	for k, l := range []string{"1", "2", "3", "4+"} {
+		m.islands[k] = islands.WithLabelValues(l)
+	}
+	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed, islands}
 	return m
+}
+
+// peerOps are requests islands, the cleaner and fsck send, not clients'
+// namespace operations: the one-island measure leaves them out.
+var peerOps = map[uint16]bool{
+	metawire.OpPrepare: true, metawire.OpDecide: true, metawire.OpOutcome: true, metawire.OpAllocIno: true,
+	metawire.OpClean: true, metawire.OpLiveBytes: true, metawire.OpStripeRefs: true, metawire.OpForget: true,
+	metawire.OpFsck: true,
+}
+
+// touched collects the other islands one request's work called (the
+// one-island measure), carried in the request's context.
+type touched struct {
+	mu  sync.Mutex
+	ids []namespace.IslandID
+}
+
+type touchedKey struct{}
+
+// noteIsland records that the request of ctx called island id.
+func noteIsland(ctx context.Context, id namespace.IslandID) {
+	t, _ := ctx.Value(touchedKey{}).(*touched)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if !slices.Contains(t.ids, id) {
+		t.ids = append(t.ids, id)
+	}
+	t.mu.Unlock()
 }
 
 // register exports the metrics, with the island's pebble cache figures.
@@ -176,9 +221,22 @@ func (m *islandMetrics) unregister() {
 func (m *islandMetrics) wrap(h wire.Handler) wire.Handler {
 	return func(ctx context.Context, req *wire.Request) (wire.Response, error) {
 		start := time.Now()
+		var t *touched
+		if !peerOps[req.Op] && !inlineOp(req.Op) { // inline ones never call another island
+			t = &touched{}
+			ctx = context.WithValue(ctx, touchedKey{}, t)
+		}
 		resp, err := h(ctx, req)
 		if errors.Is(err, wire.ErrWouldBlock) {
 			return resp, err // served again on a worker, and counted then
+		}
+		switch {
+		case t != nil:
+			t.mu.Lock()
+			m.islands[min(len(t.ids), 3)].Inc()
+			t.mu.Unlock()
+		case !peerOps[req.Op]:
+			m.islands[0].Inc()
 		}
 		op := min(int(req.Op), maxMetaOp)
 		switch {

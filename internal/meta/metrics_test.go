@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
@@ -98,5 +99,41 @@ func TestIslandTxMetrics(t *testing.T) {
 	}
 	if started < 1 || committed < 1 || started != committed+aborted {
 		t.Fatalf("transactions: %v started, %v committed, %v aborted", started, committed, aborted)
+	}
+}
+
+// TestOneIslandMeasure: a create counts one island; a mkdir whose new
+// directory lives on another island counts two (its inode is allocated
+// and created there), as does a rename into a directory of another
+// island; the peer requests they cause are not counted.
+func TestOneIslandMeasure(t *testing.T) {
+	w := newThreeWay(t)
+	id := w.ids[0]
+	a, b := w.others(id)
+	isl := w.isl[id]
+	counts := func() [4]float64 {
+		var out [4]float64
+		for k, c := range isl.met.islands {
+			out[k] = counterValue(t, c)
+		}
+		return out
+	}
+	serve := func(op uint16, req metawire.Message) {
+		t.Helper()
+		r := &wire.Request{Op: op, Epoch: w.epoch, Msg: metawire.Marshal(req), Peer: auth.Peer{Name: "client", Caps: auth.CapRead | auth.CapWrite}}
+		if _, err := isl.Serve(bg, r); err != nil {
+			t.Fatalf("op %d: %v", op, err)
+		}
+	}
+	before := counts()
+	dir := w.dirs[id]
+	serve(metawire.OpCreate, &metawire.CreateReq{Cred: metawire.Root, Dir: dir.Ino, Name: "f", Mode: 0o644})
+	serve(metawire.OpMkdir, &metawire.CreateReq{Cred: metawire.Root, Dir: dir.Ino, Name: w.nameOn(w.paths[id], "c", a), Mode: 0o755})
+	// A file in /dA renamed into /dB, asked of the source's island (id).
+	serve(metawire.OpRename, &metawire.RenameReq{Cred: metawire.Root, SrcDir: dir.Ino, SrcName: "f", DstDir: w.dirs[b].Ino, DstName: "g"})
+	after := counts()
+	got := [4]float64{after[0] - before[0], after[1] - before[1], after[2] - before[2], after[3] - before[3]}
+	if got != [4]float64{1, 2, 0, 0} {
+		t.Fatalf("requests by islands involved (1, 2, 3, 4+): %v, want the create on 1, the mkdir and the rename on 2", got)
 	}
 }

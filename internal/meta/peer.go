@@ -119,6 +119,7 @@ func (i *Island) call(ctx context.Context, island namespace.IslandID, op uint16,
 	if wire.IsInline(ctx) {
 		return nil, wire.ErrWouldBlock // a peer may be slow or gone
 	}
+	noteIsland(ctx, island)
 	ctx, cancel := context.WithTimeout(ctx, i.timing.callTimeout)
 	defer cancel()
 	out, err := i.peer.Call(ctx, island, op, i.cfg.Map.Epoch(), metawire.Marshal(req))
