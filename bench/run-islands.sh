@@ -7,7 +7,7 @@
 # The workload, each phase under `strace -f -c` (which counts the
 # namespace system calls it made: the denominator):
 #   untar  tar x of the Go toolchain's source tree (BENCH_ISLANDS_TREE,
-#          default: all of $GOROOT/src)
+#          a path under $GOROOT, default src: all of it)
 #   build  go build of this repository's atoll from a copy on the mount,
 #          its build cache on the mount too (dependencies from the local
 #          module cache)
@@ -22,7 +22,7 @@
 set -euo pipefail
 atoll=$(realpath "${ATOLL:-./bin/atoll}")
 repo=$(realpath "$(dirname "$0")/..")
-tree=${BENCH_ISLANDS_TREE:-.}
+tree=${BENCH_ISLANDS_TREE:-src}
 port=${BENCH_ISLANDS_PORT:-28500} # manager; storage +100, islands +200, metrics +300
 command -v strace >/dev/null || { [ "$(id -u)" = 0 ] && apt-get install -y -qq strace >/dev/null; } ||
 	{ echo "bench-one-island: strace is needed" >&2; exit 1; }
@@ -34,7 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 goroot=$(go env GOROOT)
-tar -C "$goroot/src" -cf "$tmp/tree.tar" "$tree"
+tar -C "$goroot" -cf "$tmp/tree.tar" "$tree"
 git -C "$repo" archive --format=tar HEAD >"$tmp/atoll.tar"
 start_atoll_dev bench-one-island "$atoll" "$tmp" "$port" --metrics-listen "127.0.0.1:$((port + 300))"
 mnt=$tmp/data/mnt

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
@@ -178,4 +179,27 @@ func TestRunClean(t *testing.T) {
 		"foreground_during_clean_mbps": res.ForegroundCleanMBs, "foreground_ratio_during_clean": res.ForegroundRatio,
 		"rebuild_seconds": res.RebuildSeconds, "rebuild_mbps": res.RebuildMBps,
 	})
+}
+
+// RunRebalance on a small cluster: a sixth server joins, the passes
+// balance it within the tolerance while the writer runs, and the figures
+// are filled in.
+func TestRunRebalance(t *testing.T) {
+	const storage = 5
+	cfg := RebalanceConfig{Storage: storage, Data: 64 << 20, Foreground: 16 << 20, Rate: 1 << 30, Share: 1,
+		Exe: atoll(t), Dir: t.TempDir(), BasePort: freeBasePort(t, storage+1, 1)}
+	res, err := RunRebalance(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.ImbalanceBefore <= cleaner.DefaultTolerance || res.ImbalanceAfter > cleaner.DefaultTolerance {
+		t.Errorf("imbalance %.3f before, %.3f after", res.ImbalanceBefore, res.ImbalanceAfter)
+	}
+	if res.Passes < 1 || res.MovedBytes <= 0 || res.BalanceSeconds <= 0 {
+		t.Errorf("passes %d, moved %d bytes in %.1fs", res.Passes, res.MovedBytes, res.BalanceSeconds)
+	}
+	if res.BeforeMBps <= 0 || res.AfterMBps <= 0 || res.DuringMBps < 0 {
+		t.Errorf("writer: %.0f MB/s before, %.0f during, %.0f after", res.BeforeMBps, res.DuringMBps, res.AfterMBps)
+	}
 }

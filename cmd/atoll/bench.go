@@ -14,7 +14,7 @@ import (
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Run benchmarks side by side with the local filesystem"}
-	cmd.AddCommand(newBenchDataCmd(g), newBenchMetaCmd(g), newBenchFSCmd(), newBenchCleanCmd(g))
+	cmd.AddCommand(newBenchDataCmd(g), newBenchMetaCmd(g), newBenchFSCmd(), newBenchCleanCmd(g), newBenchRebalanceCmd(g))
 	return cmd
 }
 

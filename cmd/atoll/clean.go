@@ -435,3 +435,45 @@ func newBenchCleanCmd(g *globalFlags) *cobra.Command {
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
 	return cmd
 }
+
+func newBenchRebalanceCmd(g *globalFlags) *cobra.Command {
+	var cfg bench.RebalanceConfig
+	var size, fg, rate string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rebalance [--size 512MiB] [--foreground 64MiB] [--rate 64MiB] [--json]",
+		Short: "Growth: a storage server joins a full-ish cluster; write throughput before, while old data spreads onto it, and after; time until balanced",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			if cfg.Data, err = parseSize64(size, "--size"); err != nil {
+				return err
+			}
+			if cfg.Foreground, err = parseSize64(fg, "--foreground"); err != nil {
+				return err
+			}
+			if cfg.Rate, err = parseSize64(rate, "--rate"); err != nil {
+				return err
+			}
+			if cfg.Exe, err = os.Executable(); err != nil {
+				return err
+			}
+			return report(asJSON, func(progress io.Writer) (any, error) { return bench.RunRebalance(cmd.Context(), cfg, progress) })
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Storage, "servers", 5, "storage servers before one joins")
+	f.StringVar(&size, "size", "512MiB", "data written before the server joins")
+	f.StringVar(&fg, "foreground", "64MiB", "bytes of each foreground write (measured alone, during and after)")
+	f.DurationVar(&cfg.Every, "every", time.Second, "start a foreground write at most this often")
+	f.StringVar(&rate, "rate", "64MiB", "the cleaner's copy rate limit per second")
+	f.Float64Var(&cfg.Share, "share", cleaner.DefaultShare, "the cleaner copies at most this share of the disk throughput the writer alone reached")
+	f.Float64Var(&cfg.Tolerance, "tolerance", cleaner.DefaultTolerance, "balanced when every server's used bytes are within this fraction of the mean")
+	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
+	return cmd
+}

@@ -146,18 +146,30 @@ func PlanRebalance(stripes []Stripe, used map[uint16]int64, c RebalanceConfig) R
 		if hotUsed <= mean || imbalance(est) <= c.Tolerance/2 {
 			break
 		}
+		// A stripe with a fragment on the fullest slot and none on the
+		// emptiest: its copy lands there. One that already has a
+		// fragment on the emptiest slot (e.g. a copy an earlier pass
+		// made onto a new server) would only move data between full
+		// slots, and passes would pass it back and forth.
+		var cold uint16
+		coldUsed := math.Inf(1)
+		for s, u := range est {
+			if u < coldUsed || u == coldUsed && s < cold {
+				cold, coldUsed = s, u
+			}
+		}
 		var pick *Stripe
 		for _, s := range cands {
 			if chosen[s.ID] {
 				continue
 			}
+			onHot, onCold := false, false
 			for _, f := range s.Frags {
-				if f.Slot == hot {
-					pick = s
-					break
-				}
+				onHot = onHot || f.Slot == hot
+				onCold = onCold || f.Slot == cold
 			}
-			if pick != nil {
+			if onHot && !onCold {
+				pick = s
 				break
 			}
 		}

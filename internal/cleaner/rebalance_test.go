@@ -18,6 +18,7 @@ type simCluster struct {
 	seq     uint64
 	pol     layout.Policy
 	now     time.Time
+	copies  uint64 // the log moved stripes are rewritten into
 }
 
 func newSim(t *testing.T, slots int, policy string) *simCluster {
@@ -25,7 +26,7 @@ func newSim(t *testing.T, slots int, policy string) *simCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &simCluster{t: t, stripes: map[fragment.StripeID]*Stripe{}, pol: pol, now: time.Unix(1_000_000, 0)}
+	s := &simCluster{t: t, stripes: map[fragment.StripeID]*Stripe{}, pol: pol, now: time.Unix(1_000_000, 0), copies: 99}
 	for i := range slots {
 		s.slots = append(s.slots, uint16(i))
 	}
@@ -91,7 +92,7 @@ func (s *simCluster) pass(cfg RebalanceConfig) RebalancePlan {
 	for _, id := range plan.Move {
 		st := s.stripes[id]
 		delete(s.stripes, id)
-		s.write(99, st.Live, avoid)
+		s.write(s.copies, st.Live, avoid)
 	}
 	return plan
 }
@@ -124,9 +125,14 @@ func TestRebalanceFillsANewSlot(t *testing.T) {
 	for _, tc := range []struct {
 		policy string
 		slots  int
-	}{{"ec:4+1", 5}, {"ec:4+2", 6}, {"mirror:2", 3}, {"ec:2+1", 7}} {
-		t.Run(fmt.Sprintf("%s on %d+1", tc.policy, tc.slots), func(t *testing.T) {
+		// copies is the log the moved data is rewritten into: its stripes
+		// sort before or after the originals (they must not be moved
+		// back and forth).
+		copies uint64
+	}{{"ec:4+1", 5, 99}, {"ec:4+1", 5, 0}, {"ec:4+2", 6, 0}, {"mirror:2", 3, 99}, {"ec:2+1", 7, 0}} {
+		t.Run(fmt.Sprintf("%s on %d+1, copies in log %d", tc.policy, tc.slots, tc.copies), func(t *testing.T) {
 			s := newSim(t, tc.slots, tc.policy)
+			s.copies = tc.copies
 			for log := uint64(1); log <= 8; log++ {
 				for range 40 {
 					s.write(log, 4<<20, nil)
