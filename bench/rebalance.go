@@ -22,20 +22,20 @@ import (
 
 // RebalanceConfig configures the storage rebalance benchmark.
 type RebalanceConfig struct {
-	Storage    int     // servers before one is added
-	Data       int64   // bytes written before the server is added
-	Foreground int64   // bytes of each foreground write
+	Storage    int   // servers before one is added
+	Data       int64 // bytes written before the server is added
+	Foreground int64 // bytes of each foreground write
 	// Every is the pace of the foreground writes (one starts every Every
 	// at most), so that the writer measures what a client sees without
 	// flooding the disks with garbage the cleaner must delete too.
-	Every time.Duration
-	Rate       int64   // the cleaner's copy rate limit (bytes/s)
-	Share      float64 // its share of the measured capacity
-	Tolerance  float64 // balanced when every server is within this of the mean
-	Dir        string
-	Exe        string
-	BasePort   int
-	Logger     *slog.Logger
+	Every     time.Duration
+	Rate      int64   // the cleaner's copy rate limit (bytes/s)
+	Share     float64 // its share of the measured capacity
+	Tolerance float64 // balanced when every server is within this of the mean
+	Dir       string
+	Exe       string
+	BasePort  int
+	Logger    *slog.Logger
 }
 
 // Validate checks the configuration and fills defaults.
