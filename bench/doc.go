@@ -27,4 +27,17 @@
 // create, commit, setattr, getattr, readmap, the cross-island
 // transaction's), from the islands' atoll_meta_ops_total before and after;
 // it checks the unpacked tree with diff -r.
+//
+// `make bench-one-island` (bench/run-islands.sh) is Archipelago's
+// one-island measure on a real workload through the mount: tar x of the
+// Go tree, go build of this repository from a copy on the mount, git
+// init/add/commit/status, rm -rf. strace counts the workload's namespace
+// system calls (the denominator); the islands' atoll_meta_op_islands_total
+// counts their client requests by how many islands each one involved.
+//
+// `atoll bench rebalance` (RunRebalance) adds a storage server to a
+// cluster holding data and runs rebalancing passes until every server's
+// used bytes are within the tolerance of the mean, with a paced writer
+// measured before, during and after. Adding an island (moving table
+// entries) is not built, so its half of the issue's benchmark is not run.
 package bench
