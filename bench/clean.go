@@ -114,38 +114,19 @@ func RunClean(ctx context.Context, cfg CleanConfig, progress io.Writer) (CleanRe
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	say := func(format string, a ...any) {
-		if progress != nil {
-			fmt.Fprintf(progress, format+"\n", a...)
-		}
+	say := sayer(progress)
+	dir, done, err := scratch(cfg.Dir, "clean")
+	if err != nil {
+		return res, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "atoll-bench-clean-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	storageBase := cfg.BasePort + 100
-	dev, err := devcluster.New(devcluster.Config{
-		DataDir: filepath.Join(dir, "cluster"), Storage: cfg.Storage, Islands: 1, Exe: cfg.Exe, LogLevel: "warn",
-		ManagerListen: fmt.Sprintf("127.0.0.1:%d", cfg.BasePort),
-		StorageListen: fmt.Sprintf("127.0.0.1:%d", storageBase),
-		IslandListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+200),
-		CleanInterval: -1, // this benchmark runs its own passes
-		Out:           os.Stderr,
+	defer done()
+	cl, stop, err := startCluster(ctx, dir, cfg.Exe, cfg.BasePort, cfg.Storage, 1, func(c *devcluster.Config) {
+		c.CleanInterval = -1 // this benchmark runs its own passes
 	})
 	if err != nil {
 		return res, err
 	}
-	defer dev.Close()
-	cl, err := dev.Start(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer cl.Stop()
+	defer stop()
 	conn, err := connect.Dial(ctx, []string{cl.Manager}, cl.Key, cfg.Logger)
 	if err != nil {
 		return res, err

@@ -117,39 +117,21 @@ func RunMeta(ctx context.Context, cfg MetaConfig, progress io.Writer) (MetaResul
 	if cfg.BasePort == 0 {
 		cfg.BasePort = 17300
 	}
-	say := func(format string, a ...any) {
-		if progress != nil {
-			fmt.Fprintf(progress, format+"\n", a...)
-		}
+	say := sayer(progress)
+	dir, done, err := scratch(cfg.Dir, "meta")
+	if err != nil {
+		return MetaResult{}, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "atoll-bench-meta-")
-		if err != nil {
-			return MetaResult{}, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
+	defer done()
 	res := MetaResult{Islands: cfg.Islands, Replicas: max(cfg.Replicas, 1), Clients: cfg.Clients, Dirs: cfg.Dirs, Files: cfg.Files}
-	dev, err := devcluster.New(devcluster.Config{
-		DataDir: filepath.Join(dir, "cluster"), Storage: cfg.Storage, Islands: cfg.Islands, Exe: cfg.Exe, LogLevel: "warn",
-		ManagerListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort),
-		StorageListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+100),
-		IslandListen:   fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+200),
-		IslandReplicas: cfg.Replicas,
-		MetricsListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+400),
-		Out:            os.Stderr,
+	cl, stop, err := startCluster(ctx, dir, cfg.Exe, cfg.BasePort, cfg.Storage, cfg.Islands, func(c *devcluster.Config) {
+		c.IslandReplicas = cfg.Replicas
+		c.MetricsListen = fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+400)
 	})
 	if err != nil {
 		return res, err
 	}
-	defer dev.Close()
-	cl, err := dev.Start(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer cl.Stop()
+	defer stop()
 
 	mc := cluster.NewClient([]string{cl.Manager}, cl.Key, cfg.Logger)
 	defer mc.Close()

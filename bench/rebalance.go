@@ -104,38 +104,20 @@ func RunRebalance(ctx context.Context, cfg RebalanceConfig, progress io.Writer) 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	say := func(format string, a ...any) {
-		if progress != nil {
-			fmt.Fprintf(progress, format+"\n", a...)
-		}
+	say := sayer(progress)
+	dir, done, err := scratch(cfg.Dir, "rebalance")
+	if err != nil {
+		return res, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "atoll-bench-rebalance-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
+	defer done()
 	storageBase := cfg.BasePort + 100
-	dev, err := devcluster.New(devcluster.Config{
-		DataDir: filepath.Join(dir, "cluster"), Storage: cfg.Storage, Islands: 1, Exe: cfg.Exe, LogLevel: "warn",
-		ManagerListen: fmt.Sprintf("127.0.0.1:%d", cfg.BasePort),
-		StorageListen: fmt.Sprintf("127.0.0.1:%d", storageBase),
-		IslandListen:  fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+200),
-		CleanInterval: -1, // this benchmark runs its own passes
-		Out:           os.Stderr,
+	cl, stop, err := startCluster(ctx, dir, cfg.Exe, cfg.BasePort, cfg.Storage, 1, func(c *devcluster.Config) {
+		c.CleanInterval = -1 // this benchmark runs its own passes
 	})
 	if err != nil {
 		return res, err
 	}
-	defer dev.Close()
-	cl, err := dev.Start(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer cl.Stop()
+	defer stop()
 	conn, err := connect.Dial(ctx, []string{cl.Manager}, cl.Key, cfg.Logger)
 	if err != nil {
 		return res, err
@@ -256,30 +238,30 @@ func RunRebalance(ctx context.Context, cfg RebalanceConfig, progress io.Writer) 
 	if err != nil {
 		return res, err
 	}
-	done := make(chan error, 1)
+	passes := make(chan error, 1)
 	start := time.Now()
 	go func() {
 		for {
 			rep, err := c.Pass(ctx, cleaner.PassOptions{Rebalance: cfg.Tolerance})
 			if err != nil {
-				done <- err
+				passes <- err
 				return
 			}
 			res.Passes++
 			res.MovedBytes += rep.RebalancedBytes
 			s, err := spread()
 			if err != nil {
-				done <- err
+				passes <- err
 				return
 			}
 			say("  pass %d: %.1fs, moved %s, imbalance now %.3f", res.Passes, time.Since(start).Seconds(), human(rep.RebalancedBytes), s)
 			if s <= cfg.Tolerance {
 				res.ImbalanceAfter = s
-				done <- nil
+				passes <- nil
 				return
 			}
 			if res.Passes == 30 {
-				done <- fmt.Errorf("bench: not balanced after %d passes (imbalance %.3f)", res.Passes, s)
+				passes <- fmt.Errorf("bench: not balanced after %d passes (imbalance %.3f)", res.Passes, s)
 				return
 			}
 		}
@@ -293,7 +275,7 @@ writing:
 			return res, err
 		}
 		select {
-		case passErr = <-done:
+		case passErr = <-passes:
 			break writing
 		default:
 			during = append(during, x) // a write that ended while passes ran
