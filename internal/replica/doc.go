@@ -70,11 +70,13 @@
 //
 // # Snapshots
 //
-// Snapshot syncs the database and streams a pebble snapshot of it:
-// records of u32 key length, key, u32 value length, value; a u32
-// 0xFFFFFFFF end mark; a u32 CRC32C of everything before the mark's end.
-// Restore clears the database and loads the records (the applied index
-// is one of them). A replica started on an empty directory (a lost disk)
+// Snapshot streams a pebble snapshot of the database once a flush of it
+// has finished: records of u32 key length, key, u32 value length, value;
+// a u32 0xFFFFFFFF end mark; a u32 CRC32C of everything before the mark's
+// end. Restore spools the stream to a file in the replica's directory
+// and checks it whole before it clears the database and loads the
+// records (the applied index is one of them): a damaged snapshot leaves
+// the database as it was. A replica started on an empty directory (a lost disk)
 // bootstraps with the same voters, which every replica did at the start,
 // and the leader catches it up by log or by snapshot. (Its vote in the
 // current term is forgotten with the disk: run it only after the term has

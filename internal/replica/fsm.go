@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -32,6 +34,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // replica's database.
 type fsm struct {
 	db      *pebble.DB
+	dir     string // the replica's directory (a restore spools there)
 	log     *slog.Logger
 	faults  *faults.Set
 	applied atomic.Uint64
@@ -68,8 +71,14 @@ func (f *fsm) hit(name string, index uint64) {
 	}
 }
 
-func newFSM(db *pebble.DB, log *slog.Logger, fs *faults.Set) (*fsm, error) {
-	f := &fsm{db: db, log: log, faults: fs}
+func newFSM(db *pebble.DB, dir string, log *slog.Logger, fs *faults.Set) (*fsm, error) {
+	f := &fsm{db: db, dir: dir, log: log, faults: fs}
+	// A restore a crash interrupted left its spool behind.
+	if old, err := filepath.Glob(filepath.Join(dir, "restore-*.snap")); err == nil {
+		for _, p := range old {
+			_ = os.Remove(p)
+		}
+	}
 	v, c, err := db.Get(AppliedKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -279,20 +288,78 @@ func (s *snapshot) write(w io.Writer) error {
 func (s *snapshot) Release() { _ = s.snap.Close() }
 
 // Restore replaces the database with a snapshot's records (a replica
-// that fell behind the leader's log, or lost its disk). Records go in
-// batches; the applied index comes with them (AppliedKey is a record).
-// A snapshot that fails its checksum leaves the database cleared and the
-// error is raft's to handle (it retries the install).
+// that fell behind the leader's log, or lost its disk). The stream is
+// spooled to a file in the replica's directory and checked whole (its
+// format and CRC) before anything is cleared: a snapshot damaged on the
+// way fails the install (raft retries it) and leaves the database as it
+// was. The records then go in batches; the applied index comes with
+// them (AppliedKey is a record).
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	spool, err := os.CreateTemp(f.dir, "restore-*.snap")
+	if err != nil {
+		return fmt.Errorf("replica: snapshot: %w", err)
+	}
+	defer os.Remove(spool.Name())
+	defer spool.Close()
+	bw := bufio.NewWriterSize(spool, 1<<20)
+	if err := readSnapshot(io.TeeReader(rc, bw), func(_, _ []byte) error { return nil }); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("replica: snapshot: %w", err)
+	}
+	if _, err := spool.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("replica: snapshot: %w", err)
+	}
 	if err := f.db.DeleteRange(nil, dbEnd, pebble.NoSync); err != nil {
 		return err
 	}
-	br := bufio.NewReaderSize(rc, 1<<20)
-	crc := crc32.New(castagnoli)
-	in := io.TeeReader(br, crc)
 	b := f.db.NewBatch()
 	defer func() { b.Close() }()
+	err = readSnapshot(spool, func(k, v []byte) error {
+		if err := b.Set(k, v, nil); err != nil {
+			return err
+		}
+		if b.Len() < 4<<20 {
+			return nil
+		}
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return err
+		}
+		b.Close()
+		b = f.db.NewBatch()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	if err := f.db.Flush(); err != nil {
+		return err
+	}
+	f.failed.Store(nil)
+	applied := uint64(0)
+	if v, c, err := f.db.Get(AppliedKey); err == nil {
+		if len(v) == 8 {
+			applied = binary.BigEndian.Uint64(v)
+		}
+		c.Close()
+	}
+	f.applied.Store(applied)
+	f.log.Info("replica: restored a snapshot", "applied", applied)
+	return nil
+}
+
+// readSnapshot parses a snapshot stream (see snapshot.write), calling fn
+// with every record, and checks its CRC at the end. fn's slices are its
+// own to keep.
+func readSnapshot(r io.Reader, fn func(k, v []byte) error) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	crc := crc32.New(castagnoli)
+	in := io.TeeReader(br, crc)
 	var hdr [4]byte
 	readLen := func() (uint32, error) {
 		if _, err := io.ReadFull(in, hdr[:]); err != nil {
@@ -323,15 +390,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		if _, err := io.ReadFull(in, v); err != nil {
 			return fmt.Errorf("replica: snapshot: %w", err)
 		}
-		if err := b.Set(k, v, nil); err != nil {
+		if err := fn(k, v); err != nil {
 			return err
-		}
-		if b.Len() >= 4<<20 {
-			if err := b.Commit(pebble.NoSync); err != nil {
-				return err
-			}
-			b.Close()
-			b = f.db.NewBatch()
 		}
 	}
 	sum := crc.Sum32()
@@ -341,21 +401,5 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if binary.BigEndian.Uint32(hdr[:]) != sum {
 		return fmt.Errorf("replica: snapshot checksum %08x, computed %08x", binary.BigEndian.Uint32(hdr[:]), sum)
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return err
-	}
-	if err := f.db.Flush(); err != nil {
-		return err
-	}
-	f.failed.Store(nil)
-	applied := uint64(0)
-	if v, c, err := f.db.Get(AppliedKey); err == nil {
-		if len(v) == 8 {
-			applied = binary.BigEndian.Uint64(v)
-		}
-		c.Close()
-	}
-	f.applied.Store(applied)
-	f.log.Info("replica: restored a snapshot", "applied", applied)
 	return nil
 }

@@ -181,7 +181,7 @@ func Open(cfg Config) (*Replica, error) {
 	if r.db, err = pebble.Open(filepath.Join(cfg.Dir, "db"), &opts); err != nil {
 		return nil, fmt.Errorf("replica: open %s: %w", cfg.Dir, err)
 	}
-	if r.fsm, err = newFSM(r.db, r.log, cfg.Faults); err != nil {
+	if r.fsm, err = newFSM(r.db, cfg.Dir, r.log, cfg.Faults); err != nil {
 		return nil, fmt.Errorf("replica: open %s: %w", cfg.Dir, err)
 	}
 	logs := cfg.Log

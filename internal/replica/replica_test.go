@@ -1,9 +1,11 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -385,3 +387,63 @@ type quietPebble struct{}
 func (quietPebble) Infof(string, ...any)      {}
 func (quietPebble) Errorf(f string, a ...any) { fmt.Printf("pebble: "+f+"\n", a...) }
 func (quietPebble) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+// TestRestoreChecksBeforeClearing: a snapshot damaged on the way (one
+// flipped byte, or cut short) fails the restore and leaves the database
+// as it was; an intact one replaces it.
+func TestRestoreChecksBeforeClearing(t *testing.T) {
+	open := func(name string) *fsm {
+		dir := filepath.Join(t.TempDir(), name)
+		db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		f, err := newFSM(db, dir, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	src, dst := open("src"), open("dst")
+	for k := range 100 {
+		if err := src.db.Set([]byte(fmt.Sprintf("k%03d", k)), []byte("new"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dst.db.Set([]byte("old"), []byte("kept"), nil); err != nil {
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	if err := (&snapshot{snap: src.db.NewSnapshot()}).write(&stream); err != nil {
+		t.Fatal(err)
+	}
+	good := stream.Bytes()
+	flipped := append([]byte(nil), good...)
+	flipped[len(flipped)/2] ^= 0x40
+	for name, bad := range map[string][]byte{"flipped": flipped, "short": good[:len(good)-3], "empty": nil} {
+		if err := dst.Restore(io.NopCloser(bytes.NewReader(bad))); err == nil {
+			t.Fatalf("%s snapshot restored", name)
+		}
+		if v, c, err := dst.db.Get([]byte("old")); err != nil || string(v) != "kept" {
+			t.Fatalf("%s snapshot: the database lost its record (err %v)", name, err)
+		} else {
+			c.Close()
+		}
+	}
+	if err := dst.Restore(io.NopCloser(bytes.NewReader(good))); err != nil {
+		t.Fatal(err)
+	}
+	if _, c, err := dst.db.Get([]byte("old")); err == nil {
+		c.Close()
+		t.Fatal("a restore kept a record the snapshot does not have")
+	}
+	if v, c, err := dst.db.Get([]byte("k099")); err != nil || string(v) != "new" {
+		t.Fatalf("restored k099: %q %v", v, err)
+	} else {
+		c.Close()
+	}
+	if left, _ := filepath.Glob(filepath.Join(dst.dir, "restore-*")); len(left) > 0 {
+		t.Fatalf("spool files left: %v", left)
+	}
+}
