@@ -106,6 +106,29 @@ func TestStorageServerJoinsAndFillsUp(t *testing.T) {
 		t.Fatalf("the cluster is already balanced (%.2f): the test would test nothing", s)
 	}
 
+	// A dry run plans moves off the old servers and changes nothing.
+	planned := slotUsage(t, conn)
+	out, err := exec.Command(atoll(t), "clean", "--cluster", cl.Manager, "--grace", "1ns", "--unsafe-grace", "--rebalance",
+		"--dry-run", "--json", "--log-level", "warn").Output()
+	if err != nil {
+		t.Fatalf("atoll clean --rebalance --dry-run: %v\n%s", err, out)
+	}
+	var dry cleaner.Report
+	if err := json.Unmarshal(out, &dry); err != nil {
+		t.Fatalf("report %q: %v", out, err)
+	}
+	if !dry.DryRun || dry.PlannedMoves == 0 || dry.PlannedBytes == 0 || len(dry.PlannedAvoid) == 0 || dry.StorageImbalance <= cleaner.DefaultTolerance {
+		t.Fatalf("dry run: %+v", dry)
+	}
+	for _, a := range dry.PlannedAvoid {
+		if a == 5 {
+			t.Fatalf("the plan avoids the new server: %v", dry.PlannedAvoid)
+		}
+	}
+	if u := slotUsage(t, conn); fmt.Sprint(u) != fmt.Sprint(planned) {
+		t.Fatalf("a dry run changed the servers: %v, then %v", planned, u)
+	}
+
 	// Rebalancing passes, as an operator (or the manager's cleaner) runs them.
 	var moved int64
 	for pass := 1; ; pass++ {

@@ -98,6 +98,15 @@ func printReport(rep cleaner.Report, asJSON bool) {
 		fmt.Println(string(b))
 		return
 	}
+	if rep.DryRun {
+		fmt.Printf("dry run: stripes %d (%s on disk, %s live); would delete %d dead stripes\n",
+			rep.Stripes, hsize(uint64(rep.Bytes)), hsize(uint64(rep.LiveBytes)), rep.PlannedDeletes)
+		if rep.StorageImbalance > 0 {
+			fmt.Printf("storage imbalance %.3f: would move %d stripes (%s live) with new stripes avoiding slots %v; imbalance after about %.3f, about %s left for later passes\n",
+				rep.StorageImbalance, rep.PlannedMoves, hsize(uint64(rep.PlannedBytes)), rep.PlannedAvoid, rep.PlannedImbalance, hsize(uint64(rep.RebalanceRemaining)))
+		}
+		return
+	}
 	fmt.Printf("stripes %d (%s on disk, %s live) in %.1fs\n", rep.Stripes, hsize(uint64(rep.Bytes)), hsize(uint64(rep.LiveBytes)), rep.Seconds)
 	fmt.Printf("deleted %d stripes (%s); copied %d stripes (%s, %d blocks moved, %d rejected: a writer won)\n",
 		rep.DeletedStripes, hsize(uint64(rep.DeletedBytes)), rep.CopiedStripes, hsize(uint64(rep.CopiedBytes)), rep.MovedBlocks, rep.RejectedBlocks)
@@ -116,7 +125,7 @@ func printReport(rep cleaner.Report, asJSON bool) {
 
 func newCleanCmd(g *globalFlags) *cobra.Command {
 	var addr string
-	var asJSON, copyToo, noRepair, rebalance bool
+	var asJSON, copyToo, noRepair, rebalance, dryRun bool
 	var cf cleanFlags
 	cmd := &cobra.Command{
 		Use:   "clean [--cluster ADDR] [--copy] [--json]",
@@ -146,7 +155,7 @@ A pass killed at any point is finished by the next one.`,
 			if err != nil {
 				return err
 			}
-			opts := cleaner.PassOptions{Copy: copyToo, Repair: !noRepair, Progress: passProgress(asJSON)}
+			opts := cleaner.PassOptions{Copy: copyToo, Repair: !noRepair, DryRun: dryRun, Progress: passProgress(asJSON)}
 			if rebalance {
 				if cf.tolerance <= 0 {
 					return fmt.Errorf("clean: --rebalance needs a --rebalance-tolerance above 0")
@@ -170,6 +179,7 @@ A pass killed at any point is finished by the next one.`,
 	cmd.Flags().BoolVar(&copyToo, "copy", false, "also copy live data out of sparse stripes (cost-benefit)")
 	cmd.Flags().BoolVar(&noRepair, "no-repair", false, "do not rebuild missing fragments")
 	cmd.Flags().BoolVar(&rebalance, "rebalance", false, "also move old data off the fullest storage servers (e.g. onto a new one)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only survey and plan: print what the pass would delete and (with --rebalance) move, and change nothing")
 	cf.register(cmd)
 	return cmd
 }

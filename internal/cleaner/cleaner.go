@@ -166,6 +166,10 @@ type PassOptions struct {
 	// slots until every slot's used bytes are within this fraction of the
 	// mean (a server added to the cluster fills up; PlanRebalance).
 	Rebalance float64
+	// DryRun only surveys and plans: it deletes, repairs and moves
+	// nothing, and reports what the pass would do (the stripes to delete
+	// and, with Rebalance, the rebalancing plan).
+	DryRun bool
 	// Progress, if set, is called as work advances (phase, done, total).
 	Progress func(phase string, done, total int)
 }
@@ -190,12 +194,21 @@ type Report struct {
 	// Storage balance: max |used − mean| / mean over the storage slots at
 	// the start of the pass; the stripes and live bytes this pass moved to
 	// even them out, and the bytes estimated still to move after it.
-	StorageImbalance   float64  `json:"storage_imbalance"`
-	RebalancedStripes  int      `json:"rebalanced_stripes"`
-	RebalancedBytes    int64    `json:"rebalanced_bytes"`
-	RebalanceRemaining int64    `json:"rebalance_remaining_bytes"`
-	Errors             []string `json:"errors,omitempty"`
-	Seconds            float64  `json:"seconds"`
+	StorageImbalance   float64 `json:"storage_imbalance"`
+	RebalancedStripes  int     `json:"rebalanced_stripes"`
+	RebalancedBytes    int64   `json:"rebalanced_bytes"`
+	RebalanceRemaining int64   `json:"rebalance_remaining_bytes"`
+	// A dry run's plan: the stripes and live bytes it would move to even
+	// out the slots, off which slots, and the imbalance expected after;
+	// and the dead stripes it would delete.
+	PlannedMoves     int      `json:"planned_moves,omitempty"`
+	PlannedBytes     int64    `json:"planned_bytes,omitempty"`
+	PlannedAvoid     []uint16 `json:"planned_avoid,omitempty"`
+	PlannedImbalance float64  `json:"planned_imbalance,omitempty"`
+	PlannedDeletes   int      `json:"planned_deletes,omitempty"`
+	DryRun           bool     `json:"dry_run,omitempty"`
+	Errors           []string `json:"errors,omitempty"`
+	Seconds          float64  `json:"seconds"`
 	// Forgotten counts the islands' live counters of deleted stripes
 	// dropped at the end of the pass (they would pile up forever).
 	Forgotten int `json:"forgotten_counters,omitempty"`
@@ -441,6 +454,20 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (rep Report, err e
 		budget = c.cfg.CopyBudget
 	}
 	dead, copies := Plan(list, PlanConfig{Now: c.cfg.Now(), Grace: c.cfg.Grace, MaxLive: c.cfg.MaxLive, CopyBudget: budget})
+	if opts.DryRun {
+		rep.DryRun, rep.PlannedDeletes = true, len(dead)
+		if opts.Rebalance > 0 {
+			plan, keep := c.planRebalance(list, nil, dead, setOf(opts.Drain), &rep, opts.Rebalance)
+			rep.PlannedMoves, rep.PlannedAvoid, rep.PlannedImbalance = len(plan.Move), plan.Avoid, plan.Estimated
+			moving := setOf(plan.Move)
+			for _, st := range keep {
+				if moving[st.ID] {
+					rep.PlannedBytes += st.Live
+				}
+			}
+		}
+		return rep, nil
+	}
 
 	// 1. Stripes nobody points into.
 	for i, id := range dead {
@@ -575,35 +602,11 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (rep Report, err e
 }
 
 // rebalance plans and makes this pass's moves toward even storage slots
-// (PlanRebalance), leaving out the stripes the pass already deleted or
-// moved. Its copies go through the same path as the cleaner's others,
-// with the over-full slots avoided for the new stripes.
+// (PlanRebalance). Its copies go through the same path as the cleaner's
+// others, with the over-full slots avoided for the new stripes.
 func (c *Cleaner) rebalance(ctx context.Context, list []Stripe, moved map[fragment.StripeID]bool, dead []fragment.StripeID,
 	drain map[uint16]bool, rep *Report, opts *PassOptions) error {
-	used := map[uint16]int64{}
-	for _, sl := range c.cfg.Data.Slots() {
-		if sl.Up && !drain[sl.ID] && !slices.Contains(rep.Unreachable, sl.ID) {
-			used[sl.ID] = 0
-		}
-	}
-	gone := map[fragment.StripeID]bool{}
-	for _, id := range dead {
-		gone[id] = true
-	}
-	var keep []Stripe
-	for _, s := range list {
-		if gone[s.ID] || moved[s.ID] {
-			continue
-		}
-		for _, f := range s.Frags {
-			if _, ok := used[f.Slot]; ok {
-				used[f.Slot] += f.Length
-			}
-		}
-		keep = append(keep, s)
-	}
-	plan := PlanRebalance(keep, used, RebalanceConfig{Now: c.cfg.Now(), Grace: c.cfg.Grace, Tolerance: opts.Rebalance, Budget: c.cfg.CopyBudget})
-	rep.StorageImbalance, rep.RebalanceRemaining = plan.Imbalance, plan.Remaining
+	plan, keep := c.planRebalance(list, moved, dead, drain, rep, opts.Rebalance)
 	if len(plan.Move) == 0 {
 		return nil
 	}
@@ -647,6 +650,44 @@ func (c *Cleaner) rebalance(ctx context.Context, list []Stripe, moved map[fragme
 		}
 	}
 	return flush()
+}
+
+// planRebalance plans a pass's rebalancing moves over list, leaving out
+// the stripes the pass deleted (dead) or already moved and the slots
+// being drained; it returns the plan and the stripes it considered.
+func (c *Cleaner) planRebalance(list []Stripe, moved map[fragment.StripeID]bool, dead []fragment.StripeID,
+	drain map[uint16]bool, rep *Report, tolerance float64) (RebalancePlan, []Stripe) {
+	used := map[uint16]int64{}
+	for _, sl := range c.cfg.Data.Slots() {
+		if sl.Up && !drain[sl.ID] && !slices.Contains(rep.Unreachable, sl.ID) {
+			used[sl.ID] = 0
+		}
+	}
+	gone := setOf(dead)
+	var keep []Stripe
+	for _, s := range list {
+		if gone[s.ID] || moved[s.ID] {
+			continue
+		}
+		for _, f := range s.Frags {
+			if _, ok := used[f.Slot]; ok {
+				used[f.Slot] += f.Length
+			}
+		}
+		keep = append(keep, s)
+	}
+	plan := PlanRebalance(keep, used, RebalanceConfig{Now: c.cfg.Now(), Grace: c.cfg.Grace, Tolerance: tolerance, Budget: c.cfg.CopyBudget})
+	rep.StorageImbalance, rep.RebalanceRemaining = plan.Imbalance, plan.Remaining
+	return plan, keep
+}
+
+// setOf is the set of ids.
+func setOf[T comparable](ids []T) map[T]bool {
+	m := make(map[T]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
 }
 
 // batchBytes is how much live data one relocation batch moves before its
