@@ -42,6 +42,10 @@ type LogDB struct {
 		cond    *sync.Cond
 		written map[uint32]uint64
 		synced  map[uint32]uint64
+		// gen counts each group's truncations: a sync that started
+		// before one must not mark the truncated indexes (which new
+		// entries may take) durable.
+		gen     map[uint32]uint64
 		pending bool
 		closed  bool
 		err     error
@@ -75,7 +79,7 @@ func OpenLogDB(dir string, logger pebble.Logger) (*LogDB, error) {
 	l := &LogDB{db: db, syncDone: make(chan struct{})}
 	l.mu.open = map[uint32]bool{}
 	l.sync.cond = sync.NewCond(&l.sync.Mutex)
-	l.sync.written, l.sync.synced = map[uint32]uint64{}, map[uint32]uint64{}
+	l.sync.written, l.sync.synced, l.sync.gen = map[uint32]uint64{}, map[uint32]uint64{}, map[uint32]uint64{}
 	go l.syncLoop()
 	return l, nil
 }
@@ -104,7 +108,7 @@ func (l *LogDB) syncLoop() {
 			return
 		}
 		l.sync.pending = false
-		upTo := maps.Clone(l.sync.written)
+		upTo, gen := maps.Clone(l.sync.written), maps.Clone(l.sync.gen)
 		l.sync.Unlock()
 		if h := l.beforeSync.Load(); h != nil {
 			(*h)()
@@ -115,7 +119,9 @@ func (l *LogDB) syncLoop() {
 			l.sync.err = fmt.Errorf("replica: syncing the raft log: %w", err)
 		}
 		for g, i := range upTo {
-			l.sync.synced[g] = max(l.sync.synced[g], i)
+			if gen[g] == l.sync.gen[g] {
+				l.sync.synced[g] = max(l.sync.synced[g], i)
+			}
 		}
 		l.sync.cond.Broadcast()
 	}
@@ -144,6 +150,9 @@ func (l *LogDB) truncated(id uint32, index uint64) {
 	l.sync.Lock()
 	l.sync.synced[id] = min(l.sync.synced[id], index-1)
 	l.sync.written[id] = min(l.sync.written[id], index-1)
+	l.sync.gen[id]++
+	l.sync.pending = true // entries kept below index may still be unsynced
+	l.sync.cond.Broadcast()
 	l.sync.Unlock()
 }
 
