@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
 
 	"github.com/atoll-fs/atoll/internal/metawire"
 )
@@ -445,5 +446,56 @@ func TestRestoreChecksBeforeClearing(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(dst.dir, "restore-*")); len(left) > 0 {
 		t.Fatalf("spool files left: %v", left)
+	}
+}
+
+// TestSyncBeforeTruncationMarksNothingTruncated: a leader's background
+// sync that started before its log's suffix was truncated (it lost the
+// lead; a new leader overwrote the suffix) does not mark the truncated
+// indexes durable, which new entries take; what stayed below them is
+// marked by the next sync.
+func TestSyncBeforeTruncationMarksNothingTruncated(t *testing.T) {
+	ldb, err := OpenLogDB(t.TempDir(), quietPebble{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ldb.Close()
+	g, err := ldb.group(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	entries := func(lo, hi, term uint64) []*raft.Log {
+		var out []*raft.Log
+		for i := lo; i <= hi; i++ {
+			out = append(out, &raft.Log{Index: i, Term: term, Type: raft.LogCommand, Data: []byte("x")})
+		}
+		return out
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := func() { once.Do(func() { close(started) }); <-release }
+	ldb.beforeSync.Store(&hold)
+	leading := true
+	g.leading = func() bool { return leading }
+	if err := g.StoreLogs(entries(1, 10, 1)); err != nil { // as leader: not synced yet
+		t.Fatal(err)
+	}
+	<-started // the sync covering 1..10 is under way
+	leading = false
+	if err := g.DeleteRange(6, 10); err != nil { // a new leader's suffix replaces 6..10
+		t.Fatal(err)
+	}
+	if err := g.StoreLogs(entries(6, 7, 2)); err != nil { // as follower: synced
+		t.Fatal(err)
+	}
+	ldb.beforeSync.Store(nil)
+	close(release)
+	if err := g.waitSynced(5); err != nil { // the next sync covers 1..5
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := g.synced(); got != 7 {
+		t.Fatalf("synced index %d, want 7 (8..10 were truncated and never written again)", got)
 	}
 }
