@@ -222,7 +222,9 @@ func (m *islandMetrics) wrap(h wire.Handler) wire.Handler {
 	return func(ctx context.Context, req *wire.Request) (wire.Response, error) {
 		start := time.Now()
 		var t *touched
-		if !peerOps[req.Op] && !inlineOp(req.Op) { // inline ones never call another island
+		// Served on a connection's reader (inline), a request cannot call
+		// another island (it would be served again on a worker instead).
+		if !peerOps[req.Op] && !wire.IsInline(ctx) {
 			t = &touched{}
 			ctx = context.WithValue(ctx, touchedKey{}, t)
 		}
