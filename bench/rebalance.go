@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -207,23 +206,15 @@ func RunRebalance(ctx context.Context, cfg RebalanceConfig, progress io.Writer) 
 		time.Sleep(50 * time.Millisecond)
 	}
 	spread := func() (float64, error) {
-		var used []float64
+		used := map[uint16]int64{}
 		for _, s := range conn.Data.Slots() {
 			st, err := conn.Data.ServerStats(ctx, s.ID)
 			if err != nil {
 				return 0, err
 			}
-			used = append(used, float64(st.UsedBytes))
+			used[s.ID] = int64(st.UsedBytes)
 		}
-		var mean float64
-		for _, u := range used {
-			mean += u / float64(len(used))
-		}
-		var worst float64
-		for _, u := range used {
-			worst = max(worst, math.Abs(u-mean)/mean)
-		}
-		return worst, nil
+		return cleaner.Spread(used), nil
 	}
 	if res.ImbalanceBefore, err = spread(); err != nil {
 		return res, err

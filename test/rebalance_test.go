@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,19 +28,6 @@ func slotUsage(t *testing.T, conn *connect.Conn) map[uint16]int64 {
 		out[s.ID] = int64(st.UsedBytes)
 	}
 	return out
-}
-
-func spread(used map[uint16]int64) float64 {
-	var total int64
-	for _, u := range used {
-		total += u
-	}
-	mean := float64(total) / float64(len(used))
-	var worst float64
-	for _, u := range used {
-		worst = max(worst, math.Abs(float64(u)-mean)/mean)
-	}
-	return worst
 }
 
 // TestStorageServerJoinsAndFillsUp: a sixth storage server joins a
@@ -102,7 +88,7 @@ func TestStorageServerJoinsAndFillsUp(t *testing.T) {
 	if u := slotUsage(t, conn); u[5] == 0 {
 		t.Fatalf("files written after slot 5 joined put nothing on it: %v", u)
 	}
-	if s := spread(slotUsage(t, conn)); s <= cleaner.DefaultTolerance {
+	if s := cleaner.Spread(slotUsage(t, conn)); s <= cleaner.DefaultTolerance {
 		t.Fatalf("the cluster is already balanced (%.2f): the test would test nothing", s)
 	}
 
@@ -146,8 +132,8 @@ func TestStorageServerJoinsAndFillsUp(t *testing.T) {
 		moved += rep.RebalancedBytes
 		used := slotUsage(t, conn)
 		t.Logf("pass %d: imbalance %.3f at its start, moved %d stripes (%d bytes), used now %v (spread %.3f)",
-			pass, rep.StorageImbalance, rep.RebalancedStripes, rep.RebalancedBytes, used, spread(used))
-		if spread(used) <= cleaner.DefaultTolerance {
+			pass, rep.StorageImbalance, rep.RebalancedStripes, rep.RebalancedBytes, used, cleaner.Spread(used))
+		if cleaner.Spread(used) <= cleaner.DefaultTolerance {
 			break
 		}
 		if pass == 8 {

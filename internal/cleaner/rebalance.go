@@ -63,13 +63,9 @@ func PlanRebalance(stripes []Stripe, used map[uint16]int64, c RebalanceConfig) R
 		return plan
 	}
 	mean := float64(total) / float64(len(used))
-	imbalance := func(est map[uint16]float64) float64 {
-		var worst float64
-		for _, u := range est {
-			worst = max(worst, math.Abs(u-mean)/mean)
-		}
-		return worst
-	}
+	// Estimates are measured against the mean of the slots as they are:
+	// the moves' redundancy changes the total a little, not the target.
+	imbalance := func(est map[uint16]float64) float64 { return deviation(est, mean) }
 	est := make(map[uint16]float64, len(used))
 	for s, u := range used {
 		est[s] = float64(u)
@@ -192,6 +188,31 @@ func PlanRebalance(stripes []Stripe, used map[uint16]int64, c RebalanceConfig) R
 	plan.Estimated = imbalance(est)
 	plan.Remaining = overBand(est, mean, c.Tolerance)
 	return plan
+}
+
+// Spread is how unevenly the storage slots are used: max |used − mean| /
+// mean over the slots (0 when nothing is used). The rebalancer evens
+// slots out until it is at most its tolerance.
+func Spread(used map[uint16]int64) float64 {
+	var total int64
+	vals := make(map[uint16]float64, len(used))
+	for s, u := range used {
+		total += u
+		vals[s] = float64(u)
+	}
+	if total <= 0 {
+		return 0
+	}
+	return deviation(vals, float64(total)/float64(len(used)))
+}
+
+// deviation is max |v − mean| / mean over vals.
+func deviation(vals map[uint16]float64, mean float64) float64 {
+	var worst float64
+	for _, v := range vals {
+		worst = max(worst, math.Abs(v-mean)/mean)
+	}
+	return worst
 }
 
 // overBand sums the bytes above mean·(1+tol).

@@ -97,26 +97,6 @@ func (s *simCluster) pass(cfg RebalanceConfig) RebalancePlan {
 	return plan
 }
 
-func imbalanceOf(used map[uint16]int64) float64 {
-	var total int64
-	for _, u := range used {
-		total += u
-	}
-	mean := float64(total) / float64(len(used))
-	var worst float64
-	for _, u := range used {
-		worst = max(worst, abs(float64(u)-mean)/mean)
-	}
-	return worst
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
 // TestRebalanceFillsANewSlot: slots full of stripes, one more added
 // empty: passes (with the real placement) bring every slot within the
 // tolerance of the mean, rewriting not many more stripes than the new
@@ -140,7 +120,7 @@ func TestRebalanceFillsANewSlot(t *testing.T) {
 			}
 			s.slots = append(s.slots, uint16(tc.slots)) // the new server
 			before := s.used()
-			if got := imbalanceOf(before); got < 0.9 {
+			if got := Spread(before); got < 0.9 {
 				t.Fatalf("imbalance with an empty slot %.2f", got)
 			}
 			cfg := RebalanceConfig{Now: s.now, Grace: time.Minute, Tolerance: 0.10}
@@ -148,11 +128,11 @@ func TestRebalanceFillsANewSlot(t *testing.T) {
 			for pass := 1; ; pass++ {
 				plan := s.pass(cfg)
 				moved += len(plan.Move)
-				if imbalanceOf(s.used()) <= cfg.Tolerance {
+				if Spread(s.used()) <= cfg.Tolerance {
 					break
 				}
 				if pass == 10 || len(plan.Move) == 0 {
-					t.Fatalf("after %d passes: imbalance %.3f, used %v (plan %+v)", pass, imbalanceOf(s.used()), s.used(), plan)
+					t.Fatalf("after %d passes: imbalance %.3f, used %v (plan %+v)", pass, Spread(s.used()), s.used(), plan)
 				}
 			}
 			// A rewritten stripe puts at most one fragment on the new slot,
