@@ -150,13 +150,17 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 	return m
 }
 
-// peerOps are requests islands, the cleaner and fsck send, not clients'
-// namespace operations: the one-island measure leaves them out.
-var peerOps = map[uint16]bool{
-	metawire.OpPrepare: true, metawire.OpDecide: true, metawire.OpOutcome: true, metawire.OpAllocIno: true,
-	metawire.OpClean: true, metawire.OpLiveBytes: true, metawire.OpStripeRefs: true, metawire.OpForget: true,
-	metawire.OpFsck: true,
-}
+// peerOp marks, by op code (clamped to maxMetaOp), the requests islands,
+// the cleaner and fsck send, not clients' namespace operations: the
+// one-island measure leaves them out. An array: it is read on every
+// request.
+var peerOp = func() (p [maxMetaOp + 1]bool) {
+	for _, op := range []uint16{metawire.OpPrepare, metawire.OpDecide, metawire.OpOutcome, metawire.OpAllocIno,
+		metawire.OpClean, metawire.OpLiveBytes, metawire.OpStripeRefs, metawire.OpForget, metawire.OpFsck} {
+		p[op] = true
+	}
+	return p
+}()
 
 // touched collects the other islands one request's work called (the
 // one-island measure), carried in the request's context.
@@ -221,10 +225,12 @@ func (m *islandMetrics) unregister() {
 func (m *islandMetrics) wrap(h wire.Handler) wire.Handler {
 	return func(ctx context.Context, req *wire.Request) (wire.Response, error) {
 		start := time.Now()
+		op := min(int(req.Op), maxMetaOp)
+		client := !peerOp[op]
 		var t *touched
 		// Served on a connection's reader (inline), a request cannot call
 		// another island (it would be served again on a worker instead).
-		if !peerOps[req.Op] && !wire.IsInline(ctx) {
+		if client && !wire.IsInline(ctx) {
 			t = &touched{}
 			ctx = context.WithValue(ctx, touchedKey{}, t)
 		}
@@ -237,10 +243,9 @@ func (m *islandMetrics) wrap(h wire.Handler) wire.Handler {
 			t.mu.Lock()
 			m.islands[min(len(t.ids), 3)].Inc()
 			t.mu.Unlock()
-		case !peerOps[req.Op]:
+		case client:
 			m.islands[0].Inc()
 		}
-		op := min(int(req.Op), maxMetaOp)
 		switch {
 		case err == nil && m.ok[op] != nil:
 			m.ok[op].Inc()
