@@ -195,10 +195,10 @@ func (l *LogDB) group(id uint32) (*groupLog, error) {
 		return nil, err
 	}
 	l.mu.open[id] = true
-	// Everything stored is durable (OpenLogDB flushed it).
-	l.sync.Lock()
-	l.sync.synced[id], l.sync.written[id] = g.last.Load(), g.last.Load()
-	l.sync.Unlock()
+	// What is stored counts as durable after one sync: it covers appends
+	// an earlier opening of this group made in this process (what earlier
+	// processes wrote, OpenLogDB flushed).
+	l.written(id, g.last.Load())
 	return g, nil
 }
 
