@@ -80,6 +80,7 @@ func mountFSWith(t *testing.T, fs *client.FS, tune func(*fusefs.Config)) (*fusef
 	t.Helper()
 	fs.SetLazyCreate(true)
 	fs.SetLazyClose(true)
+	fs.EnableLeases()
 	dir := t.TempDir()
 	cfg := fusefs.Config{FS: fs, Mountpoint: dir, Logger: quietLogger()}
 	if tune != nil {
@@ -1106,9 +1107,11 @@ func TestFUSELazyCloseSurvivesIslandKill9(t *testing.T) {
 
 // TestFUSESmallFileIslandRoundTrips counts the island requests a small
 // file written through the mount costs (os.WriteFile: the kernel's
-// LOOKUP, CREATE, WRITE, FLUSH, RELEASE): one lookup (the name is new),
-// one create (its reply opens the file) and one commit at close; no
-// getattr, no sync (close is lazy; fsync is not asked).
+// LOOKUP, CREATE, WRITE, FLUSH, RELEASE): one create (its reply opens the
+// file) and one commit at close; no getattr, no sync (close is lazy;
+// fsync is not asked), and no lookup of the new name: the first is
+// leased, the second lists the new directory under that lease, and the
+// mount answers the others itself.
 func TestFUSESmallFileIslandRoundTrips(t *testing.T) {
 	fuseUsable(t)
 	fc := startFSCluster(t, 5, 1)
@@ -1117,7 +1120,7 @@ func TestFUSESmallFileIslandRoundTrips(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ops := []string{"lookup", "create", "commit", "getattr", "sync", "readmap"}
+	ops := []string{"lookup", "create", "commit", "getattr", "sync", "readmap", "lease", "readdir"}
 	since := fc.islandOpsSince(t, ops...)
 	const n = 20
 	for i := 0; i < n; i++ {
@@ -1125,7 +1128,7 @@ func TestFUSESmallFileIslandRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := map[string]float64{"lookup": n, "create": n, "commit": n}
+	want := map[string]float64{"lease": 2, "create": n, "commit": n}
 	got := since()
 	for _, op := range ops {
 		if got := got[op]; got != want[op] {

@@ -23,6 +23,7 @@ import (
 
 func newMountCmd(g *globalFlags) *cobra.Command {
 	var addr, metricsListen string
+	var leases bool
 	var cfg fusefs.Config
 	cmd := &cobra.Command{
 		Use:   "mount [--cluster ADDR] MOUNTPOINT",
@@ -78,6 +79,9 @@ and repairs its reads found.`,
 			// and fsyncdir do (and unmount makes everything durable).
 			conn.FS.SetLazyCreate(true)
 			conn.FS.SetLazyClose(true)
+			if leases {
+				conn.FS.EnableLeases()
+			}
 			cfg.FS, cfg.StatFS = conn.FS, statfs
 			if err := cfg.Validate(); err != nil {
 				return err
@@ -125,6 +129,7 @@ and repairs its reads found.`,
 	f.BoolVar(&cfg.Private, "private", false, "mount without allow_other (only the mounting user may enter)")
 	f.IntVar(&cfg.ReadAhead, "read-ahead", fusefs.DefaultReadAhead, "the kernel's read-ahead for the mount in bytes, set when running as root (negative: the kernel's default, 128 KiB)")
 	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
+	f.BoolVar(&leases, "leases", true, "hold leases on directories: names and attributes stay cached until another client changes them (false: cached for the timeouts only)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here and register with the managers, e.g. 127.0.0.1:7609 (empty: off)")
 	return cmd
 }

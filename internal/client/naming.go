@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -138,12 +137,26 @@ type FS struct {
 		blocks map[uint64]*blockMap // per inode, valid for one data version
 		hits   uint64
 		misses uint64
+		// Leases (leases.go): session 0 means off.
+		session  uint64
+		leases   map[uint32]*heldLease
+		maxBreak map[namespace.IslandID]uint64 // highest break number received per island
+		pollers  map[namespace.IslandID]bool
+		epoch    uint64 // moves when a lease is acquired, broken or dropped
+		nextGen  uint64
+		breaks   uint64
 	}
+	// pollers listen for lease breaks (leases.go); Close ends them.
+	pollers    sync.WaitGroup
+	pollCtx    context.Context
+	pollCancel context.CancelFunc
+	closing    atomic.Bool
 }
 
 type cachedAttr struct {
 	attr    metawire.Attr
 	expires time.Time
+	lease   uint64 // generation of the lease it was read under (0: none)
 }
 
 type dentryKey struct {
@@ -152,8 +165,9 @@ type dentryKey struct {
 }
 
 type cachedDentry struct {
-	ino     uint64
+	ino     uint64 // 0: the name does not exist (only under a lease)
 	expires time.Time
+	lease   uint64
 }
 
 // NewFS returns an FS.
@@ -186,11 +200,15 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	f.cache.attrs = map[uint64]cachedAttr{}
 	f.cache.dentry = map[dentryKey]cachedDentry{}
 	f.cache.blocks = map[uint64]*blockMap{}
+	f.pollCtx, f.pollCancel = context.WithCancel(context.Background())
 	return f, nil
 }
 
 // Close closes the island connections (not the data client).
 func (f *FS) Close() error {
+	f.closing.Store(true)
+	f.pollCancel()
+	f.pollers.Wait()
 	f.prefetches.Wait()
 	f.pool.Close()
 	return nil
@@ -212,7 +230,7 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	// answers the retry without applying it twice.
 	var reqID wire.ReqID
 	if metawire.Deduplicated(op) {
-		_, _ = crand.Read(reqID[:])
+		reqID = f.reqIDFor()
 	}
 	backoff := 5 * time.Millisecond
 	var last error
@@ -258,19 +276,50 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	return last
 }
 
-func (f *FS) cacheAttr(a metawire.Attr) {
+// noMark stamps nothing: records cached with it live AttrTTL.
+const noMark = ^uint64(0)
+
+func (f *FS) cacheAttr(a metawire.Attr) { f.cacheAttrAt(a, noMark) }
+
+// cacheAttrAt caches attributes read by a request sent at lease epoch
+// mark (leaseMark).
+func (f *FS) cacheAttrAt(a metawire.Attr, mark uint64) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	f.cache.attrs[a.Ino] = cachedAttr{a, time.Now().Add(f.cfg.AttrTTL)}
+	now := time.Now()
+	f.cache.attrs[a.Ino] = cachedAttr{a, now.Add(f.cfg.AttrTTL), f.stampLocked(namespace.Ino(a.Ino).Bucket(), mark, now)}
 	if bm := f.cache.blocks[a.Ino]; bm != nil && bm.version != a.Version {
 		delete(f.cache.blocks, a.Ino)
 	}
 }
 
 func (f *FS) cacheDentry(dir uint64, name string, ino uint64) {
+	f.cacheDentryAt(dir, name, ino, noMark)
+}
+
+// cacheDentryAt caches dir/name -> ino (0: missing) as read by a request
+// sent at lease epoch mark. A name that cannot carry the lease makes its
+// directory's listing incomplete: it would expire before the others.
+func (f *FS) cacheDentryAt(dir uint64, name string, ino uint64, mark uint64) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	f.cache.dentry[dentryKey{dir, name}] = cachedDentry{ino, time.Now().Add(f.cfg.AttrTTL)}
+	now := time.Now()
+	bucket := namespace.Ino(dir).Bucket()
+	stamp := f.stampLocked(bucket, mark, now)
+	if stamp == 0 {
+		f.incompleteLocked(dir)
+		if ino == 0 {
+			return
+		}
+	}
+	f.cache.dentry[dentryKey{dir, name}] = cachedDentry{ino, now.Add(f.cfg.AttrTTL), stamp}
+}
+
+// incompleteLocked forgets that every name of dir is cached.
+func (f *FS) incompleteLocked(dir uint64) {
+	if l := f.cache.leases[namespace.Ino(dir).Bucket()]; l != nil {
+		delete(l.complete, dir)
+	}
 }
 
 // forgetBlocks drops ino's cached block map: the cleaner moved blocks, or
@@ -295,6 +344,17 @@ func (f *FS) invalidateDentry(dir uint64, name string) {
 	defer f.cache.Unlock()
 	delete(f.cache.dentry, dentryKey{dir, name})
 	delete(f.cache.attrs, dir)
+	f.incompleteLocked(dir)
+}
+
+// forgetName drops dir/name before a change to it; unlike
+// invalidateDentry it keeps dir's listing complete: the change's answer
+// (or its failure, through invalidateDentry) says what the name is now.
+func (f *FS) forgetName(dir uint64, name string) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	delete(f.cache.dentry, dentryKey{dir, name})
+	delete(f.cache.attrs, dir)
 }
 
 // CacheStats returns attribute/name cache hits and misses.
@@ -305,31 +365,117 @@ func (f *FS) CacheStats() (hits, misses uint64) {
 }
 
 // Lookup resolves name in dir.
+//
+// Only root's lookups are answered from the cache: the island checks
+// the search permission of dir for everyone else. Under a lease a name
+// found missing stays missing, and once every name of dir is cached
+// (completeDir) any other name is missing without asking.
 func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name string) (metawire.Attr, error) {
 	now := time.Now()
+	bucket := namespace.Ino(dir).Bucket()
 	f.cache.Lock()
-	if d, ok := f.cache.dentry[dentryKey{dir, name}]; ok && now.Before(d.expires) {
-		if a, ok := f.cache.attrs[d.ino]; ok && now.Before(a.expires) && cred.UID == 0 {
-			f.cache.hits++
-			f.cache.Unlock()
-			return a.attr, nil
+	complete := false
+	if cred.UID == 0 {
+		d, ok := f.cache.dentry[dentryKey{dir, name}]
+		if ok && f.validLocked(bucket, d.lease, d.expires, now) {
+			if d.ino == 0 {
+				f.cache.hits++
+				f.cache.Unlock()
+				return metawire.Attr{}, fmt.Errorf("client: lookup %q in %x: %w", name, dir, metawire.ErrNotFound)
+			}
+			if a, ok := f.cache.attrs[d.ino]; ok && f.validLocked(namespace.Ino(d.ino).Bucket(), a.lease, a.expires, now) {
+				f.cache.hits++
+				f.cache.Unlock()
+				return a.attr, nil
+			}
+		} else if l := f.liveLeaseLocked(bucket, now); l != nil {
+			if l.complete[dir] {
+				f.cache.hits++
+				f.cache.Unlock()
+				return metawire.Attr{}, fmt.Errorf("client: lookup %q in %x: %w", name, dir, metawire.ErrNotFound)
+			}
+			// A second missing name under one lease: list the directory
+			// once, if it is small, and answer the next ones here (an
+			// unpack creates every name of a new directory).
+			complete = l.misses > 0 && l.complete == nil
 		}
 	}
 	f.cache.misses++
 	f.cache.Unlock()
+	if complete && f.completeDir(ctx, cred, dir) {
+		return f.Lookup(ctx, cred, dir, name)
+	}
+	mark := f.leaseMark()
 	var resp metawire.AttrResp
-	if err := f.call(ctx, dir, metawire.OpLookup, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, &resp); err != nil {
+	dirMark, stamp, err := f.leasedCall(ctx, dir, metawire.OpLookup, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, &resp, mark)
+	if err != nil {
+		if errors.Is(err, metawire.ErrNotFound) && stamp != 0 {
+			f.cache.Lock()
+			if l := f.cache.leases[bucket]; l != nil && l.gen == stamp {
+				l.misses++
+				f.cache.dentry[dentryKey{dir, name}] = cachedDentry{0, time.Time{}, stamp}
+			}
+			f.cache.Unlock()
+		}
 		return metawire.Attr{}, err
 	}
-	f.cacheAttr(resp.Attr)
-	f.cacheDentry(dir, name, resp.Attr.Ino)
+	f.cacheAttrAt(resp.Attr, markFor(resp.Attr.Ino, dir, mark, dirMark))
+	f.cacheDentryAt(dir, name, resp.Attr.Ino, dirMark)
 	return resp.Attr, nil
+}
+
+// markFor is the lease mark for a record of ino read by a leased request
+// routed by route: routeMark (from leasedCall) for route's own bucket,
+// whose lease that request acquired; for any other bucket mark, the epoch
+// before it was sent.
+func markFor(ino, route, mark, routeMark uint64) uint64 {
+	if namespace.Ino(ino).Bucket() == namespace.Ino(route).Bucket() {
+		return routeMark
+	}
+	return mark
+}
+
+// completeDirMax is the largest directory completeDir lists.
+const completeDirMax = 512
+
+// completeDir lists dir under its lease; when every name fits in one
+// page it records that the cache holds them all. It reports success.
+func (f *FS) completeDir(ctx context.Context, cred metawire.Cred, dir uint64) bool {
+	bucket := namespace.Ino(dir).Bucket()
+	f.cache.Lock()
+	if l := f.cache.leases[bucket]; l != nil {
+		l.complete = map[uint64]bool{} // tried under this lease (see Lookup)
+	}
+	f.cache.Unlock()
+	mark := f.leaseMark()
+	var resp metawire.ReaddirResp
+	_, stamp, err := f.leasedCall(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, MaxEntries: completeDirMax}, &resp, mark)
+	if err != nil || stamp == 0 || !resp.EOF {
+		return false
+	}
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	l := f.cache.leases[bucket]
+	if l == nil || l.gen != stamp {
+		return false
+	}
+	now := time.Now()
+	for _, e := range resp.Entries {
+		if e.Name != "." && e.Name != ".." {
+			f.cache.dentry[dentryKey{dir, e.Name}] = cachedDentry{e.Ino, now.Add(f.cfg.AttrTTL), stamp}
+		}
+	}
+	if l.complete == nil {
+		l.complete = map[uint64]bool{}
+	}
+	l.complete[dir] = true
+	return true
 }
 
 // GetAttr returns ino's attributes, from the cache when fresh enough.
 func (f *FS) GetAttr(ctx context.Context, cred metawire.Cred, ino uint64) (metawire.Attr, error) {
 	f.cache.Lock()
-	if a, ok := f.cache.attrs[ino]; ok && time.Now().Before(a.expires) {
+	if a, ok := f.cache.attrs[ino]; ok && f.validLocked(namespace.Ino(ino).Bucket(), a.lease, a.expires, time.Now()) {
 		f.cache.hits++
 		f.cache.Unlock()
 		return a.attr, nil
@@ -339,13 +485,25 @@ func (f *FS) GetAttr(ctx context.Context, cred metawire.Cred, ino uint64) (metaw
 	return f.GetAttrFresh(ctx, cred, ino)
 }
 
-// GetAttrFresh asks the island, bypassing the cache.
+// GetAttrFresh returns ino's current attributes (open revalidates with
+// it): from the cache only when they were read under a lease that still
+// holds (another client's change would have broken it first), else from
+// the island.
 func (f *FS) GetAttrFresh(ctx context.Context, cred metawire.Cred, ino uint64) (metawire.Attr, error) {
+	f.cache.Lock()
+	if a, ok := f.cache.attrs[ino]; ok && a.lease != 0 && f.validLocked(namespace.Ino(ino).Bucket(), a.lease, time.Time{}, time.Now()) {
+		f.cache.hits++
+		f.cache.Unlock()
+		return a.attr, nil
+	}
+	f.cache.Unlock()
+	mark := f.leaseMark()
 	var resp metawire.AttrResp
-	if err := f.call(ctx, ino, metawire.OpGetAttr, &metawire.InoReq{Cred: cred, Ino: ino}, &resp); err != nil {
+	mark, _, err := f.leasedCall(ctx, ino, metawire.OpGetAttr, &metawire.InoReq{Cred: cred, Ino: ino}, &resp, mark)
+	if err != nil {
 		return metawire.Attr{}, err
 	}
-	f.cacheAttr(resp.Attr)
+	f.cacheAttrAt(resp.Attr, mark)
 	return resp.Attr, nil
 }
 
@@ -397,7 +555,7 @@ func (f *FS) rewriteTail(ctx context.Context, cred metawire.Cred, a metawire.Att
 
 func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (metawire.CreateResp, error) {
 	var resp metawire.CreateResp
-	f.invalidateDentry(req.Dir, req.Name)
+	f.forgetName(req.Dir, req.Name)
 	req.Lazy = op == metawire.OpCreate && !req.Exclusive && f.lazyCreate.Load() &&
 		req.Mode&metawire.ModeType == metawire.ModeFile && (len(req.Data) == 0 || f.lazyClose.Load())
 	if op == metawire.OpCreate && req.Exclusive && req.Verf == 0 {
@@ -408,7 +566,9 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 		req.Verf = rand.Uint64() | 1
 	}
 	mark := f.lazyMark()
+	lmark := f.leaseMark()
 	if err := f.call(ctx, req.Dir, op, &req, &resp); err != nil {
+		f.invalidateDentry(req.Dir, req.Name) // it may exist after all (EEXIST, a lost answer)
 		return resp, err
 	}
 	if req.Exclusive && resp.Existed {
@@ -424,9 +584,9 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 		isl := f.islandOf(req.Dir)
 		f.settleIsland(isl, mark, resp.Boot, false)
 	}
-	f.cacheAttr(resp.Attr)
-	f.cacheAttr(resp.DirAttr)
-	f.cacheDentry(req.Dir, req.Name, resp.Attr.Ino)
+	f.cacheAttrAt(resp.Attr, lmark)
+	f.cacheAttrAt(resp.DirAttr, lmark)
+	f.cacheDentryAt(req.Dir, req.Name, resp.Attr.Ino, lmark)
 	return resp, nil
 }
 
@@ -685,8 +845,12 @@ func (f *FS) remove(ctx context.Context, op uint16, cred metawire.Cred, dir uint
 		delete(f.cache.attrs, d.ino)
 	}
 	f.cache.Unlock()
-	f.invalidateDentry(dir, name)
-	return f.call(ctx, dir, op, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, nil)
+	f.forgetName(dir, name)
+	if err := f.call(ctx, dir, op, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, nil); err != nil {
+		f.invalidateDentry(dir, name)
+		return err
+	}
+	return nil
 }
 
 // Unlink removes a non-directory entry.
@@ -702,6 +866,10 @@ func (f *FS) Rmdir(ctx context.Context, cred metawire.Cred, dir uint64, name str
 // Rename moves an entry with POSIX semantics.
 func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 	f.cache.Lock()
+	var moved uint64 // the renamed inode, if cached
+	if d, ok := f.cache.dentry[dentryKey{req.SrcDir, req.SrcName}]; ok {
+		moved = d.ino
+	}
 	for _, k := range []dentryKey{{req.SrcDir, req.SrcName}, {req.DstDir, req.DstName}} {
 		if d, ok := f.cache.dentry[k]; ok {
 			delete(f.cache.attrs, d.ino)
@@ -711,18 +879,35 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 	delete(f.cache.attrs, req.SrcDir)
 	delete(f.cache.attrs, req.DstDir)
 	f.cache.Unlock()
-	return f.call(ctx, req.SrcDir, metawire.OpRename, &req, nil)
+	mark := f.leaseMark()
+	if err := f.call(ctx, req.SrcDir, metawire.OpRename, &req, nil); err != nil {
+		f.invalidateDentry(req.SrcDir, req.SrcName)
+		f.invalidateDentry(req.DstDir, req.DstName)
+		return err
+	}
+	if req.Flags&metawire.RenameExchange != 0 {
+		f.invalidateDentry(req.SrcDir, req.SrcName) // holds what DstName held
+		f.invalidateDentry(req.DstDir, req.DstName)
+	} else if moved != 0 {
+		f.cacheDentryAt(req.DstDir, req.DstName, moved, mark)
+	} else {
+		f.invalidateDentry(req.DstDir, req.DstName)
+	}
+	return nil
 }
 
 // Link makes a hard link.
 func (f *FS) Link(ctx context.Context, req metawire.LinkReq) (metawire.Attr, error) {
-	f.invalidateDentry(req.Dir, req.Name)
+	f.forgetName(req.Dir, req.Name)
 	f.Invalidate(req.Ino)
+	mark := f.leaseMark()
 	var resp metawire.AttrResp
 	if err := f.call(ctx, req.Dir, metawire.OpLink, &req, &resp); err != nil {
+		f.invalidateDentry(req.Dir, req.Name)
 		return metawire.Attr{}, err
 	}
-	f.cacheAttr(resp.Attr)
+	f.cacheAttrAt(resp.Attr, mark)
+	f.cacheDentryAt(req.Dir, req.Name, resp.Attr.Ino, mark)
 	return resp.Attr, nil
 }
 
@@ -730,14 +915,16 @@ func (f *FS) Link(ctx context.Context, req metawire.LinkReq) (metawire.Attr, err
 // entry carries attributes (fetched from other islands when needed).
 func (f *FS) Readdir(ctx context.Context, cred metawire.Cred, dir, cookie uint64, max uint32, plus bool) (metawire.ReaddirResp, error) {
 	var resp metawire.ReaddirResp
-	if err := f.call(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, Cookie: cookie, MaxEntries: max, Plus: plus}, &resp); err != nil {
+	mark := f.leaseMark()
+	dirMark, _, err := f.leasedCall(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, Cookie: cookie, MaxEntries: max, Plus: plus}, &resp, mark)
+	if err != nil {
 		return resp, err
 	}
-	f.cacheAttr(resp.DirAttr)
+	f.cacheAttrAt(resp.DirAttr, dirMark)
 	for i := range resp.Entries {
 		e := &resp.Entries[i]
 		if e.HasAttr {
-			f.cacheAttr(e.Attr)
+			f.cacheAttrAt(e.Attr, markFor(e.Attr.Ino, dir, mark, dirMark))
 		} else if plus && e.Name != "." && e.Name != ".." {
 			a, err := f.GetAttr(ctx, cred, e.Ino)
 			if err != nil {
@@ -746,7 +933,7 @@ func (f *FS) Readdir(ctx context.Context, cred metawire.Cred, dir, cookie uint64
 			e.Attr, e.HasAttr = a, true
 		}
 		if e.Name != "." && e.Name != ".." {
-			f.cacheDentry(dir, e.Name, e.Ino)
+			f.cacheDentryAt(dir, e.Name, e.Ino, dirMark)
 		}
 	}
 	return resp, nil

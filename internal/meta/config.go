@@ -61,6 +61,10 @@ type Config struct {
 	// Longer gathers more changes per sync; it is also how much such
 	// changes a crash of the island can lose.
 	LazySync time.Duration
+	// LeaseTerm is how long a client's lease on a bucket lasts
+	// (lease.DefaultTerm). A restarted island, or a new leader, delays
+	// changes by one term once leases were ever granted.
+	LeaseTerm time.Duration
 	// Faults holds failpoints; nil in production.
 	Faults *faults.Set
 	// Logger receives the island's logs (default slog.Default()).

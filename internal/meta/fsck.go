@@ -119,6 +119,10 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 			if len(v) != 8 {
 				problem(k, "applied index record of %d bytes", len(v))
 			}
+		case gLeases:
+			if len(k) != len(globalKey(gLeases)) || len(v) != 1 {
+				problem(k, "lease record: key %d, value %d bytes", len(k), len(v))
+			}
 		case gMeta:
 		default:
 			problem(k, "unknown island record")

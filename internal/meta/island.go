@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/lease"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -65,6 +66,9 @@ type Island struct {
 
 	// repl replicates every change (Config.Replicator); nil: local commits.
 	repl Replicator
+	// leases are the clients' leases on buckets (lease.go).
+	leases      *lease.Table
+	leaseMarked atomic.Bool
 	// handler serves wire requests: serveWire, counted in met.
 	handler wire.Handler
 	// reqs are the request ids being served; lastSweep is when the
@@ -183,6 +187,11 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 	i.db = db
 	i.repl = cfg.Replicator
 	i.handler = i.met.wrap(i.serveWire)
+	if err := i.openLeases(); err != nil {
+		i.closeDB()
+		i.closePool()
+		return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
+	}
 	if err := i.start(); err != nil {
 		i.closeDB()
 		i.closePool()
@@ -692,6 +701,11 @@ func inlineOp(op uint16) bool { return op == metawire.OpLookup || op == metawire
 // the batch and it is applied here (lazy changes too: they are durable
 // when acknowledged).
 func (i *Island) write(ctx context.Context, b *pebble.Batch, lazy bool) error {
+	done, err := i.breakLeases(ctx, b)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if i.repl != nil {
 		return i.repl.Replicate(ctx, b.Repr())
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/atoll-fs/atoll/internal/lease"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -52,6 +53,7 @@ var metaOps = []struct {
 	{metawire.OpRemoveXattr, "removexattr"}, {metawire.OpReadMap, "readmap"}, {metawire.OpCommit, "commit"},
 	{metawire.OpClean, "clean"}, {metawire.OpStatFS, "statfs"}, {metawire.OpAccess, "access"},
 	{metawire.OpLiveBytes, "livebytes"}, {metawire.OpStripeRefs, "striperefs"}, {metawire.OpSync, "sync"}, {metawire.OpForget, "forget"},
+	{metawire.OpLease, "lease"}, {metawire.OpLeasePoll, "leasepoll"},
 	{metawire.OpPrepare, "prepare"}, {metawire.OpDecide, "decide"}, {metawire.OpOutcome, "outcome"},
 	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"},
 }
@@ -106,6 +108,7 @@ type islandMetrics struct {
 
 	txStarted, txCommitted, txAborted prometheus.Counter
 	replayed                          prometheus.Counter
+	leaseGrants                       prometheus.Counter
 	islands                           [4]prometheus.Counter // client requests involving 1, 2, 3, 4+ islands
 	requests                          atomic.Uint64         // plain total, for heartbeats
 }
@@ -139,6 +142,7 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 	m.txCommitted = counter("atoll_meta_tx_committed_total", "Coordinated transactions whose commit decision was made durable.")
 	m.txAborted = counter("atoll_meta_tx_aborted_total", "Coordinated transactions aborted.")
 	m.replayed = counter("atoll_meta_replayed_total", "Retried changes answered without applying them again (their request id was recorded).")
+	m.leaseGrants = counter("atoll_meta_lease_grants_total", "Leases granted or renewed on buckets (leased lookups, getattrs and readdirs).")
 	islands := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "atoll_meta_op_islands_total", Help: "Client requests by how many islands their work involved (this one and every other it called).",
 		ConstLabels: labels,
@@ -146,7 +150,7 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 	for k, l := range []string{"1", "2", "3", "4+"} {
 		m.islands[k] = islands.WithLabelValues(l)
 	}
-	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed, islands}
+	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed, m.leaseGrants, islands}
 	return m
 }
 
@@ -156,7 +160,7 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 // request.
 var peerOp = func() (p [maxMetaOp + 1]bool) {
 	for _, op := range []uint16{metawire.OpPrepare, metawire.OpDecide, metawire.OpOutcome, metawire.OpAllocIno,
-		metawire.OpClean, metawire.OpLiveBytes, metawire.OpStripeRefs, metawire.OpForget, metawire.OpFsck} {
+		metawire.OpClean, metawire.OpLiveBytes, metawire.OpStripeRefs, metawire.OpForget, metawire.OpFsck, metawire.OpLeasePoll} {
 		p[op] = true
 	}
 	return p
@@ -198,7 +202,19 @@ func (m *islandMetrics) register(i *Island) error {
 		}
 		return float64(i.srv.Refused())
 	})
-	m.collected = append(m.collected, newCacheCollector(i), refused)
+	islandLabel := prometheus.Labels{"island": strconv.Itoa(int(i.id))}
+	leaseFunc := func(name, help string, f func(st lease.Stats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: islandLabel},
+			func() float64 { return f(i.leases.Stats()) })
+	}
+	holders := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "atoll_meta_lease_holders", Help: "Leases on buckets held by client sessions now.", ConstLabels: islandLabel,
+	}, func() float64 { return float64(i.leases.Stats().Holders) })
+	m.collected = append(m.collected, newCacheCollector(i), refused, holders,
+		leaseFunc("atoll_meta_lease_breaks_total", "Leases broken before a change and acknowledged by their holder.",
+			func(st lease.Stats) float64 { return float64(st.Broken) }),
+		leaseFunc("atoll_meta_lease_expired_total", "Leases a change waited out because their holder did not acknowledge the break.",
+			func(st lease.Stats) float64 { return float64(st.Expired) }))
 	for k, c := range m.collected {
 		if err := m.reg.Register(c); err != nil {
 			m.collected = m.collected[:k]

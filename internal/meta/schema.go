@@ -34,6 +34,7 @@ const (
 	gBoot     = 'B' // incarnation (8 bytes) + 1 if the island closed cleanly
 	gDedup    = 'Q' // request id (16) -> applied at (i64 ns): see dedup.go
 	gApplied  = 'A' // replicated islands: last raft index applied (internal/replica.AppliedKey)
+	gLeases   = 'G' // present once the island granted a lease (lease.go: the next incarnation waits a term)
 )
 
 const recordVersion = 1

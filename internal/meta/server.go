@@ -18,7 +18,8 @@ import (
 func needs(op uint16) auth.Caps {
 	switch op {
 	case metawire.OpLookup, metawire.OpGetAttr, metawire.OpReadlink, metawire.OpReaddir, metawire.OpGetXattr,
-		metawire.OpListXattr, metawire.OpReadMap, metawire.OpStatFS, metawire.OpAccess, metawire.OpStripeRefs:
+		metawire.OpListXattr, metawire.OpReadMap, metawire.OpStatFS, metawire.OpAccess, metawire.OpStripeRefs,
+		metawire.OpLease, metawire.OpLeasePoll:
 		return auth.CapRead
 	case metawire.OpSetAttr, metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink, metawire.OpUnlink,
 		metawire.OpRmdir, metawire.OpRename, metawire.OpLink, metawire.OpSetXattr, metawire.OpRemoveXattr,
@@ -155,6 +156,10 @@ func (i *Island) dispatch(ctx context.Context, op uint16, msg []byte) ([]byte, e
 		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) { return i.statFS() })
 	case metawire.OpForget:
 		return serve(msg, &metawire.ForgetReq{}, func(r *metawire.ForgetReq) (metawire.Message, error) { return i.forget(r) })
+	case metawire.OpLease:
+		return serve(msg, &metawire.LeaseReq{}, func(r *metawire.LeaseReq) (metawire.Message, error) { return i.leasedRead(ctx, r) })
+	case metawire.OpLeasePoll:
+		return serve(msg, &metawire.PollReq{}, func(r *metawire.PollReq) (metawire.Message, error) { return i.pollLeases(ctx, r) })
 	case metawire.OpSync:
 		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) {
 			return &metawire.SyncResp{Boot: i.boot}, i.syncLog()

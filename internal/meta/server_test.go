@@ -127,6 +127,10 @@ func handleSeeds() []handleSeed {
 		{metawire.OpLiveBytes, &metawire.LiveReq{First: true, Limit: 10}, nil},
 		{metawire.OpForget, &metawire.ForgetReq{Stripes: []metawire.StripeLive{{Log: 1, Seq: 1}}}, nil},
 		{metawire.OpReaddir, &metawire.ReaddirReq{Dir: root, Plus: true}, nil},
+		{metawire.OpLease, &metawire.LeaseReq{Session: 5, Op: metawire.OpLookup, Msg: metawire.Marshal(&metawire.NameReq{Dir: root, Name: "zz"})}, nil},
+		{metawire.OpLease, &metawire.LeaseReq{Session: 5, Op: metawire.OpSetAttr, Msg: metawire.Marshal(&metawire.InoReq{Ino: root})}, metawire.ErrBadRequest},
+		{metawire.OpLeasePoll, &metawire.PollReq{Session: 5}, nil},
+		{metawire.OpLeasePoll, &metawire.PollReq{}, metawire.ErrInvalid},
 		{metawire.OpStatFS, &metawire.Empty{}, nil},
 		{metawire.OpSync, &metawire.Empty{}, nil},
 		{metawire.OpPrepare, &metawire.PrepareReq{TxID: tx, Coordinator: 2,
@@ -169,7 +173,11 @@ func fuzzIsland(tb testing.TB) *Island {
 // have it: otherwise it would hold its locks, and fsck would report it.
 func handleOne(t *testing.T, isl *Island, op uint16, msg []byte) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	wait := 30 * time.Second
+	if op == metawire.OpLeasePoll {
+		wait = 100 * time.Millisecond // a poll waits for breaks that never come
+	}
+	ctx, cancel := context.WithTimeout(bg, wait)
 	defer cancel()
 	_, err := isl.Handle(ctx, op, 1, msg)
 	if err != nil && metawire.StatusOf(err) == 1 && !errors.Is(err, metawire.ErrInternal) {
@@ -224,7 +232,7 @@ func TestHandleSeeds(t *testing.T) {
 		}
 	}
 	// Every op has a seed.
-	for op := metawire.OpLookup; op <= metawire.OpForget; op++ {
+	for op := metawire.OpLookup; op <= metawire.OpLeasePoll; op++ {
 		if !ops[op] {
 			t.Errorf("no seed for op %d", op)
 		}

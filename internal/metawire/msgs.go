@@ -34,6 +34,8 @@ const (
 	OpStripeRefs  uint16 = 23 // RefsReq -> RefsResp (the blocks pointing into one stripe)
 	OpSync        uint16 = 24 // Empty -> SyncResp (everything the island acknowledged before is durable)
 	OpForget      uint16 = 25 // ForgetReq -> ForgetResp (drop the zero live counters of deleted stripes)
+	OpLease       uint16 = 26 // LeaseReq -> LeaseResp (a lookup, getattr or readdir answered with a lease on its bucket)
+	OpLeasePoll   uint16 = 27 // PollReq -> PollResp (the breaks of a session's leases; a long poll)
 
 	OpPrepare uint16 = 64 // PrepareReq -> Empty (participant prepared)
 	OpDecide  uint16 = 65 // DecideReq -> Empty (commit or abort a prepared tx)
@@ -735,4 +737,90 @@ func Deduplicated(op uint16) bool {
 		return true
 	}
 	return false
+}
+
+// LeaseReq wraps a read (Op: OpLookup, OpGetAttr or OpReaddir, Msg its
+// request) from a client session that wants a lease on the bucket it
+// reads (internal/lease). The session's changes carry it as the first 8
+// bytes of their wire.ReqID, so they do not break its own leases.
+type LeaseReq struct {
+	Session uint64
+	Op      uint16
+	Msg     []byte
+}
+
+func (r *LeaseReq) Encode(e *wire.Enc) { e.U64(r.Session); e.U16(r.Op); e.Bytes(r.Msg) }
+func (r *LeaseReq) Decode(d *wire.Dec) { r.Session, r.Op, r.Msg = d.U64(), d.U16(), d.Bytes() }
+
+// LeaseResp answers OpLease: the read's answer (Msg) or its error (Status
+// nonzero, Error its text: a lookup of a missing name is leased too), and
+// whether a lease was granted, for how long (Term, ns, counted by the
+// client from when it sent the request) and at which break number of the
+// session (Seq: a client that already received a later break must not
+// use the grant).
+type LeaseResp struct {
+	Granted bool
+	Seq     uint64
+	Term    int64
+	Status  uint32
+	Error   string
+	Msg     []byte
+}
+
+func (r *LeaseResp) Encode(e *wire.Enc) {
+	e.Bool(r.Granted)
+	e.U64(r.Seq)
+	e.I64(r.Term)
+	e.U32(r.Status)
+	e.String(r.Error)
+	e.Bytes(r.Msg)
+}
+
+func (r *LeaseResp) Decode(d *wire.Dec) {
+	r.Granted, r.Seq, r.Term, r.Status, r.Error, r.Msg = d.Bool(), d.U64(), d.I64(), d.U32(), d.Str(), d.Bytes()
+}
+
+// Err returns the read's error (nil when Status is 0), with the sentinel
+// of its status.
+func (r *LeaseResp) Err() error {
+	if r.Status == 0 {
+		return nil
+	}
+	return RemoteErr(&wire.RemoteError{Op: OpLease, Status: r.Status, Message: r.Error})
+}
+
+// PollReq asks for the breaks of a session's leases after Ack (which
+// acknowledges every break up to it), waiting at most WaitMs.
+type PollReq struct {
+	Session, Ack uint64
+	WaitMs       uint32
+}
+
+func (r *PollReq) Encode(e *wire.Enc) { e.U64(r.Session); e.U64(r.Ack); e.U32(r.WaitMs) }
+func (r *PollReq) Decode(d *wire.Dec) { r.Session, r.Ack, r.WaitMs = d.U64(), d.U64(), d.U32() }
+
+// LeaseBreak ends a session's lease on Bucket; Seq numbers the session's
+// breaks.
+type LeaseBreak struct {
+	Bucket uint32
+	Seq    uint64
+}
+
+// PollResp lists breaks (none when the wait ran out).
+type PollResp struct{ Breaks []LeaseBreak }
+
+func (r *PollResp) Encode(e *wire.Enc) {
+	e.Uvarint(uint64(len(r.Breaks)))
+	for _, b := range r.Breaks {
+		e.U32(b.Bucket)
+		e.U64(b.Seq)
+	}
+}
+
+func (r *PollResp) Decode(d *wire.Dec) {
+	n := d.Count(12)
+	r.Breaks = make([]LeaseBreak, 0, n)
+	for range n {
+		r.Breaks = append(r.Breaks, LeaseBreak{Bucket: d.U32(), Seq: d.U64()})
+	}
 }

@@ -1,0 +1,270 @@
+package client
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Leases (see "Leases" in the package doc and internal/lease): with
+// EnableLeases, lookups, getattrs and readdirs that miss the cache ask for
+// a lease on the bucket they read, and what a leased reply carries stays
+// valid past AttrTTL until the lease ends or its island breaks it. Every
+// cached record carries the generation of the lease it was read under
+// (stamp 0: none, AttrTTL only).
+
+// leaseMargin is taken off a lease's term on this side: the island counts
+// it from the grant, this client from before it sent the request, so the
+// client's lease ends first unless the clocks' rates differ by more.
+const leaseMargin = 10 // percent
+
+// pollWait is how long one poll waits at the island for a break.
+const pollWait = 20 * time.Second
+
+// heldLease is a lease this FS holds on one bucket.
+type heldLease struct {
+	island   namespace.IslandID
+	gen      uint64
+	expires  time.Time
+	complete map[uint64]bool // directories of the bucket whose every name is cached under the lease
+	misses   int             // names looked up and not found under the lease
+}
+
+// EnableLeases makes this FS ask islands for leases (the FUSE mount);
+// what it cached before carries no lease. Close stops the pollers.
+func (f *FS) EnableLeases() {
+	var b [8]byte
+	for binary.BigEndian.Uint64(b[:]) == 0 {
+		_, _ = crand.Read(b[:])
+	}
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	f.cache.session = binary.BigEndian.Uint64(b[:])
+	f.cache.leases = map[uint32]*heldLease{}
+	f.cache.maxBreak = map[namespace.IslandID]uint64{}
+	f.cache.pollers = map[namespace.IslandID]bool{}
+}
+
+// LeasesHeld returns how many buckets this FS holds a live lease on.
+func (f *FS) LeasesHeld() int {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	n, now := 0, time.Now()
+	for _, l := range f.cache.leases {
+		if now.Before(l.expires) {
+			n++
+		}
+	}
+	return n
+}
+
+// reqIDFor returns a change's request id: random, but starting with the
+// lease session so the island does not break this FS's own leases.
+func (f *FS) reqIDFor() wire.ReqID {
+	var id wire.ReqID
+	_, _ = crand.Read(id[:])
+	f.cache.Lock()
+	s := f.cache.session
+	f.cache.Unlock()
+	if s != 0 {
+		binary.BigEndian.PutUint64(id[:8], s)
+	}
+	return id
+}
+
+// leaseMark is the lease epoch before a request: records of its reply are
+// stamped with their bucket's lease only if no lease was acquired or
+// broken meanwhile (stampLocked).
+func (f *FS) leaseMark() uint64 {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	return f.cache.epoch
+}
+
+// stampLocked is the lease generation a record of bucket read after mark
+// may carry: that of a live lease on bucket when nothing changed since
+// mark; 0 otherwise.
+func (f *FS) stampLocked(bucket uint32, mark uint64, now time.Time) uint64 {
+	if f.cache.leases == nil || mark != f.cache.epoch {
+		return 0
+	}
+	if l := f.cache.leases[bucket]; l != nil && now.Before(l.expires) {
+		return l.gen
+	}
+	return 0
+}
+
+// validLocked reports whether a record of bucket cached until expires
+// with lease stamp may be used at now.
+func (f *FS) validLocked(bucket uint32, stamp uint64, expires, now time.Time) bool {
+	if now.Before(expires) {
+		return true
+	}
+	if stamp == 0 || f.cache.leases == nil {
+		return false
+	}
+	l := f.cache.leases[bucket]
+	return l != nil && l.gen == stamp && now.Before(l.expires)
+}
+
+// liveLeaseLocked returns the live lease on bucket, if any.
+func (f *FS) liveLeaseLocked(bucket uint32, now time.Time) *heldLease {
+	if f.cache.leases == nil {
+		return nil
+	}
+	if l := f.cache.leases[bucket]; l != nil && now.Before(l.expires) {
+		return l
+	}
+	return nil
+}
+
+// leasedCall sends read op (routed by route, whose bucket is leased) as
+// an OpLease when leases are on; it returns the read's answer, the lease
+// generation its records of route's bucket carry (0: no new lease) and
+// the mark to cache the reply's records with (mark, the lease epoch
+// taken before sending, or the epoch right after this reply's lease was
+// recorded). A lookup of a missing name is answered ErrNotFound with its
+// stamp.
+func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp metawire.Message, mark uint64) (newMark, stamp uint64, err error) {
+	f.cache.Lock()
+	session := f.cache.session
+	f.cache.Unlock()
+	if session == 0 {
+		return mark, 0, f.call(ctx, route, op, req, resp)
+	}
+	bucket := namespace.Ino(route).Bucket()
+	isl := f.islandOf(route)
+	f.startPoller(isl, route)
+	sent := time.Now()
+	var lr metawire.LeaseResp
+	if err := f.call(ctx, route, metawire.OpLease, &metawire.LeaseReq{Session: session, Op: op, Msg: metawire.Marshal(req)}, &lr); err != nil {
+		return mark, 0, err
+	}
+	rerr := lr.Err()
+	if rerr == nil {
+		if err := metawire.Unmarshal(lr.Msg, resp); err != nil {
+			return mark, 0, err
+		}
+	}
+	if !lr.Granted {
+		return mark, 0, rerr
+	}
+	term := time.Duration(lr.Term)
+	expires := sent.Add(term - term*leaseMargin/100)
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	if f.cache.maxBreak[isl] > lr.Seq {
+		return mark, 0, rerr // a break sent after the grant was received already
+	}
+	now := time.Now()
+	if l := f.liveLeaseLocked(bucket, now); l != nil && l.island == isl && mark == f.cache.epoch {
+		l.expires = later(l.expires, expires) // a renewal: the records stay
+		return mark, l.gen, rerr
+	}
+	f.cache.nextGen++
+	f.cache.epoch++
+	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires}
+	return f.cache.epoch, f.cache.nextGen, rerr
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// startPoller starts the goroutine that listens for isl's breaks, once.
+func (f *FS) startPoller(isl namespace.IslandID, route uint64) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	if f.cache.pollers[isl] || f.closing.Load() {
+		return
+	}
+	f.cache.pollers[isl] = true
+	f.pollers.Add(1)
+	session := f.cache.session
+	f.cache.Unlock()
+	// One poll that answers at once makes the island count this session
+	// as listening before the read that follows asks for a lease.
+	ctx, cancel := context.WithTimeout(f.pollCtx, 2*time.Second)
+	var resp metawire.PollResp
+	if err := f.call(ctx, route, metawire.OpLeasePoll, &metawire.PollReq{Session: session}, &resp); err != nil {
+		f.log.Debug("client: first lease poll", "island", isl, "err", err)
+	}
+	cancel()
+	go f.poll(isl, route)
+	f.cache.Lock()
+}
+
+// poll listens for breaks of this FS's leases at island isl (reached by
+// route's bucket) until Close. A poll that fails drops every lease held
+// there: breaks may have been missed.
+func (f *FS) poll(isl namespace.IslandID, route uint64) {
+	defer f.pollers.Done()
+	ctx := f.pollCtx
+	var ack uint64
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		f.cache.Lock()
+		session := f.cache.session
+		f.cache.Unlock()
+		var resp metawire.PollResp
+		err := f.call(ctx, route, metawire.OpLeasePoll, &metawire.PollReq{Session: session, Ack: ack, WaitMs: uint32(pollWait / time.Millisecond)}, &resp)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			f.dropIsland(isl)
+			f.log.Debug("client: lease poll", "island", isl, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			if errors.Is(err, metawire.ErrInvalid) {
+				ack = 0
+			}
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if len(resp.Breaks) == 0 {
+			continue
+		}
+		f.cache.Lock()
+		for _, b := range resp.Breaks {
+			delete(f.cache.leases, b.Bucket)
+			f.cache.maxBreak[isl] = max(f.cache.maxBreak[isl], b.Seq)
+			ack = max(ack, b.Seq)
+		}
+		f.cache.epoch++
+		f.cache.breaks += uint64(len(resp.Breaks))
+		f.cache.Unlock()
+	}
+}
+
+// dropIsland forgets every lease held at isl.
+func (f *FS) dropIsland(isl namespace.IslandID) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	for b, l := range f.cache.leases {
+		if l.island == isl {
+			delete(f.cache.leases, b)
+		}
+	}
+	f.cache.epoch++
+}
+
+// LeaseBreaks returns how many lease breaks this FS received.
+func (f *FS) LeaseBreaks() uint64 {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	return f.cache.breaks
+}

@@ -1,0 +1,46 @@
+// Package lease is an island's table of directory leases (#18, DESIGN.md
+// "Client caching"): which client sessions may answer names and
+// attributes of a bucket from their own cache, and the breaking of those
+// leases before anyone else changes the bucket.
+//
+// # What a lease covers
+//
+// A lease names one bucket (namespace: a directory's bucket holds the
+// directory's inode, its entries and the inodes of its non-directory
+// children). While a session holds it, every record of the bucket that
+// the session read under the lease stays true until the session is told
+// otherwise: the island breaks the lease before it applies any change to
+// the bucket made by another session (or by the island itself: a
+// transaction a peer drives, the cleaner). A session's own changes do not
+// break its lease: their replies carry what changed.
+//
+// # Protocol
+//
+// Reads: Begin before the read takes a Mark of the bucket; Grant after
+// the read records the session as a holder for Term, but only when no
+// change of the bucket started or ended in between (a seqlock per
+// bucket), so a lease never covers data older than a change the session
+// was not told about. Grant answers the session's break sequence number
+// at the moment of the grant; a client must refuse a grant whose number
+// is below a break it has already received (the break may concern it).
+//
+// Changes: Break, before the change is applied, marks the buckets
+// changing (no grants until Done), removes every other holder, queues a
+// break for each and waits until each holder acknowledged it or its
+// lease expired. The change is then applied and Done called.
+//
+// Sessions learn of breaks by polling (Poll: a long-poll request kept
+// outstanding per island); the next poll acknowledges the breaks the
+// previous one returned. Only a session with a poll outstanding or
+// answered within PollGrace gets leases, so a client that stopped
+// listening costs a writer at most one lease term, once.
+//
+// # Time
+//
+// The island counts a lease from the grant; the client from when it sent
+// the request, minus a margin, so the client's lease ends first as long
+// as the two clocks run at about the same rate (no clock synchronisation
+// is assumed). An island that starts (or a replica that becomes leader)
+// cannot know the holders of leases its previous incarnation granted: it
+// applies no change to a bucket until one Term after it started (Fence).
+package lease

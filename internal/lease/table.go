@@ -1,0 +1,355 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/lockcheck"
+)
+
+// DefaultTerm is how long a lease lasts unless renewed.
+const DefaultTerm = 5 * time.Second
+
+// DefaultPollWait is how long a poll waits for a break before it answers
+// with none.
+const DefaultPollWait = 20 * time.Second
+
+// PollGrace is how long after its last poll answer a session still counts
+// as listening (the client polls again at once).
+const PollGrace = 2 * time.Second
+
+// idle is how long a bucket or session record with nothing in it is kept.
+const idle = time.Minute
+
+// ErrNoSession is a poll for session 0.
+var ErrNoSession = errors.New("lease: session id 0")
+
+// Config configures a Table.
+type Config struct {
+	// Term is a lease's length (DefaultTerm).
+	Term time.Duration
+	// Now is the clock (time.Now); tests move it.
+	Now func() time.Time
+	// Fenced makes the first Term after New refuse no change but delay
+	// it: leases granted by an earlier incarnation of the island may
+	// still be held (see "Time" in the package doc).
+	Fenced bool
+}
+
+// Break tells a session that its lease on Bucket is gone. Seq orders the
+// session's breaks: a poll acknowledges every break up to the Seq it
+// sends back.
+type Break struct {
+	Bucket uint32
+	Seq    uint64
+}
+
+// Mark is a bucket's state before a read (Begin), checked by Grant.
+type Mark struct {
+	gen uint64
+	ok  bool
+}
+
+// Stats are a table's counts since it was made.
+type Stats struct {
+	Granted, Broken, Expired uint64 // leases granted, broken (acknowledged), waited out
+	Holders                  int
+}
+
+// Table is one island's leases. It is safe for concurrent use.
+type Table struct {
+	term  time.Duration
+	now   func() time.Time
+	fence time.Time // no change applied before it (Config.Fenced)
+	mu    struct {
+		lockcheck.Mutex
+		buckets  map[uint32]*bucket
+		sessions map[uint64]*session
+		gen      uint64 // bucket generations come from here, so none repeats
+		stats    Stats
+		swept    time.Time
+	}
+}
+
+type bucket struct {
+	gen      uint64
+	changing int
+	holders  map[uint64]time.Time // session -> lease end (island clock)
+	used     time.Time
+}
+
+type session struct {
+	seq      uint64 // last break queued
+	acked    uint64 // last break acknowledged
+	pending  []Break
+	polls    int           // polls waiting now
+	answered time.Time     // last poll answer
+	wake     chan struct{} // closed when a break is queued
+	ackWake  chan struct{} // closed when acked moves
+	used     time.Time
+}
+
+// New returns an empty table.
+func New(cfg Config) *Table {
+	if cfg.Term <= 0 {
+		cfg.Term = DefaultTerm
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	t := &Table{term: cfg.Term, now: cfg.Now}
+	if cfg.Fenced {
+		t.fence = cfg.Now().Add(cfg.Term)
+	}
+	t.mu.buckets = map[uint32]*bucket{}
+	t.mu.sessions = map[uint64]*session{}
+	return t
+}
+
+// Term is the lease length.
+func (t *Table) Term() time.Duration { return t.term }
+
+func (t *Table) bucketLocked(b uint32, now time.Time) *bucket {
+	bk := t.mu.buckets[b]
+	if bk == nil {
+		t.mu.gen++
+		bk = &bucket{gen: t.mu.gen, holders: map[uint64]time.Time{}}
+		t.mu.buckets[b] = bk
+	}
+	bk.used = now
+	return bk
+}
+
+func (t *Table) sessionLocked(id uint64, now time.Time) *session {
+	s := t.mu.sessions[id]
+	if s == nil {
+		s = &session{wake: make(chan struct{}), ackWake: make(chan struct{})}
+		t.mu.sessions[id] = s
+	}
+	s.used = now
+	return s
+}
+
+// Begin marks bucket b before a read whose answer may be leased.
+func (t *Table) Begin(b uint32) Mark {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	bk := t.bucketLocked(b, t.now())
+	return Mark{gen: bk.gen, ok: bk.changing == 0}
+}
+
+// Grant makes session a holder of bucket b, read since m was taken, for
+// one term. It refuses (ok false) when the bucket changed or was changing
+// since m, or when the session is not listening for breaks. seq is the
+// session's last break number at the grant.
+func (t *Table) Grant(sessionID uint64, b uint32, m Mark) (seq uint64, ok bool) {
+	if sessionID == 0 || !m.ok {
+		return 0, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	bk := t.mu.buckets[b]
+	if bk == nil || bk.gen != m.gen || bk.changing != 0 {
+		return 0, false
+	}
+	s := t.mu.sessions[sessionID]
+	if s == nil || (s.polls == 0 && now.Sub(s.answered) > PollGrace) {
+		return 0, false
+	}
+	bk.used, s.used = now, now
+	if _, held := bk.holders[sessionID]; !held {
+		t.mu.stats.Granted++
+	}
+	bk.holders[sessionID] = now.Add(t.term)
+	t.sweepLocked(now)
+	return s.seq, true
+}
+
+type waiter struct {
+	s   *session
+	seq uint64
+	end time.Time
+}
+
+// Break prepares a change of buckets by session except (0: nobody's own):
+// it stops grants on them, breaks every other holder's lease and waits
+// until each acknowledged or its lease ran out. done must be called once
+// the change is applied (or abandoned). On ctx's end Break returns its
+// error with the buckets released.
+func (t *Table) Break(ctx context.Context, buckets []uint32, except uint64) (done func(), err error) {
+	if left := t.fence.Sub(t.now()); left > 0 {
+		timer := time.NewTimer(left)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	t.mu.Lock()
+	now := t.now()
+	var ws []waiter
+	for _, b := range buckets {
+		bk := t.bucketLocked(b, now)
+		bk.changing++
+		t.mu.gen++
+		bk.gen = t.mu.gen
+		for id, end := range bk.holders {
+			if id == except {
+				continue
+			}
+			delete(bk.holders, id)
+			if !end.After(now) {
+				continue
+			}
+			s := t.sessionLocked(id, now)
+			s.seq++
+			s.pending = append(s.pending, Break{Bucket: b, Seq: s.seq})
+			close(s.wake)
+			s.wake = make(chan struct{})
+			ws = append(ws, waiter{s, s.seq, end})
+		}
+	}
+	t.mu.Unlock()
+	done = func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for _, b := range buckets {
+			bk := t.bucketLocked(b, t.now())
+			bk.changing--
+			t.mu.gen++
+			bk.gen = t.mu.gen
+		}
+	}
+	for _, w := range ws {
+		if err := t.wait(ctx, w); err != nil {
+			done()
+			return nil, err
+		}
+	}
+	return done, nil
+}
+
+// wait waits until w's break is acknowledged or its lease ended.
+func (t *Table) wait(ctx context.Context, w waiter) error {
+	for {
+		t.mu.Lock()
+		if w.s.acked >= w.seq {
+			t.mu.stats.Broken++
+			t.mu.Unlock()
+			return nil
+		}
+		left := w.end.Sub(t.now())
+		if left <= 0 {
+			t.mu.stats.Expired++
+			t.mu.Unlock()
+			return nil
+		}
+		ch := w.s.ackWake
+		t.mu.Unlock()
+		timer := time.NewTimer(left)
+		select {
+		case <-ch:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		}
+		timer.Stop()
+	}
+}
+
+// Poll acknowledges the session's breaks up to ack and waits (at most
+// wait) for breaks after it, returning them.
+func (t *Table) Poll(ctx context.Context, sessionID, ack uint64, wait time.Duration) ([]Break, error) {
+	if sessionID == 0 {
+		return nil, ErrNoSession
+	}
+	t.mu.Lock()
+	s := t.sessionLocked(sessionID, t.now())
+	if ack > s.acked && ack <= s.seq {
+		s.acked = ack
+		close(s.ackWake)
+		s.ackWake = make(chan struct{})
+		keep := s.pending[:0]
+		for _, b := range s.pending {
+			if b.Seq > ack {
+				keep = append(keep, b)
+			}
+		}
+		s.pending = keep
+	}
+	s.polls++
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		s.polls--
+		s.answered = t.now()
+		t.mu.Unlock()
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		t.mu.Lock()
+		var out []Break
+		for _, b := range s.pending {
+			if b.Seq > ack {
+				out = append(out, b)
+			}
+		}
+		ch := s.wake
+		t.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Stats returns the table's counts.
+func (t *Table) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.mu.stats
+	now := t.now()
+	for _, bk := range t.mu.buckets {
+		for _, end := range bk.holders {
+			if end.After(now) {
+				st.Holders++
+			}
+		}
+	}
+	return st
+}
+
+// sweepLocked drops expired holders and records idle for a while, at most
+// once a second.
+func (t *Table) sweepLocked(now time.Time) {
+	if now.Sub(t.mu.swept) < time.Second {
+		return
+	}
+	t.mu.swept = now
+	for b, bk := range t.mu.buckets {
+		for id, end := range bk.holders {
+			if !end.After(now) {
+				delete(bk.holders, id)
+			}
+		}
+		if len(bk.holders) == 0 && bk.changing == 0 && now.Sub(bk.used) > idle {
+			delete(t.mu.buckets, b)
+		}
+	}
+	for id, s := range t.mu.sessions {
+		if s.polls == 0 && now.Sub(s.used) > idle && now.Sub(s.answered) > idle {
+			delete(t.mu.sessions, id)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package lease
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// listen keeps a poll of session id outstanding, acknowledging what it
+// got, and reports every break on the channel.
+func listen(ctx context.Context, t *Table, id uint64) <-chan Break {
+	out := make(chan Break, 64)
+	started := make(chan struct{})
+	go func() {
+		var ack uint64
+		first := true
+		for ctx.Err() == nil {
+			if first {
+				first = false
+				close(started)
+			}
+			bs, err := t.Poll(ctx, id, ack, time.Minute)
+			if err != nil {
+				return
+			}
+			for _, b := range bs {
+				out <- b
+				ack = max(ack, b.Seq)
+			}
+		}
+	}()
+	<-started
+	// Wait until the poll is registered.
+	for {
+		t.mu.Lock()
+		s := t.mu.sessions[id]
+		n := 0
+		if s != nil {
+			n = s.polls
+		}
+		t.mu.Unlock()
+		if n > 0 {
+			return out
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestGrantBreakAck(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tb := New(Config{Term: time.Hour})
+	if _, ok := tb.Grant(7, 1, tb.Begin(1)); ok {
+		t.Fatal("granted to a session that does not listen")
+	}
+	breaks := listen(ctx, tb, 7)
+	seq, ok := tb.Grant(7, 1, tb.Begin(1))
+	if !ok || seq != 0 {
+		t.Fatalf("grant: %d %v", seq, ok)
+	}
+	// The holder's own change keeps its lease.
+	done, err := tb.Break(ctx, []uint32{1}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	select {
+	case b := <-breaks:
+		t.Fatalf("own change broke the lease: %+v", b)
+	default:
+	}
+	// Another session's change breaks it and waits for the acknowledgement
+	// (the term is an hour: returning means it was acknowledged).
+	done, err = tb.Break(ctx, []uint32{1, 2}, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	b := <-breaks
+	if b.Bucket != 1 || b.Seq != 1 {
+		t.Fatalf("break %+v", b)
+	}
+	if st := tb.Stats(); st.Broken != 1 || st.Granted != 2-1 || st.Holders != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestGrantRefusedAcrossAChange(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tb := New(Config{Term: time.Hour})
+	listen(ctx, tb, 7)
+	m := tb.Begin(1)
+	done, err := tb.Break(ctx, []uint32{1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tb.Grant(7, 1, m); ok {
+		t.Fatal("granted while the bucket changes")
+	}
+	if _, ok := tb.Grant(7, 1, tb.Begin(1)); ok {
+		t.Fatal("granted on a mark taken while the bucket changes")
+	}
+	done()
+	if _, ok := tb.Grant(7, 1, m); ok {
+		t.Fatal("granted on a mark taken before a change")
+	}
+	if _, ok := tb.Grant(7, 1, tb.Begin(1)); !ok {
+		t.Fatal("refused after the change")
+	}
+	// Another bucket's change does not matter.
+	m = tb.Begin(1)
+	done, _ = tb.Break(ctx, []uint32{2}, 0)
+	done()
+	if _, ok := tb.Grant(7, 1, m); !ok {
+		t.Fatal("refused after another bucket's change")
+	}
+}
+
+func TestBreakWaitsOutADeadHolder(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	tb := New(Config{Term: 200 * time.Millisecond})
+	lctx, stop := context.WithCancel(ctx)
+	listen(lctx, tb, 7)
+	if _, ok := tb.Grant(7, 1, tb.Begin(1)); !ok {
+		t.Fatal("refused")
+	}
+	stop() // the holder dies without acknowledging
+	defer cancel()
+	start := time.Now()
+	done, err := tb.Break(ctx, []uint32{1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	if time.Since(start) < 150*time.Millisecond {
+		t.Fatalf("break returned after %v, before the lease ended", time.Since(start))
+	}
+	if st := tb.Stats(); st.Expired != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A lease the island counts as ended is not waited for.
+	c := &clock{t: time.Unix(1000, 0)}
+	tb = New(Config{Term: time.Second, Now: c.now})
+	tb.mu.Lock()
+	s := tb.sessionLocked(7, c.now())
+	s.answered = c.now()
+	tb.mu.Unlock()
+	if _, ok := tb.Grant(7, 1, tb.Begin(1)); !ok {
+		t.Fatal("refused a session that just polled")
+	}
+	c.add(3 * time.Second)
+	if _, ok := tb.Grant(7, 2, tb.Begin(2)); ok {
+		t.Fatal("granted to a session that stopped polling")
+	}
+	bctx, bcancel := context.WithTimeout(ctx, time.Second)
+	defer bcancel()
+	done, err = tb.Break(bctx, []uint32{1}, 0)
+	if err != nil {
+		t.Fatalf("waited for an ended lease: %v", err)
+	}
+	done()
+}
+
+func TestFence(t *testing.T) {
+	tb := New(Config{Term: 100 * time.Millisecond, Fenced: true})
+	start := time.Now()
+	done, err := tb.Break(context.Background(), []uint32{1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	if time.Since(start) < 80*time.Millisecond {
+		t.Fatalf("a fenced table applied a change after %v", time.Since(start))
+	}
+	tb = New(Config{Term: time.Hour})
+	done, err = tb.Break(context.Background(), []uint32{1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+}

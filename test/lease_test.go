@@ -1,0 +1,182 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/metawire"
+)
+
+// newLeasedFS is a client FS with leases whose records without a lease
+// expire at once: whatever it answers without asking an island, it
+// answers under a lease.
+func (fc *fsCluster) newLeasedFS(t testing.TB) *client.FS {
+	t.Helper()
+	data := newClient(t, fc.storage, nil)
+	fs, err := client.NewFS(client.FSConfig{Data: data, Map: fc.view, Logger: quietLogger(), AttrTTL: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.EnableLeases()
+	t.Cleanup(func() { fs.Close() })
+	return fs
+}
+
+// islandMetric sums island 0's metric name.
+func (fc *fsCluster) islandMetric(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := fc.regs[0].Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestLeasesCacheUntilAnotherClientChanges: a client holding leases
+// answers repeated lookups (found and missing names) and getattrs without
+// asking its island, and still sees every change another client makes as
+// soon as that change returns: the island breaks the lease first.
+func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	a, b := fc.newLeasedFS(t), fc.newFS(t)
+	ctx := context.Background()
+	cred := metawire.Cred{}
+	d, err := b.MkdirAll(ctx, cred, "/d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "x", Mode: 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.Ino, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.GetAttr(ctx, cred, x.Attr.Ino); err != nil {
+		t.Fatal(err)
+	}
+	since := fc.islandOpsSince(t, "lease", "lookup", "getattr", "readdir")
+	for k := range 10 {
+		if at, err := a.Lookup(ctx, cred, d.Ino, "x"); err != nil || at.Ino != x.Attr.Ino {
+			t.Fatalf("lookup x: %v %v", at.Ino, err)
+		}
+		if _, err := a.GetAttr(ctx, cred, x.Attr.Ino); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.GetAttrFresh(ctx, cred, x.Attr.Ino); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Lookup(ctx, cred, d.Ino, "nope"); !errors.Is(err, metawire.ErrNotFound) {
+			t.Fatalf("lookup of a missing name: %v", err)
+		}
+		if _, err := a.Lookup(ctx, cred, d.Ino, fmt.Sprintf("new%d", k)); !errors.Is(err, metawire.ErrNotFound) {
+			t.Fatalf("lookup of a missing name: %v", err)
+		}
+	}
+	// The first missing name is a leased lookup, the second lists the
+	// directory (then every name is known); nothing else reaches the
+	// island.
+	got := since()
+	if got["lease"] != 2 || got["lookup"]+got["getattr"]+got["readdir"] != 0 {
+		t.Fatalf("island requests for 50 answers: %v, want 2 leased reads", got)
+	}
+	if a.LeasesHeld() == 0 {
+		t.Fatal("no lease held")
+	}
+
+	// Another client's changes are seen at once.
+	if _, err := b.SetAttr(ctx, metawire.SetAttrReq{Ino: x.Attr.Ino, Valid: metawire.SetMode, Mode: 0o600}); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := a.GetAttr(ctx, cred, x.Attr.Ino); err != nil || at.Mode&0o777 != 0o600 {
+		t.Fatalf("mode after another client's chmod: %o, %v", at.Mode&0o777, err)
+	}
+	if _, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "nope", Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.Ino, "nope"); err != nil {
+		t.Fatalf("a name another client created: %v", err)
+	}
+	if err := b.Unlink(ctx, cred, d.Ino, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.Ino, "x"); !errors.Is(err, metawire.ErrNotFound) {
+		t.Fatalf("a name another client removed: %v", err)
+	}
+	if err := b.Rename(ctx, metawire.RenameReq{SrcDir: d.Ino, SrcName: "nope", DstDir: d.Ino, DstName: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.Ino, "nope"); !errors.Is(err, metawire.ErrNotFound) {
+		t.Fatalf("a name another client renamed away: %v", err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.Ino, "y"); err != nil {
+		t.Fatalf("a name another client renamed to: %v", err)
+	}
+	if a.LeaseBreaks() == 0 || fc.islandMetric(t, "atoll_meta_lease_breaks_total") == 0 {
+		t.Fatalf("no lease break counted (client %d)", a.LeaseBreaks())
+	}
+
+	// The holder's own changes keep its lease and its cache right.
+	if _, err := a.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "mine", Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Rename(ctx, metawire.RenameReq{SrcDir: d.Ino, SrcName: "mine", DstDir: d.Ino, DstName: "mine2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.Ino, "mine"); !errors.Is(err, metawire.ErrNotFound) {
+		t.Fatalf("own rename's old name: %v", err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.Ino, "mine2"); err != nil {
+		t.Fatalf("own rename's new name: %v", err)
+	}
+	if _, err := b.Lookup(ctx, cred, d.Ino, "mine2"); err != nil {
+		t.Fatalf("the other client does not see the holder's rename: %v", err)
+	}
+}
+
+// TestLeaseHolderThatStopsListening: a client that holds a lease and
+// stops answering (its process gone) delays another client's change by
+// at most the lease's term; the island counts the lease waited out.
+func TestLeaseHolderThatStopsListening(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	a, b := fc.newLeasedFS(t), fc.newFS(t)
+	ctx := context.Background()
+	cred := metawire.Cred{}
+	d, err := b.MkdirAll(ctx, cred, "/d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.Ino, "x"); !errors.Is(err, metawire.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if a.LeasesHeld() == 0 {
+		t.Fatal("no lease held")
+	}
+	a.Close() // stops polling; the island still counts the lease held
+	if _, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "x", Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	if n := fc.islandMetric(t, "atoll_meta_lease_expired_total"); n != 1 {
+		t.Fatalf("%v leases waited out, want 1", n)
+	}
+	// A client that stopped listening gets no new lease.
+	c := fc.newLeasedFS(t)
+	if _, err := c.Lookup(ctx, cred, d.Ino, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if c.LeasesHeld() != 1 {
+		t.Fatalf("a listening client holds %d leases, want 1", c.LeasesHeld())
+	}
+}
