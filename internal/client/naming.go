@@ -375,7 +375,9 @@ func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name st
 	bucket := namespace.Ino(dir).Bucket()
 	f.cache.Lock()
 	complete := false
-	if cred.UID == 0 {
+	// An impossible name is the island's to refuse (ENAMETOOLONG, EINVAL),
+	// never a cached "missing".
+	if cred.UID == 0 && namespace.ValidName(name) == nil {
 		d, ok := f.cache.dentry[dentryKey{dir, name}]
 		if ok && f.validLocked(bucket, d.lease, d.expires, now) {
 			if d.ino == 0 {
