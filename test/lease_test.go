@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -95,6 +96,30 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 	if a.LeasesHeld() == 0 {
 		t.Fatal("no lease held")
 	}
+	// A listing read under the lease is served again from the cache.
+	names := func() []string {
+		t.Helper()
+		r, err := a.Readdir(ctx, cred, d.Ino, 0, 0, true)
+		if err != nil || !r.EOF {
+			t.Fatalf("readdir: %v (eof %v)", err, r.EOF)
+		}
+		var out []string
+		for _, e := range r.Entries {
+			if !e.HasAttr && e.Name != "." && e.Name != ".." {
+				t.Fatalf("readdir plus: %q without attributes", e.Name)
+			}
+			out = append(out, e.Name)
+		}
+		return out
+	}
+	since = fc.islandOpsSince(t, "lease", "readdir")
+	first := names()
+	if again := names(); fmt.Sprint(again) != fmt.Sprint(first) || fmt.Sprint(first) != "[. .. x]" {
+		t.Fatalf("listings %v then %v, want [. .. x]", first, again)
+	}
+	if got := since(); got["lease"]+got["readdir"] != 1 {
+		t.Fatalf("two listings cost %v island requests, want 1", got)
+	}
 
 	// Another client's changes are seen at once.
 	if _, err := b.SetAttr(ctx, metawire.SetAttrReq{Ino: x.Attr.Ino, Valid: metawire.SetMode, Mode: 0o600}); err != nil {
@@ -108,6 +133,9 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 	}
 	if _, err := a.Lookup(ctx, cred, d.Ino, "nope"); err != nil {
 		t.Fatalf("a name another client created: %v", err)
+	}
+	if got := names(); fmt.Sprint(got) != "[. .. x nope]" {
+		t.Fatalf("listing after another client's create: %v", got)
 	}
 	if err := b.Unlink(ctx, cred, d.Ino, "x"); err != nil {
 		t.Fatal(err)
@@ -128,9 +156,16 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 		t.Fatalf("no lease break counted (client %d)", a.LeaseBreaks())
 	}
 
-	// The holder's own changes keep its lease and its cache right.
+	// The holder's own changes keep its lease and its cache right (a
+	// listing it holds included).
+	if got := names(); fmt.Sprint(got) != "[. .. y]" {
+		t.Fatalf("listing: %v, want [. .. y]", got)
+	}
 	if _, err := a.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "mine", Mode: 0o644}); err != nil {
 		t.Fatal(err)
+	}
+	if got := names(); fmt.Sprint(got) != "[. .. y mine]" {
+		t.Fatalf("listing after the holder's own create: %v, want [. .. y mine]", got)
 	}
 	if err := a.Rename(ctx, metawire.RenameReq{SrcDir: d.Ino, SrcName: "mine", DstDir: d.Ino, DstName: "mine2"}); err != nil {
 		t.Fatal(err)
@@ -140,6 +175,9 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 	}
 	if _, err := a.Lookup(ctx, cred, d.Ino, "mine2"); err != nil {
 		t.Fatalf("own rename's new name: %v", err)
+	}
+	if got := names(); !slices.Contains(got, "mine2") || !slices.Contains(got, "y") || len(got) != 4 {
+		t.Fatalf("listing after the holder's own create and rename: %v, want . .. y mine2", got)
 	}
 	if _, err := b.Lookup(ctx, cred, d.Ino, "mine2"); err != nil {
 		t.Fatalf("the other client does not see the holder's rename: %v", err)

@@ -34,6 +34,83 @@ type heldLease struct {
 	expires  time.Time
 	complete map[uint64]bool // directories of the bucket whose every name is cached under the lease
 	misses   int             // names looked up and not found under the lease
+	// listing holds directories listed whole (one page, EOF) under the
+	// lease, in cookie order with "." and "..", without attributes;
+	// dropped by this FS's own changes of names in them.
+	listing map[uint64][]metawire.Dirent
+}
+
+// cachedReaddir serves a page of dir's listing from the cache: only for
+// root (the island checks read permission for everyone else), only from
+// a listing held under a live lease, and for plus only when every
+// entry's attributes in dir's own bucket are cached too (the others the
+// caller fetches, as from an island page without them).
+func (f *FS) cachedReaddir(cred metawire.Cred, dir, cookie uint64, max uint32, plus bool) (metawire.ReaddirResp, bool) {
+	if cred.UID != 0 {
+		return metawire.ReaddirResp{}, false
+	}
+	bucket := namespace.Ino(dir).Bucket()
+	now := time.Now()
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	l := f.liveLeaseLocked(bucket, now)
+	if l == nil || l.listing[dir] == nil {
+		return metawire.ReaddirResp{}, false
+	}
+	da, ok := f.cache.attrs[dir]
+	if !ok || !f.validLocked(bucket, da.lease, da.expires, now) {
+		return metawire.ReaddirResp{}, false
+	}
+	if max == 0 {
+		max = completeDirMax
+	}
+	resp := metawire.ReaddirResp{DirAttr: da.attr, EOF: true}
+	for _, e := range l.listing[dir] {
+		if e.Cookie <= cookie {
+			continue
+		}
+		if len(resp.Entries) == int(max) {
+			resp.EOF = false
+			break
+		}
+		if plus && e.Name != "." && e.Name != ".." {
+			eb := namespace.Ino(e.Ino).Bucket()
+			if a, ok := f.cache.attrs[e.Ino]; ok && f.validLocked(eb, a.lease, a.expires, now) {
+				e.Attr, e.HasAttr = a.attr, true
+			} else if eb == bucket {
+				return metawire.ReaddirResp{}, false
+			}
+		}
+		resp.Entries = append(resp.Entries, e)
+	}
+	f.cache.hits++
+	return resp, true
+}
+
+// keepListing records a whole listing of dir read under lease gen stamp.
+func (f *FS) keepListing(dir, stamp uint64, entries []metawire.Dirent) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	l := f.cache.leases[namespace.Ino(dir).Bucket()]
+	if l == nil || l.gen != stamp {
+		return
+	}
+	if l.listing == nil {
+		l.listing = map[uint64][]metawire.Dirent{}
+	}
+	kept := make([]metawire.Dirent, len(entries))
+	for k, e := range entries {
+		kept[k] = metawire.Dirent{Name: e.Name, Ino: e.Ino, Type: e.Type, Cookie: e.Cookie}
+	}
+	l.listing[dir] = kept
+}
+
+// namesChangedLocked drops dir's cached listing: this FS changes its
+// names.
+func (f *FS) namesChangedLocked(dir uint64) {
+	if l := f.cache.leases[namespace.Ino(dir).Bucket()]; l != nil {
+		delete(l.listing, dir)
+	}
 }
 
 // EnableLeases makes this FS ask islands for leases (the FUSE mount);

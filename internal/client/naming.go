@@ -345,6 +345,7 @@ func (f *FS) invalidateDentry(dir uint64, name string) {
 	delete(f.cache.dentry, dentryKey{dir, name})
 	delete(f.cache.attrs, dir)
 	f.incompleteLocked(dir)
+	f.namesChangedLocked(dir)
 }
 
 // forgetName drops dir/name before a change to it; unlike
@@ -355,6 +356,7 @@ func (f *FS) forgetName(dir uint64, name string) {
 	defer f.cache.Unlock()
 	delete(f.cache.dentry, dentryKey{dir, name})
 	delete(f.cache.attrs, dir)
+	f.namesChangedLocked(dir)
 }
 
 // CacheStats returns attribute/name cache hits and misses.
@@ -471,6 +473,10 @@ func (f *FS) completeDir(ctx context.Context, cred metawire.Cred, dir uint64) bo
 		l.complete = map[uint64]bool{}
 	}
 	l.complete[dir] = true
+	if l.listing == nil {
+		l.listing = map[uint64][]metawire.Dirent{}
+	}
+	l.listing[dir] = resp.Entries // without attributes: not asked
 	return true
 }
 
@@ -880,6 +886,8 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 	}
 	delete(f.cache.attrs, req.SrcDir)
 	delete(f.cache.attrs, req.DstDir)
+	f.namesChangedLocked(req.SrcDir)
+	f.namesChangedLocked(req.DstDir)
 	f.cache.Unlock()
 	mark := f.leaseMark()
 	if err := f.call(ctx, req.SrcDir, metawire.OpRename, &req, nil); err != nil {
@@ -916,29 +924,44 @@ func (f *FS) Link(ctx context.Context, req metawire.LinkReq) (metawire.Attr, err
 // Readdir returns one page of dir's entries after cookie. With plus, every
 // entry carries attributes (fetched from other islands when needed).
 func (f *FS) Readdir(ctx context.Context, cred metawire.Cred, dir, cookie uint64, max uint32, plus bool) (metawire.ReaddirResp, error) {
-	var resp metawire.ReaddirResp
-	mark := f.leaseMark()
-	dirMark, _, err := f.leasedCall(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, Cookie: cookie, MaxEntries: max, Plus: plus}, &resp, mark)
-	if err != nil {
-		return resp, err
+	resp, cached := f.cachedReaddir(cred, dir, cookie, max, plus)
+	if !cached {
+		mark := f.leaseMark()
+		dirMark, stamp, err := f.leasedCall(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, Cookie: cookie, MaxEntries: max, Plus: plus}, &resp, mark)
+		if err != nil {
+			return resp, err
+		}
+		f.cacheReaddir(dir, cookie, resp, mark, dirMark, stamp)
 	}
-	f.cacheAttrAt(resp.DirAttr, dirMark)
 	for i := range resp.Entries {
 		e := &resp.Entries[i]
-		if e.HasAttr {
-			f.cacheAttrAt(e.Attr, markFor(e.Attr.Ino, dir, mark, dirMark))
-		} else if plus && e.Name != "." && e.Name != ".." {
+		if !e.HasAttr && plus && e.Name != "." && e.Name != ".." {
 			a, err := f.GetAttr(ctx, cred, e.Ino)
 			if err != nil {
 				continue // raced with a removal; the entry goes without attributes
 			}
 			e.Attr, e.HasAttr = a, true
 		}
+	}
+	return resp, nil
+}
+
+// cacheReaddir caches what an island's page of dir's listing says
+// (marks as leasedCall gave them; stamp the lease the page came with).
+func (f *FS) cacheReaddir(dir, cookie uint64, resp metawire.ReaddirResp, mark, dirMark, stamp uint64) {
+	f.cacheAttrAt(resp.DirAttr, dirMark)
+	for i := range resp.Entries {
+		e := &resp.Entries[i]
+		if e.HasAttr {
+			f.cacheAttrAt(e.Attr, markFor(e.Attr.Ino, dir, mark, dirMark))
+		}
 		if e.Name != "." && e.Name != ".." {
 			f.cacheDentryAt(dir, e.Name, e.Ino, dirMark)
 		}
 	}
-	return resp, nil
+	if cookie == 0 && resp.EOF && stamp != 0 {
+		f.keepListing(dir, stamp, resp.Entries)
+	}
 }
 
 // GetXattr, SetXattr, ListXattr and RemoveXattr manage extended attributes.
