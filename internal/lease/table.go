@@ -353,3 +353,7 @@ func (t *Table) sweepLocked(now time.Time) {
 		}
 	}
 }
+
+// Fenced reports whether changes still wait for leases an earlier
+// incarnation may have granted (Config.Fenced).
+func (t *Table) Fenced() bool { return t.now().Before(t.fence) }
