@@ -316,27 +316,68 @@ func (f *FS) poll(isl namespace.IslandID, route uint64) {
 			continue
 		}
 		f.cache.Lock()
+		buckets := make([]uint32, 0, len(resp.Breaks))
 		for _, b := range resp.Breaks {
 			delete(f.cache.leases, b.Bucket)
 			f.cache.maxBreak[isl] = max(f.cache.maxBreak[isl], b.Seq)
 			ack = max(ack, b.Seq)
+			buckets = append(buckets, b.Bucket)
 		}
 		f.cache.epoch++
 		f.cache.breaks += uint64(len(resp.Breaks))
+		f.forgetBucketsLocked(buckets)
+		fn := f.cache.onBreak
 		f.cache.Unlock()
+		if fn != nil {
+			fn(buckets) // before the next poll acknowledges the breaks
+		}
+	}
+}
+
+// forgetBucketsLocked drops every record cached of buckets, those read
+// without a lease (for AttrTTL) too: a break means another client is
+// changing them now, and a holder sees that change as soon as it is made.
+func (f *FS) forgetBucketsLocked(buckets []uint32) {
+	if len(buckets) == 0 {
+		return
+	}
+	in := func(b uint32) bool {
+		for _, x := range buckets {
+			if x == b {
+				return true
+			}
+		}
+		return false
+	}
+	for ino := range f.cache.attrs {
+		if in(namespace.Ino(ino).Bucket()) {
+			delete(f.cache.attrs, ino)
+		}
+	}
+	for k := range f.cache.dentry {
+		if in(namespace.Ino(k.dir).Bucket()) {
+			delete(f.cache.dentry, k)
+		}
 	}
 }
 
 // dropIsland forgets every lease held at isl.
 func (f *FS) dropIsland(isl namespace.IslandID) {
 	f.cache.Lock()
-	defer f.cache.Unlock()
+	var buckets []uint32
 	for b, l := range f.cache.leases {
 		if l.island == isl {
 			delete(f.cache.leases, b)
+			buckets = append(buckets, b)
 		}
 	}
 	f.cache.epoch++
+	f.forgetBucketsLocked(buckets)
+	fn := f.cache.onBreak
+	f.cache.Unlock()
+	if fn != nil && len(buckets) > 0 {
+		fn(buckets)
+	}
 }
 
 // LeaseBreaks returns how many lease breaks this FS received.
@@ -344,4 +385,48 @@ func (f *FS) LeaseBreaks() uint64 {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	return f.cache.breaks
+}
+
+// EntryLease returns how much longer the cached name dir/name (ino 0:
+// known missing) stays valid under a lease: 0 when it is not cached under
+// a live one. The FUSE mount gives the kernel that long.
+func (f *FS) EntryLease(dir uint64, name string, ino uint64) time.Duration {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	now := time.Now()
+	d, ok := f.cache.dentry[dentryKey{dir, name}]
+	if !ok || d.ino != ino || d.lease == 0 {
+		return 0
+	}
+	return f.leaseLeftLocked(namespace.Ino(dir).Bucket(), d.lease, now)
+}
+
+// AttrLease returns how much longer ino's cached attributes stay valid
+// under a lease (0: not cached under a live one).
+func (f *FS) AttrLease(ino uint64) time.Duration {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	a, ok := f.cache.attrs[ino]
+	if !ok || a.lease == 0 {
+		return 0
+	}
+	return f.leaseLeftLocked(namespace.Ino(ino).Bucket(), a.lease, time.Now())
+}
+
+func (f *FS) leaseLeftLocked(bucket uint32, stamp uint64, now time.Time) time.Duration {
+	l := f.cache.leases[bucket]
+	if l == nil || l.gen != stamp {
+		return 0
+	}
+	return max(l.expires.Sub(now), 0)
+}
+
+// OnLeaseBreak sets fn to run for the buckets whose leases ended early
+// (broken, or dropped with their island's poll), after this FS forgot what
+// it cached under them and before the break is acknowledged: the FUSE
+// mount invalidates the kernel's copies there.
+func (f *FS) OnLeaseBreak(fn func(buckets []uint32)) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	f.cache.onBreak = fn
 }

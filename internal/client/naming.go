@@ -145,6 +145,7 @@ type FS struct {
 		epoch    uint64 // moves when a lease is acquired, broken or dropped
 		nextGen  uint64
 		breaks   uint64
+		onBreak  func(buckets []uint32)
 	}
 	// pollers listen for lease breaks (leases.go); Close ends them.
 	pollers    sync.WaitGroup

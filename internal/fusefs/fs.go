@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,6 +46,11 @@ type adapter struct {
 		m map[*mutation]struct{}
 	}
 
+	// kern: what the kernel caches under leases (leases.go); notifies:
+	// its invalidations still running.
+	kern     kernelLeases
+	notifies sync.WaitGroup
+
 	mu      lockcheck.Mutex
 	files   map[uint64]*openFile  // by inode
 	handles map[uint64]*handle    // by FUSE file handle
@@ -65,6 +71,7 @@ func newAdapter(cfg *Config) *adapter {
 		dirs:          map[uint64]*dirStream{},
 	}
 	a.muts.m = map[*mutation]struct{}{}
+	cfg.FS.OnLeaseBreak(a.kernelBreak)
 	return a
 }
 
@@ -228,18 +235,21 @@ func fillAttr(out *fuse.Attr, at *metawire.Attr) {
 	out.Blksize = blockSize
 }
 
-func (a *adapter) fillEntry(out *fuse.EntryOut, at metawire.Attr) {
+// fillEntry answers name in parent (a FUSE node id) with at, for as long
+// as the leases covering them allow (entryTTLs).
+func (a *adapter) fillEntry(out *fuse.EntryOut, parent uint64, name string, at metawire.Attr) {
 	at = a.merge(at)
 	out.NodeId = nodeID(at.Ino)
 	out.Generation = uint64(at.Gen)
-	out.SetEntryTimeout(a.cfg.EntryTTL)
-	out.SetAttrTimeout(a.cfg.AttrTTL)
+	entry, attr := a.entryTTLs(parent, name, at)
+	out.SetEntryTimeout(entry)
+	out.SetAttrTimeout(attr)
 	fillAttr(&out.Attr, &at)
 }
 
 func (a *adapter) fillAttrOut(out *fuse.AttrOut, at metawire.Attr) {
 	at = a.merge(at)
-	out.SetTimeout(a.cfg.AttrTTL)
+	out.SetTimeout(a.attrTTL(at.Ino))
 	fillAttr(&out.Attr, &at)
 }
 
@@ -248,9 +258,12 @@ func (a *adapter) fillAttrOut(out *fuse.AttrOut, at metawire.Attr) {
 func (a *adapter) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	at, err := a.fs.Lookup(reqCtx(cancel, h), a.cred(h), ino(h.NodeId), name)
 	if err != nil {
+		if errors.Is(err, metawire.ErrNotFound) && a.negativeEntry(h.NodeId, name, out) {
+			return fuse.OK
+		}
 		return status(err)
 	}
-	a.fillEntry(out, at)
+	a.fillEntry(out, h.NodeId, name, at)
 	return fuse.OK
 }
 
@@ -401,7 +414,7 @@ func (a *adapter) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 	if err != nil {
 		return status(err)
 	}
-	a.fillEntry(out, r.Attr)
+	a.fillEntry(out, in.NodeId, name, r.Attr)
 	return fuse.OK
 }
 
@@ -414,7 +427,7 @@ func (a *adapter) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 	if err != nil {
 		return status(err)
 	}
-	a.fillEntry(out, r.Attr)
+	a.fillEntry(out, in.NodeId, name, r.Attr)
 	return fuse.OK
 }
 
@@ -427,7 +440,7 @@ func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name
 	if err != nil {
 		return status(err)
 	}
-	a.fillEntry(out, r.Attr)
+	a.fillEntry(out, h.NodeId, name, r.Attr)
 	return fuse.OK
 }
 
@@ -440,7 +453,7 @@ func (a *adapter) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out
 	if err != nil {
 		return status(err)
 	}
-	a.fillEntry(out, at)
+	a.fillEntry(out, in.NodeId, name, at)
 	return fuse.OK
 }
 
@@ -764,7 +777,7 @@ func (a *adapter) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string,
 			}
 		}
 	}
-	a.fillEntry(&out.EntryOut, at)
+	a.fillEntry(&out.EntryOut, in.NodeId, name, at)
 	return fuse.OK
 }
 
@@ -1023,7 +1036,7 @@ func (a *adapter) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 			} else if eo := out.AddDirLookupEntry(de); eo == nil {
 				full = true
 			} else if e.HasAttr && e.Name != "." && e.Name != ".." {
-				a.fillEntry(eo, e.Attr)
+				a.fillEntry(eo, in.NodeId, e.Name, e.Attr)
 			}
 			if full {
 				if ds != nil { // the rest waits for the next request

@@ -344,6 +344,14 @@ func (m *Mount) Unmount() error {
 			uerr = fmt.Errorf("fusefs: server of %s did not stop", m.mp)
 		}
 	}
+	// Kernel invalidations after lease breaks end with the connection.
+	notified := make(chan struct{})
+	go func() { m.ad.notifies.Wait(); close(notified) }()
+	select {
+	case <-notified:
+	case <-time.After(5 * time.Second):
+		m.log.Warn("fusefs: kernel invalidations still running at unmount", "mountpoint", m.mp)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := m.ad.closeAll(ctx); err != nil && uerr == nil {

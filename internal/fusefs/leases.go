@@ -1,0 +1,185 @@
+package fusefs
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/atoll-fs/atoll/internal/lockcheck"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// notifyWait bounds how long a lease break waits for the kernel to drop
+// what it cached (see kernelBreak).
+const notifyWait = 200 * time.Millisecond
+
+// kernelLeases records what the mount gave the kernel for longer than
+// the configured timeouts because a lease covered it, by the lease's
+// bucket, so that a lease ending early (broken by another client's
+// change) invalidates it.
+type kernelLeases struct {
+	mu      lockcheck.Mutex
+	buckets map[uint32]*kernelBucket
+	added   int
+}
+
+type kernelBucket struct {
+	names map[kernelName]struct{}
+	nodes map[uint64]struct{}
+	until time.Time // the longest timeout given
+}
+
+type kernelName struct {
+	parent uint64 // FUSE node id
+	name   string
+}
+
+func (k *kernelLeases) bucketLocked(b uint32, until time.Time) *kernelBucket {
+	if k.buckets == nil {
+		k.buckets = map[uint32]*kernelBucket{}
+	}
+	now := time.Now()
+	if k.added++; k.added%4096 == 0 {
+		for id, kb := range k.buckets {
+			if kb.until.Before(now) {
+				delete(k.buckets, id)
+			}
+		}
+	}
+	kb := k.buckets[b]
+	if kb == nil || kb.until.Before(now) {
+		kb = &kernelBucket{names: map[kernelName]struct{}{}, nodes: map[uint64]struct{}{}}
+		k.buckets[b] = kb
+	}
+	kb.until = later(kb.until, until)
+	return kb
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// entryTTLs returns the kernel's timeouts for name in parent (FUSE node
+// ids) naming at: the configured ones, or as long as the leases covering
+// the cached name and attributes last if that is longer. The attributes
+// of a file open here keep the configured timeout (they follow its
+// unflushed writes). Whatever a lease covers is recorded for kernelBreak,
+// so that another client's change is seen at once, not after a timeout.
+func (a *adapter) entryTTLs(parent uint64, name string, at metawire.Attr) (entry, attr time.Duration) {
+	entry, attr = a.cfg.EntryTTL, a.cfg.AttrTTL
+	if a.cfg.EntryTTL <= 0 && a.cfg.AttrTTL <= 0 {
+		return // the kernel caches nothing
+	}
+	dir := ino(parent)
+	if d := a.fs.EntryLease(dir, name, at.Ino); d > 0 && a.cfg.EntryTTL > 0 {
+		entry = max(entry, d)
+		a.kern.mu.Lock()
+		a.kern.bucketLocked(namespace.Ino(dir).Bucket(), time.Now().Add(entry)).names[kernelName{parent, name}] = struct{}{}
+		a.kern.mu.Unlock()
+	}
+	if at.Ino != 0 {
+		attr = a.attrTTL(at.Ino)
+	}
+	return entry, attr
+}
+
+// attrTTL is the kernel's attribute timeout for ino (see entryTTLs).
+func (a *adapter) attrTTL(i uint64) time.Duration {
+	ttl := a.cfg.AttrTTL
+	if ttl <= 0 {
+		return ttl
+	}
+	a.mu.Lock()
+	open := a.files[i] != nil
+	a.mu.Unlock()
+	if open {
+		return ttl
+	}
+	if d := a.fs.AttrLease(i); d > 0 {
+		ttl = max(ttl, d)
+		a.kern.mu.Lock()
+		a.kern.bucketLocked(namespace.Ino(i).Bucket(), time.Now().Add(ttl)).nodes[nodeID(i)] = struct{}{}
+		a.kern.mu.Unlock()
+	}
+	return ttl
+}
+
+// negativeEntry answers a lookup of a name known missing under a lease
+// with a negative entry the kernel keeps as long as the lease (a create
+// of that name then needs no LOOKUP); false when no lease covers it.
+func (a *adapter) negativeEntry(parent uint64, name string, out *fuse.EntryOut) bool {
+	if a.cfg.EntryTTL <= 0 {
+		return false
+	}
+	d, _ := a.entryTTLs(parent, name, metawire.Attr{})
+	if d <= a.cfg.EntryTTL {
+		return false
+	}
+	*out = fuse.EntryOut{}
+	out.SetEntryTimeout(d)
+	return true
+}
+
+// kernelBreak invalidates what the kernel holds under the leases of
+// buckets, which just ended early (client.FS.OnLeaseBreak). The kernel
+// serialises a name's invalidation with lookups in its directory (it
+// takes the directory's lock) and drops attributes replies that raced
+// with an invalidation, so nothing read before the break survives it.
+// An invalidation waits for the directory's lock: when a change of this
+// mount in that directory is itself waiting at the island behind the
+// change that broke the lease, the break is acknowledged after
+// notifyWait anyway (the invalidation completes with that change).
+func (a *adapter) kernelBreak(buckets []uint32) {
+	if a.server == nil {
+		return
+	}
+	var names []kernelName
+	var nodes []uint64
+	a.kern.mu.Lock()
+	for _, b := range buckets {
+		kb := a.kern.buckets[b]
+		if kb == nil {
+			continue
+		}
+		delete(a.kern.buckets, b)
+		if kb.until.Before(time.Now()) {
+			continue // the kernel's copies expired already
+		}
+		for n := range kb.names {
+			names = append(names, n)
+		}
+		for n := range kb.nodes {
+			nodes = append(nodes, n)
+		}
+	}
+	a.kern.mu.Unlock()
+	if len(names)+len(nodes) == 0 {
+		return
+	}
+	done := make(chan struct{})
+	a.notifies.Add(1)
+	go func() {
+		defer a.notifies.Done()
+		defer close(done)
+		for _, n := range nodes {
+			if st := a.server.InodeNotify(n, -1, 0); !st.Ok() && st != fuse.ENOENT {
+				a.log.Debug("fusefs: invalidating attributes after a lease break", "node", fmt.Sprintf("%x", n), "status", st)
+			}
+		}
+		for _, n := range names {
+			if st := a.server.EntryNotify(n.parent, n.name); !st.Ok() && st != fuse.ENOENT {
+				a.log.Debug("fusefs: invalidating a name after a lease break", "name", n.name, "status", st)
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(notifyWait):
+		a.log.Debug("fusefs: kernel invalidation still waiting after a lease break", "names", len(names), "nodes", len(nodes))
+	}
+}

@@ -1,0 +1,105 @@
+package test
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestFUSETwoMountsSeeEachOtherUnderLeases: two mounts of one cluster,
+// each holding leases (so the kernel keeps names, missing names and
+// attributes for as long as a lease lasts, seconds, not the 1 s default).
+// Every change one mount makes is visible through the other as soon as
+// it returned: the island breaks the watcher's lease first, and its mount
+// invalidates what the kernel cached.
+func TestFUSETwoMountsSeeEachOtherUnderLeases(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	fsa, fsb := fc.newFS(t), fc.newFS(t)
+	_, ma := mountFS(t, fsa)
+	_, mb := mountFS(t, fsb)
+	if err := os.Mkdir(filepath.Join(ma, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"keep", "gone", "moved"} {
+		if err := os.WriteFile(filepath.Join(ma, "d", n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The watcher (b) reads everything, and a few names that do not exist,
+	// twice: from the second time on its kernel answers.
+	watch := func() {
+		t.Helper()
+		for range 2 {
+			if _, err := os.ReadDir(filepath.Join(mb, "d")); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []string{"keep", "gone", "moved"} {
+				if _, err := os.Lstat(filepath.Join(mb, "d", n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, n := range []string{"new", "renamed"} {
+				if _, err := os.Lstat(filepath.Join(mb, "d", n)); !errors.Is(err, fs.ErrNotExist) {
+					t.Fatalf("%s: %v, want it missing", n, err)
+				}
+			}
+		}
+	}
+	watch()
+	if err := os.Chmod(filepath.Join(ma, "d", "keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(filepath.Join(mb, "d", "keep")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode through the other mount right after chmod: %v, %v (breaks a %d b %d, leases a %d b %d)", st.Mode(), err, fsa.LeaseBreaks(), fsb.LeaseBreaks(), fsa.LeasesHeld(), fsb.LeasesHeld())
+	}
+	watch2 := func() {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(ma, "d", "new"), []byte("new"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(mb, "d", "new")); err != nil || string(b) != "new" {
+			t.Fatalf("a file the other mount created: %q, %v", b, err)
+		}
+		if err := os.Remove(filepath.Join(ma, "d", "gone")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(mb, "d", "gone")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("a file the other mount removed: %v", err)
+		}
+		if err := os.Rename(filepath.Join(ma, "d", "moved"), filepath.Join(ma, "d", "renamed")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(mb, "d", "moved")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("the old name of a file the other mount renamed: %v", err)
+		}
+		if b, err := os.ReadFile(filepath.Join(mb, "d", "renamed")); err != nil || string(b) != "moved" {
+			t.Fatalf("the new name of a file the other mount renamed: %q, %v", b, err)
+		}
+		ents, err := os.ReadDir(filepath.Join(mb, "d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		slices.Sort(names)
+		if fmt.Sprint(names) != "[keep new renamed]" {
+			t.Fatalf("listing through the other mount: %v", names)
+		}
+	}
+	start := time.Now()
+	watch()
+	watch2()
+	if time.Since(start) > time.Second {
+		// Not a failure (this machine can be slow), but then the kernel's
+		// 1 s default timeouts may have expired and hidden a stale cache.
+		t.Logf("the checks took %v: longer than the default timeouts", time.Since(start))
+	}
+}
