@@ -87,6 +87,33 @@
 // Fsync. The NFS gateway uses neither: NFS CREATE must be stable when
 // answered, and COMMIT calls Fsync.
 //
+// # Leases
+//
+// With FS.EnableLeases (the FUSE mount) a lookup, getattr or readdir the
+// cache cannot answer is sent as metawire.OpLease: the island answers
+// and, when it can, grants a lease on the bucket read (a directory's
+// names, its own attributes and those of its files; internal/lease).
+// Until the lease ends (its term, counted from before the request was
+// sent, minus a margin) or its island breaks it, whatever the FS cached
+// from replies under it stays valid past AttrTTL: found names, names
+// found missing, attributes (open's revalidation, GetAttrFresh, is
+// answered from them too) and, after a directory was listed whole in one
+// page, that listing and the knowledge that no other name exists (a
+// second missing name in a directory makes the FS list it once, so an
+// unpack creates names without looking each up). Records carry the
+// generation of the lease they were read under; a read that raced with a
+// lease acquisition, a break or one of this FS's own changes (begun or
+// ended while it was out) carries none and lives AttrTTL as before.
+//
+// One goroutine per island polls for breaks (OpLeasePoll, a long poll;
+// the next poll acknowledges). A break drops the lease and every record
+// of its bucket, runs the OnLeaseBreak hook (the mount invalidates the
+// kernel's copies), then is acknowledged: the other client's change is
+// applied only after that, so it is seen as soon as it returns. A poll
+// that fails drops every lease of its island. A change this FS makes
+// carries its lease session in the request id, so it does not break its
+// own leases; its answer updates the cache instead.
+//
 // # Small files in one request
 //
 // FS.CreateWithData sends a new file's contents (at most InlineMax bytes)

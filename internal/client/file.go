@@ -815,8 +815,13 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 	var resp metawire.CommitResp
 	cctx, cancel := context.WithDeadline(ctx, commitBy)
 	mark := h.fs.lazyMark()
+	lmark := h.fs.beginChange()
 	err := h.fs.call(cctx, h.ino, metawire.OpCommit, &metawire.CommitReq{Cred: h.cred, Writes: []metawire.FileWrite{w}, Lazy: lazy}, &resp)
 	cancel()
+	if len(resp.Attrs) == 1 && err == nil {
+		h.fs.cacheAttrAt(resp.Attrs[0], lmark)
+	}
+	h.fs.endChange()
 	if err != nil {
 		h.mu.streamed = nil
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -826,7 +831,6 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 	}
 	if len(resp.Attrs) == 1 {
 		h.mu.attr = resp.Attrs[0]
-		h.fs.cacheAttr(resp.Attrs[0])
 	}
 	var lost error
 	if lazy {

@@ -92,7 +92,7 @@ func (f *FS) keepListing(dir, stamp uint64, entries []metawire.Dirent) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	l := f.cache.leases[namespace.Ino(dir).Bucket()]
-	if l == nil || l.gen != stamp {
+	if l == nil || l.gen != stamp || f.cache.changing > 0 {
 		return
 	}
 	if l.listing == nil {
@@ -164,11 +164,36 @@ func (f *FS) leaseMark() uint64 {
 	return f.cache.epoch
 }
 
+// ownMark marks a mark from beginChange: the records it caches are the
+// answer of this FS's own change.
+const ownMark = 1 << 63
+
+// beginChange starts one of this FS's changes: until endChange no read
+// answer carries a lease (it may predate the change and land in the cache
+// after the change's own answer), and the mark returned is for the
+// change's own answer.
+func (f *FS) beginChange() uint64 {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	f.cache.changing++
+	f.cache.epoch++
+	return f.cache.epoch | ownMark
+}
+
+// endChange ends a change begun by beginChange, once its answer is cached.
+func (f *FS) endChange() {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	f.cache.changing--
+	f.cache.epoch++
+}
+
 // stampLocked is the lease generation a record of bucket read after mark
 // may carry: that of a live lease on bucket when nothing changed since
-// mark; 0 otherwise.
+// mark (no lease acquired or broken, no change of this FS begun or
+// ended, and, for a read, none in flight); 0 otherwise.
 func (f *FS) stampLocked(bucket uint32, mark uint64, now time.Time) uint64 {
-	if f.cache.leases == nil || mark != f.cache.epoch {
+	if f.cache.leases == nil || mark&^ownMark != f.cache.epoch || (mark&ownMark == 0 && f.cache.changing > 0) {
 		return 0
 	}
 	if l := f.cache.leases[bucket]; l != nil && now.Before(l.expires) {

@@ -146,6 +146,7 @@ type FS struct {
 		nextGen  uint64
 		breaks   uint64
 		onBreak  func(buckets []uint32)
+		changing int // this FS's changes in flight (beginChange)
 	}
 	// pollers listen for lease breaks (leases.go); Close ends them.
 	pollers    sync.WaitGroup
@@ -416,7 +417,7 @@ func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name st
 	if err != nil {
 		if errors.Is(err, metawire.ErrNotFound) && stamp != 0 {
 			f.cache.Lock()
-			if l := f.cache.leases[bucket]; l != nil && l.gen == stamp {
+			if l := f.cache.leases[bucket]; l != nil && l.gen == stamp && f.cache.changing == 0 {
 				l.misses++
 				f.cache.dentry[dentryKey{dir, name}] = cachedDentry{0, time.Time{}, stamp}
 			}
@@ -461,7 +462,7 @@ func (f *FS) completeDir(ctx context.Context, cred metawire.Cred, dir uint64) bo
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	l := f.cache.leases[bucket]
-	if l == nil || l.gen != stamp {
+	if l == nil || l.gen != stamp || f.cache.changing > 0 {
 		return false
 	}
 	now := time.Now()
@@ -521,10 +522,13 @@ func (f *FS) GetAttrFresh(ctx context.Context, cred metawire.Cred, ino uint64) (
 func (f *FS) SetAttr(ctx context.Context, req metawire.SetAttrReq) (metawire.Attr, error) {
 	var resp metawire.AttrResp
 	f.Invalidate(req.Ino)
+	mark := f.beginChange()
 	if err := f.call(ctx, req.Ino, metawire.OpSetAttr, &req, &resp); err != nil {
+		f.endChange()
 		return metawire.Attr{}, err
 	}
-	f.cacheAttr(resp.Attr)
+	f.cacheAttrAt(resp.Attr, mark)
+	f.endChange()
 	a := resp.Attr
 	if req.Valid&metawire.SetSize != 0 && a.IsRegular() && !a.Inline {
 		if err := f.rewriteTail(ctx, req.Cred, a); err != nil {
@@ -575,7 +579,8 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 		req.Verf = rand.Uint64() | 1
 	}
 	mark := f.lazyMark()
-	lmark := f.leaseMark()
+	lmark := f.beginChange()
+	defer f.endChange()
 	if err := f.call(ctx, req.Dir, op, &req, &resp); err != nil {
 		f.invalidateDentry(req.Dir, req.Name) // it may exist after all (EEXIST, a lost answer)
 		return resp, err
@@ -855,6 +860,8 @@ func (f *FS) remove(ctx context.Context, op uint16, cred metawire.Cred, dir uint
 	}
 	f.cache.Unlock()
 	f.forgetName(dir, name)
+	f.beginChange()
+	defer f.endChange()
 	if err := f.call(ctx, dir, op, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, nil); err != nil {
 		f.invalidateDentry(dir, name)
 		return err
@@ -890,7 +897,8 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 	f.namesChangedLocked(req.SrcDir)
 	f.namesChangedLocked(req.DstDir)
 	f.cache.Unlock()
-	mark := f.leaseMark()
+	mark := f.beginChange()
+	defer f.endChange()
 	if err := f.call(ctx, req.SrcDir, metawire.OpRename, &req, nil); err != nil {
 		f.invalidateDentry(req.SrcDir, req.SrcName)
 		f.invalidateDentry(req.DstDir, req.DstName)
@@ -911,7 +919,8 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 func (f *FS) Link(ctx context.Context, req metawire.LinkReq) (metawire.Attr, error) {
 	f.forgetName(req.Dir, req.Name)
 	f.Invalidate(req.Ino)
-	mark := f.leaseMark()
+	mark := f.beginChange()
+	defer f.endChange()
 	var resp metawire.AttrResp
 	if err := f.call(ctx, req.Dir, metawire.OpLink, &req, &resp); err != nil {
 		f.invalidateDentry(req.Dir, req.Name)
@@ -976,7 +985,10 @@ func (f *FS) GetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name 
 
 func (f *FS) SetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string, value []byte, flags uint32) error {
 	f.Invalidate(ino)
-	if err := f.call(ctx, ino, metawire.OpSetXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name, Value: value, Flags: flags}, nil); err != nil {
+	f.beginChange()
+	err := f.call(ctx, ino, metawire.OpSetXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name, Value: value, Flags: flags}, nil)
+	f.endChange()
+	if err != nil {
 		return err
 	}
 	if name == PolicyXattr {
@@ -998,6 +1010,8 @@ func (f *FS) ListXattr(ctx context.Context, cred metawire.Cred, ino uint64) ([]s
 
 func (f *FS) RemoveXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string) error {
 	f.Invalidate(ino)
+	f.beginChange()
+	defer f.endChange()
 	return f.call(ctx, ino, metawire.OpRemoveXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name}, nil)
 }
 

@@ -92,8 +92,22 @@
 // Entry and attribute timeouts are Config.EntryTTL and AttrTTL (1s by
 // default); the kernel invalidates them itself on every change made
 // through this mount, and client.FS invalidates its own cache the same
-// way. Names not found are not cached (negative entries), so a file
-// created by another client is visible at once.
+// way. When client.FS holds a lease (client.FS.EnableLeases, `atoll
+// mount --leases`, on by default) on what an answer says, the kernel gets
+// it for as long as the lease lasts instead (leases.go): names, names
+// found missing (a negative entry: node id 0 with a timeout, so a create
+// of a new name costs no LOOKUP), and the attributes of files not open
+// here (those of an open file follow its unflushed writes). The mount
+// records what it gave the kernel under each lease; when the lease is
+// broken it invalidates those names and attributes (FUSE notify) before
+// the break is acknowledged, so another client's change is seen as soon
+// as it returns. The kernel takes the directory's lock to invalidate a
+// name, which orders it after lookups in flight there, and drops
+// attribute replies that raced with an invalidation. An invalidation
+// waiting for that lock (a change of this mount in that directory, itself
+// waiting at the island) does not hold the acknowledgement longer than
+// 200 ms. Without a lease nothing is cached longer than the timeouts,
+// and names not found are not cached.
 //
 // # Mounting
 //

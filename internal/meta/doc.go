@@ -58,6 +58,7 @@
 //	FF FF FF FF FF 'Q' reqid(16)   request applied (u64 ns when), kept DedupKeep (dedup.go)
 //	FF FF FF FF FF 'A'             replicated islands: the last raft index applied, u64
 //	                               without version or CRC (written by internal/replica)
+//	FF FF FF FF FF 'G'             present (one byte 1, raw) once a lease was granted
 //
 // Every value is u8 version (1), a payload, and u32 CRC32C (Castagnoli)
 // of the version and payload; a value failing either is ErrIO. In
@@ -245,6 +246,22 @@
 // operation; Close waits for it. A new leader opens a new Island, which
 // recovers open intents and prepared transactions from the replicated
 // records like a restarted island.
+//
+// # Leases
+//
+// OpLease wraps a lookup, getattr or readdir from a client session and
+// answers it (a missing name is an answer: LeaseResp.Status) with a lease
+// on the bucket it read when internal/lease grants one. Every write hands
+// its batch to breakLeases first: the buckets of its namespace keys are
+// marked changing and every lease on them but the changing session's own
+// (the first 8 bytes of the request id) is broken and waited for
+// (acknowledged through OpLeasePoll, or its term run out) before the
+// batch is applied, all under the write's inode locks. The first grant of
+// an island's life writes FF FF FF FF FF 'G'; an island (or a replica
+// becoming leader, which opens a new Island) that finds it delays every
+// change by one lease term (Config.LeaseTerm, lease.DefaultTerm 5 s),
+// since its previous incarnation may have granted leases it cannot know.
+// Leases are held in the leader's memory only.
 //
 // # Request ids
 //
