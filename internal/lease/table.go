@@ -216,12 +216,20 @@ func (t *Table) Break(ctx context.Context, buckets []uint32, except uint64) (don
 	done = func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
+		now := t.now()
 		for _, b := range buckets {
-			bk := t.bucketLocked(b, t.now())
+			bk := t.bucketLocked(b, now)
 			bk.changing--
 			t.mu.gen++
 			bk.gen = t.mu.gen
+			if bk.changing == 0 && len(bk.holders) == 0 {
+				// Nobody holds it: a mark taken meanwhile finds no record
+				// and is refused, and a table that only sees writes stays
+				// empty.
+				delete(t.mu.buckets, b)
+			}
 		}
+		t.sweepLocked(now)
 	}
 	for _, w := range ws {
 		if err := t.wait(ctx, w); err != nil {

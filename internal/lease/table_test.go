@@ -193,3 +193,37 @@ func TestFence(t *testing.T) {
 	}
 	done()
 }
+
+// TestWritesLeaveNoRecords: changes of buckets nobody leases leave the
+// table empty, and a mark taken during such a change is still refused.
+func TestWritesLeaveNoRecords(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tb := New(Config{Term: time.Hour})
+	listen(ctx, tb, 7)
+	for b := range uint32(1000) {
+		done, err := tb.Break(ctx, []uint32{b}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done()
+	}
+	tb.mu.Lock()
+	n := len(tb.mu.buckets)
+	tb.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d bucket records after changes nobody leased", n)
+	}
+	done, _ := tb.Break(ctx, []uint32{5}, 0)
+	m := tb.Begin(5)
+	done()
+	if _, ok := tb.Grant(7, 5, m); ok {
+		t.Fatal("granted on a mark taken during a change")
+	}
+	m = tb.Begin(5)
+	done, _ = tb.Break(ctx, []uint32{5}, 0)
+	done()
+	if _, ok := tb.Grant(7, 5, m); ok {
+		t.Fatal("granted on a mark taken before a change")
+	}
+}
