@@ -58,6 +58,19 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// gone and there check a name through the lease holder.
+	gone := func(name, what string) {
+		t.Helper()
+		if _, err := a.Lookup(ctx, cred, d.Ino, name); !errors.Is(err, metawire.ErrNotFound) {
+			t.Fatalf("%s %q: %v, want it missing", what, name, err)
+		}
+	}
+	there := func(name, what string) {
+		t.Helper()
+		if _, err := a.Lookup(ctx, cred, d.Ino, name); err != nil {
+			t.Fatalf("%s %q: %v", what, name, err)
+		}
+	}
 	x, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "x", Mode: 0o644})
 	if err != nil {
 		t.Fatal(err)
@@ -79,12 +92,8 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 		if _, err := a.GetAttrFresh(ctx, cred, x.Attr.Ino); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Lookup(ctx, cred, d.Ino, "nope"); !errors.Is(err, metawire.ErrNotFound) {
-			t.Fatalf("lookup of a missing name: %v", err)
-		}
-		if _, err := a.Lookup(ctx, cred, d.Ino, fmt.Sprintf("new%d", k)); !errors.Is(err, metawire.ErrNotFound) {
-			t.Fatalf("lookup of a missing name: %v", err)
-		}
+		gone("nope", "lookup of")
+		gone(fmt.Sprintf("new%d", k), "lookup of")
 	}
 	// The first missing name is a leased lookup, the second lists the
 	// directory (then every name is known); nothing else reaches the
@@ -131,27 +140,19 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 	if _, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "nope", Mode: 0o644}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Lookup(ctx, cred, d.Ino, "nope"); err != nil {
-		t.Fatalf("a name another client created: %v", err)
-	}
+	there("nope", "a name another client created")
 	if got := names(); fmt.Sprint(got) != "[. .. x nope]" {
 		t.Fatalf("listing after another client's create: %v", got)
 	}
 	if err := b.Unlink(ctx, cred, d.Ino, "x"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Lookup(ctx, cred, d.Ino, "x"); !errors.Is(err, metawire.ErrNotFound) {
-		t.Fatalf("a name another client removed: %v", err)
-	}
+	gone("x", "a name another client removed")
 	if err := b.Rename(ctx, metawire.RenameReq{SrcDir: d.Ino, SrcName: "nope", DstDir: d.Ino, DstName: "y"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Lookup(ctx, cred, d.Ino, "nope"); !errors.Is(err, metawire.ErrNotFound) {
-		t.Fatalf("a name another client renamed away: %v", err)
-	}
-	if _, err := a.Lookup(ctx, cred, d.Ino, "y"); err != nil {
-		t.Fatalf("a name another client renamed to: %v", err)
-	}
+	gone("nope", "a name another client renamed away")
+	there("y", "a name another client renamed to")
 	if a.LeaseBreaks() == 0 || fc.islandMetric(t, "atoll_meta_lease_breaks_total") == 0 {
 		t.Fatalf("no lease break counted (client %d)", a.LeaseBreaks())
 	}
@@ -170,12 +171,8 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 	if err := a.Rename(ctx, metawire.RenameReq{SrcDir: d.Ino, SrcName: "mine", DstDir: d.Ino, DstName: "mine2"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Lookup(ctx, cred, d.Ino, "mine"); !errors.Is(err, metawire.ErrNotFound) {
-		t.Fatalf("own rename's old name: %v", err)
-	}
-	if _, err := a.Lookup(ctx, cred, d.Ino, "mine2"); err != nil {
-		t.Fatalf("own rename's new name: %v", err)
-	}
+	gone("mine", "own rename's old name")
+	there("mine2", "own rename's new name")
 	if got := names(); !slices.Contains(got, "mine2") || !slices.Contains(got, "y") || len(got) != 4 {
 		t.Fatalf("listing after the holder's own create and rename: %v, want . .. y mine2", got)
 	}

@@ -344,10 +344,8 @@ func (f *FS) Invalidate(ino uint64) {
 func (f *FS) invalidateDentry(dir uint64, name string) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	delete(f.cache.dentry, dentryKey{dir, name})
-	delete(f.cache.attrs, dir)
+	f.forgetNameLocked(dir, name)
 	f.incompleteLocked(dir)
-	f.namesChangedLocked(dir)
 }
 
 // forgetName drops dir/name before a change to it; unlike
@@ -356,6 +354,10 @@ func (f *FS) invalidateDentry(dir uint64, name string) {
 func (f *FS) forgetName(dir uint64, name string) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
+	f.forgetNameLocked(dir, name)
+}
+
+func (f *FS) forgetNameLocked(dir uint64, name string) {
 	delete(f.cache.dentry, dentryKey{dir, name})
 	delete(f.cache.attrs, dir)
 	f.namesChangedLocked(dir)
