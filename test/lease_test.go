@@ -215,3 +215,52 @@ func TestLeaseHolderThatStopsListening(t *testing.T) {
 		t.Fatalf("a listening client holds %d leases, want 1", c.LeasesHeld())
 	}
 }
+
+// TestOwnCrossIslandChangesKeepLeases: a change a client makes that
+// another island applies for it (rmdir of a directory on another island,
+// a rename into one) does not break that client's own leases: the
+// transaction carries its session. (Breaking them made every rmdir of
+// `rm -rf` through the mount wait for its own kernel invalidation.)
+func TestOwnCrossIslandChangesKeepLeases(t *testing.T) {
+	fc := startFSCluster(t, 5, 3)
+	a := fc.newLeasedFS(t)
+	ctx := context.Background()
+	cred := metawire.Cred{}
+	top, err := a.MkdirAll(ctx, cred, "/top", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subs []metawire.Attr
+	for k := range 8 {
+		r, err := a.Mkdir(ctx, metawire.CreateReq{Dir: top.Ino, Name: fmt.Sprintf("s%d", k), Mode: 0o755})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, r.Attr)
+		// A lease on the new directory's bucket (on its own island).
+		if _, err := a.Lookup(ctx, cred, r.Attr.Ino, "nothing"); !errors.Is(err, metawire.ErrNotFound) {
+			t.Fatal(err)
+		}
+		if _, err := a.Create(ctx, metawire.CreateReq{Dir: top.Ino, Name: fmt.Sprintf("f%d", k), Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.LeasesHeld() < 8 {
+		t.Fatalf("%d leases held, want at least 8", a.LeasesHeld())
+	}
+	for k := range 8 {
+		// Into another island's directory, and back out of it.
+		if err := a.Rename(ctx, metawire.RenameReq{SrcDir: top.Ino, SrcName: fmt.Sprintf("f%d", k), DstDir: subs[k].Ino, DstName: "f"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Unlink(ctx, cred, subs[k].Ino, "f"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Rmdir(ctx, cred, top.Ino, fmt.Sprintf("s%d", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.LeaseBreaks(); n != 0 {
+		t.Fatalf("the client's own changes broke %d of its leases", n)
+	}
+}

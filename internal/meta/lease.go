@@ -30,9 +30,21 @@ func (i *Island) openLeases() error {
 	return nil
 }
 
+type sessionKey struct{}
+
+// withSession marks ctx as applying a change for lease session s (a
+// participant applying a transaction a client's request started).
+func withSession(ctx context.Context, s uint64) context.Context {
+	return context.WithValue(ctx, sessionKey{}, s)
+}
+
 // sessionOf is the lease session of the client whose change ctx serves:
-// the first 8 bytes of its request id (see metawire.LeaseReq); 0 for none.
+// the first 8 bytes of its request id (see metawire.LeaseReq), or the
+// session a transaction carried; 0 for none.
 func sessionOf(ctx context.Context) uint64 {
+	if s, ok := ctx.Value(sessionKey{}).(uint64); ok {
+		return s
+	}
 	id, ok := ctx.Value(reqIDKey{}).(wire.ReqID)
 	if !ok {
 		return 0

@@ -82,6 +82,7 @@ type preparedTx struct {
 	id       metawire.TxID
 	coord    namespace.IslandID
 	actions  []metawire.Action
+	session  uint64    // the client's lease session (PrepareReq.Session; 0 after a restart)
 	created  time.Time // when prepared (or loaded at restart)
 	deciding bool      // a decision is being applied
 }
@@ -220,7 +221,7 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := metawire.PrepareReq{TxID: txid, Coordinator: uint32(i.id), Actions: p.actions}
+			req := metawire.PrepareReq{TxID: txid, Coordinator: uint32(i.id), Actions: p.actions, Session: sessionOf(ctx)}
 			_, errs[k] = i.call(ctx, p.island, metawire.OpPrepare, &req, nil)
 		}()
 	}
@@ -386,7 +387,7 @@ func (i *Island) prepare(ctx context.Context, req *metawire.PrepareReq) error {
 		return err
 	}
 	i.tx.Lock()
-	i.tx.prepared[req.TxID] = &preparedTx{id: req.TxID, coord: coord, actions: req.Actions, created: time.Now()}
+	i.tx.prepared[req.TxID] = &preparedTx{id: req.TxID, coord: coord, actions: req.Actions, session: req.Session, created: time.Now()}
 	i.tx.Unlock()
 	i.locks.setPrepared(req.TxID)
 	return i.fp(FailParticipantAfterPrepare)
@@ -423,7 +424,7 @@ func (i *Island) decide(txid metawire.TxID, commit bool) error {
 			err = b.Delete(preparedKey(txid), nil)
 		}
 		if err == nil {
-			err = i.write(context.Background(), b, false)
+			err = i.write(withSession(context.Background(), p.session), b, false)
 		}
 		b.Close()
 		if err != nil {

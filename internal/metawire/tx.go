@@ -219,18 +219,24 @@ type PrepareReq struct {
 	TxID        TxID
 	Coordinator uint32
 	Actions     []Action
+	// Session is the lease session of the client whose request the
+	// transaction serves (0: none): applying it does not break that
+	// client's own leases (see internal/lease).
+	Session uint64
 }
 
 func (r *PrepareReq) Encode(e *wire.Enc) {
 	r.TxID.encode(e)
 	e.U32(r.Coordinator)
 	EncodeActions(e, r.Actions)
+	e.U64(r.Session)
 }
 
 func (r *PrepareReq) Decode(d *wire.Dec) {
 	r.TxID.decode(d)
 	r.Coordinator = d.U32()
 	r.Actions = DecodeActions(d)
+	r.Session = d.U64()
 }
 
 // DecideReq tells a participant the outcome of TxID. Deciding an unknown
