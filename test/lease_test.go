@@ -264,3 +264,59 @@ func TestOwnCrossIslandChangesKeepLeases(t *testing.T) {
 		t.Fatalf("the client's own changes broke %d of its leases", n)
 	}
 }
+
+// TestLeasedListingOfALargeDirectory: a directory listed page by page
+// under one lease is listed again from the cache, whole and in order,
+// until another client changes it.
+func TestLeasedListingOfALargeDirectory(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	a, b := fc.newLeasedFS(t), fc.newFS(t)
+	ctx := context.Background()
+	cred := metawire.Cred{}
+	d, err := b.MkdirAll(ctx, cred, "/big", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1200
+	for k := range n {
+		if _, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: fmt.Sprintf("f%04d", k), Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() []string {
+		t.Helper()
+		var names []string
+		cookie := uint64(0)
+		for {
+			r, err := a.Readdir(ctx, cred, d.Ino, cookie, 500, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range r.Entries {
+				if !e.HasAttr && e.Name != "." && e.Name != ".." {
+					t.Fatalf("%q without attributes", e.Name)
+				}
+				names = append(names, e.Name)
+				cookie = e.Cookie
+			}
+			if r.EOF {
+				return names
+			}
+		}
+	}
+	first := list()
+	since := fc.islandOpsSince(t, "lease", "readdir", "getattr")
+	again := list()
+	if got := since(); got["lease"]+got["readdir"]+got["getattr"] != 0 {
+		t.Fatalf("listing %d entries again cost %v island requests, want none", len(again), got)
+	}
+	if len(first) != n+2 || !slices.Equal(first, again) {
+		t.Fatalf("listings of %d and %d entries differ", len(first), len(again))
+	}
+	if err := b.Unlink(ctx, cred, d.Ino, "f0600"); err != nil {
+		t.Fatal(err)
+	}
+	if after := list(); len(after) != n+1 || slices.Contains(after, "f0600") {
+		t.Fatalf("listing after another client's unlink: %d entries", len(after))
+	}
+}

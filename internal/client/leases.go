@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
+	"sort"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -34,10 +35,12 @@ type heldLease struct {
 	expires  time.Time
 	complete map[uint64]bool // directories of the bucket whose every name is cached under the lease
 	misses   int             // names looked up and not found under the lease
-	// listing holds directories listed whole (one page, EOF) under the
-	// lease, in cookie order with "." and "..", without attributes;
-	// dropped by this FS's own changes of names in them.
+	// listing holds directories listed whole under the lease (pages
+	// read in order from cookie 0 to EOF, gathered in partial), in
+	// cookie order with "." and "..", without attributes; dropped by
+	// this FS's own changes of names in them.
 	listing map[uint64][]metawire.Dirent
+	partial map[uint64][]metawire.Dirent
 }
 
 // cachedReaddir serves a page of dir's listing from the cache: only for
@@ -65,10 +68,9 @@ func (f *FS) cachedReaddir(cred metawire.Cred, dir, cookie uint64, max uint32, p
 		max = completeDirMax
 	}
 	resp := metawire.ReaddirResp{DirAttr: da.attr, EOF: true}
-	for _, e := range l.listing[dir] {
-		if e.Cookie <= cookie {
-			continue
-		}
+	ents := l.listing[dir]
+	from := sort.Search(len(ents), func(k int) bool { return ents[k].Cookie > cookie })
+	for _, e := range ents[from:] {
 		if len(resp.Entries) == int(max) {
 			resp.EOF = false
 			break
@@ -87,22 +89,38 @@ func (f *FS) cachedReaddir(cred metawire.Cred, dir, cookie uint64, max uint32, p
 	return resp, true
 }
 
-// keepListing records a whole listing of dir read under lease gen stamp.
-func (f *FS) keepListing(dir, stamp uint64, entries []metawire.Dirent) {
+// keepListing gathers a page of dir's listing after cookie read under
+// lease gen stamp: pages that follow on from cookie 0 under one lease
+// make the whole listing at EOF.
+func (f *FS) keepListing(dir, cookie, stamp uint64, entries []metawire.Dirent, eof bool) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	l := f.cache.leases[namespace.Ino(dir).Bucket()]
 	if l == nil || l.gen != stamp || f.cache.changing > 0 {
 		return
 	}
+	if l.partial == nil {
+		l.partial = map[uint64][]metawire.Dirent{}
+	}
+	have, ok := l.partial[dir]
+	switch {
+	case cookie == 0:
+		have = nil
+	case !ok || len(have) == 0 || have[len(have)-1].Cookie != cookie:
+		return // not the page after the last one gathered
+	}
+	for _, e := range entries {
+		have = append(have, metawire.Dirent{Name: e.Name, Ino: e.Ino, Type: e.Type, Cookie: e.Cookie})
+	}
+	if !eof {
+		l.partial[dir] = have
+		return
+	}
+	delete(l.partial, dir)
 	if l.listing == nil {
 		l.listing = map[uint64][]metawire.Dirent{}
 	}
-	kept := make([]metawire.Dirent, len(entries))
-	for k, e := range entries {
-		kept[k] = metawire.Dirent{Name: e.Name, Ino: e.Ino, Type: e.Type, Cookie: e.Cookie}
-	}
-	l.listing[dir] = kept
+	l.listing[dir] = have
 }
 
 // namesChangedLocked drops dir's cached listing: this FS changes its
@@ -110,6 +128,7 @@ func (f *FS) keepListing(dir, stamp uint64, entries []metawire.Dirent) {
 func (f *FS) namesChangedLocked(dir uint64) {
 	if l := f.cache.leases[namespace.Ino(dir).Bucket()]; l != nil {
 		delete(l.listing, dir)
+		delete(l.partial, dir)
 	}
 }
 

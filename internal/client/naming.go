@@ -971,8 +971,8 @@ func (f *FS) cacheReaddir(dir, cookie uint64, resp metawire.ReaddirResp, mark, d
 			f.cacheDentryAt(dir, e.Name, e.Ino, dirMark)
 		}
 	}
-	if cookie == 0 && resp.EOF && stamp != 0 {
-		f.keepListing(dir, stamp, resp.Entries)
+	if stamp != 0 {
+		f.keepListing(dir, cookie, stamp, resp.Entries, resp.EOF)
 	}
 }
 
