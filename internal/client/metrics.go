@@ -39,7 +39,8 @@ func RegisterMetrics(reg prometheus.Registerer, c *Client, fs *FS) error {
 
 type clientDescs struct {
 	readBytes, writtenBytes, stripes, degradedWritten, blocksRead, degradedReads,
-	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead, dirty *prometheus.Desc
+	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead, dirty,
+	leases, leaseBreaks *prometheus.Desc
 }
 
 func newClientDescs() clientDescs {
@@ -61,6 +62,8 @@ func newClientDescs() clientDescs {
 		cacheMisses:     d("cache_misses_total", "Attribute and name cache misses."),
 		readAhead:       d("readahead_bytes", "Bytes of read-ahead windows and prefetches alive (bounded by the read-ahead budget)."),
 		dirty:           d("dirty_bytes", "Bytes of written data buffered and not yet committed, all files together."),
+		leases:          d("leases", "Directories (buckets) this client holds a live lease on."),
+		leaseBreaks:     d("lease_breaks_total", "Leases its islands broke before another client's change."),
 	}
 }
 
@@ -73,7 +76,8 @@ type clientCollector struct {
 func (k *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &k.descs
 	for _, x := range []*prometheus.Desc{d.readBytes, d.writtenBytes, d.stripes, d.degradedWritten, d.blocksRead,
-		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead, d.dirty} {
+		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead, d.dirty,
+		d.leases, d.leaseBreaks} {
 		ch <- x
 	}
 }
@@ -100,5 +104,7 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.cacheMisses, misses)
 		ch <- prometheus.MustNewConstMetric(d.readAhead, prometheus.GaugeValue, float64(k.fs.ReadAheadBytes()))
 		ch <- prometheus.MustNewConstMetric(d.dirty, prometheus.GaugeValue, float64(k.fs.DirtyBytes()))
+		ch <- prometheus.MustNewConstMetric(d.leases, prometheus.GaugeValue, float64(k.fs.LeasesHeld()))
+		counter(d.leaseBreaks, k.fs.LeaseBreaks())
 	}
 }
