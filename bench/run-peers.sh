@@ -18,6 +18,7 @@
 # Needs root (FUSE mounts; dropping the page cache for the cold figures).
 #
 # Knobs: BENCH_PEERS_SIZE (1GiB) BENCH_PEERS_FILES (10000) ROUNDS (1)
+# BENCH_PEERS_ATOLL_ARGS (more flags for atoll dev, e.g. --island-replicas 1)
 # BENCH_PEERS_SYSTEMS ("local atoll seaweedfs juicefs") BENCH_PEERS_CACHE
 # (/tmp/atoll-bench-peers-cache) BENCH_PEERS_PORT (29700: ports from there
 # to +300) BENCH_PEERS_OUT (the JSON of every figure) ATOLL (./bin/atoll).
@@ -154,9 +155,10 @@ if want local; then
 fi
 if want atoll; then
 	echo "== starting atoll dev (ports $port..$((port + 210)))"
+	# shellcheck disable=SC2086 # BENCH_PEERS_ATOLL_ARGS is a list of flags
 	"$atoll" dev --data "$scratch/atoll" --log-level warn --nfs-listen "" --web-listen "" --metrics-listen "" \
 		--manager-listen "127.0.0.1:$port" --storage-listen "127.0.0.1:$((port + 100))" \
-		--island-listen "127.0.0.1:$((port + 200))" >"$scratch/atoll-dev.log" 2>&1 &
+		--island-listen "127.0.0.1:$((port + 200))" ${BENCH_PEERS_ATOLL_ARGS:-} >"$scratch/atoll-dev.log" 2>&1 &
 	pids+=($!)
 	mounts+=("$scratch/atoll/mnt")
 	wait_for "atoll dev" $! "$scratch/atoll-dev.log" grep -q "atoll dev ready" "$scratch/atoll-dev.log"
@@ -169,7 +171,8 @@ import json, sys
 s = json.loads(sys.argv[1])
 n = sum(1 for m in s["members"] if m["kind"] == "storage")
 p, i = s["default_policy"], len(s["islands"])
-print(f"policy {p} (atoll status) over {n} storage servers, {i} metadata islands")
+r = max((len(x.get("replicas") or []) for x in s["islands"]), default=0) or 1
+print(f"policy {p} (atoll status) over {n} storage servers, {i} metadata islands of {r} replica(s) each")
 ' "$st" 2>/dev/null) || redundancy[atoll]="ec:4+1 over 5 storage servers, 3 islands (atoll dev defaults; atoll status did not answer)"
 fi
 if want seaweedfs; then
