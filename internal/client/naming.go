@@ -90,8 +90,11 @@ type FSConfig struct {
 	ReadAheadMax int64
 	// IslandWait bounds how long a request waits for an unavailable
 	// island (down, restarting, or a replicated island electing a new
-	// leader) before it fails with ErrUnavailable (EIO). Default 6s: a
-	// failover takes a few seconds.
+	// leader) before it fails with ErrUnavailable (EIO): counted from the
+	// first "unavailable" answer in a row, so time an island spent on an
+	// attempt (a new leader holding changes back for a lease term,
+	// internal/lease) does not count. Default 6s: a failover takes a few
+	// seconds.
 	IslandWait time.Duration
 	Logger     *slog.Logger
 }
@@ -236,13 +239,20 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	}
 	backoff := 5 * time.Millisecond
 	var last error
-	start := time.Now()
 	// Busy and stale answers are retried 12 times; an unavailable island
-	// for up to IslandWait.
-	for attempt := 0; attempt < 12 || (errors.Is(last, metawire.ErrUnavailable) && time.Since(start) < f.cfg.IslandWait); attempt++ {
+	// for up to IslandWait from the first "unavailable" answer in a row.
+	// Time an island spent serving an attempt does not count: a new
+	// leader holding changes back for a lease term is not unavailable.
+	// Whatever happens, a request gives up after 4 × IslandWait.
+	var unavailSince time.Time
+	start := time.Now()
+	for attempt := 0; attempt < 12 || (errors.Is(last, metawire.ErrUnavailable) && time.Since(unavailSince) < f.cfg.IslandWait && time.Since(start) < 4*f.cfg.IslandWait); attempt++ {
 		id, addr, ok := f.cfg.Map.IslandFor(namespace.Ino(route).Bucket())
 		if !ok {
 			last = fmt.Errorf("client: no island for inode %s: %w", namespace.Ino(route), metawire.ErrUnavailable)
+			if unavailSince.IsZero() {
+				unavailSince = time.Now()
+			}
 		} else {
 			rep, err := f.pool.CallRoute(ctx, addr, uint32(id), reqID, op, f.cfg.Map.Epoch(), msg, nil, nil)
 			if err == nil {
@@ -259,6 +269,11 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 			}
 			switch {
 			case errors.Is(err, metawire.ErrStaleEpoch), errors.Is(err, metawire.ErrWrongIsland), errors.Is(err, metawire.ErrUnavailable):
+				if !errors.Is(err, metawire.ErrUnavailable) {
+					unavailSince = time.Time{}
+				} else if unavailSince.IsZero() {
+					unavailSince = time.Now()
+				}
 				if rerr := f.cfg.Map.Refresh(ctx); rerr != nil {
 					f.log.Debug("client: map refresh failed", "err", rerr)
 				}

@@ -8,8 +8,12 @@ import (
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
-// DefaultTerm is how long a lease lasts unless renewed.
-const DefaultTerm = 5 * time.Second
+// DefaultTerm is how long a lease lasts unless renewed. It is also what a
+// dead holder can cost a writer, and how long a restarted island or a new
+// leader holds changes back (Config.Fenced): a failover already takes a
+// few seconds, so the term stays short, and a holder in use renews it
+// with its next read that misses.
+const DefaultTerm = 3 * time.Second
 
 // DefaultPollWait is how long a poll waits for a break before it answers
 // with none.
@@ -179,7 +183,19 @@ type waiter struct {
 // the change is applied (or abandoned). On ctx's end Break returns its
 // error with the buckets released.
 func (t *Table) Break(ctx context.Context, buckets []uint32, except uint64) (done func(), err error) {
-	if left := t.fence.Sub(t.now()); left > 0 {
+	return t.breakLeases(ctx, buckets, except, true)
+}
+
+// BreakUnfenced is Break without waiting for the fence: for an island's
+// recovery at start, which finishes what its previous incarnation began
+// (changes no client was answered yet) and must not hold the island's
+// start by a lease term.
+func (t *Table) BreakUnfenced(ctx context.Context, buckets []uint32, except uint64) (done func(), err error) {
+	return t.breakLeases(ctx, buckets, except, false)
+}
+
+func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64, fenced bool) (done func(), err error) {
+	if left := t.fence.Sub(t.now()); fenced && left > 0 {
 		timer := time.NewTimer(left)
 		select {
 		case <-timer.C:

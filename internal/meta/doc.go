@@ -259,7 +259,7 @@
 // batch is applied, all under the write's inode locks. The first grant of
 // an island's life writes FF FF FF FF FF 'G'; an island (or a replica
 // becoming leader, which opens a new Island) that finds it delays every
-// change by one lease term (Config.LeaseTerm, lease.DefaultTerm 5 s),
+// change by one lease term (Config.LeaseTerm, lease.DefaultTerm 3 s),
 // since its previous incarnation may have granted leases it cannot know.
 // Leases are held in the leader's memory only.
 //

@@ -80,6 +80,7 @@ type Island struct {
 	lazyDels sync.WaitGroup
 
 	bgCancel context.CancelFunc
+	bgCtx    context.Context // ends when Close begins
 	bgDone   chan struct{}
 
 	// Lazy creates kick syncKick; the syncer goroutine (done closes
@@ -291,10 +292,13 @@ func (i *Island) start() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	i.bgCancel, i.bgDone = cancel, make(chan struct{})
-	// One synchronous pass delivers what it can before serving.
+	// One synchronous pass delivers what it can before serving (its
+	// changes, like recovery's, do not wait for the lease fence: see
+	// breakLeases).
 	pass, pcancel := context.WithTimeout(ctx, 3*time.Second)
 	i.resolveOnce(pass, true)
 	pcancel()
+	i.bgCtx = ctx
 	go i.background(ctx)
 	i.syncKick, i.syncDone = make(chan struct{}, 1), make(chan struct{})
 	if i.repl != nil {

@@ -77,7 +77,17 @@ func (i *Island) breakLeases(ctx context.Context, b *pebble.Batch) (done func(),
 	if len(buckets) == 0 {
 		return func() {}, nil
 	}
-	done, err = i.leases.Break(ctx, buckets, sessionOf(ctx))
+	brk := i.leases.BreakUnfenced // recovery at start (see lease.Table)
+	if i.bgCtx != nil {
+		brk = i.leases.Break
+		// An island closing (a replica that stopped leading) stops waiting
+		// for breaks and its fence: the client retries at the new leader.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(i.bgCtx, cancel)()
+	}
+	done, err = brk(ctx, buckets, sessionOf(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("%w: breaking leases: %v", metawire.ErrUnavailable, err)
 	}
@@ -151,6 +161,14 @@ func leaseRoute(op uint16, msg []byte) (uint64, error) {
 // pollLeases serves OpLeasePoll.
 func (i *Island) pollLeases(ctx context.Context, r *metawire.PollReq) (*metawire.PollResp, error) {
 	wait := min(time.Duration(r.WaitMs)*time.Millisecond, maxPollWait)
+	if i.bgCtx != nil {
+		// A poll waits holding the island open: Close (a replica that
+		// stopped leading) must not wait for it.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(i.bgCtx, cancel)()
+	}
 	bs, err := i.leases.Poll(ctx, r.Session, r.Ack, wait)
 	if err != nil {
 		if errors.Is(err, lease.ErrNoSession) {

@@ -3,6 +3,7 @@ package meta
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -42,4 +43,29 @@ func TestLeasesFenceTheNextIncarnation(t *testing.T) {
 		t.Fatal("an island restarted after granting a lease is not fenced")
 	}
 	c.mustFsck()
+}
+
+// TestCloseEndsLeasePolls: a poll waiting for breaks does not hold an
+// island open. (A replica that stopped leading closes its Island; with a
+// poll holding it, clients were told "not the leader" for the length of
+// the poll and failed.)
+func TestCloseEndsLeasePolls(t *testing.T) {
+	c := newCluster(t, 1)
+	isl := c.isl[1]
+	polled := make(chan error, 1)
+	go func() {
+		_, err := isl.Handle(bg, metawire.OpLeasePoll, 1, metawire.Marshal(&metawire.PollReq{Session: 9, WaitMs: 60_000}))
+		polled <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let the poll start waiting
+	closed := make(chan struct{})
+	go func() { isl.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close still waits for a lease poll (up to 30 s) after 20 s")
+	}
+	if err := <-polled; err == nil {
+		t.Fatal("a poll cut short by Close answered as if its wait ran out")
+	}
 }
