@@ -1,7 +1,9 @@
 package cleaner
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -169,21 +171,45 @@ func PlanRebalance(stripes []Stripe, used map[uint16]int64, c RebalanceConfig) R
 				break
 			}
 		}
+		after := func(s *Stripe) map[uint16]float64 {
+			next := maps.Clone(est)
+			for _, f := range s.Frags {
+				next[f.Slot] -= float64(f.Length)
+			}
+			add := float64(s.Live) * float64(s.K+s.M) / float64(s.K) / float64(targets)
+			for slot := range next {
+				if !avoid[slot] {
+					next[slot] += add
+				}
+			}
+			return next
+		}
+		var next map[uint16]float64
+		if pick == nil {
+			// Every stripe on the fullest slot has a fragment on the
+			// emptiest too (old stripes span all the old slots, copies
+			// avoid the fullest): take one anyway if moving it still
+			// evens the slots out.
+			for _, s := range cands {
+				if chosen[s.ID] || !slices.ContainsFunc(s.Frags, func(f Frag) bool { return f.Slot == hot }) {
+					continue
+				}
+				if n := after(s); imbalance(n) < imbalance(est) {
+					pick, next = s, n
+				}
+				break
+			}
+		}
 		if pick == nil {
 			break // nothing left on the fullest slot that may move
+		}
+		if next == nil {
+			next = after(pick)
 		}
 		chosen[pick.ID] = true
 		plan.Move = append(plan.Move, pick.ID)
 		copied += pick.Live
-		for _, f := range pick.Frags {
-			est[f.Slot] -= float64(f.Length)
-		}
-		add := float64(pick.Live) * float64(pick.K+pick.M) / float64(pick.K) / float64(targets)
-		for s := range est {
-			if !avoid[s] {
-				est[s] += add
-			}
-		}
+		est = next
 	}
 	plan.Estimated = imbalance(est)
 	plan.Remaining = overBand(est, mean, c.Tolerance)
