@@ -99,6 +99,11 @@ func (f *FS) keepListing(dir, cookie, stamp uint64, entries []metawire.Dirent, e
 	if l == nil || l.gen != stamp || f.cache.changing > 0 {
 		return
 	}
+	keepListingLocked(l, dir, cookie, entries, eof)
+}
+
+// keepListingLocked adds a page of dir's listing to lease l (keepListing).
+func keepListingLocked(l *heldLease, dir, cookie uint64, entries []metawire.Dirent, eof bool) {
 	if l.partial == nil {
 		l.partial = map[uint64][]metawire.Dirent{}
 	}
@@ -174,15 +179,6 @@ func (f *FS) reqIDFor() wire.ReqID {
 	return id
 }
 
-// leaseMark is the lease epoch before a request: records of its reply are
-// stamped with their bucket's lease only if no lease was acquired or
-// broken meanwhile (stampLocked).
-func (f *FS) leaseMark() uint64 {
-	f.cache.Lock()
-	defer f.cache.Unlock()
-	return f.cache.epoch
-}
-
 // ownMark marks a mark from beginChange: the records it caches are the
 // answer of this FS's own change.
 const ownMark = 1 << 63
@@ -224,88 +220,91 @@ func (f *FS) stampLocked(bucket uint32, mark uint64, now time.Time) uint64 {
 // validLocked reports whether a record of bucket cached until expires
 // with lease stamp may be used at now.
 func (f *FS) validLocked(bucket uint32, stamp uint64, expires, now time.Time) bool {
-	if now.Before(expires) {
-		return true
-	}
-	if stamp == 0 || f.cache.leases == nil {
-		return false
-	}
-	l := f.cache.leases[bucket]
-	return l != nil && l.gen == stamp && now.Before(l.expires)
+	return now.Before(expires) || f.leaseLeftLocked(bucket, stamp, now) > 0
 }
 
 // liveLeaseLocked returns the live lease on bucket, if any.
 func (f *FS) liveLeaseLocked(bucket uint32, now time.Time) *heldLease {
-	if f.cache.leases == nil {
-		return nil
-	}
 	if l := f.cache.leases[bucket]; l != nil && now.Before(l.expires) {
 		return l
 	}
 	return nil
 }
 
-// leasedCall sends read op (routed by route, whose bucket is leased) as
-// an OpLease when leases are on; it returns the read's answer, the lease
-// generation its records of route's bucket carry (0: no new lease) and
-// the mark to cache the reply's records with (mark, the lease epoch
-// taken before sending, or the epoch right after this reply's lease was
-// recorded). A lookup of a missing name is answered ErrNotFound with its
-// stamp.
-func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp metawire.Message, mark uint64) (newMark, stamp uint64, err error) {
-	f.cache.Lock()
-	session := f.cache.session
-	f.cache.Unlock()
-	if session == 0 {
-		return mark, 0, f.call(ctx, route, op, req, resp)
+// leaseMarks say how the records of a leased read's answer are cached
+// (see leasedCall).
+type leaseMarks struct {
+	before uint64 // the lease epoch before the request was sent
+	route  uint64 // for records of the route's bucket: before, or the epoch right after the answer's lease was recorded
+	stamp  uint64 // the generation of that lease (0: none granted)
+	bucket uint32 // the route's bucket
+}
+
+// forIno is the mark a record of ino from the answer is cached with: a
+// record of the route's bucket is covered by the lease the request
+// acquired, any other only by what was held before it was sent.
+func (m leaseMarks) forIno(ino uint64) uint64 {
+	if namespace.Ino(ino).Bucket() == m.bucket {
+		return m.route
 	}
+	return m.before
+}
+
+// leasedCall sends read op (routed by route, whose bucket is leased) as
+// an OpLease when leases are on, and returns the read's answer and the
+// marks to cache its records with. A lookup of a missing name is
+// answered ErrNotFound, with the marks of its lease.
+func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp metawire.Message) (leaseMarks, error) {
 	bucket := namespace.Ino(route).Bucket()
+	f.cache.Lock()
+	session, mark := f.cache.session, f.cache.epoch
+	f.cache.Unlock()
+	m := leaseMarks{before: mark, route: mark, bucket: bucket}
+	if session == 0 {
+		return m, f.call(ctx, route, op, req, resp)
+	}
 	isl := f.islandOf(route)
 	f.startPoller(isl, route)
 	sent := time.Now()
 	var lr metawire.LeaseResp
 	if err := f.call(ctx, route, metawire.OpLease, &metawire.LeaseReq{Session: session, Op: op, Msg: metawire.Marshal(req)}, &lr); err != nil {
-		return mark, 0, err
+		return m, err
 	}
 	rerr := lr.Err()
 	if rerr == nil {
 		if err := metawire.Unmarshal(lr.Msg, resp); err != nil {
-			return mark, 0, err
+			return m, err
 		}
 	}
 	if !lr.Granted {
-		return mark, 0, rerr
+		return m, rerr
 	}
 	term := time.Duration(lr.Term)
 	expires := sent.Add(term - term*leaseMargin/100)
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	if f.cache.maxBreak[isl] > lr.Seq {
-		return mark, 0, rerr // a break sent after the grant was received already
+		return m, rerr // a break sent after the grant was received already
 	}
-	now := time.Now()
-	if l := f.liveLeaseLocked(bucket, now); l != nil && l.island == isl && mark == f.cache.epoch {
-		l.expires = later(l.expires, expires) // a renewal: the records stay
-		return mark, l.gen, rerr
+	if l := f.liveLeaseLocked(bucket, time.Now()); l != nil && l.island == isl && mark == f.cache.epoch {
+		if expires.After(l.expires) { // a renewal: the records stay
+			l.expires = expires
+		}
+		m.stamp = l.gen
+		return m, rerr
 	}
 	f.cache.nextGen++
 	f.cache.epoch++
 	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires}
-	return f.cache.epoch, f.cache.nextGen, rerr
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
+	m.route, m.stamp = f.cache.epoch, f.cache.nextGen
+	return m, rerr
 }
 
 // startPoller starts the goroutine that listens for isl's breaks, once.
 func (f *FS) startPoller(isl namespace.IslandID, route uint64) {
 	f.cache.Lock()
-	defer f.cache.Unlock()
 	if f.cache.pollers[isl] || f.closing.Load() {
+		f.cache.Unlock()
 		return
 	}
 	f.cache.pollers[isl] = true
@@ -321,7 +320,6 @@ func (f *FS) startPoller(isl namespace.IslandID, route uint64) {
 	}
 	cancel()
 	go f.poll(isl, route)
-	f.cache.Lock()
 }
 
 // poll listens for breaks of this FS's leases at island isl (reached by
@@ -362,19 +360,28 @@ func (f *FS) poll(isl namespace.IslandID, route uint64) {
 		f.cache.Lock()
 		buckets := make([]uint32, 0, len(resp.Breaks))
 		for _, b := range resp.Breaks {
-			delete(f.cache.leases, b.Bucket)
 			f.cache.maxBreak[isl] = max(f.cache.maxBreak[isl], b.Seq)
 			ack = max(ack, b.Seq)
 			buckets = append(buckets, b.Bucket)
 		}
-		f.cache.epoch++
 		f.cache.breaks += uint64(len(resp.Breaks))
-		f.forgetBucketsLocked(buckets)
-		fn := f.cache.onBreak
-		f.cache.Unlock()
-		if fn != nil {
-			fn(buckets) // before the next poll acknowledges the breaks
-		}
+		f.endLeasesAndUnlock(buckets) // before the next poll acknowledges the breaks
+	}
+}
+
+// endLeasesAndUnlock ends this FS's leases on buckets early (broken, or
+// their island's poll failed): it forgets them and every record cached
+// of their buckets, releases f.cache and runs the OnLeaseBreak hook.
+func (f *FS) endLeasesAndUnlock(buckets []uint32) {
+	for _, b := range buckets {
+		delete(f.cache.leases, b)
+	}
+	f.cache.epoch++
+	f.forgetBucketsLocked(buckets)
+	fn := f.cache.onBreak
+	f.cache.Unlock()
+	if fn != nil && len(buckets) > 0 {
+		fn(buckets)
 	}
 }
 
@@ -411,17 +418,10 @@ func (f *FS) dropIsland(isl namespace.IslandID) {
 	var buckets []uint32
 	for b, l := range f.cache.leases {
 		if l.island == isl {
-			delete(f.cache.leases, b)
 			buckets = append(buckets, b)
 		}
 	}
-	f.cache.epoch++
-	f.forgetBucketsLocked(buckets)
-	fn := f.cache.onBreak
-	f.cache.Unlock()
-	if fn != nil && len(buckets) > 0 {
-		fn(buckets)
-	}
+	f.endLeasesAndUnlock(buckets)
 }
 
 // LeaseBreaks returns how many lease breaks this FS received.
@@ -439,7 +439,7 @@ func (f *FS) EntryLease(dir uint64, name string, ino uint64) time.Duration {
 	defer f.cache.Unlock()
 	now := time.Now()
 	d, ok := f.cache.dentry[dentryKey{dir, name}]
-	if !ok || d.ino != ino || d.lease == 0 {
+	if !ok || d.ino != ino {
 		return 0
 	}
 	return f.leaseLeftLocked(namespace.Ino(dir).Bucket(), d.lease, now)
@@ -451,12 +451,14 @@ func (f *FS) AttrLease(ino uint64) time.Duration {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	a, ok := f.cache.attrs[ino]
-	if !ok || a.lease == 0 {
+	if !ok {
 		return 0
 	}
 	return f.leaseLeftLocked(namespace.Ino(ino).Bucket(), a.lease, time.Now())
 }
 
+// leaseLeftLocked is how long the lease of generation stamp on bucket
+// still runs (0: ended, broken, or stamp 0, which no lease has).
 func (f *FS) leaseLeftLocked(bucket uint32, stamp uint64, now time.Time) time.Duration {
 	l := f.cache.leases[bucket]
 	if l == nil || l.gen != stamp {

@@ -428,34 +428,22 @@ func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name st
 	if complete && f.completeDir(ctx, cred, dir) {
 		return f.Lookup(ctx, cred, dir, name)
 	}
-	mark := f.leaseMark()
 	var resp metawire.AttrResp
-	dirMark, stamp, err := f.leasedCall(ctx, dir, metawire.OpLookup, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, &resp, mark)
+	m, err := f.leasedCall(ctx, dir, metawire.OpLookup, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, &resp)
 	if err != nil {
-		if errors.Is(err, metawire.ErrNotFound) && stamp != 0 {
+		if errors.Is(err, metawire.ErrNotFound) && m.stamp != 0 {
 			f.cache.Lock()
-			if l := f.cache.leases[bucket]; l != nil && l.gen == stamp && f.cache.changing == 0 {
+			if l := f.cache.leases[bucket]; l != nil && l.gen == m.stamp && f.cache.changing == 0 {
 				l.misses++
-				f.cache.dentry[dentryKey{dir, name}] = cachedDentry{0, time.Time{}, stamp}
+				f.cache.dentry[dentryKey{dir, name}] = cachedDentry{0, time.Time{}, m.stamp}
 			}
 			f.cache.Unlock()
 		}
 		return metawire.Attr{}, err
 	}
-	f.cacheAttrAt(resp.Attr, markFor(resp.Attr.Ino, dir, mark, dirMark))
-	f.cacheDentryAt(dir, name, resp.Attr.Ino, dirMark)
+	f.cacheAttrAt(resp.Attr, m.forIno(resp.Attr.Ino))
+	f.cacheDentryAt(dir, name, resp.Attr.Ino, m.route)
 	return resp.Attr, nil
-}
-
-// markFor is the lease mark for a record of ino read by a leased request
-// routed by route: routeMark (from leasedCall) for route's own bucket,
-// whose lease that request acquired; for any other bucket mark, the epoch
-// before it was sent.
-func markFor(ino, route, mark, routeMark uint64) uint64 {
-	if namespace.Ino(ino).Bucket() == namespace.Ino(route).Bucket() {
-		return routeMark
-	}
-	return mark
 }
 
 // completeDirMax is the largest directory completeDir lists.
@@ -470,32 +458,28 @@ func (f *FS) completeDir(ctx context.Context, cred metawire.Cred, dir uint64) bo
 		l.complete = map[uint64]bool{} // tried under this lease (see Lookup)
 	}
 	f.cache.Unlock()
-	mark := f.leaseMark()
 	var resp metawire.ReaddirResp
-	_, stamp, err := f.leasedCall(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, MaxEntries: completeDirMax}, &resp, mark)
-	if err != nil || stamp == 0 || !resp.EOF {
+	m, err := f.leasedCall(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, MaxEntries: completeDirMax}, &resp)
+	if err != nil || m.stamp == 0 || !resp.EOF {
 		return false
 	}
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	l := f.cache.leases[bucket]
-	if l == nil || l.gen != stamp || f.cache.changing > 0 {
+	if l == nil || l.gen != m.stamp || f.cache.changing > 0 {
 		return false
 	}
 	now := time.Now()
 	for _, e := range resp.Entries {
 		if e.Name != "." && e.Name != ".." {
-			f.cache.dentry[dentryKey{dir, e.Name}] = cachedDentry{e.Ino, now.Add(f.cfg.AttrTTL), stamp}
+			f.cache.dentry[dentryKey{dir, e.Name}] = cachedDentry{e.Ino, now.Add(f.cfg.AttrTTL), m.stamp}
 		}
 	}
 	if l.complete == nil {
 		l.complete = map[uint64]bool{}
 	}
 	l.complete[dir] = true
-	if l.listing == nil {
-		l.listing = map[uint64][]metawire.Dirent{}
-	}
-	l.listing[dir] = resp.Entries // without attributes: not asked
+	keepListingLocked(l, dir, 0, resp.Entries, true)
 	return true
 }
 
@@ -518,19 +502,18 @@ func (f *FS) GetAttr(ctx context.Context, cred metawire.Cred, ino uint64) (metaw
 // the island.
 func (f *FS) GetAttrFresh(ctx context.Context, cred metawire.Cred, ino uint64) (metawire.Attr, error) {
 	f.cache.Lock()
-	if a, ok := f.cache.attrs[ino]; ok && a.lease != 0 && f.validLocked(namespace.Ino(ino).Bucket(), a.lease, time.Time{}, time.Now()) {
+	if a, ok := f.cache.attrs[ino]; ok && f.leaseLeftLocked(namespace.Ino(ino).Bucket(), a.lease, time.Now()) > 0 {
 		f.cache.hits++
 		f.cache.Unlock()
 		return a.attr, nil
 	}
 	f.cache.Unlock()
-	mark := f.leaseMark()
 	var resp metawire.AttrResp
-	mark, _, err := f.leasedCall(ctx, ino, metawire.OpGetAttr, &metawire.InoReq{Cred: cred, Ino: ino}, &resp, mark)
+	m, err := f.leasedCall(ctx, ino, metawire.OpGetAttr, &metawire.InoReq{Cred: cred, Ino: ino}, &resp)
 	if err != nil {
 		return metawire.Attr{}, err
 	}
-	f.cacheAttrAt(resp.Attr, mark)
+	f.cacheAttrAt(resp.Attr, m.forIno(resp.Attr.Ino))
 	return resp.Attr, nil
 }
 
@@ -916,15 +899,15 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 	f.cache.Unlock()
 	mark := f.beginChange()
 	defer f.endChange()
-	if err := f.call(ctx, req.SrcDir, metawire.OpRename, &req, nil); err != nil {
+	err := f.call(ctx, req.SrcDir, metawire.OpRename, &req, nil)
+	if err != nil || req.Flags&metawire.RenameExchange != 0 {
+		// Unknown after a failure; after an exchange SrcName holds what
+		// DstName held.
 		f.invalidateDentry(req.SrcDir, req.SrcName)
 		f.invalidateDentry(req.DstDir, req.DstName)
 		return err
 	}
-	if req.Flags&metawire.RenameExchange != 0 {
-		f.invalidateDentry(req.SrcDir, req.SrcName) // holds what DstName held
-		f.invalidateDentry(req.DstDir, req.DstName)
-	} else if moved != 0 {
+	if moved != 0 {
 		f.cacheDentryAt(req.DstDir, req.DstName, moved, mark)
 	} else {
 		f.invalidateDentry(req.DstDir, req.DstName)
@@ -953,12 +936,11 @@ func (f *FS) Link(ctx context.Context, req metawire.LinkReq) (metawire.Attr, err
 func (f *FS) Readdir(ctx context.Context, cred metawire.Cred, dir, cookie uint64, max uint32, plus bool) (metawire.ReaddirResp, error) {
 	resp, cached := f.cachedReaddir(cred, dir, cookie, max, plus)
 	if !cached {
-		mark := f.leaseMark()
-		dirMark, stamp, err := f.leasedCall(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, Cookie: cookie, MaxEntries: max, Plus: plus}, &resp, mark)
+		m, err := f.leasedCall(ctx, dir, metawire.OpReaddir, &metawire.ReaddirReq{Cred: cred, Dir: dir, Cookie: cookie, MaxEntries: max, Plus: plus}, &resp)
 		if err != nil {
 			return resp, err
 		}
-		f.cacheReaddir(dir, cookie, resp, mark, dirMark, stamp)
+		f.cacheReaddir(dir, cookie, resp, m)
 	}
 	for i := range resp.Entries {
 		e := &resp.Entries[i]
@@ -973,21 +955,21 @@ func (f *FS) Readdir(ctx context.Context, cred metawire.Cred, dir, cookie uint64
 	return resp, nil
 }
 
-// cacheReaddir caches what an island's page of dir's listing says
-// (marks as leasedCall gave them; stamp the lease the page came with).
-func (f *FS) cacheReaddir(dir, cookie uint64, resp metawire.ReaddirResp, mark, dirMark, stamp uint64) {
-	f.cacheAttrAt(resp.DirAttr, dirMark)
+// cacheReaddir caches what an island's page of dir's listing says, with
+// the marks leasedCall gave.
+func (f *FS) cacheReaddir(dir, cookie uint64, resp metawire.ReaddirResp, m leaseMarks) {
+	f.cacheAttrAt(resp.DirAttr, m.route)
 	for i := range resp.Entries {
 		e := &resp.Entries[i]
 		if e.HasAttr {
-			f.cacheAttrAt(e.Attr, markFor(e.Attr.Ino, dir, mark, dirMark))
+			f.cacheAttrAt(e.Attr, m.forIno(e.Attr.Ino))
 		}
 		if e.Name != "." && e.Name != ".." {
-			f.cacheDentryAt(dir, e.Name, e.Ino, dirMark)
+			f.cacheDentryAt(dir, e.Name, e.Ino, m.route)
 		}
 	}
-	if stamp != 0 {
-		f.keepListing(dir, cookie, stamp, resp.Entries, resp.EOF)
+	if m.stamp != 0 {
+		f.keepListing(dir, cookie, m.stamp, resp.Entries, resp.EOF)
 	}
 }
 
