@@ -79,19 +79,29 @@ func (i *Island) breakLeases(ctx context.Context, b *pebble.Batch) (done func(),
 	}
 	brk := i.leases.BreakUnfenced // recovery at start (see lease.Table)
 	if i.bgCtx != nil {
-		brk = i.leases.Break
 		// An island closing (a replica that stopped leading) stops waiting
 		// for breaks and its fence: the client retries at the new leader.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(i.bgCtx, cancel)()
+		brk = i.leases.Break
+		var stop func()
+		ctx, stop = i.untilClose(ctx)
+		defer stop()
 	}
 	done, err = brk(ctx, buckets, sessionOf(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("%w: breaking leases: %v", metawire.ErrUnavailable, err)
 	}
 	return done, nil
+}
+
+// untilClose returns ctx ended also when the island begins to close
+// (before start has finished, ctx itself); stop releases it.
+func (i *Island) untilClose(ctx context.Context) (context.Context, func()) {
+	if i.bgCtx == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(i.bgCtx, cancel)
+	return ctx, func() { unhook(); cancel() }
 }
 
 // leasedRead serves OpLease: the wrapped read, and a lease on its bucket
@@ -161,14 +171,10 @@ func leaseRoute(op uint16, msg []byte) (uint64, error) {
 // pollLeases serves OpLeasePoll.
 func (i *Island) pollLeases(ctx context.Context, r *metawire.PollReq) (*metawire.PollResp, error) {
 	wait := min(time.Duration(r.WaitMs)*time.Millisecond, maxPollWait)
-	if i.bgCtx != nil {
-		// A poll waits holding the island open: Close (a replica that
-		// stopped leading) must not wait for it.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(i.bgCtx, cancel)()
-	}
+	// A poll waits holding the island open: Close (a replica that stopped
+	// leading) must not wait for it.
+	ctx, stop := i.untilClose(ctx)
+	defer stop()
 	bs, err := i.leases.Poll(ctx, r.Session, r.Ack, wait)
 	if err != nil {
 		if errors.Is(err, lease.ErrNoSession) {
