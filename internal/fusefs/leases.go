@@ -53,15 +53,10 @@ func (k *kernelLeases) bucketLocked(b uint32, until time.Time) *kernelBucket {
 		kb = &kernelBucket{names: map[kernelName]struct{}{}, nodes: map[uint64]struct{}{}}
 		k.buckets[b] = kb
 	}
-	kb.until = later(kb.until, until)
-	return kb
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+	if until.After(kb.until) {
+		kb.until = until
 	}
-	return b
+	return kb
 }
 
 // entryTTLs returns the kernel's timeouts for name in parent (FUSE node
