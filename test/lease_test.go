@@ -27,6 +27,19 @@ func (fc *fsCluster) newLeasedFS(t testing.TB) *client.FS {
 	return fs
 }
 
+// leasePair starts a one-island cluster with a client holding leases
+// (a), one without (b), and the directory path, made by b.
+func leasePair(t *testing.T, path string) (fc *fsCluster, a, b *client.FS, d metawire.Attr) {
+	t.Helper()
+	fc = startFSCluster(t, 5, 1)
+	a, b = fc.newLeasedFS(t), fc.newFS(t)
+	d, err := b.MkdirAll(context.Background(), metawire.Cred{}, path, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fc, a, b, d
+}
+
 // islandMetric sums island 0's metric name.
 func (fc *fsCluster) islandMetric(t *testing.T, name string) float64 {
 	t.Helper()
@@ -50,14 +63,9 @@ func (fc *fsCluster) islandMetric(t *testing.T, name string) float64 {
 // asking its island, and still sees every change another client makes as
 // soon as that change returns: the island breaks the lease first.
 func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
-	fc := startFSCluster(t, 5, 1)
-	a, b := fc.newLeasedFS(t), fc.newFS(t)
+	fc, a, b, d := leasePair(t, "/d")
 	ctx := context.Background()
 	cred := metawire.Cred{}
-	d, err := b.MkdirAll(ctx, cred, "/d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// gone and there check a name through the lease holder.
 	gone := func(name, what string) {
 		t.Helper()
@@ -185,14 +193,9 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 // stops answering (its process gone) delays another client's change by
 // at most the lease's term; the island counts the lease waited out.
 func TestLeaseHolderThatStopsListening(t *testing.T) {
-	fc := startFSCluster(t, 5, 1)
-	a, b := fc.newLeasedFS(t), fc.newFS(t)
+	fc, a, b, d := leasePair(t, "/d")
 	ctx := context.Background()
 	cred := metawire.Cred{}
-	d, err := b.MkdirAll(ctx, cred, "/d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := a.Lookup(ctx, cred, d.Ino, "x"); !errors.Is(err, metawire.ErrNotFound) {
 		t.Fatal(err)
 	}
@@ -269,14 +272,9 @@ func TestOwnCrossIslandChangesKeepLeases(t *testing.T) {
 // under one lease is listed again from the cache, whole and in order,
 // until another client changes it.
 func TestLeasedListingOfALargeDirectory(t *testing.T) {
-	fc := startFSCluster(t, 5, 1)
-	a, b := fc.newLeasedFS(t), fc.newFS(t)
+	fc, a, b, d := leasePair(t, "/big")
 	ctx := context.Background()
 	cred := metawire.Cred{}
-	d, err := b.MkdirAll(ctx, cred, "/big", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 1200
 	for k := range n {
 		if _, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: fmt.Sprintf("f%04d", k), Mode: 0o644}); err != nil {
