@@ -58,7 +58,8 @@ func (s *server) start() {
 	s.t.Helper()
 	listen := s.addr
 	if listen == "" {
-		listen = "127.0.0.1:0"
+		// Below the ephemeral range, so a restart can bind it again.
+		listen = addrAt(freeBase(s.t, 1))
 	}
 	var srv *storage.Server
 	var err error
@@ -142,7 +143,8 @@ func (s *childServer) start(env ...string) {
 	s.t.Helper()
 	listen := s.addr
 	if listen == "" {
-		listen = "127.0.0.1:0"
+		// Below the ephemeral range, so a restart can bind it again.
+		listen = addrAt(freeBase(s.t, 1))
 	}
 	var c *devcluster.Child
 	var err error

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,16 +40,6 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // TestKill9IslandAtEveryFailpoint runs a cross-island mkdir between two
@@ -106,7 +95,10 @@ func killIslandCase(t *testing.T, op, name, point string, target int) {
 		island int
 	}{point, target}
 	dir := t.TempDir()
-	addrs := map[int]string{1: freePort(t), 2: freePort(t)}
+	// Below the ephemeral range: a restarted island binds its old address
+	// again, and an outgoing connection could have taken an ephemeral one.
+	base := freeBase(t, 2)
+	addrs := map[int]string{1: addrAt(base), 2: addrAt(base + 1)}
 	mapFile := filepath.Join(dir, "map.json")
 	js := fmt.Sprintf(`{"epoch":1,"depth":1,"entries":[1,2],"islands":{"1":%q,"2":%q}}`, addrs[1], addrs[2])
 	if err := os.WriteFile(mapFile, []byte(js), 0o644); err != nil {

@@ -47,7 +47,8 @@ type nfsGateway struct {
 func startGateway(t *testing.T, fs *client.FS, listen string, mod func(*nfs.Config)) *nfsGateway {
 	t.Helper()
 	if listen == "" {
-		listen = "127.0.0.1:0"
+		// Below the ephemeral range, so a restart can bind it again.
+		listen = addrAt(freeBase(t, 1))
 	}
 	cfg := nfs.Config{FS: fs, Listen: listen, Logger: quietLogger(), FlushIdle: 300 * time.Millisecond}
 	if mod != nil {
