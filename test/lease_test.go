@@ -318,3 +318,129 @@ func TestLeasedListingOfALargeDirectory(t *testing.T) {
 		t.Fatalf("listing after another client's unlink: %d entries", len(after))
 	}
 }
+
+// TestWriteBehindUnderAnExclusiveLease: a client whose lease on a
+// directory is exclusive answers chown, chmod and utimes of a file there
+// itself and sends them later as one setattr; another client's read
+// recalls the lease, which sends them first, so that read sees all three.
+// After the recall the directory is shared and changes go straight to
+// the island again.
+func TestWriteBehindUnderAnExclusiveLease(t *testing.T) {
+	fc, a, b, d := leasePair(t, "/wb")
+	a.EnableWriteBehind()
+	ctx := context.Background()
+	root := metawire.Cred{}
+	if _, err := a.Lookup(ctx, root, d.Ino, "f"); !errors.Is(err, metawire.ErrNotFound) {
+		t.Fatalf("lookup of a missing name: %v", err)
+	}
+	f, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: "f", Mode: 0o4755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := f.Attr.Ino
+	since := fc.islandOpsSince(t, "setattr")
+	const when = int64(1_500_000_000_123_456_789)
+	var last metawire.Attr
+	for _, req := range []metawire.SetAttrReq{
+		{Cred: root, Ino: ino, Valid: metawire.SetUID | metawire.SetGID, UID: 1000, GID: 100}, // clears set-user-id
+		{Cred: root, Ino: ino, Valid: metawire.SetMode, Mode: 0o4750},
+		{Cred: root, Ino: ino, Valid: metawire.SetAtime | metawire.SetMtime, Atime: when, Mtime: when},
+	} {
+		if last, err = a.SetAttr(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := since()["setattr"]; n != 0 {
+		t.Fatalf("the island saw %v setattrs, want them kept back", n)
+	}
+	if kept, sent, _ := a.WriteBehindStats(); kept != 3 || sent != 0 {
+		t.Fatalf("kept %d sent %d, want 3 and 0", kept, sent)
+	}
+	want := func(at metawire.Attr, who string) {
+		t.Helper()
+		if at.UID != 1000 || at.GID != 100 || at.Mode&metawire.ModePerm != 0o4750 || at.Mtime != when || at.Atime != when {
+			t.Fatalf("%s: uid %d gid %d mode %o atime %d mtime %d", who, at.UID, at.GID, at.Mode&metawire.ModePerm, at.Atime, at.Mtime)
+		}
+	}
+	want(last, "the holder's answer")
+	if at, err := a.GetAttr(ctx, root, ino); err != nil {
+		t.Fatal(err)
+	} else {
+		want(at, "the holder's getattr")
+	}
+	// Another client's read: recalled, flushed, then answered.
+	at, err := b.GetAttr(ctx, root, ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(at, "the other client's getattr")
+	if n := since()["setattr"]; n != 1 {
+		t.Fatalf("the island saw %v setattrs, want one merged", n)
+	}
+	if _, sent, failed := a.WriteBehindStats(); sent != 1 || failed != 0 {
+		t.Fatalf("sent %d failed %d", sent, failed)
+	}
+	if n := fc.islandMetric(t, "atoll_meta_lease_recalls_total"); n != 1 {
+		t.Fatalf("%v recalls, want 1", n)
+	}
+	// Contended now: the next change is the island's at once.
+	if _, err := a.SetAttr(ctx, metawire.SetAttrReq{Cred: root, Ino: ino, Valid: metawire.SetMode, Mode: 0o700}); err != nil {
+		t.Fatal(err)
+	}
+	b.Invalidate(ino)
+	if at, err := b.GetAttr(ctx, root, ino); err != nil || at.Mode&metawire.ModePerm != 0o700 {
+		t.Fatalf("after a change of a shared directory: mode %o, %v", at.Mode&metawire.ModePerm, err)
+	}
+	if kept, _, _ := a.WriteBehindStats(); kept != 3 {
+		t.Fatalf("kept %d changes back on a shared directory", kept)
+	}
+}
+
+// TestWriteBehindSyncSends: a change kept back is sent by SyncLazy (the
+// mount's fsync and unmount) and by the holder's next request of any
+// kind, so the holder's own later changes apply after it.
+func TestWriteBehindSyncSends(t *testing.T) {
+	fc, a, b, d := leasePair(t, "/wbs")
+	a.EnableWriteBehind()
+	ctx := context.Background()
+	root := metawire.Cred{}
+	if _, err := a.Lookup(ctx, root, d.Ino, "f"); !errors.Is(err, metawire.ErrNotFound) {
+		t.Fatalf("lookup of a missing name: %v", err)
+	}
+	var inos []uint64
+	for _, name := range []string{"f", "g"} {
+		f, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: name, Mode: 0o644})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos = append(inos, f.Attr.Ino)
+	}
+	since := fc.islandOpsSince(t, "setattr", "create")
+	chmod := func(ino uint64, mode uint32) {
+		t.Helper()
+		if _, err := a.SetAttr(ctx, metawire.SetAttrReq{Cred: root, Ino: ino, Valid: metawire.SetMode, Mode: mode}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chmod(inos[0], 0o600)
+	if err := a.SyncLazy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := since(); got["setattr"] != 1 {
+		t.Fatalf("after SyncLazy: %v, want one setattr", got)
+	}
+	// The next request of the holder sends what is kept back first.
+	chmod(inos[1], 0o640)
+	if _, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: "h", Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	if got := since(); got["setattr"] != 2 || got["create"] != 1 {
+		t.Fatalf("after a create: %v, want two setattrs and the create", got)
+	}
+	for k, mode := range []uint32{0o600, 0o640} {
+		b.Invalidate(inos[k])
+		if at, err := b.GetAttr(ctx, root, inos[k]); err != nil || at.Mode&metawire.ModePerm != mode {
+			t.Fatalf("file %d: mode %o, %v; want %o", k, at.Mode&metawire.ModePerm, err, mode)
+		}
+	}
+}

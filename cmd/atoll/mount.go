@@ -23,7 +23,7 @@ import (
 
 func newMountCmd(g *globalFlags) *cobra.Command {
 	var addr, metricsListen string
-	var leases bool
+	var leases, writeBehind bool
 	var cfg fusefs.Config
 	cmd := &cobra.Command{
 		Use:   "mount [--cluster ADDR] MOUNTPOINT",
@@ -81,6 +81,9 @@ and repairs its reads found.`,
 			conn.FS.SetLazyClose(true)
 			if leases {
 				conn.FS.EnableLeases()
+				if writeBehind {
+					conn.FS.EnableWriteBehind()
+				}
 			}
 			cfg.FS, cfg.StatFS = conn.FS, statfs
 			if err := cfg.Validate(); err != nil {
@@ -130,6 +133,7 @@ and repairs its reads found.`,
 	f.IntVar(&cfg.ReadAhead, "read-ahead", fusefs.DefaultReadAhead, "the kernel's read-ahead for the mount in bytes, set when running as root (negative: the kernel's default, 128 KiB)")
 	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
 	f.BoolVar(&leases, "leases", true, "hold leases on directories: names and attributes stay cached until another client changes them (false: cached for the timeouts only)")
+	f.BoolVar(&writeBehind, "write-behind", true, "with --leases: while no other client uses a directory, keep chown/chmod/utimes of its files back (up to 1 s) and send each file's as one change; another client's access, fsync and unmount send them first")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here and register with the managers, e.g. 127.0.0.1:7609 (empty: off)")
 	return cmd
 }

@@ -746,6 +746,11 @@ func (h *File) Fsync(ctx context.Context) error {
 	if err := h.flushLocked(ctx, false); err != nil {
 		return err
 	}
+	// Attribute changes kept back are sent by synced setattrs.
+	h.fs.flushKept(ctx, nil)
+	if err := h.fs.takeKeptErr(); err != nil {
+		return err
+	}
 	// A lazy create or commit with nothing to commit now is made durable
 	// here.
 	return h.fs.settle(ctx, h.ino)

@@ -30,11 +30,15 @@ const pollWait = 20 * time.Second
 
 // heldLease is a lease this FS holds on one bucket.
 type heldLease struct {
-	island   namespace.IslandID
-	gen      uint64
-	expires  time.Time
-	complete map[uint64]bool // directories of the bucket whose every name is cached under the lease
-	misses   int             // names looked up and not found under the lease
+	island  namespace.IslandID
+	gen     uint64
+	expires time.Time
+	// exclusive: no other session reads the bucket without recalling
+	// the lease first, so attribute changes may be kept back
+	// (writebehind.go).
+	exclusive bool
+	complete  map[uint64]bool // directories of the bucket whose every name is cached under the lease
+	misses    int             // names looked up and not found under the lease
 	// listing holds directories listed whole under the lease (pages
 	// read in order from cookie 0 to EOF, gathered in partial), in
 	// cookie order with "." and "..", without attributes; dropped by
@@ -267,7 +271,8 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	f.startPoller(isl, route)
 	sent := time.Now()
 	var lr metawire.LeaseResp
-	if err := f.call(ctx, route, metawire.OpLease, &metawire.LeaseReq{Session: session, Op: op, Msg: metawire.Marshal(req)}, &lr); err != nil {
+	lreq := metawire.LeaseReq{Session: session, Op: op, Msg: metawire.Marshal(req), Exclusive: f.wb.on.Load()}
+	if err := f.call(ctx, route, metawire.OpLease, &lreq, &lr); err != nil {
 		return m, err
 	}
 	rerr := lr.Err()
@@ -290,12 +295,13 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 		if expires.After(l.expires) { // a renewal: the records stay
 			l.expires = expires
 		}
+		l.exclusive = lr.Exclusive
 		m.stamp = l.gen
 		return m, rerr
 	}
 	f.cache.nextGen++
 	f.cache.epoch++
-	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires}
+	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires, exclusive: lr.Exclusive}
 	m.route, m.stamp = f.cache.epoch, f.cache.nextGen
 	return m, rerr
 }
@@ -365,14 +371,27 @@ func (f *FS) poll(isl namespace.IslandID, route uint64) {
 			buckets = append(buckets, b.Bucket)
 		}
 		f.cache.breaks += uint64(len(resp.Breaks))
-		f.endLeasesAndUnlock(buckets) // before the next poll acknowledges the breaks
+		f.endLeasesAndUnlock(ctx, buckets) // before the next poll acknowledges the breaks
 	}
 }
 
 // endLeasesAndUnlock ends this FS's leases on buckets early (broken, or
-// their island's poll failed): it forgets them and every record cached
-// of their buckets, releases f.cache and runs the OnLeaseBreak hook.
-func (f *FS) endLeasesAndUnlock(buckets []uint32) {
+// their island's poll failed): it sends the changes kept back under them,
+// forgets them and every record cached of their buckets, releases
+// f.cache and runs the OnLeaseBreak hook.
+func (f *FS) endLeasesAndUnlock(ctx context.Context, buckets []uint32) {
+	if f.wb.on.Load() {
+		// Nothing more is kept back under them; what was is sent while
+		// they still stand, so the break is acknowledged after it.
+		for _, b := range buckets {
+			if l := f.cache.leases[b]; l != nil {
+				l.exclusive = false
+			}
+		}
+		f.cache.Unlock()
+		f.flushKept(ctx, buckets)
+		f.cache.Lock()
+	}
 	for _, b := range buckets {
 		delete(f.cache.leases, b)
 	}
@@ -421,7 +440,7 @@ func (f *FS) dropIsland(isl namespace.IslandID) {
 			buckets = append(buckets, b)
 		}
 	}
-	f.endLeasesAndUnlock(buckets)
+	f.endLeasesAndUnlock(f.pollCtx, buckets)
 }
 
 // LeaseBreaks returns how many lease breaks this FS received.

@@ -151,6 +151,7 @@ type FS struct {
 		onBreak  func(buckets []uint32)
 		changing int // this FS's changes in flight (beginChange)
 	}
+	wb writeBehind // writebehind.go
 	// pollers listen for lease breaks (leases.go); Close ends them.
 	pollers    sync.WaitGroup
 	pollCtx    context.Context
@@ -211,6 +212,11 @@ func NewFS(cfg FSConfig) (*FS, error) {
 
 // Close closes the island connections (not the data client).
 func (f *FS) Close() error {
+	if f.keptBack() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*f.cfg.IslandWait)
+		f.flushKept(ctx, nil)
+		cancel()
+	}
 	f.closing.Store(true)
 	f.pollCancel()
 	f.pollers.Wait()
@@ -229,12 +235,15 @@ const DefaultIslandWait = 6 * time.Second
 // the map and retrying on stale-epoch and wrong-island answers and backing
 // off on busy ones.
 func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawire.Message) error {
+	f.flushBeforeCall(ctx, op)
 	msg := metawire.Marshal(req)
 	// A change carries one id across its attempts: an island that
 	// applied it (the answer was lost with a connection or a leader)
 	// answers the retry without applying it twice.
 	var reqID wire.ReqID
-	if metawire.Deduplicated(op) {
+	if metawire.Deduplicated(op) || f.wb.on.Load() {
+		// Under write-behind reads carry the session too: an island
+		// recalls an exclusive lease before anyone else's request.
 		reqID = f.reqIDFor()
 	}
 	backoff := 5 * time.Millisecond
@@ -304,6 +313,9 @@ func (f *FS) cacheAttrAt(a metawire.Attr, mark uint64) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	now := time.Now()
+	if f.keptBackLocked(a.Ino) {
+		return // the cache holds the attributes after the kept-back change
+	}
 	f.cache.attrs[a.Ino] = cachedAttr{a, now.Add(f.cfg.AttrTTL), f.stampLocked(namespace.Ino(a.Ino).Bucket(), mark, now)}
 	if bm := f.cache.blocks[a.Ino]; bm != nil && bm.version != a.Version {
 		delete(f.cache.blocks, a.Ino)
@@ -520,6 +532,9 @@ func (f *FS) GetAttrFresh(ctx context.Context, cred metawire.Cred, ino uint64) (
 // SetAttr changes attributes (see metawire.SetAttrReq). Truncation of a
 // file with dirty cached data must go through the open File instead.
 func (f *FS) SetAttr(ctx context.Context, req metawire.SetAttrReq) (metawire.Attr, error) {
+	if a, ok := f.keepBack(req); ok {
+		return a, nil
+	}
 	var resp metawire.AttrResp
 	f.Invalidate(req.Ino)
 	mark := f.beginChange()
@@ -698,6 +713,10 @@ func (f *FS) addLazy(ctx context.Context, ino, boot uint64) {
 // one OpSync to each island concerned (unmount). It fails if an island
 // restarted after a crash before syncing some of them (errLazyLost).
 func (f *FS) SyncLazy(ctx context.Context) error {
+	f.flushKept(ctx, nil) // synced setattrs
+	if err := f.takeKeptErr(); err != nil {
+		return err
+	}
 	one := map[namespace.IslandID]uint64{} // a file per island, to route the sync
 	for _, ino := range f.lazyInos(^uint64(0)) {
 		isl := f.islandOf(ino)

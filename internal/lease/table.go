@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/lockcheck"
@@ -26,6 +27,11 @@ const PollGrace = 2 * time.Second
 // idle is how long a bucket or session record with nothing in it is kept.
 const idle = time.Minute
 
+// Contended is how long after a recall a bucket's leases are only
+// shared: two clients taking turns on a directory would otherwise recall
+// each other's exclusive lease at every read.
+const Contended = 30 * time.Second
+
 // ErrNoSession is a poll for session 0.
 var ErrNoSession = errors.New("lease: session id 0")
 
@@ -39,6 +45,10 @@ type Config struct {
 	// it: leases granted by an earlier incarnation of the island may
 	// still be held (see "Time" in the package doc).
 	Fenced bool
+	// FencedReads makes the first Term fence reads too (Recall): an
+	// earlier incarnation granted exclusive leases, whose holders may
+	// keep changes back until they see the island gone.
+	FencedReads bool
 }
 
 // Break tells a session that its lease on Bucket is gone. Seq orders the
@@ -58,15 +68,19 @@ type Mark struct {
 // Stats are a table's counts since it was made.
 type Stats struct {
 	Granted, Broken, Expired uint64 // leases granted, broken (acknowledged), waited out
+	Exclusive                uint64 // of Granted, exclusive ones
+	Recalled                 uint64 // exclusive leases recalled for another session's read
 	Holders                  int
 }
 
 // Table is one island's leases. It is safe for concurrent use.
 type Table struct {
-	term  time.Duration
-	now   func() time.Time
-	fence time.Time // no change applied before it (Config.Fenced)
-	mu    struct {
+	term   time.Duration
+	now    func() time.Time
+	fence  time.Time    // no change applied before it (Config.Fenced)
+	rfence time.Time    // no read served before it (Config.FencedReads)
+	excl   atomic.Int64 // buckets with an exclusive holder (expired ones until swept)
+	mu     struct {
 		lockcheck.Mutex
 		buckets  map[uint32]*bucket
 		sessions map[uint64]*session
@@ -81,6 +95,11 @@ type bucket struct {
 	changing int
 	holders  map[uint64]time.Time // session -> lease end (island clock)
 	used     time.Time
+	// excl is the session holding the bucket's lease exclusively (its
+	// only holder), 0 for none; contended ends the shared-only time
+	// after a recall.
+	excl      uint64
+	contended time.Time
 }
 
 type session struct {
@@ -105,6 +124,9 @@ func New(cfg Config) *Table {
 	t := &Table{term: cfg.Term, now: cfg.Now}
 	if cfg.Fenced {
 		t.fence = cfg.Now().Add(cfg.Term)
+	}
+	if cfg.FencedReads {
+		t.rfence = cfg.Now().Add(cfg.Term)
 	}
 	t.mu.buckets = map[uint32]*bucket{}
 	t.mu.sessions = map[uint64]*session{}
@@ -148,27 +170,151 @@ func (t *Table) Begin(b uint32) Mark {
 // since m, or when the session is not listening for breaks. seq is the
 // session's last break number at the grant.
 func (t *Table) Grant(sessionID uint64, b uint32, m Mark) (seq uint64, ok bool) {
+	seq, _, ok = t.grant(sessionID, b, m, false)
+	return seq, ok
+}
+
+// GrantExclusive is Grant for a session that wants the lease exclusive:
+// no other session reads the bucket without recalling it first (Recall),
+// so the holder may keep changes back (metadata write-behind) and flush
+// them when the lease is recalled or broken. The lease is exclusive
+// (excl) when the session is the bucket's only holder and the bucket was
+// not recalled within Contended; otherwise it is shared, as from Grant.
+// A session that holds a bucket exclusively keeps it so on renewal.
+func (t *Table) GrantExclusive(sessionID uint64, b uint32, m Mark) (seq uint64, excl, ok bool) {
+	return t.grant(sessionID, b, m, true)
+}
+
+func (t *Table) grant(sessionID uint64, b uint32, m Mark, wantExcl bool) (seq uint64, excl, ok bool) {
 	if sessionID == 0 || !m.ok {
-		return 0, false
+		return 0, false, false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	bk := t.mu.buckets[b]
 	if bk == nil || bk.gen != m.gen || bk.changing != 0 {
-		return 0, false
+		return 0, false, false
 	}
 	s := t.mu.sessions[sessionID]
 	if s == nil || (s.polls == 0 && now.Sub(s.answered) > PollGrace) {
-		return 0, false
+		return 0, false, false
+	}
+	if bk.excl != 0 && bk.excl != sessionID {
+		if end, held := bk.holders[bk.excl]; held && end.After(now) {
+			return 0, false, false // recalled before this read, and granted again since: not ours to share
+		}
+		t.clearExclLocked(bk)
 	}
 	bk.used, s.used = now, now
 	if _, held := bk.holders[sessionID]; !held {
 		t.mu.stats.Granted++
 	}
 	bk.holders[sessionID] = now.Add(t.term)
+	switch {
+	case bk.excl == sessionID:
+		excl = true
+	case wantExcl && !now.Before(bk.contended) && t.onlyHolderLocked(bk, sessionID, now):
+		bk.excl, excl = sessionID, true
+		t.excl.Add(1)
+		t.mu.stats.Exclusive++
+	}
 	t.sweepLocked(now)
-	return s.seq, true
+	return s.seq, excl, true
+}
+
+// onlyHolderLocked reports whether id is bk's only holder with a live
+// lease.
+func (t *Table) onlyHolderLocked(bk *bucket, id uint64, now time.Time) bool {
+	for h, end := range bk.holders {
+		if h != id && end.After(now) {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *Table) clearExclLocked(bk *bucket) {
+	if bk.excl != 0 {
+		bk.excl = 0
+		t.excl.Add(-1)
+	}
+}
+
+// Recall prepares a read of buckets by session except (0: a reader with
+// no session): an exclusive lease another session holds on one of them
+// is broken, and Recall waits until its holder acknowledged (having
+// flushed the changes it kept back) or the lease ran out. Shared leases
+// stay. The bucket's leases are then only shared for Contended. Recall
+// with no exclusive lease anywhere costs an atomic load.
+func (t *Table) Recall(ctx context.Context, buckets []uint32, except uint64) error {
+	if !t.rfence.IsZero() {
+		if err := t.waitUntil(ctx, t.rfence); err != nil {
+			return err
+		}
+	}
+	if t.excl.Load() == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	now := t.now()
+	var ws []waiter
+	for _, b := range buckets {
+		bk := t.mu.buckets[b]
+		if bk == nil || bk.excl == 0 || bk.excl == except {
+			continue
+		}
+		id := bk.excl
+		t.clearExclLocked(bk)
+		bk.contended = now.Add(Contended)
+		end, held := bk.holders[id]
+		delete(bk.holders, id)
+		if !held || !end.After(now) {
+			continue
+		}
+		t.mu.stats.Recalled++
+		ws = append(ws, t.queueBreakLocked(id, b, end, now))
+	}
+	t.mu.Unlock()
+	for _, w := range ws {
+		if err := t.wait(ctx, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Exclusive reports whether any bucket may have an exclusive holder.
+func (t *Table) Exclusive() bool { return t.excl.Load() != 0 }
+
+// MustRecall reports whether Recall(buckets, except) would wait: a read
+// fence, or an exclusive lease of a session but except on one of them.
+func (t *Table) MustRecall(buckets []uint32, except uint64) bool {
+	if t.ReadFenced() {
+		return true
+	}
+	if t.excl.Load() == 0 {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, b := range buckets {
+		if bk := t.mu.buckets[b]; bk != nil && bk.excl != 0 && bk.excl != except {
+			return true
+		}
+	}
+	return false
+}
+
+// queueBreakLocked queues the break of session id's lease on bucket b,
+// which ends at end, and returns what to wait for.
+func (t *Table) queueBreakLocked(id uint64, b uint32, end, now time.Time) waiter {
+	s := t.sessionLocked(id, now)
+	s.seq++
+	s.pending = append(s.pending, Break{Bucket: b, Seq: s.seq})
+	close(s.wake)
+	s.wake = make(chan struct{})
+	return waiter{s, s.seq, end}
 }
 
 type waiter struct {
@@ -195,13 +341,9 @@ func (t *Table) BreakUnfenced(ctx context.Context, buckets []uint32, except uint
 }
 
 func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64, fenced bool) (done func(), err error) {
-	if left := t.fence.Sub(t.now()); fenced && left > 0 {
-		timer := time.NewTimer(left)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctx.Err()
+	if fenced {
+		if err := t.waitUntil(ctx, t.fence); err != nil {
+			return nil, err
 		}
 	}
 	t.mu.Lock()
@@ -217,15 +359,13 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 				continue
 			}
 			delete(bk.holders, id)
+			if id == bk.excl {
+				t.clearExclLocked(bk)
+			}
 			if !end.After(now) {
 				continue
 			}
-			s := t.sessionLocked(id, now)
-			s.seq++
-			s.pending = append(s.pending, Break{Bucket: b, Seq: s.seq})
-			close(s.wake)
-			s.wake = make(chan struct{})
-			ws = append(ws, waiter{s, s.seq, end})
+			ws = append(ws, t.queueBreakLocked(id, b, end, now))
 		}
 	}
 	t.mu.Unlock()
@@ -238,7 +378,7 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 			bk.changing--
 			t.mu.gen++
 			bk.gen = t.mu.gen
-			if bk.changing == 0 && len(bk.holders) == 0 {
+			if bk.changing == 0 && len(bk.holders) == 0 && !now.Before(bk.contended) {
 				// Nobody holds it: a mark taken meanwhile finds no record
 				// and is refused, and a table that only sees writes stays
 				// empty.
@@ -255,6 +395,25 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 	}
 	return done, nil
 }
+
+// waitUntil waits until the table's clock reaches at.
+func (t *Table) waitUntil(ctx context.Context, at time.Time) error {
+	left := at.Sub(t.now())
+	if left <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ReadFenced reports whether Recall still waits out Config.FencedReads.
+func (t *Table) ReadFenced() bool { return t.now().Before(t.rfence) }
 
 // wait waits until w's break is acknowledged or its lease ended.
 func (t *Table) wait(ctx context.Context, w waiter) error {
@@ -365,9 +524,12 @@ func (t *Table) sweepLocked(now time.Time) {
 		for id, end := range bk.holders {
 			if !end.After(now) {
 				delete(bk.holders, id)
+				if id == bk.excl {
+					t.clearExclLocked(bk)
+				}
 			}
 		}
-		if len(bk.holders) == 0 && bk.changing == 0 && now.Sub(bk.used) > idle {
+		if len(bk.holders) == 0 && bk.changing == 0 && now.Sub(bk.used) > idle && !now.Before(bk.contended) {
 			delete(t.mu.buckets, b)
 		}
 	}

@@ -227,3 +227,83 @@ func TestWritesLeaveNoRecords(t *testing.T) {
 		t.Fatal("granted on a mark taken before a change")
 	}
 }
+
+// TestExclusiveRecall: an exclusive lease is granted to a bucket's only
+// holder; another session's read recalls it and waits for the holder's
+// acknowledgement; the bucket is then shared-only for Contended, and a
+// change by anyone else breaks an exclusive lease like any other.
+func TestExclusiveRecall(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tb := New(Config{Term: time.Hour})
+	b7 := listen(ctx, tb, 7)
+	listen(ctx, tb, 8)
+	if _, excl, ok := tb.GrantExclusive(7, 1, tb.Begin(1)); !ok || !excl {
+		t.Fatalf("exclusive grant to the only holder: excl %v ok %v", excl, ok)
+	}
+	if !tb.Exclusive() {
+		t.Fatal("Exclusive false with an exclusive holder")
+	}
+	// The holder's own reads and renewals keep it exclusive.
+	if err := tb.Recall(ctx, []uint32{1}, 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, excl, ok := tb.GrantExclusive(7, 1, tb.Begin(1)); !ok || !excl {
+		t.Fatalf("renewal: excl %v ok %v", excl, ok)
+	}
+	// Another session cannot take a lease beside it without a recall.
+	if _, ok := tb.Grant(8, 1, tb.Begin(1)); ok {
+		t.Fatal("granted a lease beside an exclusive one")
+	}
+	// Session 8 reads: the recall waits for 7's acknowledgement (the term
+	// is an hour, so returning means acknowledged).
+	recalled := make(chan error, 1)
+	go func() { recalled <- tb.Recall(ctx, []uint32{1}, 8) }()
+	if b := <-b7; b.Bucket != 1 {
+		t.Fatalf("break %+v", b)
+	}
+	if err := <-recalled; err != nil {
+		t.Fatal(err)
+	}
+	if tb.Exclusive() {
+		t.Fatal("still exclusive after the recall")
+	}
+	// Contended: both get shared leases, neither an exclusive one.
+	for _, id := range []uint64{7, 8} {
+		if _, excl, ok := tb.GrantExclusive(id, 1, tb.Begin(1)); !ok || excl {
+			t.Fatalf("session %d after a recall: excl %v ok %v", id, excl, ok)
+		}
+	}
+	// Reads with nothing exclusive cost nothing and wait for nobody.
+	if err := tb.Recall(ctx, []uint32{1, 2}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := tb.Stats(); st.Exclusive != 1 || st.Recalled != 1 || st.Broken != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A change by another session breaks an exclusive lease too.
+	if _, excl, _ := tb.GrantExclusive(7, 2, tb.Begin(2)); !excl {
+		t.Fatal("bucket 2 not exclusive")
+	}
+	done, err := tb.Break(ctx, []uint32{2}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	if b := <-b7; b.Bucket != 2 || tb.Exclusive() {
+		t.Fatalf("break %+v, exclusive %v", b, tb.Exclusive())
+	}
+}
+
+// TestReadFence: a table whose earlier incarnation granted exclusive
+// leases serves no read for one term.
+func TestReadFence(t *testing.T) {
+	tb := New(Config{Term: 100 * time.Millisecond, Fenced: true, FencedReads: true})
+	start := time.Now()
+	if err := tb.Recall(context.Background(), []uint32{1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 80*time.Millisecond {
+		t.Fatalf("a read-fenced table served a read after %v", time.Since(start))
+	}
+}

@@ -68,7 +68,7 @@ type Island struct {
 	repl Replicator
 	// leases are the clients' leases on buckets (lease.go).
 	leases      *lease.Table
-	leaseMarked atomic.Bool
+	leaseMarked atomic.Int32 // leaseMarkShared, leaseMarkExclusive: what the lease record says
 	// handler serves wire requests: serveWire, counted in met.
 	handler wire.Handler
 	// reqs are the request ids being served; lastSweep is when the

@@ -21,14 +21,28 @@ const maxPollWait = 30 * time.Second
 // openLeases makes the island's lease table: fenced (no change for one
 // term) when an earlier incarnation may have granted leases.
 func (i *Island) openLeases() error {
-	_, marked, err := get(i.db, globalKey(gLeases))
+	v, marked, err := get(i.db, globalKey(gLeases))
 	if err != nil {
 		return err
 	}
-	i.leases = lease.New(lease.Config{Term: i.cfg.LeaseTerm, Fenced: marked})
-	i.leaseMarked.Store(marked)
+	excl := marked && len(v) > 0 && v[0] >= leaseMarkExclusive
+	i.leases = lease.New(lease.Config{Term: i.cfg.LeaseTerm, Fenced: marked, FencedReads: excl})
+	if excl {
+		i.leaseMarked.Store(leaseMarkExclusive)
+	} else if marked {
+		i.leaseMarked.Store(leaseMarkShared)
+	}
 	return nil
 }
+
+// The lease record's value (globalKey(gLeases)): the strongest lease an
+// incarnation of the island ever granted. Its next incarnation delays
+// changes by a term after shared ones, and reads too after exclusive
+// ones (their holders may keep changes back).
+const (
+	leaseMarkShared    = 1
+	leaseMarkExclusive = 2
+)
 
 type sessionKey struct{}
 
@@ -128,19 +142,139 @@ func (i *Island) leasedRead(ctx context.Context, r *metawire.LeaseReq) (*metawir
 	if r.Session == 0 {
 		return resp, nil
 	}
-	if !i.leaseMarked.Load() {
+	want := int32(leaseMarkShared)
+	if r.Exclusive {
+		want = leaseMarkExclusive
+	}
+	if i.leaseMarked.Load() < want {
 		// Record that leases exist before the first is granted: the next
 		// incarnation (a restart, a new leader) must wait them out.
-		if err := i.put(ctx, globalKey(gLeases), []byte{1}); err != nil {
+		if err := i.put(ctx, globalKey(gLeases), []byte{byte(want)}); err != nil {
 			return resp, nil // no lease, the read stands
 		}
-		i.leaseMarked.Store(true)
+		i.leaseMarked.Store(want)
 	}
-	if seq, ok := i.leases.Grant(r.Session, bucket, mark); ok {
-		resp.Granted, resp.Seq, resp.Term = true, seq, int64(i.leases.Term())
+	var seq uint64
+	var excl, ok bool
+	if r.Exclusive {
+		seq, excl, ok = i.leases.GrantExclusive(r.Session, bucket, mark)
+	} else {
+		seq, ok = i.leases.Grant(r.Session, bucket, mark)
+	}
+	if ok {
+		resp.Granted, resp.Seq, resp.Term, resp.Exclusive = true, seq, int64(i.leases.Term()), excl
 		i.met.leaseGrants.Inc()
 	}
 	return resp, nil
+}
+
+// recall serves a request's first step: an exclusive lease another
+// session holds on a bucket the request reads or changes is recalled
+// (its holder flushes what it kept back) before the request runs, and
+// before it takes any lock, so the holder's flush cannot wait for it.
+func (i *Island) recall(ctx context.Context, op uint16, msg []byte) error {
+	if !i.leases.Exclusive() && !i.leases.ReadFenced() {
+		return nil
+	}
+	session := sessionOf(ctx)
+	if op == metawire.OpLease {
+		var r metawire.LeaseReq
+		if err := metawire.Unmarshal(msg, &r); err != nil {
+			return err
+		}
+		op, msg, session = r.Op, r.Msg, r.Session
+	}
+	inos, err := routeInos(op, msg)
+	if err != nil || len(inos) == 0 {
+		return nil // the op itself answers a malformed request
+	}
+	buckets := make([]uint32, len(inos))
+	for k, ino := range inos {
+		buckets[k] = namespace.Ino(ino).Bucket()
+	}
+	if !i.leases.MustRecall(buckets, session) {
+		return nil
+	}
+	if wire.IsInline(ctx) {
+		return wire.ErrWouldBlock // a recall waits for another client
+	}
+	ctx, stop := i.untilClose(ctx)
+	defer stop()
+	if err := i.leases.Recall(ctx, buckets, session); err != nil {
+		return fmt.Errorf("%w: recalling a lease: %v", metawire.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// routeInos are the inodes whose buckets a client request reads or
+// changes directly (a transaction's other buckets are reached through
+// its participants, whose changes break leases as any change does).
+func routeInos(op uint16, msg []byte) ([]uint64, error) {
+	one := func(m metawire.Message, ino func() uint64) ([]uint64, error) {
+		if err := metawire.Unmarshal(msg, m); err != nil {
+			return nil, err
+		}
+		return []uint64{ino()}, nil
+	}
+	switch op {
+	case metawire.OpLookup, metawire.OpUnlink, metawire.OpRmdir:
+		var r metawire.NameReq
+		return one(&r, func() uint64 { return r.Dir })
+	case metawire.OpGetAttr, metawire.OpReadlink, metawire.OpListXattr:
+		var r metawire.InoReq
+		return one(&r, func() uint64 { return r.Ino })
+	case metawire.OpSetAttr:
+		var r metawire.SetAttrReq
+		return one(&r, func() uint64 { return r.Ino })
+	case metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink:
+		var r metawire.CreateReq
+		return one(&r, func() uint64 { return r.Dir })
+	case metawire.OpReaddir:
+		var r metawire.ReaddirReq
+		return one(&r, func() uint64 { return r.Dir })
+	case metawire.OpGetXattr, metawire.OpSetXattr, metawire.OpRemoveXattr:
+		var r metawire.XattrReq
+		return one(&r, func() uint64 { return r.Ino })
+	case metawire.OpReadMap:
+		var r metawire.ReadMapReq
+		return one(&r, func() uint64 { return r.Ino })
+	case metawire.OpAccess:
+		var r metawire.AccessReq
+		return one(&r, func() uint64 { return r.Ino })
+	case metawire.OpRename:
+		var r metawire.RenameReq
+		if err := metawire.Unmarshal(msg, &r); err != nil {
+			return nil, err
+		}
+		return []uint64{r.SrcDir, r.DstDir}, nil
+	case metawire.OpLink:
+		var r metawire.LinkReq
+		if err := metawire.Unmarshal(msg, &r); err != nil {
+			return nil, err
+		}
+		return []uint64{r.Ino, r.Dir}, nil
+	case metawire.OpCommit:
+		var r metawire.CommitReq
+		if err := metawire.Unmarshal(msg, &r); err != nil {
+			return nil, err
+		}
+		inos := make([]uint64, len(r.Writes))
+		for k, w := range r.Writes {
+			inos[k] = w.Ino
+		}
+		return inos, nil
+	case metawire.OpClean:
+		var r metawire.CleanReq
+		if err := metawire.Unmarshal(msg, &r); err != nil {
+			return nil, err
+		}
+		inos := make([]uint64, len(r.Deltas))
+		for k, d := range r.Deltas {
+			inos[k] = d.Ino
+		}
+		return inos, nil
+	}
+	return nil, nil
 }
 
 // leaseRoute is the inode a leasable read names (its bucket is leased).

@@ -214,7 +214,11 @@ func (m *islandMetrics) register(i *Island) error {
 		leaseFunc("atoll_meta_lease_breaks_total", "Leases broken before a change and acknowledged by their holder.",
 			func(st lease.Stats) float64 { return float64(st.Broken) }),
 		leaseFunc("atoll_meta_lease_expired_total", "Leases a change waited out because their holder did not acknowledge the break.",
-			func(st lease.Stats) float64 { return float64(st.Expired) }))
+			func(st lease.Stats) float64 { return float64(st.Expired) }),
+		leaseFunc("atoll_meta_lease_exclusive_total", "Exclusive leases granted (their holders may keep attribute changes back).",
+			func(st lease.Stats) float64 { return float64(st.Exclusive) }),
+		leaseFunc("atoll_meta_lease_recalls_total", "Exclusive leases recalled before another session's request.",
+			func(st lease.Stats) float64 { return float64(st.Recalled) }))
 	for k, c := range m.collected {
 		if err := m.reg.Register(c); err != nil {
 			m.collected = m.collected[:k]

@@ -3,6 +3,7 @@ package meta
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -146,8 +147,11 @@ func TestReaddirCookiesStable(t *testing.T) {
 				t.Fatalf("round %d: stable entry %s seen %d times", round, name, seen[name])
 			}
 		}
+		// A churned name may show up twice: removed behind the cursor and
+		// created again ahead of it is a new entry (POSIX leaves entries
+		// added or removed during a listing unspecified).
 		for name, n := range seen {
-			if n != 1 {
+			if !strings.HasPrefix(name, "t") && n != 1 {
 				t.Fatalf("round %d: %s seen %d times", round, name, n)
 			}
 		}

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"github.com/atoll-fs/atoll/internal/auth"
 
@@ -98,6 +99,14 @@ func (i *Island) handle(ctx context.Context, op uint16, epoch uint64, id wire.Re
 		if err := i.checkEpoch(ctx, epoch); err != nil {
 			return nil, err
 		}
+	}
+	if id != (wire.ReqID{}) {
+		// Reads carry the session too, so its own do not recall its
+		// exclusive leases.
+		ctx = withSession(ctx, binary.BigEndian.Uint64(id[:8]))
+	}
+	if err := i.recall(ctx, op, msg); err != nil {
+		return nil, err
 	}
 	if id != (wire.ReqID{}) && metawire.Deduplicated(op) {
 		return i.dedup(ctx, op, id, msg, func(ctx context.Context) ([]byte, error) { return i.dispatch(ctx, op, msg) })

@@ -743,28 +743,50 @@ func Deduplicated(op uint16) bool {
 // request) from a client session that wants a lease on the bucket it
 // reads (internal/lease). The session's changes carry it as the first 8
 // bytes of their wire.ReqID, so they do not break its own leases.
+//
+// Exclusive asks for the lease exclusive (lease.Table.GrantExclusive):
+// while it holds one, the session may keep attribute changes of the
+// bucket back and send them merged, flushing them before it acknowledges
+// the lease's break. It is appended only when set, so a request without
+// it reads as before.
 type LeaseReq struct {
-	Session uint64
-	Op      uint16
-	Msg     []byte
+	Session   uint64
+	Op        uint16
+	Msg       []byte
+	Exclusive bool
 }
 
-func (r *LeaseReq) Encode(e *wire.Enc) { e.U64(r.Session); e.U16(r.Op); e.Bytes(r.Msg) }
-func (r *LeaseReq) Decode(d *wire.Dec) { r.Session, r.Op, r.Msg = d.U64(), d.U16(), d.Bytes() }
+func (r *LeaseReq) Encode(e *wire.Enc) {
+	e.U64(r.Session)
+	e.U16(r.Op)
+	e.Bytes(r.Msg)
+	if r.Exclusive {
+		e.Bool(true)
+	}
+}
+
+func (r *LeaseReq) Decode(d *wire.Dec) {
+	r.Session, r.Op, r.Msg = d.U64(), d.U16(), d.Bytes()
+	if d.More() {
+		r.Exclusive = d.Bool()
+	}
+}
 
 // LeaseResp answers OpLease: the read's answer (Msg) or its error (Status
 // nonzero, Error its text: a lookup of a missing name is leased too), and
 // whether a lease was granted, for how long (Term, ns, counted by the
 // client from when it sent the request) and at which break number of the
 // session (Seq: a client that already received a later break must not
-// use the grant).
+// use the grant). Exclusive says the lease granted is exclusive (appended
+// only when set).
 type LeaseResp struct {
-	Granted bool
-	Seq     uint64
-	Term    int64
-	Status  uint32
-	Error   string
-	Msg     []byte
+	Granted   bool
+	Seq       uint64
+	Term      int64
+	Status    uint32
+	Error     string
+	Msg       []byte
+	Exclusive bool
 }
 
 func (r *LeaseResp) Encode(e *wire.Enc) {
@@ -774,10 +796,16 @@ func (r *LeaseResp) Encode(e *wire.Enc) {
 	e.U32(r.Status)
 	e.String(r.Error)
 	e.Bytes(r.Msg)
+	if r.Exclusive {
+		e.Bool(true)
+	}
 }
 
 func (r *LeaseResp) Decode(d *wire.Dec) {
 	r.Granted, r.Seq, r.Term, r.Status, r.Error, r.Msg = d.Bool(), d.U64(), d.I64(), d.U32(), d.Str(), d.Bytes()
+	if d.More() {
+		r.Exclusive = d.Bool()
+	}
 }
 
 // Err returns the read's error (nil when Status is 0), with the sentinel

@@ -143,6 +143,10 @@ func (d *Dec) Count(minElemSize int) int {
 	return int(n)
 }
 
+// More reports whether bytes remain: a field a newer peer appended to a
+// message is read only when present, so older senders stay understood.
+func (d *Dec) More() bool { return d.err == nil && len(d.b) > 0 }
+
 // Err returns the first decoding failure.
 func (d *Dec) Err() error { return d.err }
 

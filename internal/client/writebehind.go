@@ -1,0 +1,296 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/lockcheck"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// Metadata write-behind (see "Write-behind" in the package doc): while
+// this FS holds a bucket's lease exclusively, an attribute change of one
+// of its inodes (chown, chmod, utimes: what `tar x` sends three of per
+// file) is answered at once from the cached attributes and kept back;
+// the changes of one inode merge into one setattr, sent before any other
+// request of this FS, before a break of the lease is acknowledged, before
+// the lease could end, and by SyncLazy.
+
+// wbMaxDelay bounds how long a change is kept back.
+const wbMaxDelay = time.Second
+
+// wbMinLease is the lease left that a change needs to be kept back: it is
+// sent wbMinLease/2 before the lease ends at the latest.
+const wbMinLease = time.Second
+
+// wbSettable are the attribute changes that may be kept back.
+const wbSettable = metawire.SetMode | metawire.SetUID | metawire.SetGID | metawire.SetAtime |
+	metawire.SetMtime | metawire.SetAtimeNow | metawire.SetMtimeNow | metawire.SetKillSUID
+
+// pendingAttr is one inode's kept-back change.
+type pendingAttr struct {
+	req  metawire.SetAttrReq // the merged change: final values of what changed
+	attr metawire.Attr       // the attributes once it is applied
+}
+
+// writeBehind holds the kept-back changes.
+type writeBehind struct {
+	on    atomic.Bool
+	flush sync.Mutex // one flush at a time, so an inode's changes stay in order
+	mu    struct {
+		lockcheck.Mutex
+		m        map[uint64]*pendingAttr
+		deadline time.Time
+		timer    *time.Timer
+		err      error // a flush that failed, reported by the next SyncLazy
+		kept     uint64
+		sent     uint64
+		failed   uint64
+	}
+}
+
+type flushingKey struct{}
+
+// EnableWriteBehind makes this FS ask for exclusive leases and keep
+// attribute changes back under them. It needs EnableLeases.
+func (f *FS) EnableWriteBehind() {
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	f.wb.mu.m = map[uint64]*pendingAttr{}
+	f.wb.on.Store(true)
+}
+
+// WriteBehindStats are the counts of kept-back attribute changes: kept
+// (answered without a request), sent (merged setattrs that carried
+// them) and failed (sent and refused, or never sent).
+func (f *FS) WriteBehindStats() (kept, sent, failed uint64) {
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	return f.wb.mu.kept, f.wb.mu.sent, f.wb.mu.failed
+}
+
+// keepBack answers req from the cache and keeps it back when it may be:
+// ok false means req must be sent now.
+func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
+	if !f.wb.on.Load() || req.Valid == 0 || req.Valid&^wbSettable != 0 {
+		return metawire.Attr{}, false
+	}
+	bucket := namespace.Ino(req.Ino).Bucket()
+	now := time.Now()
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	l := f.liveLeaseLocked(bucket, now)
+	if l == nil || !l.exclusive || l.expires.Sub(now) < wbMinLease {
+		return metawire.Attr{}, false
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	p := f.wb.mu.m[req.Ino]
+	var cur metawire.Attr
+	if p != nil {
+		cur = p.attr
+	} else if a, ok := f.cache.attrs[req.Ino]; ok && a.lease == l.gen {
+		cur = a.attr
+	} else {
+		return metawire.Attr{}, false
+	}
+	next, ok := applyLocally(cur, &req, now)
+	if !ok {
+		return metawire.Attr{}, false
+	}
+	if p == nil {
+		p = &pendingAttr{req: metawire.SetAttrReq{Cred: req.Cred, Ino: req.Ino}}
+		f.wb.mu.m[req.Ino] = p
+	} else if !sameCred(p.req.Cred, req.Cred) {
+		return metawire.Attr{}, false
+	}
+	p.attr = next
+	// The merged change sets final values, so a later chmod after a
+	// chown (which clears set-id bits) sends the mode it computed.
+	v := req.Valid &^ (metawire.SetKillSUID | metawire.SetAtimeNow | metawire.SetMtimeNow)
+	if req.Valid&(metawire.SetUID|metawire.SetGID|metawire.SetKillSUID) != 0 && next.Mode != cur.Mode {
+		v |= metawire.SetMode
+	}
+	if req.Valid&metawire.SetAtimeNow != 0 {
+		v |= metawire.SetAtime
+	}
+	if req.Valid&metawire.SetMtimeNow != 0 {
+		v |= metawire.SetMtime
+	}
+	p.req.Valid |= v
+	p.req.Mode, p.req.UID, p.req.GID = next.Mode&metawire.ModePerm, next.UID, next.GID
+	p.req.Atime, p.req.Mtime = next.Atime, next.Mtime
+	f.wb.mu.kept++
+	f.cache.attrs[req.Ino] = cachedAttr{next, now.Add(f.cfg.AttrTTL), l.gen}
+	deadline := now.Add(wbMaxDelay)
+	if end := l.expires.Add(-wbMinLease / 2); end.Before(deadline) {
+		deadline = end
+	}
+	if f.wb.mu.timer == nil || deadline.Before(f.wb.mu.deadline) {
+		if f.wb.mu.timer != nil {
+			f.wb.mu.timer.Stop()
+		}
+		f.wb.mu.deadline = deadline
+		f.wb.mu.timer = time.AfterFunc(deadline.Sub(now), func() {
+			ctx, cancel := context.WithTimeout(f.pollCtx, wbMaxDelay+2*f.cfg.IslandWait)
+			defer cancel()
+			f.flushKept(ctx, nil)
+		})
+	}
+	return next, true
+}
+
+// applyLocally is req applied to a as its island would apply it, for the
+// changes whose outcome the client can know: anything by root, and by
+// the owner a chmod or new times. ok false: send req instead.
+func applyLocally(a metawire.Attr, req *metawire.SetAttrReq, now time.Time) (metawire.Attr, bool) {
+	c, v := &req.Cred, req.Valid
+	root := c.UID == 0
+	if !root && (c.UID != a.UID || v&(metawire.SetUID|metawire.SetGID|metawire.SetKillSUID) != 0) {
+		return a, false
+	}
+	dir := a.IsDir()
+	kill := func() {
+		a.Mode &^= 0o4000
+		if a.Mode&0o010 != 0 {
+			a.Mode &^= 0o2000
+		}
+	}
+	if v&(metawire.SetUID|metawire.SetGID) != 0 {
+		if v&metawire.SetUID != 0 {
+			a.UID = req.UID
+		}
+		if v&metawire.SetGID != 0 {
+			a.GID = req.GID
+		}
+		if !dir && v&metawire.SetMode == 0 {
+			kill()
+		}
+	}
+	if v&metawire.SetKillSUID != 0 && !dir && v&metawire.SetMode == 0 {
+		kill()
+	}
+	if v&metawire.SetMode != 0 {
+		mode := req.Mode & metawire.ModePerm
+		if !root && a.GID != c.GID && !slices.Contains(c.Groups, a.GID) {
+			mode &^= 0o2000
+		}
+		a.Mode = a.Mode&metawire.ModeType | mode
+	}
+	ns := now.UnixNano()
+	switch {
+	case v&metawire.SetAtimeNow != 0:
+		a.Atime = ns
+	case v&metawire.SetAtime != 0:
+		a.Atime = req.Atime
+	}
+	switch {
+	case v&metawire.SetMtimeNow != 0:
+		a.Mtime = ns
+	case v&metawire.SetMtime != 0:
+		a.Mtime = req.Mtime
+	}
+	a.Ctime = ns
+	return a, true
+}
+
+func sameCred(a, b metawire.Cred) bool {
+	return a.UID == b.UID && a.GID == b.GID && slices.Equal(a.Groups, b.Groups)
+}
+
+// keptBackLocked reports whether ino has a change kept back (f.cache
+// held).
+func (f *FS) keptBackLocked(ino uint64) bool {
+	if !f.wb.on.Load() {
+		return false
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	return f.wb.mu.m[ino] != nil
+}
+
+// keptBack reports whether changes are kept back (cheap: every request
+// asks).
+func (f *FS) keptBack() bool {
+	if !f.wb.on.Load() {
+		return false
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	return len(f.wb.mu.m) > 0
+}
+
+// flushKept sends the kept-back changes of buckets (nil: all), one
+// merged setattr per inode, in inode order. A change its island refuses
+// is dropped (its inode's cache with it) and reported by the next
+// SyncLazy.
+func (f *FS) flushKept(ctx context.Context, buckets []uint32) {
+	if !f.wb.on.Load() {
+		return
+	}
+	f.wb.flush.Lock()
+	defer f.wb.flush.Unlock()
+	f.wb.mu.Lock()
+	var batch []*pendingAttr
+	for ino, p := range f.wb.mu.m {
+		if buckets == nil || slices.Contains(buckets, namespace.Ino(ino).Bucket()) {
+			batch = append(batch, p)
+			delete(f.wb.mu.m, ino)
+		}
+	}
+	if len(f.wb.mu.m) == 0 && f.wb.mu.timer != nil {
+		f.wb.mu.timer.Stop()
+		f.wb.mu.timer = nil
+	}
+	f.wb.mu.Unlock()
+	sort.Slice(batch, func(i, j int) bool { return batch[i].req.Ino < batch[j].req.Ino })
+	ctx = context.WithValue(ctx, flushingKey{}, true)
+	for _, p := range batch {
+		var resp metawire.AttrResp
+		mark := f.beginChange()
+		err := f.call(ctx, p.req.Ino, metawire.OpSetAttr, &p.req, &resp)
+		if err == nil {
+			f.cacheAttrAt(resp.Attr, mark)
+		}
+		f.endChange()
+		f.wb.mu.Lock()
+		if err != nil {
+			f.wb.mu.failed++
+			if f.wb.mu.err == nil {
+				f.wb.mu.err = fmt.Errorf("client: setattr %x kept back: %w", p.req.Ino, err)
+			}
+		} else {
+			f.wb.mu.sent++
+		}
+		f.wb.mu.Unlock()
+		if err != nil {
+			f.log.Warn("client: a kept-back attribute change failed", "ino", fmt.Sprintf("%x", p.req.Ino), "err", err)
+			f.Invalidate(p.req.Ino)
+		}
+	}
+}
+
+// flushBeforeCall sends the kept-back changes before a request of op:
+// every request but a lease poll and the flush's own, so no answer an
+// island gives this FS predates a change it already answered.
+func (f *FS) flushBeforeCall(ctx context.Context, op uint16) {
+	if op == metawire.OpLeasePoll || ctx.Value(flushingKey{}) != nil || !f.keptBack() {
+		return
+	}
+	f.flushKept(ctx, nil)
+}
+
+// takeKeptErr returns and clears the error of a failed kept-back change.
+func (f *FS) takeKeptErr() error {
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	err := f.wb.mu.err
+	f.wb.mu.err = nil
+	return err
+}
