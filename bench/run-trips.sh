@@ -17,7 +17,7 @@ cleanup() {
 }
 trap cleanup EXIT
 tar -C "$(go env GOROOT)/src" -cf "$tmp/tree.tar" "$tree"
-start_atoll_dev bench-trips "$atoll" "$tmp" "$port" --metrics-listen "127.0.0.1:$((port + 300))"
+start_atoll_dev bench-trips "$atoll" "$tmp" "$port" --metrics-listen "127.0.0.1:$((port + 300))" ${BENCH_TRIPS_ATOLL_ARGS:-}
 # Every role's /metrics is on the metrics ports; the islands' carry
 # atoll_meta_ops_total{op=...}.
 scrape() {

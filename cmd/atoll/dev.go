@@ -60,6 +60,7 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.NFSListen, "nfs-listen", "127.0.0.1:2049", "NFS gateway address (empty: no gateway)")
 	f.StringVar(&cfg.Mount, "mount", "", "FUSE mountpoint (default DATA/mnt)")
 	f.BoolVar(&noMount, "no-mount", false, "do not mount with FUSE")
+	f.StringArrayVar(&cfg.MountArgs, "mount-arg", nil, "pass one more flag to the mount (repeatable), e.g. --mount-arg=--write-behind=false")
 	f.StringVar(&cfg.ManagerListen, "manager-listen", "127.0.0.1:7300", "manager address")
 	f.StringVar(&cfg.StorageListen, "storage-listen", "127.0.0.1:7400", "address of the first storage server; the others take the next ports")
 	f.StringVar(&cfg.IslandListen, "island-listen", "127.0.0.1:7500", "address of the first island; the others take the next ports")

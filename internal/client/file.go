@@ -820,7 +820,7 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 	var resp metawire.CommitResp
 	cctx, cancel := context.WithDeadline(ctx, commitBy)
 	mark := h.fs.lazyMark()
-	lmark := h.fs.beginChange()
+	lmark := h.fs.beginChange(ctx)
 	err := h.fs.call(cctx, h.ino, metawire.OpCommit, &metawire.CommitReq{Cred: h.cred, Writes: []metawire.FileWrite{w}, Lazy: lazy}, &resp)
 	cancel()
 	if len(resp.Attrs) == 1 && err == nil {

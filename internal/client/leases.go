@@ -191,7 +191,10 @@ const ownMark = 1 << 63
 // answer carries a lease (it may predate the change and land in the cache
 // after the change's own answer), and the mark returned is for the
 // change's own answer.
-func (f *FS) beginChange() uint64 {
+func (f *FS) beginChange(ctx context.Context) uint64 {
+	// What is kept back goes first: its own change would move the epoch
+	// between this mark and the answer, leaving the answer unleased.
+	f.flushBeforeCall(ctx, 0)
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	f.cache.changing++
@@ -260,6 +263,7 @@ func (m leaseMarks) forIno(ino uint64) uint64 {
 // answered ErrNotFound, with the marks of its lease.
 func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp metawire.Message) (leaseMarks, error) {
 	bucket := namespace.Ino(route).Bucket()
+	f.flushBeforeCall(ctx, metawire.OpLease) // before the mark (see beginChange)
 	f.cache.Lock()
 	session, mark := f.cache.session, f.cache.epoch
 	f.cache.Unlock()

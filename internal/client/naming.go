@@ -537,7 +537,7 @@ func (f *FS) SetAttr(ctx context.Context, req metawire.SetAttrReq) (metawire.Att
 	}
 	var resp metawire.AttrResp
 	f.Invalidate(req.Ino)
-	mark := f.beginChange()
+	mark := f.beginChange(ctx)
 	if err := f.call(ctx, req.Ino, metawire.OpSetAttr, &req, &resp); err != nil {
 		f.endChange()
 		return metawire.Attr{}, err
@@ -594,7 +594,7 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 		req.Verf = rand.Uint64() | 1
 	}
 	mark := f.lazyMark()
-	lmark := f.beginChange()
+	lmark := f.beginChange(ctx)
 	defer f.endChange()
 	if err := f.call(ctx, req.Dir, op, &req, &resp); err != nil {
 		f.invalidateDentry(req.Dir, req.Name) // it may exist after all (EEXIST, a lost answer)
@@ -879,7 +879,7 @@ func (f *FS) remove(ctx context.Context, op uint16, cred metawire.Cred, dir uint
 	}
 	f.cache.Unlock()
 	f.forgetName(dir, name)
-	f.beginChange()
+	f.beginChange(ctx)
 	defer f.endChange()
 	if err := f.call(ctx, dir, op, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, nil); err != nil {
 		f.invalidateDentry(dir, name)
@@ -916,7 +916,7 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 	f.namesChangedLocked(req.SrcDir)
 	f.namesChangedLocked(req.DstDir)
 	f.cache.Unlock()
-	mark := f.beginChange()
+	mark := f.beginChange(ctx)
 	defer f.endChange()
 	err := f.call(ctx, req.SrcDir, metawire.OpRename, &req, nil)
 	if err != nil || req.Flags&metawire.RenameExchange != 0 {
@@ -938,7 +938,7 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 func (f *FS) Link(ctx context.Context, req metawire.LinkReq) (metawire.Attr, error) {
 	f.forgetName(req.Dir, req.Name)
 	f.Invalidate(req.Ino)
-	mark := f.beginChange()
+	mark := f.beginChange(ctx)
 	defer f.endChange()
 	var resp metawire.AttrResp
 	if err := f.call(ctx, req.Dir, metawire.OpLink, &req, &resp); err != nil {
@@ -1003,7 +1003,7 @@ func (f *FS) GetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name 
 
 func (f *FS) SetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string, value []byte, flags uint32) error {
 	f.Invalidate(ino)
-	f.beginChange()
+	f.beginChange(ctx)
 	err := f.call(ctx, ino, metawire.OpSetXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name, Value: value, Flags: flags}, nil)
 	f.endChange()
 	if err != nil {
@@ -1028,7 +1028,7 @@ func (f *FS) ListXattr(ctx context.Context, cred metawire.Cred, ino uint64) ([]s
 
 func (f *FS) RemoveXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string) error {
 	f.Invalidate(ino)
-	f.beginChange()
+	f.beginChange(ctx)
 	defer f.endChange()
 	return f.call(ctx, ino, metawire.OpRemoveXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name}, nil)
 }

@@ -253,7 +253,7 @@ func (f *FS) flushKept(ctx context.Context, buckets []uint32) {
 	ctx = context.WithValue(ctx, flushingKey{}, true)
 	for _, p := range batch {
 		var resp metawire.AttrResp
-		mark := f.beginChange()
+		mark := f.beginChange(ctx)
 		err := f.call(ctx, p.req.Ino, metawire.OpSetAttr, &p.req, &resp)
 		if err == nil {
 			f.cacheAttrAt(resp.Attr, mark)

@@ -21,13 +21,14 @@ import (
 // Config configures a local development cluster.
 type Config struct {
 	DataDir       string
-	Storage       int    // storage servers
-	Islands       int    // metadata islands (0: data plane only)
-	ManagerListen string // host:port of the manager
-	StorageListen string // host:port of slot 0; slot i listens on port+i
-	IslandListen  string // host:port of island 1; island i on port+i-1
-	NFSListen     string // NFS gateway address ("" = no gateway)
-	Mount         string // FUSE mountpoint ("" = no mount)
+	Storage       int      // storage servers
+	Islands       int      // metadata islands (0: data plane only)
+	ManagerListen string   // host:port of the manager
+	StorageListen string   // host:port of slot 0; slot i listens on port+i
+	IslandListen  string   // host:port of island 1; island i on port+i-1
+	NFSListen     string   // NFS gateway address ("" = no gateway)
+	Mount         string   // FUSE mountpoint ("" = no mount)
+	MountArgs     []string // more flags for `atoll mount` (benchmarks: --write-behind=false)
 	// WebListen is the manager's dashboard, /api/cluster and /metrics
 	// address ("" = none; `atoll dev` defaults to 127.0.0.1:7380).
 	WebListen string
@@ -439,6 +440,7 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		}
 		abs, _ := filepath.Abs(d.cfg.Mount)
 		args := []string{"mount", "--cluster", mgr.Addr, "--log-level", d.cfg.LogLevel, "--key", d.keyPath}
+		args = append(args, d.cfg.MountArgs...)
 		if metrics.Mount != "" {
 			if err := portFree(metrics.Mount); err != nil {
 				return nil, fmt.Errorf("dev: mount: address %s in use: %w", metrics.Mount, err)
