@@ -114,6 +114,28 @@
 // carries its lease session in the request id, so it does not break its
 // own leases; its answer updates the cache instead.
 //
+// # Write-behind
+//
+// With FS.EnableWriteBehind (the mount's --write-behind) the FS asks for
+// its leases exclusive (lease.Table.GrantExclusive): granted while no
+// other session holds the bucket, recalled by the island before any other
+// session's request touches it. Under an exclusive lease SetAttr of
+// owner, group, mode and times (what the island would certainly allow:
+// anything by root, chmod and utimes by the owner) is answered from the
+// cached attributes and kept back (writebehind.go); an inode's kept-back
+// changes merge into one setattr of final values. They are sent, in
+// inode order, one flush at a time: before any other request of this FS
+// (so no answer it gets predates a change it already answered, and its
+// own later changes apply after them; before an own change or a leased
+// read takes its mark), before a break or recall of their lease is
+// acknowledged, within a second and half a second before the lease
+// could end, and by Fsync, SyncLazy and Close. Every request carries the
+// session in its id under write-behind, so the FS's own reads do not
+// recall its leases. A kept-back change the island refuses is dropped
+// with its inode's cache and reported by the next Fsync or SyncLazy.
+// What a crash of the client loses: changes kept back and not yet sent,
+// at most one second's, as for the data of files not yet closed.
+//
 // # Small files in one request
 //
 // FS.CreateWithData sends a new file's contents (at most InlineMax bytes)

@@ -35,6 +35,18 @@
 // answered within PollGrace gets leases, so a client that stopped
 // listening costs a writer at most one lease term, once.
 //
+// # Exclusive leases
+//
+// GrantExclusive makes a session the bucket's exclusive holder when no
+// other session holds it and it was not recalled within Contended (30
+// s): the holder may keep attribute changes back (client write-behind).
+// Recall, before another session's read or change of the bucket, breaks
+// the exclusive lease and waits like Break; other sessions' shared
+// leases are not touched by a read. A recalled bucket is shared-only for
+// Contended, so two clients using one directory do not recall each other
+// at every request. A table with no exclusive holder answers Recall with
+// an atomic load.
+//
 // # Time
 //
 // The island counts a lease from the grant; the client from when it sent
@@ -42,5 +54,7 @@
 // as the two clocks run at about the same rate (no clock synchronisation
 // is assumed). An island that starts (or a replica that becomes leader)
 // cannot know the holders of leases its previous incarnation granted: it
-// applies no change to a bucket until one Term after it started (Fence).
+// applies no change to a bucket until one Term after it started (Fence),
+// and, when that incarnation granted exclusive leases, serves no read
+// either (FencedReads).
 package lease

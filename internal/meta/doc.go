@@ -263,6 +263,20 @@
 // since its previous incarnation may have granted leases it cannot know.
 // Leases are held in the leader's memory only.
 //
+// A lease asked for exclusive (LeaseReq.Exclusive) is granted so to a
+// bucket's only holder. Before serving any request (recall, before the
+// request takes a lock), the island recalls an exclusive lease another
+// session holds on the buckets the request names (routeInos: its
+// directory or inode, both directories of a rename): the holder sends
+// what it kept back, then acknowledges, and the request runs. Requests
+// carry their session in the request id's first 8 bytes (reads too,
+// from a client with write-behind); a request with none recalls every
+// exclusive lease it meets. An inline lookup or getattr that must wait
+// for a recall moves off the connection's reader. The record's value
+// says the strongest lease granted: after an exclusive one (value 2) the
+// next incarnation fences reads for a term as well, since a holder may
+// still keep changes back.
+//
 // # Request ids
 //
 // A change (metawire.Deduplicated) sent with a wire.ReqID is applied at
