@@ -130,7 +130,7 @@ island whose replica leads. Every island server is given the same
 						Managers: splitList(managers), Kind: cluster.KindIsland, ID: id,
 						Addr: isl.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update, Key: cfg.Key,
 						Stats: func() cluster.MemberStats {
-							return cluster.MemberStats{Ops: isl.Ops(), MetricsAddr: advertisedMetrics(ms, isl.Addr())}
+							return cluster.MemberStats{Ops: isl.Ops(), MetricsAddr: advertisedMetrics(ms, isl.Addr()), Leases: isl.LeaseStats()}
 						},
 					})
 				}

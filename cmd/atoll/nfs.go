@@ -127,12 +127,17 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 // degraded.
 func clientStats(data *client.Client, fs *client.FS, ops uint64, metricsAddr string) cluster.MemberStats {
 	st := data.Stats()
-	return cluster.MemberStats{
+	ms := cluster.MemberStats{
 		Degraded:  uint64(len(data.DegradedStripes())),
 		BytesRead: fs.BytesRead(), BytesWritten: st.BytesWritten, Ops: ops,
 		Corrupt: st.CorruptDetected, Repairs: st.Repairs,
 		MetricsAddr: metricsAddr,
 	}
+	if fs.LeasesOn() {
+		kept, sent, _ := fs.WriteBehindStats()
+		ms.Leases = &cluster.LeaseStats{Held: uint64(fs.LeasesHeld()), Broken: fs.LeaseBreaks(), Kept: kept, Sent: sent}
+	}
+	return ms
 }
 
 // gatewayID derives a stable member id from the host name and listen

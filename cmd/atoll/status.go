@@ -141,6 +141,35 @@ type memberJSON struct {
 	// MetricsAddr is where the member serves Prometheus /metrics, as its
 	// heartbeats report it (absent when it serves none, or from a follower).
 	MetricsAddr string `json:"metrics_addr,omitempty"`
+	// Leases are the member's lease figures as its heartbeats report them
+	// (islands and mounts; absent otherwise, or from a follower).
+	Leases *leasesJSON `json:"leases,omitempty"`
+}
+
+// leasesJSON is cluster.LeaseStats: islands fill held, granted, broken,
+// expired, exclusive and recalled; mounts held, broken (breaks received),
+// kept (attribute changes kept back) and sent (merged setattrs).
+type leasesJSON struct {
+	Held      uint64 `json:"held"`
+	Granted   uint64 `json:"granted,omitempty"`
+	Broken    uint64 `json:"broken"`
+	Expired   uint64 `json:"expired,omitempty"`
+	Exclusive uint64 `json:"exclusive,omitempty"`
+	Recalled  uint64 `json:"recalled,omitempty"`
+	Kept      uint64 `json:"kept_back,omitempty"`
+	Sent      uint64 `json:"kept_back_sent,omitempty"`
+}
+
+// memberLeases maps each live member to its lease figures.
+func memberLeases(st *cluster.Status) map[cluster.MemberKey]*leasesJSON {
+	out := map[cluster.MemberKey]*leasesJSON{}
+	for _, l := range st.Live {
+		if x := l.Stats.Leases; x != nil {
+			out[l.Key] = &leasesJSON{Held: x.Held, Granted: x.Granted, Broken: x.Broken, Expired: x.Expired,
+				Exclusive: x.Exclusive, Recalled: x.Recalled, Kept: x.Kept, Sent: x.Sent}
+		}
+	}
+	return out
 }
 
 type islandJSON struct {
@@ -259,9 +288,11 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 	for _, l := range st.Live {
 		metrics[l.Key] = l.Stats.MetricsAddr
 	}
+	leases := memberLeases(st)
 	for _, v := range st.Members() {
 		mj := memberJSON{Kind: v.Kind.String(), ID: v.ID, Addr: v.Addr, State: v.State.String(), PID: v.PID, HeartbeatAgeMS: -1,
-			CapacityBytes: v.CapacityBytes, UsedBytes: v.UsedBytes, Degraded: v.Degraded, MetricsAddr: metrics[v.Key()]}
+			CapacityBytes: v.CapacityBytes, UsedBytes: v.UsedBytes, Degraded: v.Degraded, MetricsAddr: metrics[v.Key()],
+			Leases: leases[v.Key()]}
 		if !v.LastHeartbeat.IsZero() {
 			mj.LastHB = v.LastHeartbeat.UTC().Format(time.RFC3339Nano)
 			mj.HeartbeatAgeMS = max(now.Sub(v.LastHeartbeat).Milliseconds(), 0)
@@ -343,6 +374,24 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 				degraded = fmt.Sprintf("%d stripes", v.Degraded)
 			}
 			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.Kind, v.ID, v.Addr, v.State, v.PID, hb, capacity, used, degraded)
+		}
+		tw.Flush()
+	}
+
+	if leases := memberLeases(st); len(leases) > 0 {
+		bw.printf("\nleases:\n")
+		tw = tabwriter.NewWriter(bw, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  KIND\tID\tHELD\tGRANTED\tBROKEN\tEXPIRED\tEXCLUSIVE\tRECALLED\tKEPT BACK\tSENT")
+		for _, v := range members {
+			l := leases[v.Key()]
+			if l == nil {
+				continue
+			}
+			if v.Kind == cluster.KindIsland {
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t-\t-\n", v.Kind, v.ID, l.Held, l.Granted, l.Broken, l.Expired, l.Exclusive, l.Recalled)
+			} else {
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t-\t%d\t-\t-\t-\t%d\t%d\n", v.Kind, v.ID, l.Held, l.Broken, l.Kept, l.Sent)
+			}
 		}
 		tw.Flush()
 	}

@@ -156,6 +156,13 @@ func (f *FS) EnableLeases() {
 	f.cache.pollers = map[namespace.IslandID]bool{}
 }
 
+// LeasesOn reports whether EnableLeases was called.
+func (f *FS) LeasesOn() bool {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	return f.cache.session != 0
+}
+
 // LeasesHeld returns how many buckets this FS holds a live lease on.
 func (f *FS) LeasesHeld() int {
 	f.cache.Lock()

@@ -117,6 +117,20 @@ type MemberStats struct {
 	// every island replica its island server hosts, so status can show
 	// each island's replicas, leader and lag.
 	Replicas []ReplicaStats
+	// Leases are the member's lease counts (islands: the island's table;
+	// mounts: the leases its client holds and the attribute changes it
+	// kept back); nil for the others.
+	Leases *LeaseStats
+}
+
+// LeaseStats are a member's lease figures (#18). Islands: Held leases
+// held by client sessions now, Granted, Broken (acknowledged), Expired
+// (waited out), Exclusive (granted exclusive), Recalled (exclusive ones
+// recalled before another session's request). Mounts and gateways: Held
+// leases held now, Broken breaks received, Kept attribute changes kept
+// back, Sent merged setattrs that carried them.
+type LeaseStats struct {
+	Held, Granted, Broken, Expired, Exclusive, Recalled, Kept, Sent uint64
 }
 
 // ReplicaStats is one island replica's state as its server sees it.
@@ -185,6 +199,14 @@ func encodeStats(e *wire.Enc, s *MemberStats) {
 			e.U32(v)
 		}
 	}
+	// A presence flag, not a tail: stats are also encoded inside lists
+	// (StatusResp), where "bytes remain" does not mean "this field".
+	e.Bool(s.Leases != nil)
+	if l := s.Leases; l != nil {
+		for _, v := range []uint64{l.Held, l.Granted, l.Broken, l.Expired, l.Exclusive, l.Recalled, l.Kept, l.Sent} {
+			e.U64(v)
+		}
+	}
 }
 
 func decodeStats(d *wire.Dec, s *MemberStats) {
@@ -200,6 +222,10 @@ func decodeStats(d *wire.Dec, s *MemberStats) {
 			r.Voters = append(r.Voters, d.U32())
 		}
 		s.Replicas = append(s.Replicas, r)
+	}
+	if d.Bool() {
+		s.Leases = &LeaseStats{Held: d.U64(), Granted: d.U64(), Broken: d.U64(), Expired: d.U64(),
+			Exclusive: d.U64(), Recalled: d.U64(), Kept: d.U64(), Sent: d.U64()}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/lease"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -291,6 +292,16 @@ func (m *islandMetrics) wrap(h wire.Handler) wire.Handler {
 // Ops returns the requests this island served over the wire (for
 // heartbeats).
 func (i *Island) Ops() uint64 { return i.met.requests.Load() }
+
+// LeaseStats returns the island's lease figures for its member reports.
+func (i *Island) LeaseStats() *cluster.LeaseStats {
+	if i.leases == nil {
+		return nil
+	}
+	st := i.leases.Stats()
+	return &cluster.LeaseStats{Held: uint64(st.Holders), Granted: st.Granted, Broken: st.Broken, Expired: st.Expired,
+		Exclusive: st.Exclusive, Recalled: st.Recalled}
+}
 
 // cacheCollector exports the pebble block cache figures, read at scrape
 // time (nothing once the island is closed).

@@ -360,10 +360,11 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 			Logger: log, OnMap: s.view.Update, Key: s.cfg.Key, Reclaim: true,
 			Stats: func() cluster.MemberStats {
 				var ops uint64
+				var leases *cluster.LeaseStats
 				if isl := h.island.Load(); isl != nil {
-					ops = isl.Ops()
+					ops, leases = isl.Ops(), isl.LeaseStats()
 				}
-				return cluster.MemberStats{Ops: ops, MetricsAddr: s.cfg.MetricsAddr, Replicas: s.replicaStats()}
+				return cluster.MemberStats{Ops: ops, MetricsAddr: s.cfg.MetricsAddr, Replicas: s.replicaStats(), Leases: leases}
 			},
 		})
 		if err != nil {

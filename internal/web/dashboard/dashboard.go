@@ -130,6 +130,21 @@ type MemberView struct {
 	ScrubProgress float64 `json:"scrub_progress"`
 	Corrupt       uint64  `json:"corrupt"`
 	Repairs       uint64  `json:"repairs"`
+	// Leases are the member's lease figures (islands and mounts; see
+	// cluster.LeaseStats), absent for the others.
+	Leases *LeaseView `json:"leases,omitempty"`
+}
+
+// LeaseView is cluster.LeaseStats for the dashboard.
+type LeaseView struct {
+	Held      uint64 `json:"held"`
+	Granted   uint64 `json:"granted"`
+	Broken    uint64 `json:"broken"`
+	Expired   uint64 `json:"expired"`
+	Exclusive uint64 `json:"exclusive"`
+	Recalled  uint64 `json:"recalled"`
+	Kept      uint64 `json:"kept_back"`
+	Sent      uint64 `json:"kept_back_sent"`
 }
 
 // IslandView is one island and the hash-table entries it owns.
@@ -232,6 +247,10 @@ func Build(sn cluster.Snapshot) View {
 			mv.MetricsAddr = st.MetricsAddr
 			mv.BytesRead, mv.BytesWritten, mv.Ops = st.BytesRead, st.BytesWritten, st.Ops
 			mv.ScrubPassBytes, mv.ScrubPasses, mv.Corrupt, mv.Repairs = st.ScrubPassBytes, st.ScrubPasses, st.Corrupt, st.Repairs
+			if x := st.Leases; x != nil {
+				mv.Leases = &LeaseView{Held: x.Held, Granted: x.Granted, Broken: x.Broken, Expired: x.Expired,
+					Exclusive: x.Exclusive, Recalled: x.Recalled, Kept: x.Kept, Sent: x.Sent}
+			}
 			if k.Kind == cluster.KindStorage && !l.LastHeartbeat.IsZero() {
 				mv.ScrubProgress = progress(st.ScrubPassBytes, st.UsedBytes)
 				if m.State == cluster.StateUp {

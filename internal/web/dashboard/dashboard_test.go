@@ -37,7 +37,8 @@ func testSnapshot() cluster.Snapshot {
 				{Key: k0, LastHeartbeat: now.Add(-time.Second), Stats: cluster.MemberStats{CapacityBytes: 1000, UsedBytes: 400,
 					ScrubPassBytes: 100, ScrubPasses: 2, Repairs: 1, MetricsAddr: "127.0.0.1:7600"}},
 				{Key: k1, LastHeartbeat: now.Add(-9 * time.Second), Stats: cluster.MemberStats{CapacityBytes: 1000, UsedBytes: 600}},
-				{Key: cluster.MemberKey{Kind: cluster.KindGateway, ID: 7}, LastHeartbeat: now, Stats: cluster.MemberStats{Degraded: 5}},
+				{Key: cluster.MemberKey{Kind: cluster.KindGateway, ID: 7}, LastHeartbeat: now, Stats: cluster.MemberStats{Degraded: 5,
+					Leases: &cluster.LeaseStats{Held: 3, Broken: 1, Kept: 30, Sent: 10}}},
 			}},
 		Now:   now,
 		Rates: map[cluster.MemberKey]cluster.Rates{k0: {WriteBytesPerSec: 50}, k1: {WriteBytesPerSec: 70}},
@@ -67,8 +68,11 @@ func TestBuild(t *testing.T) {
 	if s1.WriteBps != 0 {
 		t.Errorf("a down member shows a rate: %+v", s1)
 	}
-	if v.Members[2].ScrubProgress != -1 || v.Members[2].HeartbeatAgeMS != -1 {
+	if v.Members[2].ScrubProgress != -1 || v.Members[2].HeartbeatAgeMS != -1 || v.Members[2].Leases != nil {
 		t.Errorf("island without heartbeats: %+v", v.Members[2])
+	}
+	if l := v.Members[4].Leases; l == nil || l.Held != 3 || l.Broken != 1 || l.Kept != 30 || l.Sent != 10 {
+		t.Errorf("gateway-7 leases: %+v", l)
 	}
 	tot := v.Totals
 	if tot.Members != 5 || tot.Up != 4 || tot.Down != 1 || tot.CapacityBytes != 2000 || tot.UsedBytes != 1000 ||
