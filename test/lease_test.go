@@ -10,6 +10,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
 // newLeasedFS is a client FS with leases whose records without a lease
@@ -437,7 +438,19 @@ func TestWriteBehindSyncSends(t *testing.T) {
 	if got := since(); got["setattr"] != 2 || got["create"] != 1 {
 		t.Fatalf("after a create: %v, want two setattrs and the create", got)
 	}
-	for k, mode := range []uint32{0o600, 0o640} {
+	// A request interrupted (its context canceled) still sends what it
+	// found kept back: those changes were answered already.
+	chmod(inos[0], 0o604)
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _ = a.GetAttr(canceled, root, uint64(namespace.RootIno)) // not cached by a
+	if got := since(); got["setattr"] != 3 {
+		t.Fatalf("after an interrupted request: %v, want three setattrs", got)
+	}
+	if _, _, failed := a.WriteBehindStats(); failed != 0 {
+		t.Fatalf("%d kept-back changes failed", failed)
+	}
+	for k, mode := range []uint32{0o604, 0o640} {
 		b.Invalidate(inos[k])
 		if at, err := b.GetAttr(ctx, root, inos[k]); err != nil || at.Mode&metawire.ModePerm != mode {
 			t.Fatalf("file %d: mode %o, %v; want %o", k, at.Mode&metawire.ModePerm, err, mode)

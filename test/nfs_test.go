@@ -1834,3 +1834,60 @@ func sameFile(a, b string) error {
 		}
 	}
 }
+
+// TestNFSGatewayLeases: a gateway whose client holds leases answers an NFS
+// client's repeated lookups and getattrs without asking the island, and
+// still shows every change another client makes as soon as it returns.
+func TestNFSGatewayLeases(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	g := startGateway(t, fc.newLeasedFS(t), "", nil)
+	b := fc.newFS(t)
+	ctx := context.Background()
+	d, err := b.MkdirAll(ctx, root, "/leased", 0o777)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "x", Mode: 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := goNFSTarget(t, g.addr, "/")
+	mode := func(path string) (os.FileMode, error) {
+		fi, err := v.Getattr(path)
+		if err != nil {
+			return 0, err
+		}
+		return fi.Mode().Perm(), nil
+	}
+	if m, err := mode("/leased/x"); err != nil || m != 0o644 {
+		t.Fatalf("getattr: %v %v", m, err)
+	}
+	since := fc.islandOpsSince(t, "lease", "lookup", "getattr")
+	for range 10 {
+		if m, err := mode("/leased/x"); err != nil || m != 0o644 {
+			t.Fatalf("getattr: %v %v", m, err)
+		}
+	}
+	if got := since(); got["lease"]+got["lookup"]+got["getattr"] != 0 {
+		t.Fatalf("10 NFS getattrs of a leased file cost island requests: %v", got)
+	}
+	// Another client's changes: seen at once.
+	if _, err := b.SetAttr(ctx, metawire.SetAttrReq{Cred: root, Ino: x.Attr.Ino, Valid: metawire.SetMode, Mode: 0o600}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := mode("/leased/x"); err != nil || m != 0o600 {
+		t.Fatalf("after another client's chmod: %v %v", m, err)
+	}
+	if _, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "y", Mode: 0o640}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := mode("/leased/y"); err != nil || m != 0o640 {
+		t.Fatalf("a file another client created: %v %v", m, err)
+	}
+	if err := b.Unlink(ctx, root, d.Ino, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Getattr("/leased/x"); err == nil {
+		t.Fatal("a file another client removed is still there")
+	}
+}

@@ -20,6 +20,7 @@ func newNFSCmd(g *globalFlags) *cobra.Command {
 	var cfg nfs.Config
 	var managers, allow, addrFile, metricsListen string
 	var id uint32
+	var leases bool
 	cmd := &cobra.Command{
 		Use:   "nfs --cluster ADDR [--listen ADDR] [--portmap ADDR] [--export-allow CIDR,...] [--read-only] [--root-squash=false]",
 		Short: "Run an NFSv3 + MOUNT gateway over the cluster",
@@ -74,6 +75,12 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 				return err
 			}
 			defer conn.Close()
+			if leases {
+				// Names and attributes stay cached until another client
+				// changes them. No write-behind: an NFS SETATTR is stable
+				// when it returns.
+				conn.FS.EnableLeases()
+			}
 			reg := web.NewRegistry()
 			if err := client.RegisterMetrics(reg, conn.Data, conn.FS); err != nil {
 				return err
@@ -111,6 +118,7 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 	f.StringVar(&cfg.PortmapListen, "portmap", "", "serve a minimal portmapper here too, e.g. 127.0.0.1:111")
 	f.StringVar(&allow, "export-allow", "", "client addresses or CIDR prefixes allowed to mount, comma-separated (empty: all)")
 	f.BoolVar(&cfg.Export.ReadOnly, "read-only", false, "refuse every change (NFS3ERR_ROFS)")
+	f.BoolVar(&leases, "leases", true, "hold leases on directories: the gateway answers names and attributes from its cache until another client changes them (false: cached for one second)")
 	f.StringVar(&cfg.Export.Path, "export", "/", "the directory clients may mount; below /, clients are confined to it (handles are tagged with this gateway's key)")
 	f.BoolVar(&cfg.Export.RootSquash, "root-squash", true, "map uid/gid 0 of NFS clients to the anonymous ids (--root-squash=false trusts clients' root)")
 	f.BoolVar(&cfg.Export.SecurePort, "secure-port", false, "answer NFS and MOUNT calls only from client source ports below 1024 (root's), as knfsd's \"secure\" option")

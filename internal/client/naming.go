@@ -212,7 +212,8 @@ func NewFS(cfg FSConfig) (*FS, error) {
 
 // Close closes the island connections (not the data client).
 func (f *FS) Close() error {
-	if f.keptBack() {
+	if f.wb.on.Load() {
+		// Also waits for a flush under way (the timer's).
 		ctx, cancel := context.WithTimeout(context.Background(), 2*f.cfg.IslandWait)
 		f.flushKept(ctx, nil)
 		cancel()
@@ -397,20 +398,41 @@ func (f *FS) CacheStats() (hits, misses uint64) {
 	return f.cache.hits, f.cache.misses
 }
 
+// maySearchLocked reports whether cred may search dir as far as the cache
+// knows: root always; anyone else by the x bits of dir's attributes
+// cached now (the island's own check, metawire.MayAccess).
+func (f *FS) maySearchLocked(dir uint64, cred metawire.Cred, now time.Time) bool {
+	if cred.UID == 0 {
+		return true
+	}
+	a, ok := f.cache.attrs[dir]
+	return ok && f.validLocked(namespace.Ino(dir).Bucket(), a.lease, a.expires, now) && metawire.MayAccess(&a.attr, &cred, 1)
+}
+
 // Lookup resolves name in dir.
 //
-// Only root's lookups are answered from the cache: the island checks
-// the search permission of dir for everyone else. Under a lease a name
-// found missing stays missing, and once every name of dir is cached
-// (completeDir) any other name is missing without asking.
+// Answers come from the cache when the caller may search dir as far as
+// the cache knows (root, or the x bits of dir's cached attributes: the
+// island's own check). Under a lease a name found missing stays missing,
+// and once every name of dir is cached (completeDir) any other name is
+// missing without asking.
 func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name string) (metawire.Attr, error) {
 	now := time.Now()
 	bucket := namespace.Ino(dir).Bucket()
 	f.cache.Lock()
+	if name == "." && f.maySearchLocked(dir, cred, now) {
+		// The island answers "." with dir's own attributes (NFS clients
+		// look it up to walk a path from the export's root).
+		if a, ok := f.cache.attrs[dir]; ok && a.attr.IsDir() && f.validLocked(bucket, a.lease, a.expires, now) {
+			f.cache.hits++
+			f.cache.Unlock()
+			return a.attr, nil
+		}
+	}
 	complete := false
 	// An impossible name is the island's to refuse (ENAMETOOLONG, EINVAL),
 	// never a cached "missing".
-	if cred.UID == 0 && namespace.ValidName(name) == nil {
+	if f.maySearchLocked(dir, cred, now) && namespace.ValidName(name) == nil {
 		d, ok := f.cache.dentry[dentryKey{dir, name}]
 		if ok && f.validLocked(bucket, d.lease, d.expires, now) {
 			if d.ino == 0 {

@@ -48,6 +48,7 @@ type writeBehind struct {
 		m        map[uint64]*pendingAttr
 		deadline time.Time
 		timer    *time.Timer
+		inflight int   // changes taken by a flush and not yet answered
 		err      error // a flush that failed, reported by the next SyncLazy
 		kept     uint64
 		sent     uint64
@@ -138,7 +139,9 @@ func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
 		}
 		f.wb.mu.deadline = deadline
 		f.wb.mu.timer = time.AfterFunc(deadline.Sub(now), func() {
-			ctx, cancel := context.WithTimeout(f.pollCtx, wbMaxDelay+2*f.cfg.IslandWait)
+			// Not the pollers' context: Close waits for this flush
+			// instead of cutting it off.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*f.cfg.IslandWait)
 			defer cancel()
 			f.flushKept(ctx, nil)
 		})
@@ -215,15 +218,16 @@ func (f *FS) keptBackLocked(ino uint64) bool {
 	return f.wb.mu.m[ino] != nil
 }
 
-// keptBack reports whether changes are kept back (cheap: every request
-// asks).
+// keptBack reports whether changes are kept back or being sent (cheap:
+// every request asks). A request waits for a flush under way too: it
+// must not overtake it.
 func (f *FS) keptBack() bool {
 	if !f.wb.on.Load() {
 		return false
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
-	return len(f.wb.mu.m) > 0
+	return len(f.wb.mu.m) > 0 || f.wb.mu.inflight > 0
 }
 
 // flushKept sends the kept-back changes of buckets (nil: all), one
@@ -248,8 +252,13 @@ func (f *FS) flushKept(ctx context.Context, buckets []uint32) {
 		f.wb.mu.timer.Stop()
 		f.wb.mu.timer = nil
 	}
+	f.wb.mu.inflight += len(batch)
 	f.wb.mu.Unlock()
 	sort.Slice(batch, func(i, j int) bool { return batch[i].req.Ino < batch[j].req.Ino })
+	// The changes were answered already: the request whose turn sent
+	// them may be interrupted (its caller killed), they must still go.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*f.cfg.IslandWait)
+	defer cancel()
 	ctx = context.WithValue(ctx, flushingKey{}, true)
 	for _, p := range batch {
 		var resp metawire.AttrResp
@@ -260,6 +269,7 @@ func (f *FS) flushKept(ctx context.Context, buckets []uint32) {
 		}
 		f.endChange()
 		f.wb.mu.Lock()
+		f.wb.mu.inflight--
 		if err != nil {
 			f.wb.mu.failed++
 			if f.wb.mu.err == nil {

@@ -1,8 +1,6 @@
 package meta
 
 import (
-	"slices"
-
 	"github.com/atoll-fs/atoll/internal/metawire"
 )
 
@@ -22,33 +20,12 @@ const (
 func isRoot(c *metawire.Cred) bool { return c.UID == 0 }
 
 // inGroup reports whether c's primary or supplementary groups hold gid.
-func inGroup(c *metawire.Cred, gid uint32) bool {
-	return c.GID == gid || slices.Contains(c.Groups, gid)
-}
+func inGroup(c *metawire.Cred, gid uint32) bool { return c.InGroup(gid) }
 
-// mayAccess applies the POSIX permission bits of a to c for mask (R=4,
-// W=2, X=1). Root passes read and write always, and execute on
-// directories or when any execute bit is set.
+// mayAccess applies the POSIX permission bits of a to c for mask
+// (metawire.MayAccess).
 func mayAccess(a *metawire.Attr, c *metawire.Cred, mask uint32) bool {
-	if mask == 0 {
-		return true
-	}
-	if isRoot(c) {
-		if mask&accX == 0 || a.IsDir() {
-			return true
-		}
-		return a.Mode&0o111 != 0
-	}
-	var bits uint32
-	switch {
-	case c.UID == a.UID:
-		bits = a.Mode >> 6 & 7
-	case inGroup(c, a.GID):
-		bits = a.Mode >> 3 & 7
-	default:
-		bits = a.Mode & 7
-	}
-	return bits&mask == mask
+	return metawire.MayAccess(a, c, mask)
 }
 
 // isOwner reports whether c owns a or is root.

@@ -31,6 +31,45 @@ type Cred struct {
 	Groups   []uint32
 }
 
+// InGroup reports whether c's primary or supplementary groups hold gid.
+func (c *Cred) InGroup(gid uint32) bool {
+	if c.GID == gid {
+		return true
+	}
+	for _, g := range c.Groups {
+		if g == gid {
+			return true
+		}
+	}
+	return false
+}
+
+// MayAccess applies the POSIX permission bits of a to c for mask (R=4,
+// W=2, X=1): the islands' check, which a client holding a's attributes
+// under a lease can make itself. Root passes read and write always, and
+// execute on directories or when any execute bit is set.
+func MayAccess(a *Attr, c *Cred, mask uint32) bool {
+	if mask == 0 {
+		return true
+	}
+	if c.UID == 0 {
+		if mask&1 == 0 || a.IsDir() {
+			return true
+		}
+		return a.Mode&0o111 != 0
+	}
+	var bits uint32
+	switch {
+	case c.UID == a.UID:
+		bits = a.Mode >> 6 & 7
+	case c.InGroup(a.GID):
+		bits = a.Mode >> 3 & 7
+	default:
+		bits = a.Mode & 7
+	}
+	return bits&mask == mask
+}
+
 // Root is the superuser credential.
 var Root = Cred{}
 
