@@ -101,9 +101,12 @@
 // page, that listing and the knowledge that no other name exists (a
 // second missing name in a directory makes the FS list it once, so an
 // unpack creates names without looking each up). Records carry the
-// generation of the lease they were read under; a read that raced with a
-// lease acquisition, a break or one of this FS's own changes (begun or
-// ended while it was out) carries none and lives AttrTTL as before.
+// generation of the lease they were read under; a record whose read raced
+// with a lease acquisition or break, or with one of this FS's own changes
+// of the same key (its inode, or for names and listings its directory;
+// begun, ended or in flight while the read was out) carries none and
+// lives AttrTTL as before. Per key, so one client's concurrent creates in
+// a directory keep each other's answers leased (cacheMark).
 //
 // One goroutine per island polls for breaks (OpLeasePoll, a long poll;
 // the next poll acknowledges). A break drops the lease and every record

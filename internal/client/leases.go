@@ -93,14 +93,15 @@ func (f *FS) cachedReaddir(cred metawire.Cred, dir, cookie uint64, max uint32, p
 	return resp, true
 }
 
-// keepListing gathers a page of dir's listing after cookie read under
-// lease gen stamp: pages that follow on from cookie 0 under one lease
+// keepListing gathers a page of dir's listing after cookie read with
+// marks m: pages that follow on from cookie 0 under one lease
 // make the whole listing at EOF.
-func (f *FS) keepListing(dir, cookie, stamp uint64, entries []metawire.Dirent, eof bool) {
+func (f *FS) keepListing(dir, cookie uint64, m leaseMarks, entries []metawire.Dirent, eof bool) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	l := f.cache.leases[namespace.Ino(dir).Bucket()]
-	if l == nil || l.gen != stamp || f.cache.changing > 0 {
+	bucket := namespace.Ino(dir).Bucket()
+	l := f.cache.leases[bucket]
+	if l == nil || l.gen != m.stamp || f.stampLocked(bucket, dir, m.route, time.Now()) != l.gen {
 		return
 	}
 	keepListingLocked(l, dir, cookie, entries, eof)
@@ -190,40 +191,102 @@ func (f *FS) reqIDFor() wire.ReqID {
 	return id
 }
 
-// ownMark marks a mark from beginChange: the records it caches are the
-// answer of this FS's own change.
-const ownMark = 1 << 63
+// A cacheMark says when a request was sent, for caching its answer's
+// records: the lease epoch (moved by every lease acquired, broken or
+// dropped) and the own-change sequence (moved by every begin and end of
+// one of this FS's changes). A record of key (an inode: its attributes;
+// a directory: its names and listing) carries a lease only when no lease
+// event happened since the mark and no own change touching that key
+// began, ended or is in flight since it (for the answer of an own change:
+// none but that change itself). Changes of other keys do not matter, so
+// concurrent creates in one directory leave each other's answers leased.
+type cacheMark struct {
+	epoch, seq uint64
+	own        bool // the answer of the own change that began at seq
+	valid      bool // the zero mark (noMark) stamps nothing
+	at         time.Time
+}
 
-// beginChange starts one of this FS's changes: until endChange no read
-// answer carries a lease (it may predate the change and land in the cache
-// after the change's own answer), and the mark returned is for the
-// change's own answer.
-func (f *FS) beginChange(ctx context.Context) uint64 {
-	// What is kept back goes first: its own change would move the epoch
-	// between this mark and the answer, leaving the answer unleased.
+// unknownKey stands for inodes a change touches that this FS cannot name
+// before it is answered (the victim of a removal whose name it has not
+// cached): while such a change is in flight, and after it for reads sent
+// before it ended, no record of any key is leased.
+const unknownKey = 0
+
+// touchKeep is how long the last change of a key is remembered: a mark
+// older than it stamps nothing.
+const touchKeep = 30 * time.Second
+
+// touch is the last own change of a key.
+type touch struct {
+	seq      uint64 // its begin or end
+	inflight int    // own changes of the key in flight
+	at       time.Time
+}
+
+// ownChange is one of this FS's changes in flight (beginChange).
+type ownChange struct {
+	mark cacheMark
+	keys []uint64
+}
+
+// readMarkLocked is the mark of a read sent now.
+func (f *FS) readMarkLocked(now time.Time) cacheMark {
+	return cacheMark{epoch: f.cache.epoch, seq: f.cache.seq, valid: true, at: now}
+}
+
+// beginChange starts one of this FS's changes, of the records of keys
+// (the inodes whose attributes, names or listing it changes, as far as
+// they are known before): until endChange no answer that may predate it
+// caches those keys under a lease (it could land after the change's own
+// answer). The change's own answer is cached with ch.mark.
+func (f *FS) beginChange(ctx context.Context, keys ...uint64) ownChange {
+	// What is kept back goes first (its changes must apply before).
 	f.flushBeforeCall(ctx, 0)
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	f.cache.changing++
-	f.cache.epoch++
-	return f.cache.epoch | ownMark
+	now := time.Now()
+	f.cache.seq++
+	for _, k := range keys {
+		t := f.cache.touched[k]
+		f.cache.touched[k] = touch{seq: f.cache.seq, inflight: t.inflight + 1, at: now}
+	}
+	return ownChange{mark: cacheMark{epoch: f.cache.epoch, seq: f.cache.seq, own: true, valid: true, at: now}, keys: keys}
 }
 
-// endChange ends a change begun by beginChange, once its answer is cached.
-func (f *FS) endChange() {
+// endChange ends ch, once its answer is cached.
+func (f *FS) endChange(ch ownChange) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	f.cache.changing--
-	f.cache.epoch++
+	now := time.Now()
+	f.cache.seq++
+	for _, k := range ch.keys {
+		t := f.cache.touched[k]
+		f.cache.touched[k] = touch{seq: f.cache.seq, inflight: t.inflight - 1, at: now}
+	}
+	if f.cache.seq%1024 == 0 {
+		for k, t := range f.cache.touched {
+			if t.inflight == 0 && now.Sub(t.at) > touchKeep {
+				delete(f.cache.touched, k)
+			}
+		}
+	}
 }
 
-// stampLocked is the lease generation a record of bucket read after mark
-// may carry: that of a live lease on bucket when nothing changed since
-// mark (no lease acquired or broken, no change of this FS begun or
-// ended, and, for a read, none in flight); 0 otherwise.
-func (f *FS) stampLocked(bucket uint32, mark uint64, now time.Time) uint64 {
-	if f.cache.leases == nil || mark&^ownMark != f.cache.epoch || (mark&ownMark == 0 && f.cache.changing > 0) {
+// stampLocked is the lease generation a record of key (in bucket) read
+// with mark may carry: that of a live lease on bucket when no lease event
+// happened since mark and no own change of key began, ended or is in
+// flight since (see cacheMark); 0 otherwise.
+func (f *FS) stampLocked(bucket uint32, key uint64, mark cacheMark, now time.Time) uint64 {
+	if f.cache.leases == nil || !mark.valid || mark.epoch != f.cache.epoch || now.Sub(mark.at) > touchKeep {
 		return 0
+	}
+	for _, k := range []uint64{key, unknownKey} {
+		t := f.cache.touched[k]
+		quiet := t.seq <= mark.seq && t.inflight == 0
+		if !quiet && !(mark.own && t.seq == mark.seq && t.inflight == 1) {
+			return 0
+		}
 	}
 	if l := f.cache.leases[bucket]; l != nil && now.Before(l.expires) {
 		return l.gen
@@ -248,16 +311,16 @@ func (f *FS) liveLeaseLocked(bucket uint32, now time.Time) *heldLease {
 // leaseMarks say how the records of a leased read's answer are cached
 // (see leasedCall).
 type leaseMarks struct {
-	before uint64 // the lease epoch before the request was sent
-	route  uint64 // for records of the route's bucket: before, or the epoch right after the answer's lease was recorded
-	stamp  uint64 // the generation of that lease (0: none granted)
-	bucket uint32 // the route's bucket
+	before cacheMark // when the request was sent
+	route  cacheMark // for records of the route's bucket: before, or its epoch moved past the answer's lease
+	stamp  uint64    // the generation of that lease (0: none granted)
+	bucket uint32    // the route's bucket
 }
 
 // forIno is the mark a record of ino from the answer is cached with: a
 // record of the route's bucket is covered by the lease the request
 // acquired, any other only by what was held before it was sent.
-func (m leaseMarks) forIno(ino uint64) uint64 {
+func (m leaseMarks) forIno(ino uint64) cacheMark {
 	if namespace.Ino(ino).Bucket() == m.bucket {
 		return m.route
 	}
@@ -272,7 +335,7 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	bucket := namespace.Ino(route).Bucket()
 	f.flushBeforeCall(ctx, metawire.OpLease) // before the mark (see beginChange)
 	f.cache.Lock()
-	session, mark := f.cache.session, f.cache.epoch
+	session, mark := f.cache.session, f.readMarkLocked(time.Now())
 	f.cache.Unlock()
 	m := leaseMarks{before: mark, route: mark, bucket: bucket}
 	if session == 0 {
@@ -302,7 +365,7 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	if f.cache.maxBreak[isl] > lr.Seq {
 		return m, rerr // a break sent after the grant was received already
 	}
-	if l := f.liveLeaseLocked(bucket, time.Now()); l != nil && l.island == isl && mark == f.cache.epoch {
+	if l := f.liveLeaseLocked(bucket, time.Now()); l != nil && l.island == isl && mark.epoch == f.cache.epoch {
 		if expires.After(l.expires) { // a renewal: the records stay
 			l.expires = expires
 		}
@@ -313,7 +376,7 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	f.cache.nextGen++
 	f.cache.epoch++
 	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires, exclusive: lr.Exclusive}
-	m.route, m.stamp = f.cache.epoch, f.cache.nextGen
+	m.route.epoch, m.stamp = f.cache.epoch, f.cache.nextGen
 	return m, rerr
 }
 

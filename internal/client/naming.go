@@ -149,7 +149,8 @@ type FS struct {
 		nextGen  uint64
 		breaks   uint64
 		onBreak  func(buckets []uint32)
-		changing int // this FS's changes in flight (beginChange)
+		seq      uint64           // own changes begun and ended (cacheMark)
+		touched  map[uint64]touch // per key, its last own change
 	}
 	wb writeBehind // writebehind.go
 	// pollers listen for lease breaks (leases.go); Close ends them.
@@ -206,6 +207,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	f.cache.attrs = map[uint64]cachedAttr{}
 	f.cache.dentry = map[dentryKey]cachedDentry{}
 	f.cache.blocks = map[uint64]*blockMap{}
+	f.cache.touched = map[uint64]touch{}
 	f.pollCtx, f.pollCancel = context.WithCancel(context.Background())
 	return f, nil
 }
@@ -304,20 +306,20 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 }
 
 // noMark stamps nothing: records cached with it live AttrTTL.
-const noMark = ^uint64(0)
+var noMark = cacheMark{}
 
 func (f *FS) cacheAttr(a metawire.Attr) { f.cacheAttrAt(a, noMark) }
 
 // cacheAttrAt caches attributes read by a request sent at lease epoch
 // mark (leaseMark).
-func (f *FS) cacheAttrAt(a metawire.Attr, mark uint64) {
+func (f *FS) cacheAttrAt(a metawire.Attr, mark cacheMark) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	now := time.Now()
 	if f.keptBackLocked(a.Ino) {
 		return // the cache holds the attributes after the kept-back change
 	}
-	f.cache.attrs[a.Ino] = cachedAttr{a, now.Add(f.cfg.AttrTTL), f.stampLocked(namespace.Ino(a.Ino).Bucket(), mark, now)}
+	f.cache.attrs[a.Ino] = cachedAttr{a, now.Add(f.cfg.AttrTTL), f.stampLocked(namespace.Ino(a.Ino).Bucket(), a.Ino, mark, now)}
 	if bm := f.cache.blocks[a.Ino]; bm != nil && bm.version != a.Version {
 		delete(f.cache.blocks, a.Ino)
 	}
@@ -330,12 +332,12 @@ func (f *FS) cacheDentry(dir uint64, name string, ino uint64) {
 // cacheDentryAt caches dir/name -> ino (0: missing) as read by a request
 // sent at lease epoch mark. A name that cannot carry the lease makes its
 // directory's listing incomplete: it would expire before the others.
-func (f *FS) cacheDentryAt(dir uint64, name string, ino uint64, mark uint64) {
+func (f *FS) cacheDentryAt(dir uint64, name string, ino uint64, mark cacheMark) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	now := time.Now()
 	bucket := namespace.Ino(dir).Bucket()
-	stamp := f.stampLocked(bucket, mark, now)
+	stamp := f.stampLocked(bucket, dir, mark, now)
 	if stamp == 0 {
 		f.incompleteLocked(dir)
 		if ino == 0 {
@@ -467,7 +469,7 @@ func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name st
 	if err != nil {
 		if errors.Is(err, metawire.ErrNotFound) && m.stamp != 0 {
 			f.cache.Lock()
-			if l := f.cache.leases[bucket]; l != nil && l.gen == m.stamp && f.cache.changing == 0 {
+			if l := f.cache.leases[bucket]; l != nil && l.gen == m.stamp && f.stampLocked(bucket, dir, m.route, time.Now()) == l.gen {
 				l.misses++
 				f.cache.dentry[dentryKey{dir, name}] = cachedDentry{0, time.Time{}, m.stamp}
 			}
@@ -500,10 +502,10 @@ func (f *FS) completeDir(ctx context.Context, cred metawire.Cred, dir uint64) bo
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	l := f.cache.leases[bucket]
-	if l == nil || l.gen != m.stamp || f.cache.changing > 0 {
+	now := time.Now()
+	if l == nil || l.gen != m.stamp || f.stampLocked(bucket, dir, m.route, now) != l.gen {
 		return false
 	}
-	now := time.Now()
 	for _, e := range resp.Entries {
 		if e.Name != "." && e.Name != ".." {
 			f.cache.dentry[dentryKey{dir, e.Name}] = cachedDentry{e.Ino, now.Add(f.cfg.AttrTTL), m.stamp}
@@ -559,13 +561,13 @@ func (f *FS) SetAttr(ctx context.Context, req metawire.SetAttrReq) (metawire.Att
 	}
 	var resp metawire.AttrResp
 	f.Invalidate(req.Ino)
-	mark := f.beginChange(ctx)
+	ch := f.beginChange(ctx, req.Ino)
 	if err := f.call(ctx, req.Ino, metawire.OpSetAttr, &req, &resp); err != nil {
-		f.endChange()
+		f.endChange(ch)
 		return metawire.Attr{}, err
 	}
-	f.cacheAttrAt(resp.Attr, mark)
-	f.endChange()
+	f.cacheAttrAt(resp.Attr, ch.mark)
+	f.endChange(ch)
 	a := resp.Attr
 	if req.Valid&metawire.SetSize != 0 && a.IsRegular() && !a.Inline {
 		if err := f.rewriteTail(ctx, req.Cred, a); err != nil {
@@ -616,8 +618,8 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 		req.Verf = rand.Uint64() | 1
 	}
 	mark := f.lazyMark()
-	lmark := f.beginChange(ctx)
-	defer f.endChange()
+	ch := f.beginChange(ctx, req.Dir)
+	defer f.endChange(ch)
 	if err := f.call(ctx, req.Dir, op, &req, &resp); err != nil {
 		f.invalidateDentry(req.Dir, req.Name) // it may exist after all (EEXIST, a lost answer)
 		return resp, err
@@ -635,9 +637,9 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 		isl := f.islandOf(req.Dir)
 		f.settleIsland(isl, mark, resp.Boot, false)
 	}
-	f.cacheAttrAt(resp.Attr, lmark)
-	f.cacheAttrAt(resp.DirAttr, lmark)
-	f.cacheDentryAt(req.Dir, req.Name, resp.Attr.Ino, lmark)
+	f.cacheAttrAt(resp.Attr, ch.mark)
+	f.cacheAttrAt(resp.DirAttr, ch.mark)
+	f.cacheDentryAt(req.Dir, req.Name, resp.Attr.Ino, ch.mark)
 	return resp, nil
 }
 
@@ -895,14 +897,16 @@ func (f *FS) Readlink(ctx context.Context, cred metawire.Cred, ino uint64) (stri
 
 func (f *FS) remove(ctx context.Context, op uint16, cred metawire.Cred, dir uint64, name string) error {
 	// The victim's cached attributes (nlink) change too.
+	keys := []uint64{dir, unknownKey}
 	f.cache.Lock()
-	if d, ok := f.cache.dentry[dentryKey{dir, name}]; ok {
+	if d, ok := f.cache.dentry[dentryKey{dir, name}]; ok && d.ino != 0 {
 		delete(f.cache.attrs, d.ino)
+		keys[1] = d.ino
 	}
 	f.cache.Unlock()
 	f.forgetName(dir, name)
-	f.beginChange(ctx)
-	defer f.endChange()
+	ch := f.beginChange(ctx, keys...)
+	defer f.endChange(ch)
 	if err := f.call(ctx, dir, op, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, nil); err != nil {
 		f.invalidateDentry(dir, name)
 		return err
@@ -927,9 +931,15 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 	if d, ok := f.cache.dentry[dentryKey{req.SrcDir, req.SrcName}]; ok {
 		moved = d.ino
 	}
+	// The moved inode and one it replaces change too (".." of a
+	// directory, nlink): by number when cached, else as unknownKey.
+	keys := []uint64{req.SrcDir, req.DstDir}
 	for _, k := range []dentryKey{{req.SrcDir, req.SrcName}, {req.DstDir, req.DstName}} {
-		if d, ok := f.cache.dentry[k]; ok {
+		if d, ok := f.cache.dentry[k]; ok && d.ino != 0 {
 			delete(f.cache.attrs, d.ino)
+			keys = append(keys, d.ino)
+		} else if !ok {
+			keys = append(keys, unknownKey)
 		}
 		delete(f.cache.dentry, k)
 	}
@@ -938,8 +948,8 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 	f.namesChangedLocked(req.SrcDir)
 	f.namesChangedLocked(req.DstDir)
 	f.cache.Unlock()
-	mark := f.beginChange(ctx)
-	defer f.endChange()
+	ch := f.beginChange(ctx, keys...)
+	defer f.endChange(ch)
 	err := f.call(ctx, req.SrcDir, metawire.OpRename, &req, nil)
 	if err != nil || req.Flags&metawire.RenameExchange != 0 {
 		// Unknown after a failure; after an exchange SrcName holds what
@@ -949,7 +959,7 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 		return err
 	}
 	if moved != 0 {
-		f.cacheDentryAt(req.DstDir, req.DstName, moved, mark)
+		f.cacheDentryAt(req.DstDir, req.DstName, moved, ch.mark)
 	} else {
 		f.invalidateDentry(req.DstDir, req.DstName)
 	}
@@ -960,15 +970,15 @@ func (f *FS) Rename(ctx context.Context, req metawire.RenameReq) error {
 func (f *FS) Link(ctx context.Context, req metawire.LinkReq) (metawire.Attr, error) {
 	f.forgetName(req.Dir, req.Name)
 	f.Invalidate(req.Ino)
-	mark := f.beginChange(ctx)
-	defer f.endChange()
+	ch := f.beginChange(ctx, req.Dir, req.Ino)
+	defer f.endChange(ch)
 	var resp metawire.AttrResp
 	if err := f.call(ctx, req.Dir, metawire.OpLink, &req, &resp); err != nil {
 		f.invalidateDentry(req.Dir, req.Name)
 		return metawire.Attr{}, err
 	}
-	f.cacheAttrAt(resp.Attr, mark)
-	f.cacheDentryAt(req.Dir, req.Name, resp.Attr.Ino, mark)
+	f.cacheAttrAt(resp.Attr, ch.mark)
+	f.cacheDentryAt(req.Dir, req.Name, resp.Attr.Ino, ch.mark)
 	return resp.Attr, nil
 }
 
@@ -1010,7 +1020,7 @@ func (f *FS) cacheReaddir(dir, cookie uint64, resp metawire.ReaddirResp, m lease
 		}
 	}
 	if m.stamp != 0 {
-		f.keepListing(dir, cookie, m.stamp, resp.Entries, resp.EOF)
+		f.keepListing(dir, cookie, m, resp.Entries, resp.EOF)
 	}
 }
 
@@ -1025,9 +1035,9 @@ func (f *FS) GetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name 
 
 func (f *FS) SetXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string, value []byte, flags uint32) error {
 	f.Invalidate(ino)
-	f.beginChange(ctx)
+	ch := f.beginChange(ctx, ino)
 	err := f.call(ctx, ino, metawire.OpSetXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name, Value: value, Flags: flags}, nil)
-	f.endChange()
+	f.endChange(ch)
 	if err != nil {
 		return err
 	}
@@ -1050,8 +1060,8 @@ func (f *FS) ListXattr(ctx context.Context, cred metawire.Cred, ino uint64) ([]s
 
 func (f *FS) RemoveXattr(ctx context.Context, cred metawire.Cred, ino uint64, name string) error {
 	f.Invalidate(ino)
-	f.beginChange(ctx)
-	defer f.endChange()
+	ch := f.beginChange(ctx, ino)
+	defer f.endChange(ch)
 	return f.call(ctx, ino, metawire.OpRemoveXattr, &metawire.XattrReq{Cred: cred, Ino: ino, Name: name}, nil)
 }
 

@@ -262,12 +262,12 @@ func (f *FS) flushKept(ctx context.Context, buckets []uint32) {
 	ctx = context.WithValue(ctx, flushingKey{}, true)
 	for _, p := range batch {
 		var resp metawire.AttrResp
-		mark := f.beginChange(ctx)
+		ch := f.beginChange(ctx, p.req.Ino)
 		err := f.call(ctx, p.req.Ino, metawire.OpSetAttr, &p.req, &resp)
 		if err == nil {
-			f.cacheAttrAt(resp.Attr, mark)
+			f.cacheAttrAt(resp.Attr, ch.mark)
 		}
-		f.endChange()
+		f.endChange(ch)
 		f.wb.mu.Lock()
 		f.wb.mu.inflight--
 		if err != nil {

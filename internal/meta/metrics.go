@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/atoll-fs/atoll/internal/cluster"
+	member "github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/lease"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -294,12 +294,12 @@ func (m *islandMetrics) wrap(h wire.Handler) wire.Handler {
 func (i *Island) Ops() uint64 { return i.met.requests.Load() }
 
 // LeaseStats returns the island's lease figures for its member reports.
-func (i *Island) LeaseStats() *cluster.LeaseStats {
+func (i *Island) LeaseStats() *member.LeaseStats {
 	if i.leases == nil {
 		return nil
 	}
 	st := i.leases.Stats()
-	return &cluster.LeaseStats{Held: uint64(st.Holders), Granted: st.Granted, Broken: st.Broken, Expired: st.Expired,
+	return &member.LeaseStats{Held: uint64(st.Holders), Granted: st.Granted, Broken: st.Broken, Expired: st.Expired,
 		Exclusive: st.Exclusive, Recalled: st.Recalled}
 }
 
