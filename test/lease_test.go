@@ -430,13 +430,17 @@ func TestWriteBehindSyncSends(t *testing.T) {
 	if got := since(); got["setattr"] != 1 {
 		t.Fatalf("after SyncLazy: %v, want one setattr", got)
 	}
-	// The next request of the holder sends what is kept back first.
+	// A change of other records (a create in the directory) sends what
+	// is kept back beside it; any other request waits until it is sent.
 	chmod(inos[1], 0o640)
 	if _, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: "h", Mode: 0o644}); err != nil {
 		t.Fatal(err)
 	}
+	if err := a.Access(ctx, root, d.Ino, 1); err != nil {
+		t.Fatal(err)
+	}
 	if got := since(); got["setattr"] != 2 || got["create"] != 1 {
-		t.Fatalf("after a create: %v, want two setattrs and the create", got)
+		t.Fatalf("after a create and a read: %v, want two setattrs and the create", got)
 	}
 	// A request interrupted (its context canceled) still sends what it
 	// found kept back: those changes were answered already.
@@ -449,6 +453,21 @@ func TestWriteBehindSyncSends(t *testing.T) {
 	}
 	if _, _, failed := a.WriteBehindStats(); failed != 0 {
 		t.Fatalf("%d kept-back changes failed", failed)
+	}
+	// A change of the very inode kept back waits for it.
+	chmod(inos[1], 0o641)
+	if _, err := a.SetAttr(ctx, metawire.SetAttrReq{Cred: root, Ino: inos[1], Valid: metawire.SetSize, Size: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := b.GetAttr(ctx, root, inos[1]); err != nil || at.Mode&metawire.ModePerm != 0o641 || at.Size != 10 {
+		t.Fatalf("after a kept-back chmod and a truncation: mode %o size %d, %v", at.Mode&metawire.ModePerm, at.Size, err)
+	}
+	chmod(inos[1], 0o640)
+	if err := a.SyncLazy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := since(); got["setattr"] != 6 {
+		t.Fatalf("%v setattrs, want 6", got["setattr"])
 	}
 	for k, mode := range []uint32{0o604, 0o640} {
 		b.Invalidate(inos[k])

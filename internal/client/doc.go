@@ -129,8 +129,10 @@
 // changes merge into one setattr of final values. They are sent, in
 // inode order, one flush at a time: before any other request of this FS
 // (so no answer it gets predates a change it already answered, and its
-// own later changes apply after them; before an own change or a leased
-// read takes its mark), before a break or recall of their lease is
+// own later changes apply after them), except that an own change of
+// other records (a create in the directory after the previous file's
+// chown, chmod and utimes) runs beside the flush, so their island can
+// commit both in one round; before a break or recall of their lease is
 // acknowledged, within a second and half a second before the lease
 // could end, and by Fsync, SyncLazy and Close. Every request carries the
 // session in its id under write-behind, so the FS's own reads do not

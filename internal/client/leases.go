@@ -241,8 +241,8 @@ func (f *FS) readMarkLocked(now time.Time) cacheMark {
 // caches those keys under a lease (it could land after the change's own
 // answer). The change's own answer is cached with ch.mark.
 func (f *FS) beginChange(ctx context.Context, keys ...uint64) ownChange {
-	// What is kept back goes first (its changes must apply before).
-	f.flushBeforeCall(ctx, 0)
+	// What is kept back goes first, or beside it when of other keys.
+	f.flushBeforeChange(ctx, keys)
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	now := time.Now()

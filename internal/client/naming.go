@@ -219,6 +219,7 @@ func (f *FS) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*f.cfg.IslandWait)
 		f.flushKept(ctx, nil)
 		cancel()
+		f.wb.async.Wait()
 	}
 	f.closing.Store(true)
 	f.pollCancel()
@@ -238,7 +239,10 @@ const DefaultIslandWait = 6 * time.Second
 // the map and retrying on stale-epoch and wrong-island answers and backing
 // off on busy ones.
 func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawire.Message) error {
-	f.flushBeforeCall(ctx, op)
+	if !metawire.Deduplicated(op) {
+		// Changes flushed in beginChange (or run beside the flush).
+		f.flushBeforeCall(ctx, op)
+	}
 	msg := metawire.Marshal(req)
 	// A change carries one id across its attempts: an island that
 	// applied it (the answer was lost with a connection or a leader)

@@ -42,7 +42,8 @@ type pendingAttr struct {
 // writeBehind holds the kept-back changes.
 type writeBehind struct {
 	on    atomic.Bool
-	flush sync.Mutex // one flush at a time, so an inode's changes stay in order
+	flush sync.Mutex     // one flush at a time, so an inode's changes stay in order
+	async sync.WaitGroup // flushes started beside a change (flushBeforeChange)
 	mu    struct {
 		lockcheck.Mutex
 		m        map[uint64]*pendingAttr
@@ -294,6 +295,44 @@ func (f *FS) flushBeforeCall(ctx context.Context, op uint16) {
 		return
 	}
 	f.flushKept(ctx, nil)
+}
+
+// flushBeforeChange sends the kept-back changes before an own change of
+// keys. When none of them is of those keys (a create in a directory
+// after the chown, chmod and utimes of the previous file, as in tar x)
+// the flush runs beside the change instead of before it: the two do not
+// touch the same records, and their island can commit them in one round.
+// Every other request still waits for that flush (keptBack counts it in
+// flight), so only this change overtakes it.
+func (f *FS) flushBeforeChange(ctx context.Context, keys []uint64) {
+	if ctx.Value(flushingKey{}) != nil || !f.keptBack() {
+		return
+	}
+	if f.keptApart(keys) {
+		f.wb.async.Add(1)
+		go func() {
+			defer f.wb.async.Done()
+			f.flushKept(context.WithoutCancel(ctx), nil)
+		}()
+		return
+	}
+	f.flushKept(ctx, nil)
+}
+
+// keptApart reports whether no flush is under way and no kept-back change
+// is of keys (none of which stands for unknown inodes).
+func (f *FS) keptApart(keys []uint64) bool {
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	if f.wb.mu.inflight > 0 || len(keys) == 0 {
+		return false
+	}
+	for _, k := range keys {
+		if k == unknownKey || f.wb.mu.m[k] != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // takeKeptErr returns and clears the error of a failed kept-back change.
