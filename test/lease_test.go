@@ -476,3 +476,29 @@ func TestWriteBehindSyncSends(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseInUseIsRenewed: a client answering from a lease past half its
+// term renews it in the background, so a directory it uses longer than
+// the term stays known whole: every lookup of a new name in 4 s (the
+// term is 3 s) is answered without a cache miss.
+func TestLeaseInUseIsRenewed(t *testing.T) {
+	_, a, b, d := leasePair(t, "/renew")
+	ctx := context.Background()
+	if _, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "x", Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"x", "missing-1", "missing-2", "missing-3"} {
+		_, _ = a.Lookup(ctx, root, d.Ino, name) // the second miss lists d whole
+	}
+	_, before := a.CacheStats()
+	start := time.Now()
+	for k := 0; time.Since(start) < 4*time.Second; k++ {
+		if _, err := a.Lookup(ctx, root, d.Ino, fmt.Sprintf("new-%d", k)); !errors.Is(err, metawire.ErrNotFound) {
+			t.Fatalf("lookup new-%d: %v", k, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, after := a.CacheStats(); after != before {
+		t.Fatalf("%d cache misses while the directory was in use past its lease term", after-before)
+	}
+}

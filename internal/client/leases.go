@@ -37,6 +37,8 @@ type heldLease struct {
 	// the lease first, so attribute changes may be kept back
 	// (writebehind.go).
 	exclusive bool
+	term      time.Duration   // as granted, less the margin
+	renewing  bool            // a renewal is on its way (renewLocked)
 	complete  map[uint64]bool // directories of the bucket whose every name is cached under the lease
 	misses    int             // names looked up and not found under the lease
 	// listing holds directories listed whole under the lease (pages
@@ -367,7 +369,7 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	}
 	if l := f.liveLeaseLocked(bucket, time.Now()); l != nil && l.island == isl && mark.epoch == f.cache.epoch {
 		if expires.After(l.expires) { // a renewal: the records stay
-			l.expires = expires
+			l.expires, l.term = expires, term-term*leaseMargin/100
 		}
 		l.exclusive = lr.Exclusive
 		m.stamp = l.gen
@@ -375,9 +377,38 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	}
 	f.cache.nextGen++
 	f.cache.epoch++
-	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires, exclusive: lr.Exclusive}
+	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires, exclusive: lr.Exclusive, term: term - term*leaseMargin/100}
 	m.route.epoch, m.stamp = f.cache.epoch, f.cache.nextGen
 	return m, rerr
+}
+
+// hitLocked counts an answer from the cache of a record of route's
+// bucket and, when the bucket's lease is in use and past half its term,
+// renews it in the background (a leased getattr of route): a lease in use
+// is not left to end, which would cost the records it covers (a
+// directory known complete, say) while this FS keeps changing it.
+func (f *FS) hitLocked(route uint64, now time.Time) {
+	f.cache.hits++
+	bucket := namespace.Ino(route).Bucket()
+	l := f.cache.leases[bucket]
+	if l == nil || l.renewing || !now.Before(l.expires) || l.expires.Sub(now) > l.term/2 || f.closing.Load() {
+		return
+	}
+	l.renewing = true
+	f.renewals.Add(1)
+	term := l.term
+	go func() {
+		defer f.renewals.Done()
+		ctx, cancel := context.WithTimeout(f.pollCtx, term)
+		defer cancel()
+		var resp metawire.AttrResp
+		if m, err := f.leasedCall(ctx, route, metawire.OpGetAttr, &metawire.InoReq{Cred: metawire.Root, Ino: route}, &resp); err == nil {
+			f.cacheAttrAt(resp.Attr, m.forIno(resp.Attr.Ino))
+		}
+		f.cache.Lock()
+		l.renewing = false
+		f.cache.Unlock()
+	}()
 }
 
 // startPoller starts the goroutine that listens for isl's breaks, once.

@@ -155,6 +155,7 @@ type FS struct {
 	wb writeBehind // writebehind.go
 	// pollers listen for lease breaks (leases.go); Close ends them.
 	pollers    sync.WaitGroup
+	renewals   sync.WaitGroup // leases.go: hitLocked
 	pollCtx    context.Context
 	pollCancel context.CancelFunc
 	closing    atomic.Bool
@@ -224,6 +225,7 @@ func (f *FS) Close() error {
 	f.closing.Store(true)
 	f.pollCancel()
 	f.pollers.Wait()
+	f.renewals.Wait()
 	f.prefetches.Wait()
 	f.pool.Close()
 	return nil
@@ -430,7 +432,7 @@ func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name st
 		// The island answers "." with dir's own attributes (NFS clients
 		// look it up to walk a path from the export's root).
 		if a, ok := f.cache.attrs[dir]; ok && a.attr.IsDir() && f.validLocked(bucket, a.lease, a.expires, now) {
-			f.cache.hits++
+			f.hitLocked(dir, now)
 			f.cache.Unlock()
 			return a.attr, nil
 		}
@@ -442,18 +444,18 @@ func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name st
 		d, ok := f.cache.dentry[dentryKey{dir, name}]
 		if ok && f.validLocked(bucket, d.lease, d.expires, now) {
 			if d.ino == 0 {
-				f.cache.hits++
+				f.hitLocked(dir, now)
 				f.cache.Unlock()
 				return metawire.Attr{}, fmt.Errorf("client: lookup %q in %x: %w", name, dir, metawire.ErrNotFound)
 			}
 			if a, ok := f.cache.attrs[d.ino]; ok && f.validLocked(namespace.Ino(d.ino).Bucket(), a.lease, a.expires, now) {
-				f.cache.hits++
+				f.hitLocked(dir, now)
 				f.cache.Unlock()
 				return a.attr, nil
 			}
 		} else if l := f.liveLeaseLocked(bucket, now); l != nil {
 			if l.complete[dir] {
-				f.cache.hits++
+				f.hitLocked(dir, now)
 				f.cache.Unlock()
 				return metawire.Attr{}, fmt.Errorf("client: lookup %q in %x: %w", name, dir, metawire.ErrNotFound)
 			}
@@ -525,9 +527,10 @@ func (f *FS) completeDir(ctx context.Context, cred metawire.Cred, dir uint64) bo
 
 // GetAttr returns ino's attributes, from the cache when fresh enough.
 func (f *FS) GetAttr(ctx context.Context, cred metawire.Cred, ino uint64) (metawire.Attr, error) {
+	now := time.Now()
 	f.cache.Lock()
-	if a, ok := f.cache.attrs[ino]; ok && f.validLocked(namespace.Ino(ino).Bucket(), a.lease, a.expires, time.Now()) {
-		f.cache.hits++
+	if a, ok := f.cache.attrs[ino]; ok && f.validLocked(namespace.Ino(ino).Bucket(), a.lease, a.expires, now) {
+		f.hitLocked(ino, now)
 		f.cache.Unlock()
 		return a.attr, nil
 	}
@@ -541,9 +544,10 @@ func (f *FS) GetAttr(ctx context.Context, cred metawire.Cred, ino uint64) (metaw
 // holds (another client's change would have broken it first), else from
 // the island.
 func (f *FS) GetAttrFresh(ctx context.Context, cred metawire.Cred, ino uint64) (metawire.Attr, error) {
+	now := time.Now()
 	f.cache.Lock()
-	if a, ok := f.cache.attrs[ino]; ok && f.leaseLeftLocked(namespace.Ino(ino).Bucket(), a.lease, time.Now()) > 0 {
-		f.cache.hits++
+	if a, ok := f.cache.attrs[ino]; ok && f.leaseLeftLocked(namespace.Ino(ino).Bucket(), a.lease, now) > 0 {
+		f.hitLocked(ino, now)
 		f.cache.Unlock()
 		return a.attr, nil
 	}

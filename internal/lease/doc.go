@@ -18,9 +18,12 @@
 //
 // Reads: Begin before the read takes a Mark of the bucket; Grant after
 // the read records the session as a holder for Term, but only when no
-// change of the bucket started or ended in between (a seqlock per
-// bucket), so a lease never covers data older than a change the session
-// was not told about. Grant answers the session's break sequence number
+// other session's change of the bucket started, ended or was in flight
+// in between (a seqlock per bucket that remembers its last moves and who
+// made them), so a lease never covers data older than a change the
+// session was not told about. The session's own changes do not count:
+// their answers tell it, so a client writing a directory keeps getting
+// leases on it. Grant answers the session's break sequence number
 // at the moment of the grant; a client must refuse a grant whose number
 // is below a break it has already received (the break may concern it).
 //

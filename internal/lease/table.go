@@ -93,6 +93,14 @@ type Table struct {
 type bucket struct {
 	gen      uint64
 	changing int
+	// changers are the sessions with changes in flight (0: the island's
+	// own); events the last generation moves with the session that made
+	// them, every move after floor: a grant is refused only for another
+	// session's change since its mark, so a client reading a directory
+	// while it writes there still gets its lease.
+	changers map[uint64]int
+	events   []event
+	floor    uint64
 	holders  map[uint64]time.Time // session -> lease end (island clock)
 	used     time.Time
 	// excl is the session holding the bucket's lease exclusively (its
@@ -101,6 +109,13 @@ type bucket struct {
 	excl      uint64
 	contended time.Time
 }
+
+// event is one generation move of a bucket and the session whose change
+// made it.
+type event struct{ gen, session uint64 }
+
+// maxEvents bounds a bucket's events; a mark older than them is refused.
+const maxEvents = 64
 
 type session struct {
 	seq      uint64 // last break queued
@@ -140,7 +155,7 @@ func (t *Table) bucketLocked(b uint32, now time.Time) *bucket {
 	bk := t.mu.buckets[b]
 	if bk == nil {
 		t.mu.gen++
-		bk = &bucket{gen: t.mu.gen, holders: map[uint64]time.Time{}}
+		bk = &bucket{gen: t.mu.gen, floor: t.mu.gen, holders: map[uint64]time.Time{}, changers: map[uint64]int{}}
 		t.mu.buckets[b] = bk
 	}
 	bk.used = now
@@ -162,7 +177,40 @@ func (t *Table) Begin(b uint32) Mark {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	bk := t.bucketLocked(b, t.now())
-	return Mark{gen: bk.gen, ok: bk.changing == 0}
+	return Mark{gen: bk.gen, ok: true}
+}
+
+// moveLocked moves bk's generation for a change by session.
+func (t *Table) moveLocked(bk *bucket, session uint64) {
+	t.mu.gen++
+	bk.gen = t.mu.gen
+	if len(bk.events) == maxEvents {
+		bk.floor = bk.events[0].gen
+		bk.events = append(bk.events[:0], bk.events[1:]...)
+	}
+	bk.events = append(bk.events, event{bk.gen, session})
+}
+
+// changedForLocked reports whether a session other than id changed bk
+// since m, or is changing it.
+func changedForLocked(bk *bucket, m Mark, id uint64) bool {
+	for s, n := range bk.changers {
+		if n > 0 && s != id {
+			return true
+		}
+	}
+	if bk.gen == m.gen {
+		return false
+	}
+	if m.gen < bk.floor {
+		return true
+	}
+	for _, e := range bk.events {
+		if e.gen > m.gen && e.session != id {
+			return true
+		}
+	}
+	return false
 }
 
 // Grant makes session a holder of bucket b, read since m was taken, for
@@ -193,7 +241,7 @@ func (t *Table) grant(sessionID uint64, b uint32, m Mark, wantExcl bool) (seq ui
 	defer t.mu.Unlock()
 	now := t.now()
 	bk := t.mu.buckets[b]
-	if bk == nil || bk.gen != m.gen || bk.changing != 0 {
+	if bk == nil || changedForLocked(bk, m, sessionID) {
 		return 0, false, false
 	}
 	s := t.mu.sessions[sessionID]
@@ -352,8 +400,8 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 	for _, b := range buckets {
 		bk := t.bucketLocked(b, now)
 		bk.changing++
-		t.mu.gen++
-		bk.gen = t.mu.gen
+		bk.changers[except]++
+		t.moveLocked(bk, except)
 		for id, end := range bk.holders {
 			if id == except {
 				continue
@@ -376,8 +424,10 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 		for _, b := range buckets {
 			bk := t.bucketLocked(b, now)
 			bk.changing--
-			t.mu.gen++
-			bk.gen = t.mu.gen
+			if bk.changers[except]--; bk.changers[except] == 0 {
+				delete(bk.changers, except)
+			}
+			t.moveLocked(bk, except)
 			if bk.changing == 0 && len(bk.holders) == 0 && !now.Before(bk.contended) {
 				// Nobody holds it: a mark taken meanwhile finds no record
 				// and is refused, and a table that only sees writes stays

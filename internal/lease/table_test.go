@@ -307,3 +307,45 @@ func TestReadFence(t *testing.T) {
 		t.Fatalf("a read-fenced table served a read after %v", time.Since(start))
 	}
 }
+
+// TestOwnChangesDoNotRefuseGrants: a session reading a bucket while its
+// own change of it is in flight (or ended since the read began) still
+// gets its lease; another session's read is refused.
+func TestOwnChangesDoNotRefuseGrants(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tb := New(Config{Term: time.Hour})
+	listen(ctx, tb, 7)
+	listen(ctx, tb, 8)
+	m7, m8 := tb.Begin(1), tb.Begin(1)
+	done, err := tb.Break(ctx, []uint32{1}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tb.Grant(7, 1, tb.Begin(1)); !ok {
+		t.Fatal("refused during the session's own change")
+	}
+	if _, ok := tb.Grant(8, 1, tb.Begin(1)); ok {
+		t.Fatal("granted during another session's change")
+	}
+	done()
+	if _, ok := tb.Grant(7, 1, m7); !ok {
+		t.Fatal("refused on a mark from before the session's own change")
+	}
+	if _, ok := tb.Grant(8, 1, m8); ok {
+		t.Fatal("granted on a mark from before another session's change")
+	}
+	// A mark older than the events kept is refused (the bucket stays:
+	// 7 holds it).
+	if _, ok := tb.Grant(7, 2, tb.Begin(2)); !ok {
+		t.Fatal("refused")
+	}
+	old := tb.Begin(2)
+	for range maxEvents + 1 {
+		done, _ := tb.Break(ctx, []uint32{2}, 7)
+		done()
+	}
+	if _, ok := tb.Grant(7, 2, old); ok {
+		t.Fatal("granted on a mark older than the bucket's events")
+	}
+}
