@@ -253,32 +253,7 @@ const (
 	accX = 1
 )
 
-func inGroup(c *metawire.Cred, gid uint32) bool {
-	if c.GID == gid {
-		return true
-	}
-	for _, g := range c.Groups {
-		if g == gid {
-			return true
-		}
-	}
-	return false
-}
-
-// mayAccess checks mode bits as the islands do: root passes read and
-// write, and execute on directories or when any execute bit is set.
+// mayAccess checks mode bits as the islands do (metawire.MayAccess).
 func mayAccess(a *metawire.Attr, c *metawire.Cred, want uint32) bool {
-	if c.UID == 0 {
-		return want&accX == 0 || a.IsDir() || a.Mode&0o111 != 0
-	}
-	var bits uint32
-	switch {
-	case c.UID == a.UID:
-		bits = a.Mode >> 6 & 7
-	case inGroup(c, a.GID):
-		bits = a.Mode >> 3 & 7
-	default:
-		bits = a.Mode & 7
-	}
-	return bits&want == want
+	return metawire.MayAccess(a, c, want)
 }
