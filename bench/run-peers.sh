@@ -165,7 +165,13 @@ if want atoll; then
 	grep -q "FUSE:" "$scratch/atoll-dev.log" || die "atoll dev: no FUSE mount (log: $scratch/atoll-dev.log)"
 	wait_for "atoll FUSE mount" "${pids[-1]}" "$scratch/atoll-dev.log" mounted "$scratch/atoll/mnt"
 	dir[atoll]=$scratch/atoll/mnt
-	st=$(ATOLL_KEY=$scratch/atoll/admin.key ATOLL_CLUSTER=127.0.0.1:$port "$atoll" status --json 2>/dev/null) || st=""
+	# Replicated islands report their replicas with their first heartbeats:
+	# ask until they have (at most 10 s), or the line says 1 replica.
+	for _ in $(seq 20); do
+		st=$(ATOLL_KEY=$scratch/atoll/admin.key ATOLL_CLUSTER=127.0.0.1:$port "$atoll" status --json 2>/dev/null) || st=""
+		echo "$st" | grep -q '"replicas"' && break
+		sleep 0.5
+	done
 	redundancy[atoll]=$(python3 -c '
 import json, sys
 s = json.loads(sys.argv[1])
