@@ -160,12 +160,6 @@ func applyLocally(a metawire.Attr, req *metawire.SetAttrReq, now time.Time) (met
 		return a, false
 	}
 	dir := a.IsDir()
-	kill := func() {
-		a.Mode &^= 0o4000
-		if a.Mode&0o010 != 0 {
-			a.Mode &^= 0o2000
-		}
-	}
 	if v&(metawire.SetUID|metawire.SetGID) != 0 {
 		if v&metawire.SetUID != 0 {
 			a.UID = req.UID
@@ -174,11 +168,11 @@ func applyLocally(a metawire.Attr, req *metawire.SetAttrReq, now time.Time) (met
 			a.GID = req.GID
 		}
 		if !dir && v&metawire.SetMode == 0 {
-			kill()
+			a.Mode = metawire.KillSetID(a.Mode)
 		}
 	}
 	if v&metawire.SetKillSUID != 0 && !dir && v&metawire.SetMode == 0 {
-		kill()
+		a.Mode = metawire.KillSetID(a.Mode)
 	}
 	if v&metawire.SetMode != 0 {
 		mode := req.Mode & metawire.ModePerm

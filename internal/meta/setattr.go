@@ -50,12 +50,7 @@ func (i *Island) withInodesOpt(ctx context.Context, inos []namespace.Ino, lazy b
 // killSUID clears the set-user-id bit, and the set-group-id bit when
 // group execute is set, as Linux does on chown and on writes and
 // truncation by unprivileged users.
-func killSUID(n *inode) {
-	n.mode &^= modeSUID
-	if n.mode&0o010 != 0 {
-		n.mode &^= modeSGID
-	}
-}
+func killSUID(n *inode) { n.mode = metawire.KillSetID(n.mode) }
 
 func (i *Island) setAttr(ctx context.Context, r *metawire.SetAttrReq) (*metawire.AttrResp, error) {
 	ino := namespace.Ino(r.Ino)

@@ -70,6 +70,17 @@ func MayAccess(a *Attr, c *Cred, mask uint32) bool {
 	return bits&mask == mask
 }
 
+// KillSetID is mode with the set-user-id bit cleared, and the
+// set-group-id bit when group execute is set, as Linux does on chown and
+// on writes and truncation by the unprivileged.
+func KillSetID(mode uint32) uint32 {
+	mode &^= 0o4000
+	if mode&0o010 != 0 {
+		mode &^= 0o2000
+	}
+	return mode
+}
+
 // Root is the superuser credential.
 var Root = Cred{}
 
