@@ -614,6 +614,11 @@ func (f *FS) rewriteTail(ctx context.Context, cred metawire.Cred, a metawire.Att
 }
 
 func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (metawire.CreateResp, error) {
+	if op == metawire.OpCreate {
+		if resp, ok := f.createBehind(ctx, req); ok {
+			return resp, nil
+		}
+	}
 	var resp metawire.CreateResp
 	f.forgetName(req.Dir, req.Name)
 	req.Lazy = op == metawire.OpCreate && !req.Exclusive && f.lazyCreate.Load() &&

@@ -42,9 +42,12 @@ type pendingAttr struct {
 // writeBehind holds the kept-back changes.
 type writeBehind struct {
 	on    atomic.Bool
-	flush sync.Mutex     // one flush at a time, so an inode's changes stay in order
-	async sync.WaitGroup // flushes started beside a change (flushBeforeChange)
-	mu    struct {
+	flush sync.Mutex // one flush at a time, so an inode's changes stay in order
+	// sending is held shared by a create sent alone (SendCreate); a
+	// flush takes it exclusively to wait for those.
+	sending sync.RWMutex
+	async   sync.WaitGroup // flushes started beside a change (flushBeforeChange)
+	mu      struct {
 		lockcheck.Mutex
 		m        map[uint64]*pendingAttr
 		deadline time.Time
@@ -54,6 +57,14 @@ type writeBehind struct {
 		kept     uint64
 		sent     uint64
 		failed   uint64
+		// Creates kept back (createbehind.go).
+		creates       map[uint64]*pendingCreate // by ino
+		nextSeq       uint64
+		inos          map[uint32]*inoRun // ids reserved, by bucket
+		createErrs    map[uint64]error   // sent and refused, for SendCreate
+		createsKept   uint64
+		createsSent   uint64
+		createsFailed uint64
 	}
 }
 
@@ -65,6 +76,9 @@ func (f *FS) EnableWriteBehind() {
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
 	f.wb.mu.m = map[uint64]*pendingAttr{}
+	f.wb.mu.creates = map[uint64]*pendingCreate{}
+	f.wb.mu.inos = map[uint32]*inoRun{}
+	f.wb.mu.createErrs = map[uint64]error{}
 	f.wb.on.Store(true)
 }
 
@@ -93,6 +107,21 @@ func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
+	if pc := f.wb.mu.creates[req.Ino]; pc != nil {
+		// The file's create is kept back too: the change goes with it.
+		if !sameCred(pc.req.Cred, req.Cred) {
+			return metawire.Attr{}, false
+		}
+		next, ok := applyLocally(pc.attr, &req, now)
+		if !ok {
+			return metawire.Attr{}, false
+		}
+		mergeSet(&pc.req.Set, &req, pc.attr, next)
+		pc.attr = next
+		f.wb.mu.kept++
+		f.cache.attrs[req.Ino] = cachedAttr{next, now.Add(f.cfg.AttrTTL), l.gen}
+		return next, true
+	}
 	p := f.wb.mu.m[req.Ino]
 	var cur metawire.Attr
 	if p != nil {
@@ -113,8 +142,17 @@ func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
 		return metawire.Attr{}, false
 	}
 	p.attr = next
-	// The merged change sets final values, so a later chmod after a
-	// chown (which clears set-id bits) sends the mode it computed.
+	mergeSet(&p.req, &req, cur, next)
+	f.wb.mu.kept++
+	f.cache.attrs[req.Ino] = cachedAttr{next, now.Add(f.cfg.AttrTTL), l.gen}
+	f.armFlushLocked(l, now)
+	return next, true
+}
+
+// mergeSet folds req, which took an inode's attributes from cur to next,
+// into the merged change dst: it sets final values, so a later chmod
+// after a chown (which clears set-id bits) sends the mode it computed.
+func mergeSet(dst, req *metawire.SetAttrReq, cur, next metawire.Attr) {
 	v := req.Valid &^ (metawire.SetKillSUID | metawire.SetAtimeNow | metawire.SetMtimeNow)
 	if req.Valid&(metawire.SetUID|metawire.SetGID|metawire.SetKillSUID) != 0 && next.Mode != cur.Mode {
 		v |= metawire.SetMode
@@ -125,29 +163,9 @@ func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
 	if req.Valid&metawire.SetMtimeNow != 0 {
 		v |= metawire.SetMtime
 	}
-	p.req.Valid |= v
-	p.req.Mode, p.req.UID, p.req.GID = next.Mode&metawire.ModePerm, next.UID, next.GID
-	p.req.Atime, p.req.Mtime = next.Atime, next.Mtime
-	f.wb.mu.kept++
-	f.cache.attrs[req.Ino] = cachedAttr{next, now.Add(f.cfg.AttrTTL), l.gen}
-	deadline := now.Add(wbMaxDelay)
-	if end := l.expires.Add(-wbMinLease / 2); end.Before(deadline) {
-		deadline = end
-	}
-	if f.wb.mu.timer == nil || deadline.Before(f.wb.mu.deadline) {
-		if f.wb.mu.timer != nil {
-			f.wb.mu.timer.Stop()
-		}
-		f.wb.mu.deadline = deadline
-		f.wb.mu.timer = time.AfterFunc(deadline.Sub(now), func() {
-			// Not the pollers' context: Close waits for this flush
-			// instead of cutting it off.
-			ctx, cancel := context.WithTimeout(context.Background(), 2*f.cfg.IslandWait)
-			defer cancel()
-			f.flushKept(ctx, nil)
-		})
-	}
-	return next, true
+	dst.Valid |= v
+	dst.Mode, dst.UID, dst.GID = next.Mode&metawire.ModePerm, next.UID, next.GID
+	dst.Atime, dst.Mtime = next.Atime, next.Mtime
 }
 
 // applyLocally is req applied to a as its island would apply it, for the
@@ -210,7 +228,7 @@ func (f *FS) keptBackLocked(ino uint64) bool {
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
-	return f.wb.mu.m[ino] != nil
+	return f.wb.mu.m[ino] != nil || f.wb.mu.creates[ino] != nil
 }
 
 // keptBack reports whether changes are kept back or being sent (cheap:
@@ -222,7 +240,7 @@ func (f *FS) keptBack() bool {
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
-	return len(f.wb.mu.m) > 0 || f.wb.mu.inflight > 0
+	return len(f.wb.mu.m) > 0 || len(f.wb.mu.creates) > 0 || f.wb.mu.inflight > 0
 }
 
 // flushKept sends the kept-back changes of buckets (nil: all), one
@@ -230,12 +248,25 @@ func (f *FS) keptBack() bool {
 // is dropped (its inode's cache with it) and reported by the next
 // SyncLazy.
 func (f *FS) flushKept(ctx context.Context, buckets []uint32) {
+	f.flushKeptOpt(ctx, buckets, false)
+}
+
+// flushKeptOpt is flushKept; attrsOnly leaves the creates kept back.
+func (f *FS) flushKeptOpt(ctx context.Context, buckets []uint32, attrsOnly bool) {
 	if !f.wb.on.Load() {
 		return
 	}
 	f.wb.flush.Lock()
 	defer f.wb.flush.Unlock()
+	// Creates sent alone (SendCreate) are answered before this flush
+	// returns, as everything it sends is.
+	f.wb.sending.Lock()
+	f.wb.sending.Unlock() //nolint:staticcheck // waiting for them
 	f.wb.mu.Lock()
+	var creates []*pendingCreate
+	if !attrsOnly {
+		creates = f.takeCreatesLocked(buckets)
+	}
 	var batch []*pendingAttr
 	for ino, p := range f.wb.mu.m {
 		if buckets == nil || slices.Contains(buckets, namespace.Ino(ino).Bucket()) {
@@ -243,11 +274,11 @@ func (f *FS) flushKept(ctx context.Context, buckets []uint32) {
 			delete(f.wb.mu.m, ino)
 		}
 	}
-	if len(f.wb.mu.m) == 0 && f.wb.mu.timer != nil {
+	if len(f.wb.mu.m) == 0 && len(f.wb.mu.creates) == 0 && f.wb.mu.timer != nil {
 		f.wb.mu.timer.Stop()
 		f.wb.mu.timer = nil
 	}
-	f.wb.mu.inflight += len(batch)
+	f.wb.mu.inflight += len(batch) + len(creates)
 	f.wb.mu.Unlock()
 	sort.Slice(batch, func(i, j int) bool { return batch[i].req.Ino < batch[j].req.Ino })
 	// The changes were answered already: the request whose turn sent
@@ -255,6 +286,11 @@ func (f *FS) flushKept(ctx context.Context, buckets []uint32) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*f.cfg.IslandWait)
 	defer cancel()
 	ctx = context.WithValue(ctx, flushingKey{}, true)
+	// Creates first: a change kept back while its file's create was
+	// being sent goes after it.
+	for _, p := range creates {
+		f.createDone(p, f.sendCreate(ctx, p), true)
+	}
 	for _, p := range batch {
 		var resp metawire.AttrResp
 		ch := f.beginChange(ctx, p.req.Ino)
@@ -285,7 +321,8 @@ func (f *FS) flushKept(ctx context.Context, buckets []uint32) {
 // every request but a lease poll and the flush's own, so no answer an
 // island gives this FS predates a change it already answered.
 func (f *FS) flushBeforeCall(ctx context.Context, op uint16) {
-	if op == metawire.OpLeasePoll || ctx.Value(flushingKey{}) != nil || !f.keptBack() {
+	// OpAllocIno reserves ids (createBehind) and touches no record.
+	if op == metawire.OpLeasePoll || op == metawire.OpAllocIno || ctx.Value(flushingKey{}) != nil || !f.keptBack() {
 		return
 	}
 	f.flushKept(ctx, nil)
@@ -306,7 +343,9 @@ func (f *FS) flushBeforeChange(ctx context.Context, keys []uint64) {
 		f.wb.async.Add(1)
 		go func() {
 			defer f.wb.async.Done()
-			f.flushKept(context.WithoutCancel(ctx), nil)
+			// Creates stay: a file's data or attributes may still join
+			// its create.
+			f.flushKeptOpt(context.WithoutCancel(ctx), nil, true)
 		}()
 		return
 	}
@@ -322,7 +361,12 @@ func (f *FS) keptApart(keys []uint64) bool {
 		return false
 	}
 	for _, k := range keys {
-		if k == unknownKey || f.wb.mu.m[k] != nil {
+		if k == unknownKey || f.wb.mu.m[k] != nil || f.wb.mu.creates[k] != nil {
+			return false
+		}
+	}
+	for _, p := range f.wb.mu.creates {
+		if slices.Contains(keys, p.req.Dir) {
 			return false
 		}
 	}

@@ -860,7 +860,8 @@ func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if h == nil {
 		return fuse.EBADF
 	}
-	if !h.of.dirty() {
+	pending := a.fs.CreatePending(h.of.ino)
+	if !h.of.dirty() && !pending {
 		return fuse.OK
 	}
 	if a.killed.Load() {
@@ -873,6 +874,11 @@ func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
 	err := h.of.flush(ctx, false)
+	if err == nil && pending {
+		// A create kept back (with the data the flush handed it) is sent
+		// by close, as an unkept one would have been.
+		err = a.fs.SendCreate(ctx, h.of.ino)
+	}
 	a.ioError("fsync", h.of.ino, err)
 	return status(err)
 }

@@ -154,7 +154,7 @@ func (i *Island) applyActionsOpt(b *pebble.Batch, as []metawire.Action, o *execO
 func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *execOpts) (err error) {
 	ino := namespace.Ino(a.Ino)
 	if a.Kind == metawire.ActCreateInode {
-		if o == nil || ino != o.fresh { // a number just allocated here is unused
+		if o == nil || ino != o.fresh || o.preset { // a number just allocated here is unused
 			n, err := readInode(b, ino)
 			if err != nil {
 				return err
@@ -167,7 +167,17 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *
 		if o != nil && ino == o.fresh {
 			data = o.data
 		}
-		return i.createInode(b, ino, &a.Init, data, d)
+		if err := i.createInode(b, ino, &a.Init, data, d); err != nil {
+			return err
+		}
+		if o != nil && ino == o.fresh && o.set != nil {
+			n, err := readInode(b, ino)
+			if err != nil {
+				return err
+			}
+			return i.applySetAttr(b, n, o.set)
+		}
+		return nil
 	}
 	n, err := readInode(b, ino)
 	if err != nil {

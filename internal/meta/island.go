@@ -549,29 +549,33 @@ func (i *Island) checkIno(op string, ino namespace.Ino) error {
 // create may be lost in a crash, and its id must not then be given to
 // another file while a client still holds it. One synced write per
 // seqReserve ids.
-func (i *Island) allocIno(bucket uint32) (namespace.Ino, error) {
+func (i *Island) allocIno(bucket uint32) (namespace.Ino, error) { return i.allocInos(bucket, 1) }
+
+// allocInos allocates n consecutive fresh inode ids in bucket and returns
+// the first.
+func (i *Island) allocInos(bucket uint32, n uint32) (namespace.Ino, error) {
 	i.seq.Lock()
 	defer i.seq.Unlock()
 	last, err := i.lastSeqLocked(bucket)
 	if err != nil {
 		return 0, err
 	}
-	if last == ^uint32(0) {
+	if uint64(last)+uint64(n) > uint64(^uint32(0)) {
 		return 0, fmt.Errorf("%w: bucket %08x has no inode numbers left", metawire.ErrNoSpace, bucket)
 	}
-	next := last + 1
-	if next > i.seq.high[bucket] {
+	next, end := last+1, last+n
+	if end > i.seq.high[bucket] {
 		// Reserve a run of numbers with one write instead of writing the
 		// counter for every inode (it was a second pebble commit per
 		// create). A crash skips the unused rest of the run: numbers are
 		// never reused, they may be skipped.
-		high := uint32(min(uint64(next)+seqReserve-1, uint64(^uint32(0))))
+		high := uint32(min(max(uint64(end), uint64(next)+seqReserve-1), uint64(^uint32(0))))
 		if err := i.put(context.Background(), seqKey(bucket), encodeU32(high)); err != nil {
 			return 0, err
 		}
 		i.seq.high[bucket] = high
 	}
-	i.seq.last[bucket] = next
+	i.seq.last[bucket] = end
 	return namespace.MakeIno(bucket, next), nil
 }
 

@@ -250,6 +250,9 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	if err := checkName(r.Name); err != nil {
 		return nil, err
 	}
+	if r.Set.Valid&^metawire.CreateSettable != 0 || r.Set.Valid != 0 && op != metawire.OpCreate {
+		return nil, fmt.Errorf("changes %#x with a create: %w", r.Set.Valid, metawire.ErrInvalid)
+	}
 	if len(r.Data) > 0 {
 		switch {
 		case op != metawire.OpCreate || r.Mode&metawire.ModeType != metawire.ModeFile && r.Mode&metawire.ModeType != 0:
@@ -340,8 +343,21 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 		bucket = namespace.Bucket(path)
 	}
 
-	ino, err := i.allocFor(ctx, bucket)
-	if err != nil {
+	var ino namespace.Ino
+	if r.Ino != 0 {
+		// An id the client reserved (write-behind): createInode checks
+		// that this island handed it out (noteSeq), applyAction that it
+		// is unused.
+		ino = namespace.Ino(r.Ino)
+		if op != metawire.OpCreate || init.Mode&metawire.ModeType != metawire.ModeFile || !ino.Valid() || ino.Bucket() != bucket {
+			return nil, fmt.Errorf("reserved inode id %v for a %#o in bucket %08x: %w", ino, init.Mode&metawire.ModeType, bucket, metawire.ErrInvalid)
+		}
+		if n, err := readInode(i.db, ino); err != nil {
+			return nil, err
+		} else if n != nil {
+			return nil, fmt.Errorf("reserved inode id %v is in use: %w", ino, metawire.ErrInvalid)
+		}
+	} else if ino, err = i.allocFor(ctx, bucket); err != nil {
 		return nil, err
 	}
 	typ := init.Mode & metawire.ModeType
@@ -355,8 +371,13 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	var dirAfter metawire.Attr
 	o := execOpts{lazy: r.Lazy && op == metawire.OpCreate && !r.Exclusive, watch: dirIno, after: &dirAfter}
 	if i.owns(ino) {
-		o.fresh, o.data = ino, r.Data
-	} else if len(r.Data) > 0 {
+		o.fresh, o.data, o.preset = ino, r.Data, r.Ino != 0
+		if r.Set.Valid != 0 {
+			set := r.Set
+			set.Cred, set.Ino = r.Cred, uint64(ino)
+			o.set = &set
+		}
+	} else if len(r.Data) > 0 || r.Set.Valid != 0 {
 		return nil, fmt.Errorf("%w: file %v created off its directory's island", metawire.ErrInternal, ino)
 	}
 	if err := i.executeOpt(ctx, as, o); err != nil {
@@ -365,6 +386,12 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	n := newInode(ino, &init)
 	n.setData(r.Data)
 	resp := &metawire.CreateResp{Attr: n.attr(), DirAttr: dirAfter}
+	if o.set != nil {
+		if n, err = readInode(i.db, ino); err != nil || n == nil {
+			return nil, fmt.Errorf("reading %v after its create: %w", ino, metawire.ErrIO)
+		}
+		resp.Attr = n.attr()
+	}
 	if dirAfter.Ino == 0 {
 		if d, err := readInode(i.db, dirIno); err == nil && d != nil {
 			resp.DirAttr = d.attr()

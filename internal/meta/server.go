@@ -218,7 +218,11 @@ func (i *Island) allocRemote(r *metawire.AllocInoReq) (*metawire.AllocInoResp, e
 	if i.cfg.Map.Table().Lookup(r.Bucket) != i.id {
 		return nil, fmt.Errorf("alloc ino in bucket %08x: %w", r.Bucket, metawire.ErrWrongIsland)
 	}
-	ino, err := i.allocIno(r.Bucket)
+	n := max(r.Count, 1)
+	if n > metawire.MaxAllocInos {
+		return nil, fmt.Errorf("alloc %d inos in bucket %08x (max %d): %w", n, r.Bucket, metawire.MaxAllocInos, metawire.ErrInvalid)
+	}
+	ino, err := i.allocInos(r.Bucket, n)
 	if err != nil {
 		return nil, err
 	}

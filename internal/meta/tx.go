@@ -134,6 +134,12 @@ type execOpts struct {
 	// data, when not nil, is the contents of the fresh inode (a regular
 	// file created with its data: CreateReq.Data).
 	data []byte
+	// preset: fresh is an id the client reserved earlier (CreateReq.Ino),
+	// so its ActCreateInode does check that it is absent.
+	preset bool
+	// set, when not nil, is applied to the fresh inode right after it
+	// is made, in the same batch (CreateReq.Set).
+	set *metawire.SetAttrReq
 	// When set, *after receives the attributes of inode watch (one of
 	// this island's) as the actions leave it, saving a read afterwards.
 	watch namespace.Ino

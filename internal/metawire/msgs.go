@@ -168,7 +168,22 @@ type CreateReq struct {
 	// name exists the reply says Existed and the caller writes the usual
 	// way. A lazy create with Data is a lazy commit too.
 	Data []byte
+	// Ino, when set, is the new file's inode id: one the client reserved
+	// in the directory's bucket (OpAllocIno with a Count), for a create
+	// it answered itself under an exclusive lease and sends later
+	// (metadata write-behind). The island refuses an id it did not hand
+	// out or one in use. Regular files only.
+	Ino uint64
+	// Set holds attribute changes the creator made before the create
+	// was sent (chown, chmod, utimes kept back with it): applied to the
+	// new file as a setattr by Cred right after it is made, in the same
+	// commit. Only Mode, UID, GID, Atime and Mtime (final values) may be
+	// set; Set.Cred and Set.Ino are ignored.
+	Set SetAttrReq
 }
+
+// CreateSettable are the SetAttrReq bits a create may carry in Set.
+const CreateSettable = SetMode | SetUID | SetGID | SetAtime | SetMtime
 
 func (r *CreateReq) Encode(e *wire.Enc) {
 	r.Cred.Encode(e)
@@ -181,6 +196,15 @@ func (r *CreateReq) Encode(e *wire.Enc) {
 	e.String(r.Target)
 	e.Bool(r.Lazy)
 	e.Bytes(r.Data)
+	if r.Ino != 0 || r.Set.Valid != 0 { // appended only when used: older islands refuse it
+		e.U64(r.Ino)
+		e.U32(r.Set.Valid)
+		e.U32(r.Set.Mode)
+		e.U32(r.Set.UID)
+		e.U32(r.Set.GID)
+		e.I64(r.Set.Atime)
+		e.I64(r.Set.Mtime)
+	}
 }
 
 func (r *CreateReq) Decode(d *wire.Dec) {
@@ -188,6 +212,11 @@ func (r *CreateReq) Decode(d *wire.Dec) {
 	r.Dir, r.Name, r.Mode, r.Rdev = d.U64(), d.Str(), d.U32(), d.U32()
 	r.Exclusive, r.Verf, r.Target, r.Lazy = d.Bool(), d.U64(), d.Str(), d.Bool()
 	r.Data = d.Bytes()
+	if d.More() { // newer senders: a reserved id and changes made before
+		r.Ino, r.Set.Valid = d.U64(), d.U32()
+		r.Set.Mode, r.Set.UID, r.Set.GID = d.U32(), d.U32(), d.U32()
+		r.Set.Atime, r.Set.Mtime = d.I64(), d.I64()
+	}
 }
 
 // CreateResp returns the new (or existing) entry's attributes and the

@@ -272,10 +272,32 @@ func (r *OutcomeResp) Decode(d *wire.Dec) { r.State = d.U8() }
 // AllocInoReq asks the island owning Bucket for a fresh inode id in it
 // (for a directory created from another island). The allocation is
 // durable; an id that is never used is simply skipped.
-type AllocInoReq struct{ Bucket uint32 }
+//
+// Count > 1 asks for that many consecutive ids (at most MaxAllocInos): a
+// client reserving numbers for the creates it answers itself under an
+// exclusive lease (CreateReq.Ino). Ids are never reused; unused ones are
+// skipped.
+type AllocInoReq struct {
+	Bucket uint32
+	Count  uint32 // 0 or 1: one id
+}
 
-func (r *AllocInoReq) Encode(e *wire.Enc) { e.U32(r.Bucket) }
-func (r *AllocInoReq) Decode(d *wire.Dec) { r.Bucket = d.U32() }
+// MaxAllocInos bounds AllocInoReq.Count.
+const MaxAllocInos = 1024
+
+func (r *AllocInoReq) Encode(e *wire.Enc) {
+	e.U32(r.Bucket)
+	if r.Count > 1 {
+		e.U32(r.Count)
+	}
+}
+
+func (r *AllocInoReq) Decode(d *wire.Dec) {
+	r.Bucket = d.U32()
+	if d.More() {
+		r.Count = d.U32()
+	}
+}
 
 // AllocInoResp returns the allocated inode id.
 type AllocInoResp struct{ Ino uint64 }

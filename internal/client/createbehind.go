@@ -1,0 +1,371 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// Creates kept back (see "Write-behind" in the package doc): while this
+// FS holds a directory's bucket exclusively and knows the name is
+// missing, a create of a regular file there is answered here, with an
+// inode id reserved from the island beforehand (OpAllocIno with a
+// Count), and sent later as one request that also carries what the file
+// got meanwhile: its data once flushed while small enough to be inline
+// (Flush hands it over, SendCreate sends it: close(2) in the mount), and
+// its kept-back attribute changes (CreateReq.Set). `tar x` then costs one
+// island request per small file instead of a create, a commit and a
+// setattr.
+//
+// Nobody else can tell: another session's request on the bucket recalls
+// the lease, and the break is acknowledged only after the creates are
+// sent; every other request of this FS sends them first.
+
+// pendingCreate is a create answered here and not yet sent.
+type pendingCreate struct {
+	req  metawire.CreateReq // Ino set; Set and Data gather what came after
+	attr metawire.Attr      // the file as its island will make it
+	seq  uint64             // creation order
+}
+
+// inoRun is a run of inode ids reserved in one bucket: next..end.
+type inoRun struct {
+	next, end uint32
+	size      uint32 // the last reservation's size (doubles up to maxInoRun)
+}
+
+const (
+	minInoRun = 8
+	maxInoRun = 256
+)
+
+// createBehind answers a create of a regular file here when it may be
+// kept back (see above); ok false: send it now.
+func (f *FS) createBehind(ctx context.Context, req metawire.CreateReq) (metawire.CreateResp, bool) {
+	if !f.wb.on.Load() || len(req.Data) > 0 || req.Ino != 0 || req.Mode&metawire.ModeType != metawire.ModeFile ||
+		namespace.ValidName(req.Name) != nil {
+		return metawire.CreateResp{}, false
+	}
+	bucket := namespace.Ino(req.Dir).Bucket()
+	// Parallel creates may use up a run before this one gets an id.
+	for attempt := 0; attempt < 4; attempt++ {
+		resp, ok, refill := f.createBehindOnce(req, bucket)
+		if ok || !refill || attempt == 3 {
+			return resp, ok
+		}
+		if !f.reserveInos(ctx, req.Dir, bucket) {
+			return metawire.CreateResp{}, false
+		}
+	}
+	return metawire.CreateResp{}, false
+}
+
+// createBehindOnce is createBehind with the ids reserved already; refill
+// asks for more ids when that is all that is missing.
+func (f *FS) createBehindOnce(req metawire.CreateReq, bucket uint32) (_ metawire.CreateResp, ok, refill bool) {
+	now := time.Now()
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	l := f.liveLeaseLocked(bucket, now)
+	if l == nil || !l.exclusive || l.expires.Sub(now) < wbMinLease {
+		return metawire.CreateResp{}, false, false
+	}
+	// The name must be known missing under this lease.
+	if d, found := f.cache.dentry[dentryKey{req.Dir, req.Name}]; found {
+		if d.ino != 0 || d.lease != l.gen {
+			return metawire.CreateResp{}, false, false
+		}
+	} else if !l.complete[req.Dir] {
+		return metawire.CreateResp{}, false, false
+	}
+	da, found := f.cache.attrs[req.Dir]
+	if !found || da.lease != l.gen || !da.attr.IsDir() || !metawire.MayAccess(&da.attr, &req.Cred, 3) {
+		return metawire.CreateResp{}, false, false // the island answers EACCES, or the cache cannot tell
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	run := f.wb.mu.inos[bucket]
+	if run == nil || run.next > run.end || run.next == 0 {
+		return metawire.CreateResp{}, false, true
+	}
+	ino := namespace.MakeIno(bucket, run.next)
+	run.next++
+
+	// The island's create (meta.createOnce), done here.
+	c, dir := &req.Cred, da.attr
+	gid := c.GID
+	if dir.Mode&modeSGID != 0 {
+		gid = dir.GID
+	}
+	perm := req.Mode & metawire.ModePerm
+	if perm&(modeSGID|0o010) == modeSGID|0o010 && dir.Mode&modeSGID != 0 && c.UID != 0 && !c.InGroup(gid) {
+		perm &^= modeSGID
+	}
+	bs := uint32(layout.DefaultBlockSize)
+	if dir.Policy != "" {
+		if p, err := layout.Parse(dir.Policy); err == nil {
+			bs = uint32(p.BlockSize)
+		}
+	}
+	t := now.UnixNano()
+	a := metawire.Attr{Ino: uint64(ino), Gen: 1, Mode: metawire.ModeFile | perm, Nlink: 1, UID: c.UID, GID: gid,
+		Atime: t, Mtime: t, Ctime: t, Version: 1, BlockSize: bs, Policy: dir.Policy, Inline: true}
+	r := req
+	r.Ino = uint64(ino)
+	if r.Exclusive {
+		r.Verf = rand.Uint64() | 1 // a retry is answered with this file (see create)
+	}
+	f.wb.mu.nextSeq++
+	f.wb.mu.creates[uint64(ino)] = &pendingCreate{req: r, attr: a, seq: f.wb.mu.nextSeq}
+	f.wb.mu.createsKept++
+	f.armFlushLocked(l, now)
+
+	dir.Mtime, dir.Ctime = t, t
+	f.touchLocked(now, req.Dir, uint64(ino))
+	f.cache.attrs[req.Dir] = cachedAttr{dir, now.Add(f.cfg.AttrTTL), l.gen}
+	f.cache.attrs[uint64(ino)] = cachedAttr{a, now.Add(f.cfg.AttrTTL), l.gen}
+	f.cache.dentry[dentryKey{req.Dir, req.Name}] = cachedDentry{uint64(ino), now.Add(f.cfg.AttrTTL), l.gen}
+	f.namesChangedLocked(req.Dir)
+	return metawire.CreateResp{Attr: a, DirAttr: dir}, true, false
+}
+
+// touchLocked records an own change of keys made here, so that no answer
+// of a read sent before it is cached under a lease (see cacheMark).
+func (f *FS) touchLocked(now time.Time, keys ...uint64) {
+	f.cache.seq++
+	for _, k := range keys {
+		t := f.cache.touched[k]
+		f.cache.touched[k] = touch{seq: f.cache.seq, inflight: t.inflight, at: now}
+	}
+}
+
+// reserveInos reserves a run of inode ids in bucket (the bucket of dir)
+// for createBehind. It reports success.
+func (f *FS) reserveInos(ctx context.Context, dir uint64, bucket uint32) bool {
+	f.wb.mu.Lock()
+	n := uint32(minInoRun)
+	if run := f.wb.mu.inos[bucket]; run != nil {
+		n = min(2*run.size, maxInoRun)
+	}
+	f.wb.mu.Unlock()
+	var resp metawire.AllocInoResp
+	if err := f.call(ctx, dir, metawire.OpAllocIno, &metawire.AllocInoReq{Bucket: bucket, Count: n}, &resp); err != nil {
+		f.log.Debug("client: reserving inode ids", "bucket", fmt.Sprintf("%08x", bucket), "err", err)
+		return false
+	}
+	first := namespace.Ino(resp.Ino)
+	if first.Bucket() != bucket || !first.Valid() || uint64(first.Seq())+uint64(n)-1 > uint64(^uint32(0)) {
+		return false
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	if len(f.wb.mu.inos) >= 4096 { // buckets not written lately
+		clear(f.wb.mu.inos)
+	}
+	f.wb.mu.inos[bucket] = &inoRun{next: first.Seq(), end: first.Seq() + n - 1, size: n}
+	return true
+}
+
+// armFlushLocked makes sure what is kept back is sent within wbMaxDelay
+// and before lease l could end (f.cache and f.wb.mu held).
+func (f *FS) armFlushLocked(l *heldLease, now time.Time) {
+	deadline := now.Add(wbMaxDelay)
+	if end := l.expires.Add(-wbMinLease / 2); end.Before(deadline) {
+		deadline = end
+	}
+	if f.wb.mu.timer != nil && !deadline.Before(f.wb.mu.deadline) {
+		return
+	}
+	if f.wb.mu.timer != nil {
+		f.wb.mu.timer.Stop()
+	}
+	f.wb.mu.deadline = deadline
+	f.wb.mu.timer = time.AfterFunc(deadline.Sub(now), func() {
+		// Not the pollers' context: Close waits for this flush
+		// instead of cutting it off.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*f.cfg.IslandWait)
+		defer cancel()
+		f.flushKept(ctx, nil)
+	})
+}
+
+// CreatePending reports whether ino's create is kept back.
+func (f *FS) CreatePending(ino uint64) bool {
+	if !f.wb.on.Load() {
+		return false
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	return f.wb.mu.creates[ino] != nil
+}
+
+// absorbData hands an inline file's flushed contents to its kept-back
+// create, which will carry them (CreateReq.Data): the file's attributes
+// after that, and ok false when its create was sent already (commit
+// instead).
+func (f *FS) absorbData(ino uint64, data []byte, now time.Time) (metawire.Attr, bool) {
+	if !f.wb.on.Load() || len(data) > f.cfg.InlineMax {
+		return metawire.Attr{}, false
+	}
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	p := f.wb.mu.creates[ino]
+	if p == nil {
+		return metawire.Attr{}, false
+	}
+	p.req.Data = slices.Clone(data)
+	// The data is written when the create is applied, which sets mtime
+	// then: a kept-back utimes before this write no longer holds.
+	p.req.Set.Valid &^= metawire.SetMtime
+	t := now.UnixNano()
+	p.attr.Size, p.attr.Blocks = uint64(len(data)), (uint64(len(data))+511)/512
+	p.attr.Mtime, p.attr.Ctime = t, t
+	if c, ok := f.cache.attrs[ino]; ok {
+		c.attr = p.attr
+		f.cache.attrs[ino] = c
+	}
+	return p.attr, true
+}
+
+// SendCreate sends ino's create if it is kept back (close(2) in the
+// mount: what was closed is on its island, as without write-behind), and
+// returns its failure. It sends that create alone, so parallel writers'
+// closes do not wait for each other; a flush of everything waits for it.
+func (f *FS) SendCreate(ctx context.Context, ino uint64) error {
+	if !f.wb.on.Load() {
+		return nil
+	}
+	f.wb.sending.RLock()
+	f.wb.mu.Lock()
+	p := f.wb.mu.creates[ino]
+	if p == nil {
+		f.wb.mu.Unlock()
+		f.wb.sending.RUnlock()
+		// A flush may be sending it: close returns after it did.
+		f.wb.flush.Lock()
+		f.wb.flush.Unlock() //nolint:staticcheck // waiting for the flush under way
+		f.wb.mu.Lock()
+		defer f.wb.mu.Unlock()
+		err := f.wb.mu.createErrs[ino]
+		delete(f.wb.mu.createErrs, ino)
+		return err
+	}
+	delete(f.wb.mu.creates, ino)
+	f.wb.mu.inflight++
+	f.wb.mu.Unlock()
+	defer f.wb.sending.RUnlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*f.cfg.IslandWait)
+	defer cancel()
+	err := f.sendCreate(context.WithValue(ctx, flushingKey{}, true), p)
+	f.createDone(p, err, false)
+	return err
+}
+
+// createDone accounts for a kept-back create sent with outcome err;
+// keepErr keeps a failure for SendCreate to return.
+func (f *FS) createDone(p *pendingCreate, err error, keepErr bool) {
+	f.wb.mu.Lock()
+	f.wb.mu.inflight--
+	if err != nil {
+		f.wb.mu.createsFailed++
+		if keepErr && len(f.wb.mu.createErrs) < 4096 {
+			f.wb.mu.createErrs[p.req.Ino] = err
+		}
+		if f.wb.mu.err == nil {
+			f.wb.mu.err = fmt.Errorf("client: create %q kept back: %w", p.req.Name, err)
+		}
+	} else {
+		f.wb.mu.createsSent++
+	}
+	f.wb.mu.Unlock()
+	if err != nil {
+		f.log.Warn("client: a kept-back create failed", "dir", fmt.Sprintf("%x", p.req.Dir), "name", p.req.Name, "err", err)
+		f.Invalidate(p.req.Ino)
+	}
+}
+
+// takeCreatesLocked removes and returns the kept-back creates of buckets
+// (nil: all), in creation order (f.wb.mu held).
+func (f *FS) takeCreatesLocked(buckets []uint32) []*pendingCreate {
+	var batch []*pendingCreate
+	for ino, p := range f.wb.mu.creates {
+		if buckets == nil || slices.Contains(buckets, namespace.Ino(ino).Bucket()) {
+			batch = append(batch, p)
+			delete(f.wb.mu.creates, ino)
+		}
+	}
+	sort.Slice(batch, func(i, j int) bool { return batch[i].seq < batch[j].seq })
+	return batch
+}
+
+// sendCreate sends one kept-back create (flushKept) and reports its
+// failure.
+func (f *FS) sendCreate(ctx context.Context, p *pendingCreate) error {
+	req := p.req
+	req.Lazy = !req.Exclusive && f.lazyCreate.Load() && (len(req.Data) == 0 || f.lazyClose.Load())
+	var resp metawire.CreateResp
+	mark := f.lazyMark()
+	ch := f.beginChange(ctx, req.Dir, req.Ino)
+	defer f.endChange(ch)
+	err := f.call(ctx, req.Dir, metawire.OpCreate, &req, &resp)
+	if err == nil && resp.Attr.Ino != req.Ino {
+		// The name was made by someone else meanwhile: this FS's lease
+		// did not hold (its island restarted, say).
+		err = fmt.Errorf("client: kept-back create of %q in %x: the name is another file's now: %w", req.Name, req.Dir, metawire.ErrExists)
+	}
+	if err != nil {
+		f.invalidateDentry(req.Dir, req.Name)
+		return err
+	}
+	switch {
+	case req.Lazy:
+		f.addLazy(ctx, req.Ino, resp.Boot)
+	case resp.Boot != 0:
+		f.settleIsland(f.islandOf(req.Dir), mark, resp.Boot, false)
+	}
+	// The name is cached already (createBehind), under the lease that
+	// kept it back; the attributes are the island's now.
+	f.cacheSentAttr(resp.Attr, ch.mark)
+	f.cacheSentAttr(resp.DirAttr, ch.mark)
+	return nil
+}
+
+// cacheSentAttr caches the attributes a kept-back create was answered
+// with, unless they cannot carry the lease (other own changes of the key
+// ran beside it) while what is cached does: that is this FS's own view
+// under the lease, and a leased directory stays usable for creates kept
+// back (createBehindOnce wants its attributes leased).
+func (f *FS) cacheSentAttr(a metawire.Attr, mark cacheMark) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	now := time.Now()
+	bucket := namespace.Ino(a.Ino).Bucket()
+	stamp := f.stampLocked(bucket, a.Ino, mark, now)
+	if c, ok := f.cache.attrs[a.Ino]; ok && stamp == 0 && f.leaseLeftLocked(bucket, c.lease, now) > 0 {
+		return
+	}
+	if f.keptBackLocked(a.Ino) {
+		return
+	}
+	f.cache.attrs[a.Ino] = cachedAttr{a, now.Add(f.cfg.AttrTTL), stamp}
+}
+
+// CreatesBehind are the counts of kept-back creates: kept (answered
+// without a request), sent, and failed (sent and refused).
+func (f *FS) CreatesBehind() (kept, sent, failed uint64) {
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	return f.wb.mu.createsKept, f.wb.mu.createsSent, f.wb.mu.createsFailed
+}
+
+// modeSGID is the set-group-id bit.
+const modeSGID = 0o2000
