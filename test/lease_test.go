@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -500,5 +501,102 @@ func TestLeaseInUseIsRenewed(t *testing.T) {
 	}
 	if _, after := a.CacheStats(); after != before {
 		t.Fatalf("%d cache misses while the directory was in use past its lease term", after-before)
+	}
+}
+
+// TestCreatesKeptBack: under an exclusive lease on a directory whose
+// names and attributes the holder has cached, a create is answered by the
+// holder itself with an inode id it reserved, and sent later with what
+// the file got meanwhile (its data once flushed, its attribute changes)
+// as one island request: by SendCreate (the mount's close), or before
+// another client's request is served (the recall). The other client sees
+// every file whole, with its data and attributes; its create of a name
+// kept back fails with EEXIST, as it would have had the create been sent.
+func TestCreatesKeptBack(t *testing.T) {
+	fc, a, b, d := leasePair(t, "/cb")
+	a.EnableWriteBehind()
+	a.SetLazyCreate(true) // as the mount: Flush is not Fsync
+	a.SetLazyClose(true)
+	ctx := context.Background()
+	root := metawire.Cred{}
+	if _, err := a.Lookup(ctx, root, d.Ino, "missing"); !errors.Is(err, metawire.ErrNotFound) {
+		t.Fatalf("lookup of a missing name: %v", err)
+	}
+	if _, err := a.GetAttr(ctx, root, d.Ino); err != nil { // the directory's attributes, leased
+		t.Fatal(err)
+	}
+	since := fc.islandOpsSince(t, "create", "commit", "setattr", "allocino", "lookup", "lease")
+	const n = 30
+	const when = int64(1_600_000_000_000_000_007)
+	var inos []uint64
+	for i := 0; i < n; i++ {
+		// As the kernel does before a create: the name is known missing
+		// (the second miss lists the directory under the lease).
+		if _, err := a.Lookup(ctx, root, d.Ino, fmt.Sprintf("f%02d", i)); !errors.Is(err, metawire.ErrNotFound) {
+			t.Fatalf("lookup: %v", err)
+		}
+		r, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: fmt.Sprintf("f%02d", i), Mode: 0o600, Exclusive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos = append(inos, r.Attr.Ino)
+		fh, err := a.OpenWithAttr(ctx, root, r.Attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.WriteAt(ctx, bytes.Repeat([]byte{byte(i)}, 100*i), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := fh.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.SetAttr(ctx, metawire.SetAttrReq{Cred: root, Ino: r.Attr.Ino, Valid: metawire.SetUID | metawire.SetMode | metawire.SetMtime,
+			UID: 1000 + uint32(i), Mode: 0o640, Mtime: when}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := since(); got["create"]+got["commit"]+got["setattr"]+got["lookup"] != 0 || got["allocino"] != 3 || got["lease"] != 1 {
+		t.Fatalf("island requests while creates are kept back: %v, want only 3 reservations (8+16+32 ids) and the listing", got)
+	}
+	if kept, sent, _ := a.CreatesBehind(); kept != n || sent != 0 {
+		t.Fatalf("creates kept %d sent %d, want %d and 0", kept, sent, n)
+	}
+	if at, err := a.GetAttr(ctx, root, inos[3]); err != nil || at.Size != 300 || at.UID != 1003 || at.Mode&metawire.ModePerm != 0o640 || at.Mtime != when {
+		t.Fatalf("the holder's view of a kept-back file: %+v %v", at, err)
+	}
+	if err := a.SendCreate(ctx, inos[0]); err != nil {
+		t.Fatal(err)
+	}
+	if got := since()["create"]; got != 1 {
+		t.Fatalf("SendCreate of one file: %v island creates", got)
+	}
+	// Another client: recalled, the holder sends the rest, then it is
+	// answered.
+	list, err := b.Readdir(ctx, root, d.Ino, 0, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Entries) != n+2 || !list.EOF { // with . and ..
+		t.Fatalf("the other client lists %d names (eof %v), want %d", len(list.Entries)-2, list.EOF, n)
+	}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("/cb/f%02d", i)
+		data, err := b.ReadFile(ctx, root, name)
+		if err != nil || !bytes.Equal(data, bytes.Repeat([]byte{byte(i)}, 100*i)) {
+			t.Fatalf("%s: %d bytes, %v", name, len(data), err)
+		}
+		at, err := b.GetAttrFresh(ctx, root, inos[i])
+		if err != nil || at.UID != 1000+uint32(i) || at.Mode&metawire.ModePerm != 0o640 || at.Mtime != when {
+			t.Fatalf("%s: %+v %v", name, at, err)
+		}
+	}
+	if got := since(); got["create"] != n || got["commit"]+got["setattr"] != 0 {
+		t.Fatalf("island requests: %v, want %d creates carrying everything", got, n)
+	}
+	if _, err := b.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: "f05", Mode: 0o644, Exclusive: true}); !errors.Is(err, metawire.ErrExists) {
+		t.Fatalf("the other client's exclusive create of a name kept back: %v, want EEXIST", err)
+	}
+	if _, sent, failed := a.CreatesBehind(); sent != n || failed != 0 {
+		t.Fatalf("creates sent %d failed %d", sent, failed)
 	}
 }
