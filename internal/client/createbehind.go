@@ -56,44 +56,62 @@ func (f *FS) createBehind(ctx context.Context, req metawire.CreateReq) (metawire
 	bucket := namespace.Ino(req.Dir).Bucket()
 	// Parallel creates may use up a run before this one gets an id.
 	for attempt := 0; attempt < 4; attempt++ {
-		resp, ok, refill := f.createBehindOnce(req, bucket)
-		if ok || !refill || attempt == 3 {
-			return resp, ok
-		}
-		if !f.reserveInos(ctx, req.Dir, bucket) {
+		resp, why := f.createBehindOnce(req, bucket)
+		switch {
+		case why == behindOK:
+			return resp, true
+		case why == behindNoIDs && f.reserveInos(ctx, req.Dir, bucket):
+		case why == behindDirAttr && attempt == 0:
+			// The directory's attributes were cached before its lease
+			// (a directory just made, say): read them under it, once.
+			if _, err := f.GetAttrFresh(ctx, metawire.Root, req.Dir); err != nil {
+				return metawire.CreateResp{}, false
+			}
+		default:
 			return metawire.CreateResp{}, false
 		}
 	}
 	return metawire.CreateResp{}, false
 }
 
-// createBehindOnce is createBehind with the ids reserved already; refill
-// asks for more ids when that is all that is missing.
-func (f *FS) createBehindOnce(req metawire.CreateReq, bucket uint32) (_ metawire.CreateResp, ok, refill bool) {
+// Why createBehindOnce did not answer a create.
+const (
+	behindOK      = iota
+	behindNo      // it must be sent
+	behindNoIDs   // no inode id reserved in the bucket
+	behindDirAttr // the directory's attributes are not cached under the lease
+)
+
+// createBehindOnce is createBehind with what it needs in hand; why says
+// what is missing (behindOK: answered).
+func (f *FS) createBehindOnce(req metawire.CreateReq, bucket uint32) (_ metawire.CreateResp, why int) {
 	now := time.Now()
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	l := f.liveLeaseLocked(bucket, now)
 	if l == nil || !l.exclusive || l.expires.Sub(now) < wbMinLease {
-		return metawire.CreateResp{}, false, false
+		return metawire.CreateResp{}, behindNo
 	}
 	// The name must be known missing under this lease.
 	if d, found := f.cache.dentry[dentryKey{req.Dir, req.Name}]; found {
 		if d.ino != 0 || d.lease != l.gen {
-			return metawire.CreateResp{}, false, false
+			return metawire.CreateResp{}, behindNo
 		}
 	} else if !l.complete[req.Dir] {
-		return metawire.CreateResp{}, false, false
+		return metawire.CreateResp{}, behindNo
 	}
 	da, found := f.cache.attrs[req.Dir]
-	if !found || da.lease != l.gen || !da.attr.IsDir() || !metawire.MayAccess(&da.attr, &req.Cred, 3) {
-		return metawire.CreateResp{}, false, false // the island answers EACCES, or the cache cannot tell
+	if !found || da.lease != l.gen {
+		return metawire.CreateResp{}, behindDirAttr
+	}
+	if !da.attr.IsDir() || !metawire.MayAccess(&da.attr, &req.Cred, 3) {
+		return metawire.CreateResp{}, behindNo // the island answers EACCES
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
 	run := f.wb.mu.inos[bucket]
 	if run == nil || run.next > run.end || run.next == 0 {
-		return metawire.CreateResp{}, false, true
+		return metawire.CreateResp{}, behindNoIDs
 	}
 	ino := namespace.MakeIno(bucket, run.next)
 	run.next++
@@ -119,11 +137,15 @@ func (f *FS) createBehindOnce(req metawire.CreateReq, bucket uint32) (_ metawire
 		Atime: t, Mtime: t, Ctime: t, Version: 1, BlockSize: bs, Policy: dir.Policy, Inline: true}
 	r := req
 	r.Ino = uint64(ino)
+	// The times this answer gives are the file's: the island takes
+	// them rather than its clock when the create is sent.
+	r.Set = metawire.SetAttrReq{Valid: metawire.SetAtime | metawire.SetMtime | metawire.SetCtime, Atime: t, Mtime: t, Ctime: t}
 	if r.Exclusive {
 		r.Verf = rand.Uint64() | 1 // a retry is answered with this file (see create)
 	}
 	f.wb.mu.nextSeq++
 	f.wb.mu.creates[uint64(ino)] = &pendingCreate{req: r, attr: a, seq: f.wb.mu.nextSeq}
+	f.wb.mu.createDirs[req.Dir]++
 	f.wb.mu.createsKept++
 	f.armFlushLocked(l, now)
 
@@ -133,7 +155,7 @@ func (f *FS) createBehindOnce(req metawire.CreateReq, bucket uint32) (_ metawire
 	f.cache.attrs[uint64(ino)] = cachedAttr{a, now.Add(f.cfg.AttrTTL), l.gen}
 	f.cache.dentry[dentryKey{req.Dir, req.Name}] = cachedDentry{uint64(ino), now.Add(f.cfg.AttrTTL), l.gen}
 	f.namesChangedLocked(req.Dir)
-	return metawire.CreateResp{Attr: a, DirAttr: dir}, true, false
+	return metawire.CreateResp{Attr: a, DirAttr: dir}, behindOK
 }
 
 // touchLocked records an own change of keys made here, so that no answer
@@ -206,11 +228,11 @@ func (f *FS) CreatePending(ino uint64) bool {
 	return f.wb.mu.creates[ino] != nil
 }
 
-// absorbData hands an inline file's flushed contents to its kept-back
-// create, which will carry them (CreateReq.Data): the file's attributes
+// absorbData hands an inline file's flushed contents, written by writer,
+// to its kept-back create, which will carry them (CreateReq.Data): the file's attributes
 // after that, and ok false when its create was sent already (commit
 // instead).
-func (f *FS) absorbData(ino uint64, data []byte, now time.Time) (metawire.Attr, bool) {
+func (f *FS) absorbData(ino uint64, writer metawire.Cred, data []byte, now time.Time) (metawire.Attr, bool) {
 	if !f.wb.on.Load() || len(data) > f.cfg.InlineMax {
 		return metawire.Attr{}, false
 	}
@@ -223,10 +245,16 @@ func (f *FS) absorbData(ino uint64, data []byte, now time.Time) (metawire.Attr, 
 		return metawire.Attr{}, false
 	}
 	p.req.Data = slices.Clone(data)
-	// The data is written when the create is applied, which sets mtime
-	// then: a kept-back utimes before this write no longer holds.
-	p.req.Set.Valid &^= metawire.SetMtime
+	// Written now: a kept-back utimes before this write no longer holds.
 	t := now.UnixNano()
+	p.req.Set.Mtime, p.req.Set.Ctime = t, t
+	if writer.UID != 0 && metawire.KillSetID(p.attr.Mode) != p.attr.Mode {
+		// A write by anyone but root clears set-id bits, as the
+		// island's commit would.
+		p.attr.Mode = metawire.KillSetID(p.attr.Mode)
+		p.req.Set.Valid |= metawire.SetMode
+		p.req.Set.Mode = p.attr.Mode & metawire.ModePerm
+	}
 	p.attr.Size, p.attr.Blocks = uint64(len(data)), (uint64(len(data))+511)/512
 	p.attr.Mtime, p.attr.Ctime = t, t
 	if c, ok := f.cache.attrs[ino]; ok {
@@ -259,7 +287,15 @@ func (f *FS) SendCreate(ctx context.Context, ino uint64) error {
 		delete(f.wb.mu.createErrs, ino)
 		return err
 	}
-	delete(f.wb.mu.creates, ino)
+	if f.wb.mu.m[p.req.Dir] != nil {
+		// A change of its directory is kept back, which the create may
+		// need first (a chmod that lets the creator write there).
+		f.wb.mu.Unlock()
+		f.wb.sending.RUnlock()
+		f.flushKept(ctx, nil)
+		return f.SendCreate(ctx, ino)
+	}
+	f.dropCreateLocked(p)
 	f.wb.mu.inflight++
 	f.wb.mu.Unlock()
 	defer f.wb.sending.RUnlock()
@@ -293,6 +329,14 @@ func (f *FS) createDone(p *pendingCreate, err error, keepErr bool) {
 	}
 }
 
+// dropCreateLocked removes p from the creates kept back (f.wb.mu held).
+func (f *FS) dropCreateLocked(p *pendingCreate) {
+	delete(f.wb.mu.creates, p.req.Ino)
+	if f.wb.mu.createDirs[p.req.Dir]--; f.wb.mu.createDirs[p.req.Dir] <= 0 {
+		delete(f.wb.mu.createDirs, p.req.Dir)
+	}
+}
+
 // takeCreatesLocked removes and returns the kept-back creates of buckets
 // (nil: all), in creation order (f.wb.mu held).
 func (f *FS) takeCreatesLocked(buckets []uint32) []*pendingCreate {
@@ -300,7 +344,7 @@ func (f *FS) takeCreatesLocked(buckets []uint32) []*pendingCreate {
 	for ino, p := range f.wb.mu.creates {
 		if buckets == nil || slices.Contains(buckets, namespace.Ino(ino).Bucket()) {
 			batch = append(batch, p)
-			delete(f.wb.mu.creates, ino)
+			f.dropCreateLocked(p)
 		}
 	}
 	sort.Slice(batch, func(i, j int) bool { return batch[i].seq < batch[j].seq })

@@ -141,6 +141,25 @@
 // What a crash of the client loses: changes kept back and not yet sent,
 // at most one second's, as for the data of files not yet closed.
 //
+// Creates are kept back too (createbehind.go). A create of a regular file
+// whose name is known missing under the exclusive lease (a negative
+// entry, or the directory listed whole), by a creator the cached
+// directory attributes let write there, is answered here: the inode id
+// comes from a run reserved beforehand (OpAllocIno with a Count: 8, then
+// doubling to 256 per bucket; unused ids are skipped, never reused), the
+// attributes are computed as the island would (set-gid directories, the
+// directory's policy). The pending create gathers what follows: a Flush
+// of the file while it is inline hands it the data (CreateReq.Data), and
+// kept-back attribute changes of the file merge into CreateReq.Set. It is
+// sent alone by SendCreate (the mount's close, and before a commit of
+// blocks it cannot carry), and with everything else by the flushes above.
+// A flush sends attribute changes before creates (a create may depend on
+// a chmod of its directory), and a change of a directory with creates
+// kept back is not kept back itself (they depended on its attributes as
+// they were). A kept-back create refused by its island (or whose name
+// turns out to be another file's) is dropped with the file's cache and
+// reported by SendCreate, the next Fsync or SyncLazy.
+//
 // # Small files in one request
 //
 // FS.CreateWithData sends a new file's contents (at most InlineMax bytes)

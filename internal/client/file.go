@@ -782,7 +782,7 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 	if h.mu.inline {
 		if uint64(len(h.mu.inl)) != h.mu.size {
 			// Not the shape a create can carry: commit.
-		} else if a, ok := h.fs.absorbData(h.ino, h.mu.inl, time.Now()); ok {
+		} else if a, ok := h.fs.absorbData(h.ino, h.cred, h.mu.inl, time.Now()); ok {
 			// The file's create is kept back (createbehind.go): it
 			// carries the data, sent by SendCreate or the next flush.
 			h.mu.attr = a
@@ -825,6 +825,13 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 				return err
 			}
 			return fmt.Errorf("client: flush %x: %w: %v", h.ino, metawire.ErrIO, err)
+		}
+	}
+	if h.fs.CreatePending(h.ino) {
+		// Its create was kept back and cannot carry these blocks: sent
+		// alone first, so the other files' creates stay kept back.
+		if err := h.fs.SendCreate(ctx, h.ino); err != nil {
+			return fmt.Errorf("client: flush %x: %w", h.ino, err)
 		}
 	}
 	var resp metawire.CommitResp

@@ -59,6 +59,7 @@ type writeBehind struct {
 		failed   uint64
 		// Creates kept back (createbehind.go).
 		creates       map[uint64]*pendingCreate // by ino
+		createDirs    map[uint64]int            // directories of creates kept back: how many
 		nextSeq       uint64
 		inos          map[uint32]*inoRun // ids reserved, by bucket
 		createErrs    map[uint64]error   // sent and refused, for SendCreate
@@ -77,6 +78,7 @@ func (f *FS) EnableWriteBehind() {
 	defer f.wb.mu.Unlock()
 	f.wb.mu.m = map[uint64]*pendingAttr{}
 	f.wb.mu.creates = map[uint64]*pendingCreate{}
+	f.wb.mu.createDirs = map[uint64]int{}
 	f.wb.mu.inos = map[uint32]*inoRun{}
 	f.wb.mu.createErrs = map[uint64]error{}
 	f.wb.on.Store(true)
@@ -107,6 +109,12 @@ func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
+	if f.wb.mu.createDirs[req.Ino] > 0 {
+		// Creates kept back in this directory were allowed by its
+		// attributes as they are: the change goes after them (sent now,
+		// flushing them first).
+		return metawire.Attr{}, false
+	}
 	if pc := f.wb.mu.creates[req.Ino]; pc != nil {
 		// The file's create is kept back too: the change goes with it.
 		if !sameCred(pc.req.Cred, req.Cred) {
@@ -166,6 +174,9 @@ func mergeSet(dst, req *metawire.SetAttrReq, cur, next metawire.Attr) {
 	dst.Valid |= v
 	dst.Mode, dst.UID, dst.GID = next.Mode&metawire.ModePerm, next.UID, next.GID
 	dst.Atime, dst.Mtime = next.Atime, next.Mtime
+	if dst.Valid&metawire.SetCtime != 0 { // a kept-back create's: the time answered
+		dst.Ctime = next.Ctime
+	}
 }
 
 // applyLocally is req applied to a as its island would apply it, for the
@@ -286,11 +297,6 @@ func (f *FS) flushKeptOpt(ctx context.Context, buckets []uint32, attrsOnly bool)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*f.cfg.IslandWait)
 	defer cancel()
 	ctx = context.WithValue(ctx, flushingKey{}, true)
-	// Creates first: a change kept back while its file's create was
-	// being sent goes after it.
-	for _, p := range creates {
-		f.createDone(p, f.sendCreate(ctx, p), true)
-	}
 	for _, p := range batch {
 		var resp metawire.AttrResp
 		ch := f.beginChange(ctx, p.req.Ino)
@@ -314,6 +320,14 @@ func (f *FS) flushKeptOpt(ctx context.Context, buckets []uint32, attrsOnly bool)
 			f.log.Warn("client: a kept-back attribute change failed", "ino", fmt.Sprintf("%x", p.req.Ino), "err", err)
 			f.Invalidate(p.req.Ino)
 		}
+	}
+	// Creates after the attribute changes: a create may depend on one
+	// (a chmod of its directory that lets the creator write there). No
+	// kept-back change is of a file whose create is kept back (it joins
+	// the create), and a create sent alone was answered before this
+	// flush began (wb.sending).
+	for _, p := range creates {
+		f.createDone(p, f.sendCreate(ctx, p), true)
 	}
 }
 
@@ -361,12 +375,7 @@ func (f *FS) keptApart(keys []uint64) bool {
 		return false
 	}
 	for _, k := range keys {
-		if k == unknownKey || f.wb.mu.m[k] != nil || f.wb.mu.creates[k] != nil {
-			return false
-		}
-	}
-	for _, p := range f.wb.mu.creates {
-		if slices.Contains(keys, p.req.Dir) {
+		if k == unknownKey || f.wb.mu.m[k] != nil || f.wb.mu.creates[k] != nil || f.wb.mu.createDirs[k] > 0 {
 			return false
 		}
 	}

@@ -169,7 +169,15 @@
 // most InlineMax bytes) writes the data into the new inode inside its
 // CreateInode (execOpts.data, never through an intent: a file is always
 // created on its directory's island), so the file exists whole or not at
-// all; an existing name is answered Existed and left alone.
+// all; an existing name is answered Existed and left alone. A create
+// may also carry the inode id to use (CreateReq.Ino: one a client
+// reserved with OpAllocIno and a Count, for a create it answered itself
+// under an exclusive lease): it must be a regular file in the directory's
+// bucket, an id this island handed out (noteSeq) and unused. And it may
+// carry attribute changes the creator made before sending it
+// (CreateReq.Set: mode, owner, times), applied to the new inode with the
+// creator's credentials by the same rules as a setattr, in the same
+// batch: a change setattr would refuse refuses the create.
 //
 // The actions are grouped by the island owning their inode. Actions of
 // one island run in one pebble batch under in-memory inode locks (taken
@@ -211,7 +219,8 @@
 //
 // Inode ids for directories created in another island's bucket come from
 // that island (metawire.OpAllocIno, durably); an id never used is
-// skipped.
+// skipped. A client reserves runs of ids the same way (Count up to
+// metawire.MaxAllocInos).
 //
 // # Durability
 //

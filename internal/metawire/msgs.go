@@ -177,13 +177,15 @@ type CreateReq struct {
 	// Set holds attribute changes the creator made before the create
 	// was sent (chown, chmod, utimes kept back with it): applied to the
 	// new file as a setattr by Cred right after it is made, in the same
-	// commit. Only Mode, UID, GID, Atime and Mtime (final values) may be
-	// set; Set.Cred and Set.Ino are ignored.
+	// commit. Only Mode, UID, GID, Atime, Mtime and Ctime (final values)
+	// may be set (the times are those the client answered the create
+	// with, so the file does not change when it is sent); Set.Cred and
+	// Set.Ino are ignored.
 	Set SetAttrReq
 }
 
 // CreateSettable are the SetAttrReq bits a create may carry in Set.
-const CreateSettable = SetMode | SetUID | SetGID | SetAtime | SetMtime
+const CreateSettable = SetMode | SetUID | SetGID | SetAtime | SetMtime | SetCtime
 
 func (r *CreateReq) Encode(e *wire.Enc) {
 	r.Cred.Encode(e)
@@ -204,6 +206,7 @@ func (r *CreateReq) Encode(e *wire.Enc) {
 		e.U32(r.Set.GID)
 		e.I64(r.Set.Atime)
 		e.I64(r.Set.Mtime)
+		e.I64(r.Set.Ctime)
 	}
 }
 
@@ -215,7 +218,7 @@ func (r *CreateReq) Decode(d *wire.Dec) {
 	if d.More() { // newer senders: a reserved id and changes made before
 		r.Ino, r.Set.Valid = d.U64(), d.U32()
 		r.Set.Mode, r.Set.UID, r.Set.GID = d.U32(), d.U32(), d.U32()
-		r.Set.Atime, r.Set.Mtime = d.I64(), d.I64()
+		r.Set.Atime, r.Set.Mtime, r.Set.Ctime = d.I64(), d.I64(), d.I64()
 	}
 }
 
