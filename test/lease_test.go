@@ -605,3 +605,58 @@ func TestCreatesKeptBack(t *testing.T) {
 		t.Fatalf("creates sent %d failed %d", sent, failed)
 	}
 }
+
+// TestManyKeptBackCreatesInOneFlush: a flush that takes the client past
+// the lazily created files it tracks (4096) syncs their islands from
+// inside the flush; that used to wait for the flush itself (a hang of
+// the mount under 8 parallel writers).
+func TestManyKeptBackCreatesInOneFlush(t *testing.T) {
+	_, a, b, d := leasePair(t, "/many")
+	a.SetLazyCreate(true)
+	a.SetLazyClose(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := metawire.Cred{}
+	// Lazy creates sent at once (no write-behind yet): tracked, unsynced.
+	const sent = 4000
+	for i := 0; i < sent; i++ {
+		if _, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: fmt.Sprintf("s%05d", i), Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.EnableWriteBehind()
+	d2, err := b.MkdirAll(ctx, root, "/many2", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"x", "y"} { // the second miss lists it
+		if _, err := a.Lookup(ctx, root, d2.Ino, name); !errors.Is(err, metawire.ErrNotFound) {
+			t.Fatalf("lookup: %v", err)
+		}
+	}
+	if _, err := a.GetAttr(ctx, root, d2.Ino); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := 0; i < n; i++ {
+		if _, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d2.Ino, Name: fmt.Sprintf("f%05d", i), Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept, _, _ := a.CreatesBehind(); kept != n {
+		t.Fatalf("creates kept %d, want %d", kept, n)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.SyncLazy(ctx) }() // one flush sends all n
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("SyncLazy of many kept-back creates did not return")
+	}
+	if _, sent, failed := a.CreatesBehind(); sent != n || failed != 0 {
+		t.Fatalf("creates sent %d failed %d", sent, failed)
+	}
+}

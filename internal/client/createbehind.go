@@ -42,8 +42,8 @@ type inoRun struct {
 }
 
 const (
-	minInoRun = 8
-	maxInoRun = 256
+	minInoRun = 32
+	maxInoRun = 1024
 )
 
 // createBehind answers a create of a regular file here when it may be
@@ -269,6 +269,37 @@ func (f *FS) absorbData(ino uint64, writer metawire.Cred, data []byte, now time.
 // returns its failure. It sends that create alone, so parallel writers'
 // closes do not wait for each other; a flush of everything waits for it.
 func (f *FS) SendCreate(ctx context.Context, ino uint64) error {
+	return f.sendAlone(ctx, ino, false)
+}
+
+// sendCreateSoon starts sending ino's kept-back create in the background:
+// the file left inline, so its commit will need the create, which is then
+// on its way while the data streams to the storage servers.
+func (f *FS) sendCreateSoon(ino uint64) {
+	if !f.CreatePending(ino) || f.closing.Load() {
+		return
+	}
+	f.wb.async.Add(1)
+	go func() {
+		defer f.wb.async.Done()
+		_ = f.sendAlone(context.Background(), ino, true) // SendCreate reports it
+	}()
+}
+
+// createUnsettled reports whether ino's create is kept back or being sent
+// alone.
+func (f *FS) createUnsettled(ino uint64) bool {
+	if !f.wb.on.Load() {
+		return false
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	return f.wb.mu.creates[ino] != nil || f.wb.mu.alone[ino] != nil
+}
+
+// sendAlone sends ino's kept-back create by itself (SendCreate); keepErr
+// keeps its failure for the next SendCreate of ino.
+func (f *FS) sendAlone(ctx context.Context, ino uint64, keepErr bool) error {
 	if !f.wb.on.Load() {
 		return nil
 	}
@@ -276,11 +307,16 @@ func (f *FS) SendCreate(ctx context.Context, ino uint64) error {
 	f.wb.mu.Lock()
 	p := f.wb.mu.creates[ino]
 	if p == nil {
+		done := f.wb.mu.alone[ino]
 		f.wb.mu.Unlock()
 		f.wb.sending.RUnlock()
-		// A flush may be sending it: close returns after it did.
-		f.wb.flush.Lock()
-		f.wb.flush.Unlock() //nolint:staticcheck // waiting for the flush under way
+		if done != nil {
+			<-done // sent alone (sendCreateSoon): its answer comes first
+		} else {
+			// A flush may be sending it: close returns after it did.
+			f.wb.flush.Lock()
+			f.wb.flush.Unlock() //nolint:staticcheck // waiting for the flush under way
+		}
 		f.wb.mu.Lock()
 		defer f.wb.mu.Unlock()
 		err := f.wb.mu.createErrs[ino]
@@ -293,16 +329,22 @@ func (f *FS) SendCreate(ctx context.Context, ino uint64) error {
 		f.wb.mu.Unlock()
 		f.wb.sending.RUnlock()
 		f.flushKept(ctx, nil)
-		return f.SendCreate(ctx, ino)
+		return f.sendAlone(ctx, ino, keepErr)
 	}
 	f.dropCreateLocked(p)
 	f.wb.mu.inflight++
+	done := make(chan struct{})
+	f.wb.mu.alone[ino] = done
 	f.wb.mu.Unlock()
 	defer f.wb.sending.RUnlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*f.cfg.IslandWait)
 	defer cancel()
 	err := f.sendCreate(context.WithValue(ctx, flushingKey{}, true), p)
-	f.createDone(p, err, false)
+	f.createDone(p, err, keepErr)
+	f.wb.mu.Lock()
+	delete(f.wb.mu.alone, ino)
+	f.wb.mu.Unlock()
+	close(done)
 	return err
 }
 

@@ -100,7 +100,9 @@
 // answered from them too) and, after a directory was listed whole in one
 // page, that listing and the knowledge that no other name exists (a
 // second missing name in a directory makes the FS list it once, so an
-// unpack creates names without looking each up). Records carry the
+// unpack creates names without looking each up; under write-behind the
+// first missing name of a directory this FS made does, which takes the
+// lease, the empty listing and the directory's attributes in one request). Records carry the
 // generation of the lease they were read under; a record whose read raced
 // with a lease acquisition or break, or with one of this FS's own changes
 // of the same key (its inode, or for names and listings its directory;
@@ -145,8 +147,8 @@
 // whose name is known missing under the exclusive lease (a negative
 // entry, or the directory listed whole), by a creator the cached
 // directory attributes let write there, is answered here: the inode id
-// comes from a run reserved beforehand (OpAllocIno with a Count: 8, then
-// doubling to 256 per bucket; unused ids are skipped, never reused), the
+// comes from a run reserved beforehand (OpAllocIno with a Count: 32, then
+// doubling to 1024 per bucket; unused ids are skipped, never reused), the
 // attributes are computed as the island would (set-gid directories, the
 // directory's policy). The pending create gathers what follows: a Flush
 // of the file while it is inline hands it the data (CreateReq.Data), and

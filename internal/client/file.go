@@ -242,6 +242,7 @@ func (h *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 			return len(p), nil
 		}
 		h.leaveInlineLocked()
+		h.fs.sendCreateSoon(h.ino)
 	}
 	bs := uint64(h.mu.bs)
 	pos := uint64(off)
@@ -827,9 +828,10 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 			return fmt.Errorf("client: flush %x: %w: %v", h.ino, metawire.ErrIO, err)
 		}
 	}
-	if h.fs.CreatePending(h.ino) {
+	if h.fs.createUnsettled(h.ino) {
 		// Its create was kept back and cannot carry these blocks: sent
-		// alone first, so the other files' creates stay kept back.
+		// alone first (or already on its way: sendCreateSoon), so the
+		// other files' creates stay kept back.
 		if err := h.fs.SendCreate(ctx, h.ino); err != nil {
 			return fmt.Errorf("client: flush %x: %w", h.ino, err)
 		}

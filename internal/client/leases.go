@@ -157,6 +157,7 @@ func (f *FS) EnableLeases() {
 	f.cache.leases = map[uint32]*heldLease{}
 	f.cache.maxBreak = map[namespace.IslandID]uint64{}
 	f.cache.pollers = map[namespace.IslandID]bool{}
+	f.cache.made = map[uint64]bool{}
 }
 
 // LeasesOn reports whether EnableLeases was called.

@@ -151,6 +151,7 @@ type FS struct {
 		onBreak  func(buckets []uint32)
 		seq      uint64           // own changes begun and ended (cacheMark)
 		touched  map[uint64]touch // per key, its last own change
+		made     map[uint64]bool  // directories made here, not yet looked in (Mkdir)
 	}
 	wb writeBehind // writebehind.go
 	// pollers listen for lease breaks (leases.go); Close ends them.
@@ -463,6 +464,11 @@ func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name st
 			// once, if it is small, and answer the next ones here (an
 			// unpack creates every name of a new directory).
 			complete = l.misses > 0 && l.complete == nil
+		} else if f.cache.made[dir] {
+			// A directory this FS just made: its listing is one
+			// request, which takes the lease and its attributes too.
+			delete(f.cache.made, dir)
+			complete = true
 		}
 	}
 	f.cache.misses++
@@ -516,6 +522,9 @@ func (f *FS) completeDir(ctx context.Context, cred metawire.Cred, dir uint64) bo
 		if e.Name != "." && e.Name != ".." {
 			f.cache.dentry[dentryKey{dir, e.Name}] = cachedDentry{e.Ino, now.Add(f.cfg.AttrTTL), m.stamp}
 		}
+	}
+	if resp.DirAttr.Ino == dir && !f.keptBackLocked(dir) {
+		f.cache.attrs[dir] = cachedAttr{resp.DirAttr, now.Add(f.cfg.AttrTTL), m.stamp}
 	}
 	if l.complete == nil {
 		l.complete = map[uint64]bool{}
@@ -740,7 +749,9 @@ func (f *FS) addLazy(ctx context.Context, ino, boot uint64) {
 	// Forgetting files without syncing their islands would let a later
 	// fsync skip its sync.
 	if over {
-		if err := f.SyncLazy(ctx); err != nil {
+		// Not SyncLazy: this may be a kept-back create's flush, which
+		// must not wait for a flush (itself).
+		if err := f.syncLazyIslands(ctx); err != nil {
 			f.log.Warn("client: settling lazily committed files", "err", err)
 		}
 	}
@@ -754,6 +765,11 @@ func (f *FS) SyncLazy(ctx context.Context) error {
 	if err := f.takeKeptErr(); err != nil {
 		return err
 	}
+	return f.syncLazyIslands(ctx)
+}
+
+// syncLazyIslands is SyncLazy without sending what is kept back first.
+func (f *FS) syncLazyIslands(ctx context.Context) error {
 	one := map[namespace.IslandID]uint64{} // a file per island, to route the sync
 	for _, ino := range f.lazyInos(^uint64(0)) {
 		isl := f.islandOf(ino)
@@ -890,7 +906,18 @@ func (f *FS) SyncDir(ctx context.Context, dir uint64) error {
 // Mkdir makes a directory.
 func (f *FS) Mkdir(ctx context.Context, req metawire.CreateReq) (metawire.CreateResp, error) {
 	req.Mode = req.Mode&metawire.ModePerm | metawire.ModeDir
-	return f.create(ctx, metawire.OpMkdir, req)
+	resp, err := f.create(ctx, metawire.OpMkdir, req)
+	if err == nil && f.wb.on.Load() {
+		// An unpack fills it next: the first missing name lists it
+		// (Lookup), under a lease and with its attributes.
+		f.cache.Lock()
+		if len(f.cache.made) >= 1024 {
+			clear(f.cache.made)
+		}
+		f.cache.made[resp.Attr.Ino] = true
+		f.cache.Unlock()
+	}
+	return resp, err
 }
 
 // Symlink makes a symbolic link to req.Target.

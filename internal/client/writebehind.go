@@ -60,6 +60,7 @@ type writeBehind struct {
 		// Creates kept back (createbehind.go).
 		creates       map[uint64]*pendingCreate // by ino
 		createDirs    map[uint64]int            // directories of creates kept back: how many
+		alone         map[uint64]chan struct{}  // creates being sent alone (sendAlone): closed when answered
 		nextSeq       uint64
 		inos          map[uint32]*inoRun // ids reserved, by bucket
 		createErrs    map[uint64]error   // sent and refused, for SendCreate
@@ -79,6 +80,7 @@ func (f *FS) EnableWriteBehind() {
 	f.wb.mu.m = map[uint64]*pendingAttr{}
 	f.wb.mu.creates = map[uint64]*pendingCreate{}
 	f.wb.mu.createDirs = map[uint64]int{}
+	f.wb.mu.alone = map[uint64]chan struct{}{}
 	f.wb.mu.inos = map[uint32]*inoRun{}
 	f.wb.mu.createErrs = map[uint64]error{}
 	f.wb.on.Store(true)
