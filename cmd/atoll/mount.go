@@ -24,6 +24,7 @@ import (
 func newMountCmd(g *globalFlags) *cobra.Command {
 	var addr, metricsListen string
 	var leases, writeBehind bool
+	var prebornDelay time.Duration
 	var cfg fusefs.Config
 	cmd := &cobra.Command{
 		Use:   "mount [--cluster ADDR] MOUNTPOINT",
@@ -85,6 +86,12 @@ and repairs its reads found.`,
 					conn.FS.EnableWriteBehind()
 				}
 			}
+			if cfg.WriteCache == fusefs.WritePreborn {
+				if !leases || !writeBehind || prebornDelay <= 0 {
+					return errors.New("atoll mount: --write-cache preborn needs --leases, --write-behind and a positive --preborn-delay")
+				}
+				conn.FS.SetPreborn(prebornDelay)
+			}
 			cfg.FS, cfg.StatFS = conn.FS, statfs
 			if err := cfg.Validate(); err != nil {
 				return err
@@ -134,6 +141,8 @@ and repairs its reads found.`,
 	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
 	f.BoolVar(&leases, "leases", true, "hold leases on directories: names and attributes stay cached until another client changes them (false: cached for the timeouts only)")
 	f.BoolVar(&writeBehind, "write-behind", true, "with --leases: while no other client uses a directory, keep chown/chmod/utimes of its files back (up to 1 s) and send each file's as one change; another client's access, fsync and unmount send them first")
+	f.StringVar(&cfg.WriteCache, "write-cache", fusefs.WriteClose, "when a file's changes reach the cluster: close (at close(2); a mount killed with -9 loses only files still open), sync (every write durable before it returns), preborn (with --write-behind: a closed file's create and data stay in the mount up to --preborn-delay, so a file removed by then never reaches the cluster; fsync, another client's access and unmount send them first; a mount killed with -9 loses what it holds)")
+	f.DurationVar(&prebornDelay, "preborn-delay", 10*time.Second, "with --write-cache preborn: how long a closed file may stay in the mount (the directory's lease bounds it too)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here and register with the managers, e.g. 127.0.0.1:7609 (empty: off)")
 	return cmd
 }

@@ -33,6 +33,7 @@ type pendingCreate struct {
 	req  metawire.CreateReq // Ino set; Set and Data gather what came after
 	attr metawire.Attr      // the file as its island will make it
 	seq  uint64             // creation order
+	at   time.Time          // when it was answered
 }
 
 // inoRun is a run of inode ids reserved in one bucket: next..end.
@@ -144,10 +145,10 @@ func (f *FS) createBehindOnce(req metawire.CreateReq, bucket uint32) (_ metawire
 		r.Verf = rand.Uint64() | 1 // a retry is answered with this file (see create)
 	}
 	f.wb.mu.nextSeq++
-	f.wb.mu.creates[uint64(ino)] = &pendingCreate{req: r, attr: a, seq: f.wb.mu.nextSeq}
+	f.wb.mu.creates[uint64(ino)] = &pendingCreate{req: r, attr: a, seq: f.wb.mu.nextSeq, at: now}
 	f.wb.mu.createDirs[req.Dir]++
 	f.wb.mu.createsKept++
-	f.armFlushLocked(l, now)
+	f.armFlushLocked(now)
 
 	dir.Mtime, dir.Ctime = t, t
 	f.touchLocked(now, req.Dir, uint64(ino))
@@ -195,27 +196,143 @@ func (f *FS) reserveInos(ctx context.Context, dir uint64, bucket uint32) bool {
 	return true
 }
 
-// armFlushLocked makes sure what is kept back is sent within wbMaxDelay
-// and before lease l could end (f.cache and f.wb.mu held).
-func (f *FS) armFlushLocked(l *heldLease, now time.Time) {
-	deadline := now.Add(wbMaxDelay)
-	if end := l.expires.Add(-wbMinLease / 2); end.Before(deadline) {
-		deadline = end
-	}
-	if f.wb.mu.timer != nil && !deadline.Before(f.wb.mu.deadline) {
+// armFlushLocked makes sure the timer runs by the time something kept
+// back is due (dueLocked), f.cache and f.wb.mu held.
+func (f *FS) armFlushLocked(now time.Time) {
+	due, any := f.dueLocked(now)
+	if !any || f.wb.mu.timer != nil && !due.Before(f.wb.mu.deadline) {
 		return
 	}
 	if f.wb.mu.timer != nil {
 		f.wb.mu.timer.Stop()
 	}
-	f.wb.mu.deadline = deadline
-	f.wb.mu.timer = time.AfterFunc(deadline.Sub(now), func() {
-		// Not the pollers' context: Close waits for this flush
-		// instead of cutting it off.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*f.cfg.IslandWait)
-		defer cancel()
-		f.flushKept(ctx, nil)
-	})
+	f.wb.mu.deadline = due
+	f.wb.mu.timer = time.AfterFunc(max(due.Sub(now), 0), f.flushDue)
+}
+
+// dueLocked is when the first thing kept back must be sent: an attribute
+// change wbMaxDelay after it was kept, a create wbMaxDelay after it was
+// answered (SetPreborn: that long), and anything wbMinLease/2 before its
+// lease could end (at once if it ended or is no longer exclusive). any is
+// false when nothing is kept back. f.cache and f.wb.mu held.
+func (f *FS) dueLocked(now time.Time) (due time.Time, any bool) {
+	consider := func(t time.Time, ino uint64) {
+		l := f.cache.leases[namespace.Ino(ino).Bucket()]
+		if l == nil || !l.exclusive {
+			t = now
+		} else if end := l.expires.Add(-wbMinLease / 2); end.Before(t) {
+			t = end
+		}
+		if !any || t.Before(due) {
+			due, any = t, true
+		}
+	}
+	for ino, p := range f.wb.mu.m {
+		consider(p.at.Add(wbMaxDelay), ino)
+	}
+	keep := wbMaxDelay
+	if f.wb.mu.preborn > 0 {
+		keep = f.wb.mu.preborn
+	}
+	for ino, p := range f.wb.mu.creates {
+		consider(p.at.Add(keep), ino)
+	}
+	return due, any
+}
+
+// flushDue is the timer's: it sends what is kept back once something is
+// due, and otherwise sets itself for then (a lease renewed meanwhile
+// moves the end of the window).
+func (f *FS) flushDue() {
+	now := time.Now()
+	f.cache.Lock()
+	f.wb.mu.Lock()
+	f.wb.mu.timer = nil
+	due, any := f.dueLocked(now)
+	if any && due.After(now.Add(5*time.Millisecond)) {
+		f.wb.mu.deadline = due
+		f.wb.mu.timer = time.AfterFunc(due.Sub(now), f.flushDue)
+		any = false
+	}
+	f.wb.mu.Unlock()
+	f.cache.Unlock()
+	if !any {
+		return
+	}
+	// Not the pollers' context: Close waits for this flush instead of
+	// cutting it off.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*f.cfg.IslandWait)
+	defer cancel()
+	f.flushKept(ctx, nil)
+}
+
+// SetPreborn keeps the creates of files this FS closed back for up to d
+// (Sigma's preborn caching; the mount's --write-cache preborn): a file
+// created and removed within it never reaches an island (removeBehind).
+// The lease still bounds it, and fsync, another client's access and
+// unmount still send it first. 0: creates wait only for their file's
+// close (SendCreate) or wbMaxDelay.
+func (f *FS) SetPreborn(d time.Duration) {
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	f.wb.mu.preborn = d
+}
+
+// Preborn returns SetPreborn's window (0: off).
+func (f *FS) Preborn() time.Duration {
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	return f.wb.mu.preborn
+}
+
+// removeBehind answers the unlink of dir/name here when the name is a
+// file whose create is kept back: the create is dropped and nothing is
+// ever sent. ok false: send the unlink. The caller (the mount) makes sure
+// no descriptor has the file open.
+func (f *FS) removeBehind(cred metawire.Cred, dir uint64, name string) (ok bool) {
+	if !f.wb.on.Load() {
+		return false
+	}
+	bucket := namespace.Ino(dir).Bucket()
+	now := time.Now()
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	l := f.liveLeaseLocked(bucket, now)
+	d, found := f.cache.dentry[dentryKey{dir, name}]
+	da, haveDir := f.cache.attrs[dir]
+	if l == nil || !l.exclusive || !found || d.ino == 0 || d.lease != l.gen || !haveDir || da.lease != l.gen {
+		return false
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	p := f.wb.mu.creates[d.ino]
+	if p == nil || p.req.Dir != dir || p.req.Name != name {
+		return false
+	}
+	// The island's unlink checks, on what the cache knows (the
+	// island's own rules: metawire.MayAccess, and the sticky bit).
+	if !metawire.MayAccess(&da.attr, &cred, 3) ||
+		da.attr.Mode&modeSticky != 0 && cred.UID != 0 && cred.UID != da.attr.UID && cred.UID != p.attr.UID {
+		return false
+	}
+	f.dropCreateLocked(p)
+	f.wb.mu.cancelled++
+	t := now.UnixNano()
+	da.attr.Mtime, da.attr.Ctime = t, t
+	f.touchLocked(now, dir, d.ino)
+	f.cache.attrs[dir] = da
+	delete(f.cache.attrs, d.ino)
+	f.cache.dentry[dentryKey{dir, name}] = cachedDentry{0, time.Time{}, l.gen}
+	f.namesChangedLocked(dir)
+	return true
+}
+
+// CreatesCancelled returns how many kept-back creates were removed before
+// they were sent, costing no island request at all.
+func (f *FS) CreatesCancelled() uint64 {
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	return f.wb.mu.cancelled
 }
 
 // CreatePending reports whether ino's create is kept back.
@@ -453,5 +570,8 @@ func (f *FS) CreatesBehind() (kept, sent, failed uint64) {
 	return f.wb.mu.createsKept, f.wb.mu.createsSent, f.wb.mu.createsFailed
 }
 
-// modeSGID is the set-group-id bit.
-const modeSGID = 0o2000
+// Mode bits the cache checks as the islands do.
+const (
+	modeSGID   = 0o2000
+	modeSticky = 0o1000
+)

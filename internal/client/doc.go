@@ -160,7 +160,16 @@
 // kept back is not kept back itself (they depended on its attributes as
 // they were). A kept-back create refused by its island (or whose name
 // turns out to be another file's) is dropped with the file's cache and
-// reported by SendCreate, the next Fsync or SyncLazy.
+// reported by SendCreate, the next Fsync, SyncDir or SyncLazy. The
+// unlink of a file whose create is still kept back drops the create
+// (removeBehind): neither reaches the island. With SetPreborn (the
+// mount's --write-cache preborn) the mount does not send a closed file's
+// create, so that holds for a file created, written, closed and removed
+// within the window (Sigma's preborn caching). One timer sends what is
+// due (flushDue): attribute changes a second after they were kept,
+// creates a second (or the preborn window) after they were answered,
+// anything half a second before its lease could end; a renewal of the
+// lease moves that end, and does not send anything itself.
 //
 // # Small files in one request
 //

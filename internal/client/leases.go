@@ -339,6 +339,10 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	f.flushBeforeCall(ctx, metawire.OpLease) // before the mark (see beginChange)
 	f.cache.Lock()
 	session, mark := f.cache.session, f.readMarkLocked(time.Now())
+	var heldGen uint64 // the lease held when sent: a renewal extends it
+	if l := f.liveLeaseLocked(bucket, mark.at); l != nil {
+		heldGen = l.gen
+	}
 	f.cache.Unlock()
 	m := leaseMarks{before: mark, route: mark, bucket: bucket}
 	if session == 0 {
@@ -368,8 +372,11 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	if f.cache.maxBreak[isl] > lr.Seq {
 		return m, rerr // a break sent after the grant was received already
 	}
-	if l := f.liveLeaseLocked(bucket, time.Now()); l != nil && l.island == isl && mark.epoch == f.cache.epoch {
-		if expires.After(l.expires) { // a renewal: the records stay
+	// A renewal: the lease held when the request was sent still is (a
+	// break or drop would have removed it; other buckets' lease events
+	// since do not matter), so the records under it stay.
+	if l := f.liveLeaseLocked(bucket, time.Now()); l != nil && l.island == isl && (mark.epoch == f.cache.epoch || l.gen == heldGen) {
+		if expires.After(l.expires) {
 			l.expires, l.term = expires, term-term*leaseMargin/100
 		}
 		l.exclusive = lr.Exclusive
@@ -403,7 +410,11 @@ func (f *FS) hitLocked(route uint64, now time.Time) {
 		ctx, cancel := context.WithTimeout(f.pollCtx, term)
 		defer cancel()
 		var resp metawire.AttrResp
-		if m, err := f.leasedCall(ctx, route, metawire.OpGetAttr, &metawire.InoReq{Cred: metawire.Root, Ino: route}, &resp); err == nil {
+		// Not a reason to send what is kept back (a preborn window
+		// would end at every renewal): its answer is cached only when
+		// nothing of route is.
+		ctx = context.WithValue(ctx, renewalKey{}, true)
+		if m, err := f.leasedCall(ctx, route, metawire.OpGetAttr, &metawire.InoReq{Cred: metawire.Root, Ino: route}, &resp); err == nil && !f.keptIn(route) {
 			f.cacheAttrAt(resp.Attr, m.forIno(resp.Attr.Ino))
 		}
 		f.cache.Lock()

@@ -21,6 +21,11 @@ import (
 //	atoll_client_degraded_stripes              gauge    stripes known to miss fragments, waiting for repair
 //	atoll_client_cache_hits_total              counter  attribute and name cache hits (FS)
 //	atoll_client_cache_misses_total            counter
+//	atoll_client_leases                        gauge    buckets this client holds a live lease on
+//	atoll_client_lease_breaks_total            counter
+//	atoll_client_writebehind_total{what,outcome} counter changes kept back under exclusive leases:
+//	                                                    what attr|create, outcome kept|sent|failed|cancelled
+//	                                                    (a create removed before it was sent: no island request)
 
 // fsCounters are the FS's own counters (the data client keeps the rest).
 type fsCounters struct {
@@ -40,7 +45,7 @@ func RegisterMetrics(reg prometheus.Registerer, c *Client, fs *FS) error {
 type clientDescs struct {
 	readBytes, writtenBytes, stripes, degradedWritten, blocksRead, degradedReads,
 	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead, dirty,
-	leases, leaseBreaks *prometheus.Desc
+	leases, leaseBreaks, writeBehind *prometheus.Desc
 }
 
 func newClientDescs() clientDescs {
@@ -64,6 +69,9 @@ func newClientDescs() clientDescs {
 		dirty:           d("dirty_bytes", "Bytes of written data buffered and not yet committed, all files together."),
 		leases:          d("leases", "Directories (buckets) this client holds a live lease on."),
 		leaseBreaks:     d("lease_breaks_total", "Leases its islands broke before another client's change."),
+		writeBehind: prometheus.NewDesc("atoll_client_writebehind_total",
+			"Changes kept back under exclusive leases (what: attr, create) by outcome: kept (answered without a request), sent, failed, cancelled (a create removed before it was sent).",
+			[]string{"what", "outcome"}, nil),
 	}
 }
 
@@ -77,7 +85,7 @@ func (k *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &k.descs
 	for _, x := range []*prometheus.Desc{d.readBytes, d.writtenBytes, d.stripes, d.degradedWritten, d.blocksRead,
 		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead, d.dirty,
-		d.leases, d.leaseBreaks} {
+		d.leases, d.leaseBreaks, d.writeBehind} {
 		ch <- x
 	}
 }
@@ -106,5 +114,17 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.dirty, prometheus.GaugeValue, float64(k.fs.DirtyBytes()))
 		ch <- prometheus.MustNewConstMetric(d.leases, prometheus.GaugeValue, float64(k.fs.LeasesHeld()))
 		counter(d.leaseBreaks, k.fs.LeaseBreaks())
+		wb := func(what, outcome string, v uint64) {
+			ch <- prometheus.MustNewConstMetric(d.writeBehind, prometheus.CounterValue, float64(v), what, outcome)
+		}
+		kept, sent, failed := k.fs.WriteBehindStats()
+		wb("attr", "kept", kept)
+		wb("attr", "sent", sent)
+		wb("attr", "failed", failed)
+		kept, sent, failed = k.fs.CreatesBehind()
+		wb("create", "kept", kept)
+		wb("create", "sent", sent)
+		wb("create", "failed", failed)
+		wb("create", "cancelled", k.fs.CreatesCancelled())
 	}
 }

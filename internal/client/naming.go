@@ -896,6 +896,10 @@ func (f *FS) settle(ctx context.Context, ino uint64) error {
 // directory dir durable, lazy creates of its files included (fsync on a
 // directory).
 func (f *FS) SyncDir(ctx context.Context, dir uint64) error {
+	f.flushKept(ctx, nil) // kept-back creates and changes first
+	if err := f.takeKeptErr(); err != nil {
+		return err
+	}
 	lost, err := f.syncIsland(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("client: sync of directory %x: %w", dir, err)
@@ -955,7 +959,15 @@ func (f *FS) remove(ctx context.Context, op uint16, cred metawire.Cred, dir uint
 }
 
 // Unlink removes a non-directory entry.
+//
+// Under write-behind the unlink of a file whose create is still kept back
+// drops that create instead (removeBehind): neither reaches the island.
+// The file must not be open (the mount renames open files aside
+// instead); a File still held on it fails its next flush.
 func (f *FS) Unlink(ctx context.Context, cred metawire.Cred, dir uint64, name string) error {
+	if f.removeBehind(cred, dir, name) {
+		return nil
+	}
 	return f.remove(ctx, metawire.OpUnlink, cred, dir, name)
 }
 

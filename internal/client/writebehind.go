@@ -37,6 +37,7 @@ const wbSettable = metawire.SetMode | metawire.SetUID | metawire.SetGID | metawi
 type pendingAttr struct {
 	req  metawire.SetAttrReq // the merged change: final values of what changed
 	attr metawire.Attr       // the attributes once it is applied
+	at   time.Time           // when it was first kept back
 }
 
 // writeBehind holds the kept-back changes.
@@ -67,10 +68,27 @@ type writeBehind struct {
 		createsKept   uint64
 		createsSent   uint64
 		createsFailed uint64
+		cancelled     uint64        // creates kept back and then removed: never sent
+		preborn       time.Duration // SetPreborn: how long a closed file's create may stay
 	}
 }
 
 type flushingKey struct{}
+
+// renewalKey marks a lease renewal's request (hitLocked): it does not
+// send what is kept back first.
+type renewalKey struct{}
+
+// keptIn reports whether ino has a change kept back or is a directory
+// with creates kept back.
+func (f *FS) keptIn(ino uint64) bool {
+	if !f.wb.on.Load() {
+		return false
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	return f.wb.mu.m[ino] != nil || f.wb.mu.creates[ino] != nil || f.wb.mu.createDirs[ino] > 0
+}
 
 // EnableWriteBehind makes this FS ask for exclusive leases and keep
 // attribute changes back under them. It needs EnableLeases.
@@ -146,7 +164,7 @@ func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
 		return metawire.Attr{}, false
 	}
 	if p == nil {
-		p = &pendingAttr{req: metawire.SetAttrReq{Cred: req.Cred, Ino: req.Ino}}
+		p = &pendingAttr{req: metawire.SetAttrReq{Cred: req.Cred, Ino: req.Ino}, at: now}
 		f.wb.mu.m[req.Ino] = p
 	} else if !sameCred(p.req.Cred, req.Cred) {
 		return metawire.Attr{}, false
@@ -155,7 +173,7 @@ func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
 	mergeSet(&p.req, &req, cur, next)
 	f.wb.mu.kept++
 	f.cache.attrs[req.Ino] = cachedAttr{next, now.Add(f.cfg.AttrTTL), l.gen}
-	f.armFlushLocked(l, now)
+	f.armFlushLocked(now)
 	return next, true
 }
 
@@ -338,7 +356,7 @@ func (f *FS) flushKeptOpt(ctx context.Context, buckets []uint32, attrsOnly bool)
 // island gives this FS predates a change it already answered.
 func (f *FS) flushBeforeCall(ctx context.Context, op uint16) {
 	// OpAllocIno reserves ids (createBehind) and touches no record.
-	if op == metawire.OpLeasePoll || op == metawire.OpAllocIno || ctx.Value(flushingKey{}) != nil || !f.keptBack() {
+	if op == metawire.OpLeasePoll || op == metawire.OpAllocIno || ctx.Value(flushingKey{}) != nil || ctx.Value(renewalKey{}) != nil || !f.keptBack() {
 		return
 	}
 	f.flushKept(ctx, nil)

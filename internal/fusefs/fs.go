@@ -477,6 +477,23 @@ func (a *adapter) victim(ctx context.Context, cred metawire.Cred, dir uint64, na
 	return at.Ino, of, true
 }
 
+// releasedSoon waits briefly for the last handle of of to be released
+// and reports whether it was: the kernel sends RELEASE after close(2)
+// has returned, so an unlink right after a close can find the file still
+// open.
+func (a *adapter) releasedSoon(of *openFile) bool {
+	for i := 0; i < 50; i++ {
+		a.mu.Lock()
+		refs := of.refs
+		a.mu.Unlock()
+		if refs == 0 {
+			return true
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return false
+}
+
 // renameAside renames dir/name of an open file to a hidden name so its
 // inode survives until the last handle is released.
 func (a *adapter) renameAside(ctx context.Context, cred metawire.Cred, of *openFile, dir uint64, name string) error {
@@ -499,6 +516,11 @@ func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) 
 	defer done()
 	cred, dir := a.cred(h), ino(h.NodeId)
 	vino, of, ok := a.victim(ctx, cred, dir, name)
+	if of != nil && a.fs.CreatePending(vino) && a.releasedSoon(of) {
+		// Closed just now (the kernel releases after close returns):
+		// its kept-back create may be dropped (client.FS.Unlink).
+		of = nil
+	}
 	if of != nil {
 		return status(a.renameAside(ctx, cred, of, dir, name))
 	}
@@ -841,10 +863,18 @@ func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 	of.mtime.Store(time.Now().UnixNano())
 	ctx, done := a.mutCtx(cancel)
 	n, err := f.WriteAt(ctx, data, int64(in.Offset))
-	done()
 	// Counted after the File has the data: a flush that read the count
 	// before cannot mark this write as committed.
 	of.writes.Add(1)
+	if err == nil && a.cfg.WriteCache == WriteSync {
+		// Durable before write(2) returns: data, commit and create.
+		err = of.flushShared(ctx, true)
+		a.ioError("write", of.ino, err)
+		if err != nil {
+			n = 0
+		}
+	}
+	done()
 	of.mu.RUnlock()
 	if err != nil {
 		a.ioError("write", of.ino, err)
@@ -874,7 +904,7 @@ func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
 	err := h.of.flush(ctx, false)
-	if err == nil && pending {
+	if err == nil && pending && a.cfg.WriteCache != WritePreborn {
 		// A create kept back (with the data the flush handed it) is sent
 		// by close, as an unkept one would have been.
 		err = a.fs.SendCreate(ctx, h.of.ino)

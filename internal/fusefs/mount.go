@@ -57,10 +57,25 @@ type Config struct {
 	// them 1 MiB (MaxWrite) and several in flight. Default 8 MiB;
 	// negative leaves the kernel's value.
 	ReadAhead int
+	// WriteCache is when what a file got reaches the cluster (Sigma's
+	// write caching modes): WriteClose (the default) at close(2);
+	// WriteSync at every write(2), each one made durable before it
+	// returns (as with O_SYNC); WritePreborn keeps a closed file's create
+	// with its data back, up to the FS's preborn window (client.FS.
+	// SetPreborn; needs write-behind), so a file created and removed in
+	// it never reaches an island.
+	WriteCache string
 	// Debug logs every FUSE request (go-fuse's debug output).
 	Debug  bool
 	Logger *slog.Logger
 }
+
+// Write caching modes (Config.WriteCache).
+const (
+	WriteClose   = "close"
+	WriteSync    = "sync"
+	WritePreborn = "preborn"
+)
 
 // Validate checks the configuration (not the mountpoint: see CheckMountpoint).
 func (c *Config) Validate() error {
@@ -69,6 +84,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Mountpoint == "" {
 		return errors.New("fusefs: config: a mountpoint is required")
+	}
+	switch c.WriteCache {
+	case "", WriteClose, WriteSync:
+	case WritePreborn:
+		if c.FS.Preborn() <= 0 {
+			return errors.New("fusefs: config: write cache preborn needs write-behind with a preborn window (client.FS.SetPreborn)")
+		}
+	default:
+		return fmt.Errorf("fusefs: config: write cache %q: want %s, %s or %s", c.WriteCache, WriteSync, WriteClose, WritePreborn)
 	}
 	return nil
 }

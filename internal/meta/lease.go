@@ -80,8 +80,11 @@ func (i *Island) breakLeases(ctx context.Context, b *pebble.Batch) (done func(),
 		if !ok {
 			break
 		}
-		if len(key) < 5 || key[4] >= 0x80 {
-			continue // island-wide records
+		if len(key) < 5 || key[4] >= 0x80 || key[4] == tagSeq {
+			// Island-wide records, and a bucket's id counter, which no
+			// lease covers (no read answers with it): reserving ids
+			// (OpAllocIno) breaks nobody's lease.
+			continue
 		}
 		bk := binary.BigEndian.Uint32(key)
 		if n := len(buckets); n == 0 || buckets[n-1] != bk {
