@@ -136,8 +136,9 @@ func TestLeasesCacheUntilAnotherClientChanges(t *testing.T) {
 	if again := names(); fmt.Sprint(again) != fmt.Sprint(first) || fmt.Sprint(first) != "[. .. x]" {
 		t.Fatalf("listings %v then %v, want [. .. x]", first, again)
 	}
-	if got := since(); got["lease"]+got["readdir"] != 1 {
-		t.Fatalf("two listings cost %v island requests, want 1", got)
+	// The first may come from the listing the lookups made complete.
+	if got := since(); got["lease"]+got["readdir"] > 1 {
+		t.Fatalf("two listings cost %v island requests, want at most 1", got)
 	}
 
 	// Another client's changes are seen at once.
@@ -560,8 +561,8 @@ func TestCreatesKeptBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := since(); got["create"]+got["commit"]+got["setattr"]+got["lookup"] != 0 || got["allocino"] != 3 || got["lease"] != 1 {
-		t.Fatalf("island requests while creates are kept back: %v, want only 3 reservations (8+16+32 ids) and the listing", got)
+	if got := since(); got["create"]+got["commit"]+got["setattr"]+got["lookup"] != 0 || got["allocino"] != 1 || got["lease"] != 1 {
+		t.Fatalf("island requests while creates are kept back: %v, want only one reservation (32 ids) and the listing", got)
 	}
 	if kept, sent, _ := a.CreatesBehind(); kept != n || sent != 0 {
 		t.Fatalf("creates kept %d sent %d, want %d and 0", kept, sent, n)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -438,6 +439,9 @@ func (f *FS) sendAlone(ctx context.Context, ino uint64, keepErr bool) error {
 		defer f.wb.mu.Unlock()
 		err := f.wb.mu.createErrs[ino]
 		delete(f.wb.mu.createErrs, ino)
+		if err != nil && errors.Is(f.wb.mu.err, err) {
+			f.wb.mu.err = nil // reported here: not again by SyncLazy
+		}
 		return err
 	}
 	if f.wb.mu.m[p.req.Dir] != nil {
@@ -466,7 +470,9 @@ func (f *FS) sendAlone(ctx context.Context, ino uint64, keepErr bool) error {
 }
 
 // createDone accounts for a kept-back create sent with outcome err;
-// keepErr keeps a failure for SendCreate to return.
+// keepErr keeps a failure to report later (by SendCreate of the file, or
+// else the next Fsync, SyncDir or SyncLazy); otherwise the caller
+// returns it.
 func (f *FS) createDone(p *pendingCreate, err error, keepErr bool) {
 	f.wb.mu.Lock()
 	f.wb.mu.inflight--
@@ -475,7 +481,7 @@ func (f *FS) createDone(p *pendingCreate, err error, keepErr bool) {
 		if keepErr && len(f.wb.mu.createErrs) < 4096 {
 			f.wb.mu.createErrs[p.req.Ino] = err
 		}
-		if f.wb.mu.err == nil {
+		if keepErr && f.wb.mu.err == nil {
 			f.wb.mu.err = fmt.Errorf("client: create %q kept back: %w", p.req.Name, err)
 		}
 	} else {
@@ -485,6 +491,19 @@ func (f *FS) createDone(p *pendingCreate, err error, keepErr bool) {
 	if err != nil {
 		f.log.Warn("client: a kept-back create failed", "dir", fmt.Sprintf("%x", p.req.Dir), "name", p.req.Name, "err", err)
 		f.Invalidate(p.req.Ino)
+		// The kernel holds the name it was told exists: the mount drops
+		// its copies of the bucket (not from here: this may run inside a
+		// request on that directory).
+		f.cache.Lock()
+		fn := f.cache.onBreak
+		f.cache.Unlock()
+		if fn != nil {
+			f.wb.async.Add(1)
+			go func() {
+				defer f.wb.async.Done()
+				fn([]uint32{namespace.Ino(p.req.Dir).Bucket()})
+			}()
+		}
 	}
 }
 
