@@ -182,7 +182,7 @@ print(f"policy {p} (atoll status) over {n} storage servers, {i} metadata islands
 ' "$st" 2>/dev/null) || redundancy[atoll]="ec:4+1 over 5 storage servers, 3 islands (atoll dev defaults; atoll status did not answer)"
 fi
 if want seaweedfs; then
-	w=$((port + 250))
+	w=$((port + 270)) # above the islands' raft ports (island port + 50..)
 	echo "== starting weed server (ports $w..$((w + 6)))"
 	mkdir -p "$scratch/weed/data" "$scratch/weed/cache" "$scratch/seaweedfs-mnt"
 	"$weed" server -dir="$scratch/weed/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
