@@ -345,11 +345,29 @@ func (f *FS) flushKeptOpt(ctx context.Context, buckets []uint32, attrsOnly bool)
 	// (a chmod of its directory that lets the creator write there). No
 	// kept-back change is of a file whose create is kept back (it joins
 	// the create), and a create sent alone was answered before this
-	// flush began (wb.sending).
-	for _, p := range creates {
-		f.createDone(p, f.sendCreate(ctx, p), true)
+	// flush began (wb.sending). They do not depend on each other (each
+	// its own name and inode), so up to wbParallel are in flight: their
+	// island commits them in shared rounds instead of one round each.
+	var wg sync.WaitGroup
+	next := make(chan *pendingCreate)
+	for range min(wbParallel, len(creates)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range next {
+				f.createDone(p, f.sendCreate(ctx, p), true)
+			}
+		}()
 	}
+	for _, p := range creates {
+		next <- p
+	}
+	close(next)
+	wg.Wait()
 }
+
+// wbParallel is how many kept-back creates one flush has in flight.
+const wbParallel = 16
 
 // flushBeforeCall sends the kept-back changes before a request of op:
 // every request but a lease poll and the flush's own, so no answer an
