@@ -167,15 +167,15 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *
 		if o != nil && ino == o.fresh {
 			data = o.data
 		}
-		if err := i.createInode(b, ino, &a.Init, data, d); err != nil {
+		n, err := i.createInode(b, ino, &a.Init, data, d)
+		if err != nil {
 			return err
 		}
 		if o != nil && ino == o.fresh && o.set != nil {
-			n, err := readInode(b, ino)
-			if err != nil {
+			if err := i.applySetAttr(b, n, o.set); err != nil {
 				return err
 			}
-			return i.applySetAttr(b, n, o.set)
+			*o.setAfter = n.attr()
 		}
 		return nil
 	}
@@ -323,10 +323,10 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *
 	return fmt.Errorf("%w: unknown action kind %d", metawire.ErrBadRequest, a.Kind)
 }
 
-// createInode writes a new inode record from init.
-func (i *Island) createInode(b *pebble.Batch, ino namespace.Ino, init *metawire.InodeInit, data []byte, d *deltas) error {
+// createInode writes a new inode record from init and returns it.
+func (i *Island) createInode(b *pebble.Batch, ino namespace.Ino, init *metawire.InodeInit, data []byte, d *deltas) (*inode, error) {
 	if err := i.noteSeq(ino); err != nil {
-		return err
+		return nil, err
 	}
 	n := newInode(ino, init)
 	n.setData(data)
@@ -334,7 +334,7 @@ func (i *Island) createInode(b *pebble.Batch, ino namespace.Ino, init *metawire.
 	if n.isReg() { // created with data (CreateReq.Data)
 		d.bytes += int64(n.size)
 	}
-	return putInode(b, n)
+	return n, putInode(b, n)
 }
 
 // newInode builds the record of a new inode.

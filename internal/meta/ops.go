@@ -368,14 +368,14 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	if op == metawire.OpMkdir {
 		as = append(as, metawire.Action{Kind: metawire.ActTouch, Ino: uint64(dirIno), Delta: 1, Time: now})
 	}
-	var dirAfter metawire.Attr
+	var dirAfter, setAfter metawire.Attr
 	o := execOpts{lazy: r.Lazy && op == metawire.OpCreate && !r.Exclusive, watch: dirIno, after: &dirAfter}
 	if i.owns(ino) {
 		o.fresh, o.data, o.preset = ino, r.Data, r.Ino != 0
 		if r.Set.Valid != 0 {
 			set := r.Set
 			set.Cred, set.Ino = r.Cred, uint64(ino)
-			o.set = &set
+			o.set, o.setAfter = &set, &setAfter
 		}
 	} else if len(r.Data) > 0 || r.Set.Valid != 0 {
 		return nil, fmt.Errorf("%w: file %v created off its directory's island", metawire.ErrInternal, ino)
@@ -387,10 +387,7 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	n.setData(r.Data)
 	resp := &metawire.CreateResp{Attr: n.attr(), DirAttr: dirAfter}
 	if o.set != nil {
-		if n, err = readInode(i.db, ino); err != nil || n == nil {
-			return nil, fmt.Errorf("reading %v after its create: %w", ino, metawire.ErrIO)
-		}
-		resp.Attr = n.attr()
+		resp.Attr = setAfter
 	}
 	if dirAfter.Ino == 0 {
 		if d, err := readInode(i.db, dirIno); err == nil && d != nil {

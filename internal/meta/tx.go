@@ -138,8 +138,10 @@ type execOpts struct {
 	// so its ActCreateInode does check that it is absent.
 	preset bool
 	// set, when not nil, is applied to the fresh inode right after it
-	// is made, in the same batch (CreateReq.Set).
-	set *metawire.SetAttrReq
+	// is made, in the same batch (CreateReq.Set); *setAfter receives its
+	// attributes then.
+	set      *metawire.SetAttrReq
+	setAfter *metawire.Attr
 	// When set, *after receives the attributes of inode watch (one of
 	// this island's) as the actions leave it, saving a read afterwards.
 	watch namespace.Ino
