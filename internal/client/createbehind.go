@@ -149,7 +149,7 @@ func (f *FS) createBehindOnce(req metawire.CreateReq, bucket uint32) (_ metawire
 	f.wb.mu.creates[uint64(ino)] = &pendingCreate{req: r, attr: a, seq: f.wb.mu.nextSeq, at: now}
 	f.wb.mu.createDirs[req.Dir]++
 	f.wb.mu.createsKept++
-	f.armFlushLocked(now)
+	f.armFlushLocked(now, uint64(ino), true)
 
 	dir.Mtime, dir.Ctime = t, t
 	f.touchLocked(now, req.Dir, uint64(ino))
@@ -197,11 +197,16 @@ func (f *FS) reserveInos(ctx context.Context, dir uint64, bucket uint32) bool {
 	return true
 }
 
-// armFlushLocked makes sure the timer runs by the time something kept
-// back is due (dueLocked), f.cache and f.wb.mu held.
-func (f *FS) armFlushLocked(now time.Time) {
-	due, any := f.dueLocked(now)
-	if !any || f.wb.mu.timer != nil && !due.Before(f.wb.mu.deadline) {
+// armFlushLocked makes sure the timer runs by the time the change just
+// kept back at now, of ino, is due (dueOfLocked); the timer itself
+// (flushDue) looks at everything. f.cache and f.wb.mu held.
+func (f *FS) armFlushLocked(now time.Time, ino uint64, create bool) {
+	keep := wbMaxDelay
+	if create {
+		keep = f.keepCreateLocked()
+	}
+	due := f.dueOfLocked(now, now.Add(keep), ino)
+	if f.wb.mu.timer != nil && !due.Before(f.wb.mu.deadline) {
 		return
 	}
 	if f.wb.mu.timer != nil {
@@ -211,30 +216,43 @@ func (f *FS) armFlushLocked(now time.Time) {
 	f.wb.mu.timer = time.AfterFunc(max(due.Sub(now), 0), f.flushDue)
 }
 
+// keepCreateLocked is how long a create may stay kept back (f.wb.mu held).
+func (f *FS) keepCreateLocked() time.Duration {
+	if f.wb.mu.preborn > 0 {
+		return f.wb.mu.preborn
+	}
+	return wbMaxDelay
+}
+
+// dueOfLocked is when a change of ino that could wait until t must be
+// sent: wbMinLease/2 before its lease could end if that is earlier, at
+// once if the lease ended or is no longer exclusive (f.cache held).
+func (f *FS) dueOfLocked(now, t time.Time, ino uint64) time.Time {
+	l := f.cache.leases[namespace.Ino(ino).Bucket()]
+	if l == nil || !l.exclusive {
+		return now
+	}
+	if end := l.expires.Add(-wbMinLease / 2); end.Before(t) {
+		return end
+	}
+	return t
+}
+
 // dueLocked is when the first thing kept back must be sent: an attribute
 // change wbMaxDelay after it was kept, a create wbMaxDelay after it was
-// answered (SetPreborn: that long), and anything wbMinLease/2 before its
-// lease could end (at once if it ended or is no longer exclusive). any is
-// false when nothing is kept back. f.cache and f.wb.mu held.
+// answered (SetPreborn: that long), each bounded by its lease
+// (dueOfLocked). any is false when nothing is kept back. f.cache and
+// f.wb.mu held.
 func (f *FS) dueLocked(now time.Time) (due time.Time, any bool) {
 	consider := func(t time.Time, ino uint64) {
-		l := f.cache.leases[namespace.Ino(ino).Bucket()]
-		if l == nil || !l.exclusive {
-			t = now
-		} else if end := l.expires.Add(-wbMinLease / 2); end.Before(t) {
-			t = end
-		}
-		if !any || t.Before(due) {
+		if t = f.dueOfLocked(now, t, ino); !any || t.Before(due) {
 			due, any = t, true
 		}
 	}
 	for ino, p := range f.wb.mu.m {
 		consider(p.at.Add(wbMaxDelay), ino)
 	}
-	keep := wbMaxDelay
-	if f.wb.mu.preborn > 0 {
-		keep = f.wb.mu.preborn
-	}
+	keep := f.keepCreateLocked()
 	for ino, p := range f.wb.mu.creates {
 		consider(p.at.Add(keep), ino)
 	}

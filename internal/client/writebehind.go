@@ -173,7 +173,7 @@ func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
 	mergeSet(&p.req, &req, cur, next)
 	f.wb.mu.kept++
 	f.cache.attrs[req.Ino] = cachedAttr{next, now.Add(f.cfg.AttrTTL), l.gen}
-	f.armFlushLocked(now)
+	f.armFlushLocked(now, req.Ino, false)
 	return next, true
 }
 
