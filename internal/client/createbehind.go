@@ -587,16 +587,7 @@ func (f *FS) sendCreate(ctx context.Context, p *pendingCreate) error {
 func (f *FS) cacheSentAttr(a metawire.Attr, mark cacheMark) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	now := time.Now()
-	bucket := namespace.Ino(a.Ino).Bucket()
-	stamp := f.stampLocked(bucket, a.Ino, mark, now)
-	if c, ok := f.cache.attrs[a.Ino]; ok && stamp == 0 && f.leaseLeftLocked(bucket, c.lease, now) > 0 {
-		return
-	}
-	if f.keptBackLocked(a.Ino) {
-		return
-	}
-	f.cache.attrs[a.Ino] = cachedAttr{a, now.Add(f.cfg.AttrTTL), stamp}
+	f.cacheAttrLocked(a, mark, true)
 }
 
 // CreatesBehind are the counts of kept-back creates: kept (answered

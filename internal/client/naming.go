@@ -322,11 +322,22 @@ func (f *FS) cacheAttr(a metawire.Attr) { f.cacheAttrAt(a, noMark) }
 func (f *FS) cacheAttrAt(a metawire.Attr, mark cacheMark) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	now := time.Now()
+	f.cacheAttrLocked(a, mark, false)
+}
+
+// cacheAttrLocked is cacheAttrAt with f.cache held; keepLeased keeps
+// attributes cached under a live lease when a cannot carry one.
+func (f *FS) cacheAttrLocked(a metawire.Attr, mark cacheMark, keepLeased bool) {
 	if f.keptBackLocked(a.Ino) {
 		return // the cache holds the attributes after the kept-back change
 	}
-	f.cache.attrs[a.Ino] = cachedAttr{a, now.Add(f.cfg.AttrTTL), f.stampLocked(namespace.Ino(a.Ino).Bucket(), a.Ino, mark, now)}
+	now := time.Now()
+	bucket := namespace.Ino(a.Ino).Bucket()
+	stamp := f.stampLocked(bucket, a.Ino, mark, now)
+	if c, ok := f.cache.attrs[a.Ino]; ok && keepLeased && stamp == 0 && f.leaseLeftLocked(bucket, c.lease, now) > 0 {
+		return
+	}
+	f.cache.attrs[a.Ino] = cachedAttr{a, now.Add(f.cfg.AttrTTL), stamp}
 	if bm := f.cache.blocks[a.Ino]; bm != nil && bm.version != a.Version {
 		delete(f.cache.blocks, a.Ino)
 	}
