@@ -120,14 +120,8 @@ func (f *FS) createBehindOnce(req metawire.CreateReq, bucket uint32) (_ metawire
 
 	// The island's create (meta.createOnce), done here.
 	c, dir := &req.Cred, da.attr
-	gid := c.GID
-	if dir.Mode&modeSGID != 0 {
-		gid = dir.GID
-	}
-	perm := req.Mode & metawire.ModePerm
-	if perm&(modeSGID|0o010) == modeSGID|0o010 && dir.Mode&modeSGID != 0 && c.UID != 0 && !c.InGroup(gid) {
-		perm &^= modeSGID
-	}
+	gid := metawire.NewGID(dir.Mode, dir.GID, c)
+	perm := metawire.NewFilePerm(req.Mode&metawire.ModePerm, dir.Mode, gid, c)
 	bs := uint32(layout.DefaultBlockSize)
 	if dir.Policy != "" {
 		if p, err := layout.Parse(dir.Policy); err == nil {
@@ -330,8 +324,7 @@ func (f *FS) removeBehind(cred metawire.Cred, dir uint64, name string) (ok bool)
 	}
 	// The island's unlink checks, on what the cache knows (the
 	// island's own rules: metawire.MayAccess, and the sticky bit).
-	if !metawire.MayAccess(&da.attr, &cred, 3) ||
-		da.attr.Mode&modeSticky != 0 && cred.UID != 0 && cred.UID != da.attr.UID && cred.UID != p.attr.UID {
+	if !metawire.MayAccess(&da.attr, &cred, 3) || metawire.StickyDenies(&da.attr, &cred, p.attr.UID) {
 		return false
 	}
 	f.dropCreateLocked(p)
@@ -597,9 +590,3 @@ func (f *FS) CreatesBehind() (kept, sent, failed uint64) {
 	defer f.wb.mu.Unlock()
 	return f.wb.mu.createsKept, f.wb.mu.createsSent, f.wb.mu.createsFailed
 }
-
-// Mode bits the cache checks as the islands do.
-const (
-	modeSGID   = 0o2000
-	modeSticky = 0o1000
-)

@@ -225,8 +225,8 @@ func applyLocally(a metawire.Attr, req *metawire.SetAttrReq, now time.Time) (met
 	}
 	if v&metawire.SetMode != 0 {
 		mode := req.Mode & metawire.ModePerm
-		if !root && a.GID != c.GID && !slices.Contains(c.Groups, a.GID) {
-			mode &^= 0o2000
+		if !root && !c.InGroup(a.GID) {
+			mode &^= metawire.ModeSetGID
 		}
 		a.Mode = a.Mode&metawire.ModeType | mode
 	}

@@ -273,10 +273,7 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	}
 
 	now := i.now()
-	init := metawire.InodeInit{Nlink: 1, UID: c.UID, GID: c.GID, Time: now, Policy: dir.policy}
-	if dir.mode&modeSGID != 0 {
-		init.GID = dir.gid
-	}
+	init := metawire.InodeInit{Nlink: 1, UID: c.UID, GID: metawire.NewGID(dir.mode, dir.gid, c), Time: now, Policy: dir.policy}
 	var bucket uint32 = dirIno.Bucket()
 	switch op {
 	case metawire.OpCreate:
@@ -294,10 +291,7 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 		default:
 			return nil, fmt.Errorf("type %#o: %w", typ, metawire.ErrInvalid)
 		}
-		perm := r.Mode & metawire.ModePerm
-		if perm&(modeSGID|0o010) == modeSGID|0o010 && dir.mode&modeSGID != 0 && !isRoot(c) && !inGroup(c, init.GID) {
-			perm &^= modeSGID
-		}
+		perm := metawire.NewFilePerm(r.Mode&metawire.ModePerm, dir.mode, init.GID, c)
 		init.Mode = typ | perm
 		if typ == metawire.ModeFile {
 			init.BlockSize = layout.DefaultBlockSize

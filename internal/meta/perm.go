@@ -12,9 +12,9 @@ const (
 )
 
 const (
-	modeSUID   = 0o4000
-	modeSGID   = 0o2000
-	modeSticky = 0o1000
+	modeSUID   = metawire.ModeSetUID
+	modeSGID   = metawire.ModeSetGID
+	modeSticky = metawire.ModeSticky
 )
 
 func isRoot(c *metawire.Cred) bool { return c.UID == 0 }
@@ -31,14 +31,12 @@ func mayAccess(a *metawire.Attr, c *metawire.Cred, mask uint32) bool {
 // isOwner reports whether c owns a or is root.
 func isOwner(a *metawire.Attr, c *metawire.Cred) bool { return isRoot(c) || c.UID == a.UID }
 
-// stickyDenies reports whether the sticky bit of dir forbids c to remove
-// or rename an entry whose inode is owned by victimUID.
+// stickyDenies is metawire.StickyDenies.
 func stickyDenies(dir *metawire.Attr, c *metawire.Cred, victimUID uint32) bool {
-	return stickyApplies(dir, c) && c.UID != victimUID
+	return metawire.StickyDenies(dir, c, victimUID)
 }
 
-// stickyApplies reports whether removing entries of dir by c depends on
-// who owns them (sticky directory, c neither root nor its owner).
+// stickyApplies is metawire.StickyApplies.
 func stickyApplies(dir *metawire.Attr, c *metawire.Cred) bool {
-	return dir.Mode&modeSticky != 0 && !isRoot(c) && c.UID != dir.UID
+	return metawire.StickyApplies(dir, c)
 }

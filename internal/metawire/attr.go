@@ -74,11 +74,52 @@ func MayAccess(a *Attr, c *Cred, mask uint32) bool {
 // set-group-id bit when group execute is set, as Linux does on chown and
 // on writes and truncation by the unprivileged.
 func KillSetID(mode uint32) uint32 {
-	mode &^= 0o4000
+	mode &^= ModeSetUID
 	if mode&0o010 != 0 {
-		mode &^= 0o2000
+		mode &^= ModeSetGID
 	}
 	return mode
+}
+
+// The set-id and sticky bits of a mode.
+const (
+	ModeSetUID = 0o4000
+	ModeSetGID = 0o2000
+	ModeSticky = 0o1000
+)
+
+// NewGID is the group of an inode c creates in a directory of mode
+// dirMode and group dirGID: the directory's when it is set-group-id,
+// else c's. The islands' create rule; a client creating under a lease
+// applies it too.
+func NewGID(dirMode, dirGID uint32, c *Cred) uint32 {
+	if dirMode&ModeSetGID != 0 {
+		return dirGID
+	}
+	return c.GID
+}
+
+// NewFilePerm is the permission bits of a file c creates with perm in a
+// directory of mode dirMode, the file's group being gid (NewGID): a
+// group-executable set-group-id file made by c, neither root nor in gid,
+// in a set-group-id directory loses the set-group-id bit.
+func NewFilePerm(perm, dirMode, gid uint32, c *Cred) uint32 {
+	if perm&(ModeSetGID|0o010) == ModeSetGID|0o010 && dirMode&ModeSetGID != 0 && c.UID != 0 && !c.InGroup(gid) {
+		perm &^= ModeSetGID
+	}
+	return perm
+}
+
+// StickyApplies reports whether removing entries of dir by c depends on
+// who owns them (sticky directory, c neither root nor its owner).
+func StickyApplies(dir *Attr, c *Cred) bool {
+	return dir.Mode&ModeSticky != 0 && c.UID != 0 && c.UID != dir.UID
+}
+
+// StickyDenies reports whether the sticky bit of dir forbids c to remove
+// or rename an entry whose inode is owned by victimUID.
+func StickyDenies(dir *Attr, c *Cred, victimUID uint32) bool {
+	return StickyApplies(dir, c) && c.UID != victimUID
 }
 
 // Root is the superuser credential.
