@@ -781,15 +781,15 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 		}
 	}
 	if h.mu.inline {
-		if uint64(len(h.mu.inl)) != h.mu.size {
-			// Not the shape a create can carry: commit.
-		} else if a, ok := h.fs.absorbData(h.ino, h.cred, h.mu.inl, time.Now()); ok {
-			// The file's create is kept back (createbehind.go): it
-			// carries the data, sent by SendCreate or the next flush.
-			h.mu.attr = a
-			h.mu.modified = false
-			h.dropReadAheadLocked()
-			return nil
+		// A kept-back create (createbehind.go) carries the data, sent
+		// by SendCreate or the next flush, when it holds the whole file.
+		if uint64(len(h.mu.inl)) == h.mu.size {
+			if a, ok := h.fs.absorbData(h.ino, h.cred, h.mu.inl, time.Now()); ok {
+				h.mu.attr = a
+				h.mu.modified = false
+				h.dropReadAheadLocked()
+				return nil
+			}
 		}
 		w.SetInline, w.Inline = true, h.mu.inl
 	} else if len(h.mu.dirty) > 0 {
