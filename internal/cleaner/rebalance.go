@@ -1,9 +1,7 @@
 package cleaner
 
 import (
-	"maps"
 	"math"
-	"slices"
 	"sort"
 	"time"
 
@@ -47,9 +45,10 @@ type RebalancePlan struct {
 // their redundancy, land on the slots not avoided, spread evenly by the
 // rotating placement. Avoided are the slots above the mean, fullest
 // first, as long as the stripes' widest policy still fits on the rest
-// (a copy is never placed degraded to avoid a slot). Stripes with the
-// least live data per byte they hold move first: they give back the
-// most for the bytes copied.
+// (a copy is never placed degraded to avoid a slot). Each move is the
+// one that evens the slots out most per byte copied, weighed over every
+// slot (not just the fullest and the emptiest: next to a small cluster
+// a stripe is coarse, and a move that helps those two can overshoot).
 func PlanRebalance(stripes []Stripe, used map[uint16]int64, c RebalanceConfig) RebalancePlan {
 	var plan RebalancePlan
 	if len(used) < 2 {
@@ -128,93 +127,109 @@ func PlanRebalance(stripes []Stripe, used map[uint16]int64, c RebalanceConfig) R
 		}
 		return less(cands[i].ID, cands[j].ID)
 	})
+	// The estimate as a vector over the slots, so weighing a move costs
+	// no allocation: a step weighs up to maxScan of them.
+	pos := make(map[uint16]int, len(slots))
+	vec := make([]float64, len(slots))
+	skip := make([]bool, len(slots))
+	for i, s := range slots {
+		pos[s], vec[i], skip[i] = i, est[s], avoid[s]
+	}
+	removed := make([]float64, len(slots))
+	// weigh returns the sum of squared relative deviations with s moved:
+	// its fragments leave their slots, and its live bytes with their
+	// redundancy land on the slots not avoided, evenly in expectation
+	// (the rotating placement).
+	weigh := func(s *Stripe) float64 {
+		for _, f := range s.Frags {
+			removed[pos[f.Slot]] += float64(f.Length)
+		}
+		add := float64(s.Live) * float64(s.K+s.M) / float64(s.K) / float64(targets)
+		var sq float64
+		for i, v := range vec {
+			v -= removed[i]
+			removed[i] = 0
+			if !skip[i] {
+				v += add
+			}
+			d := (v - mean) / mean
+			sq += d * d
+		}
+		return sq
+	}
+	sqOf := func() float64 {
+		var sq float64
+		for _, v := range vec {
+			d := (v - mean) / mean
+			sq += d * d
+		}
+		return sq
+	}
+	// Greedy: each step moves the stripe that evens the slots out most
+	// per byte copied (the sum of squared deviations falls most), until
+	// the spread is within half the tolerance or no move helps. A move
+	// must help by the estimate, so a pass never undoes the last one's.
+	// Stripes with the least live data per byte held are weighed first
+	// (they give back the most for the bytes copied), up to maxScan.
 	chosen := map[fragment.StripeID]bool{}
 	var copied int64
 	for c.Budget <= 0 || copied < c.Budget {
-		// The fullest avoided slot, while it is above the mean and some
-		// slot is outside the band's inner half (an empty new slot is
-		// usually the one outside: its deficit is the others' excess).
-		var hot uint16
-		hotUsed := -1.0
-		for s := range avoid {
-			if est[s] > hotUsed || est[s] == hotUsed && s < hot {
-				hot, hotUsed = s, est[s]
-			}
+		for i, s := range slots {
+			est[s] = vec[i]
 		}
-		if hotUsed <= mean || imbalance(est) <= c.Tolerance/2 {
+		// Done when the spread is within half the tolerance, or when the
+		// avoided slots are down to the mean (a copy can only land on
+		// the others; the next pass avoids the fullest of those).
+		above := false
+		for i, v := range vec {
+			above = above || skip[i] && v > mean
+		}
+		if !above || imbalance(est) <= c.Tolerance/2 {
 			break
 		}
-		// A stripe with a fragment on the fullest slot and none on the
-		// emptiest: its copy lands there. One that already has a
-		// fragment on the emptiest slot (e.g. a copy an earlier pass
-		// made onto a new server) would only move data between full
-		// slots, and passes would pass it back and forth.
-		var cold uint16
-		coldUsed := math.Inf(1)
-		for s, u := range est {
-			if u < coldUsed || u == coldUsed && s < cold {
-				cold, coldUsed = s, u
-			}
-		}
+		cur := sqOf()
 		var pick *Stripe
+		var bestGain float64
+		scanned := 0
 		for _, s := range cands {
 			if chosen[s.ID] {
 				continue
 			}
-			onHot, onCold := false, false
-			for _, f := range s.Frags {
-				onHot = onHot || f.Slot == hot
-				onCold = onCold || f.Slot == cold
-			}
-			if onHot && !onCold {
-				pick = s
+			if scanned++; scanned > maxScan {
 				break
 			}
-		}
-		after := func(s *Stripe) map[uint16]float64 {
-			next := maps.Clone(est)
-			for _, f := range s.Frags {
-				next[f.Slot] -= float64(f.Length)
-			}
-			add := float64(s.Live) * float64(s.K+s.M) / float64(s.K) / float64(targets)
-			for slot := range next {
-				if !avoid[slot] {
-					next[slot] += add
-				}
-			}
-			return next
-		}
-		var next map[uint16]float64
-		if pick == nil {
-			// Every stripe on the fullest slot has a fragment on the
-			// emptiest too (old stripes span all the old slots, copies
-			// avoid the fullest): take one anyway if moving it still
-			// evens the slots out.
-			for _, s := range cands {
-				if chosen[s.ID] || !slices.ContainsFunc(s.Frags, func(f Frag) bool { return f.Slot == hot }) {
-					continue
-				}
-				if n := after(s); imbalance(n) < imbalance(est) {
-					pick, next = s, n
-				}
-				break
+			if gain := (cur - weigh(s)) / float64(s.Live); gain > bestGain*(1+1e-9) && cur-weigh(s) > cur*1e-9 {
+				pick, bestGain = s, gain
 			}
 		}
 		if pick == nil {
-			break // nothing left on the fullest slot that may move
+			break // no move left that evens the slots out
 		}
-		if next == nil {
-			next = after(pick)
+		for _, f := range pick.Frags {
+			vec[pos[f.Slot]] -= float64(f.Length)
+		}
+		add := float64(pick.Live) * float64(pick.K+pick.M) / float64(pick.K) / float64(targets)
+		for i := range vec {
+			if !skip[i] {
+				vec[i] += add
+			}
 		}
 		chosen[pick.ID] = true
 		plan.Move = append(plan.Move, pick.ID)
 		copied += pick.Live
-		est = next
+	}
+	for i, s := range slots {
+		est[s] = vec[i]
 	}
 	plan.Estimated = imbalance(est)
 	plan.Remaining = overBand(est, mean, c.Tolerance)
 	return plan
 }
+
+// maxScan bounds how many candidates one step of the planner weighs when
+// no cheap move is left (a huge cluster has millions of stripes; the
+// least utilized come first, and they are the ones worth moving).
+const maxScan = 4096
 
 // Spread is how unevenly the storage slots are used: max |used − mean| /
 // mean over the slots (0 when nothing is used). The rebalancer evens

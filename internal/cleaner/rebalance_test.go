@@ -2,6 +2,7 @@ package cleaner
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -52,10 +53,19 @@ func (s *simCluster) write(log uint64, live int64, avoid map[uint16]bool) {
 		s.t.Fatal(err)
 	}
 	st := &Stripe{ID: fragment.StripeID{Log: log, Seq: s.seq}, Live: live, K: s.pol.K, M: s.pol.M, Created: s.now.Add(-time.Hour)}
-	frag := live / int64(s.pol.K)
+	// As the client lays a stripe out: data fills fragment 0 first, then
+	// 1, …, (1 MiB each); parity is as long as fragment 0.
+	const F = 1 << 20
 	for i, sl := range pl.Slots {
-		st.Frags = append(st.Frags, Frag{Slot: sl, Index: uint16(i), Length: frag})
-		st.Bytes += frag
+		n := live // a mirror copy is all the data
+		switch {
+		case s.pol.Kind == layout.EC && i < s.pol.K:
+			n = min(max(live-int64(i)*F, 0), F)
+		case s.pol.Kind == layout.EC:
+			n = min(live, F)
+		}
+		st.Frags = append(st.Frags, Frag{Slot: sl, Index: uint16(i), Length: n})
+		st.Bytes += n
 	}
 	s.stripes[st.ID] = st
 }
@@ -191,5 +201,71 @@ func TestRebalanceLeavesAlone(t *testing.T) {
 	u[0] += 40 << 20
 	if p := PlanRebalance(w.list(), u, cfg); len(p.Move) > 0 || len(p.Avoid) > 0 || p.Remaining == 0 {
 		t.Fatalf("stripes as wide as the cluster: plan %+v", p)
+	}
+}
+
+// passPacked is pass with the cleaner's real packing: the live bytes of
+// the moved stripes are written into the copies' log in stripes of up
+// to pack live bytes (a copy stripe usually holds several moved ones,
+// so later passes see coarser stripes than the first).
+func (s *simCluster) passPacked(cfg RebalanceConfig, pack int64) RebalancePlan {
+	plan := PlanRebalance(s.list(), s.used(), cfg)
+	avoid := map[uint16]bool{}
+	for _, a := range plan.Avoid {
+		avoid[a] = true
+	}
+	var pending int64
+	for _, id := range plan.Move {
+		pending += s.stripes[id].Live
+		delete(s.stripes, id)
+		for pending >= pack {
+			s.write(s.copies, pack, avoid)
+			pending -= pack
+		}
+	}
+	if pending > 0 {
+		s.write(s.copies, pending, avoid)
+	}
+	return plan
+}
+
+// TestRebalanceConvergesOnUnevenStripes: small clusters like the join
+// test's (files of 1–2 MiB on 5 slots, each a stripe laid out as the
+// client does, a sixth slot joining, copies packed into stripes of up
+// to 4 MiB), where one stripe is a tenth of a slot: for every seed,
+// passes bring the slots within the tolerance in a few passes and never
+// stop short with moves still possible. (The planner before this test
+// left 35 of 200 seeds of 24 files unbalanced after 8 passes: it
+// followed the fullest slot alone and overshot with coarse stripes.)
+func TestRebalanceConvergesOnUnevenStripes(t *testing.T) {
+	for _, files := range []int{24, 48, 96} {
+		worst := 0
+		hist := map[int]int{}
+		for seed := range uint64(200) {
+			r := rand.New(rand.NewPCG(seed, 7))
+			s := newSim(t, 5, "ec:4+1")
+			s.seq = r.Uint64N(5) // where the rotating placement starts
+			for range files {
+				s.write(1, 1<<20+r.Int64N(1<<20), nil)
+			}
+			s.slots = append(s.slots, 5)
+			for range 6 {
+				s.write(2, 1<<20, nil)
+			}
+			cfg := RebalanceConfig{Now: s.now, Grace: time.Minute, Tolerance: 0.10}
+			for pass := 1; ; pass++ {
+				plan := s.passPacked(cfg, 4<<20)
+				if Spread(s.used()) <= cfg.Tolerance {
+					worst = max(worst, pass)
+					hist[pass]++
+					break
+				}
+				if pass == 8 || len(plan.Move) == 0 {
+					t.Fatalf("%d files, seed %d: after %d passes imbalance %.3f, used %v (last plan %+v)",
+						files, seed, pass, Spread(s.used()), s.used(), plan)
+				}
+			}
+		}
+		t.Logf("%d files: every seed balanced within %d passes (passes: seeds %v)", files, worst, hist)
 	}
 }
