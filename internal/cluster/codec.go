@@ -65,6 +65,9 @@ func EncodeMap(m *Map) []byte {
 		e.String(n.ClientAddr)
 	}
 	encodeTable(&e, m.Table)
+	if len(m.Moves) > 0 {
+		encodeMoves(&e, m.Moves) // an optional tail: older readers never saw moves
+	}
 	e.U32(crc32.Checksum(e.B, castagnoli))
 	return e.B
 }
@@ -135,6 +138,9 @@ func DecodeMap(b []byte) (*Map, error) {
 		}
 	}
 	m.Table = decodeTable(d)
+	if d.More() {
+		m.Moves = decodeMoves(d)
+	}
 	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("%w: cluster map: %v", ErrBadRequest, err)
 	}
@@ -208,6 +214,9 @@ func (m *Map) Validate() error {
 		if _, ok := m.Island(id); !ok {
 			return bad("table names unknown island %d", id)
 		}
+	}
+	if err := m.validateMoves(); err != nil {
+		return fmt.Errorf("cluster map: %w", err)
 	}
 	return nil
 }

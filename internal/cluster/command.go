@@ -13,14 +13,17 @@ import (
 type cmdType uint8
 
 const (
-	cmdRegister  cmdType = 1
-	cmdMarkDown  cmdType = 2
-	cmdMarkUp    cmdType = 3
-	cmdSetState  cmdType = 4
-	cmdSetTable  cmdType = 5
-	cmdSetPolicy cmdType = 6
-	cmdFormat    cmdType = 7
-	cmdManager   cmdType = 8
+	cmdRegister    cmdType = 1
+	cmdMarkDown    cmdType = 2
+	cmdMarkUp      cmdType = 3
+	cmdSetState    cmdType = 4
+	cmdSetTable    cmdType = 5
+	cmdSetPolicy   cmdType = 6
+	cmdFormat      cmdType = 7
+	cmdManager     cmdType = 8
+	cmdMoveEntries cmdType = 9
+	cmdFinishMove  cmdType = 10
+	cmdCancelMove  cmdType = 11
 
 	cmdVersion uint8 = 1
 
@@ -46,6 +49,12 @@ func (t cmdType) String() string {
 		return "format"
 	case cmdManager:
 		return "manager"
+	case cmdMoveEntries:
+		return "move-entries"
+	case cmdFinishMove:
+		return "finish-move"
+	case cmdCancelMove:
+		return "cancel-move"
 	}
 	return fmt.Sprintf("cmd(%d)", uint8(t))
 }
@@ -62,6 +71,8 @@ type command struct {
 	Policy  string      // set-policy
 	Islands []uint32    // format
 	Manager ManagerNode // manager
+	Moves   []EntryMove // move-entries
+	MoveID  uint64      // finish-move, cancel-move
 }
 
 func encodeKey(e *wire.Enc, k MemberKey) { e.U8(uint8(k.Kind)); e.U32(k.ID) }
@@ -99,6 +110,10 @@ func (c *command) encode() []byte {
 		e.String(c.Manager.RaftID)
 		e.String(c.Manager.RaftAddr)
 		e.String(c.Manager.ClientAddr)
+	case cmdMoveEntries:
+		encodeMoves(&e, c.Moves)
+	case cmdFinishMove, cmdCancelMove:
+		e.U64(c.MoveID)
 	}
 	return e.B
 }
@@ -139,6 +154,10 @@ func decodeCommand(b []byte) (*command, error) {
 		}
 	case cmdManager:
 		c.Manager = ManagerNode{RaftID: d.Str(), RaftAddr: d.Str(), ClientAddr: d.Str()}
+	case cmdMoveEntries:
+		c.Moves = decodeMoves(d)
+	case cmdFinishMove, cmdCancelMove:
+		c.MoveID = d.U64()
 	default:
 		if d.Err() == nil {
 			return nil, fmt.Errorf("%w: unknown raft command %d", ErrBadRequest, uint8(c.Type))
@@ -195,6 +214,12 @@ func (m *Map) apply(c *command) (changed bool, err error) {
 		changed, err = m.applyFormat(c.Islands)
 	case cmdManager:
 		changed, err = m.applyManager(c.Manager)
+	case cmdMoveEntries:
+		changed, err = m.applyMoveEntries(c.Moves)
+	case cmdFinishMove:
+		changed, err = m.applyFinishMove(c.MoveID)
+	case cmdCancelMove:
+		changed, err = m.applyCancelMove(c.MoveID)
 	default:
 		return false, fmt.Errorf("%w: unknown raft command %d", ErrBadRequest, uint8(c.Type))
 	}
@@ -271,6 +296,11 @@ func (m *Map) applySetTable(t Table) (bool, error) {
 	}
 	if m.Table.Equal(t) {
 		return false, nil
+	}
+	if len(m.Moves) > 0 {
+		// A pending move names an entry at this depth and its source;
+		// a new table would pull either from under it.
+		return false, fmt.Errorf("%w: %d entry moves pending", ErrBadRequest, len(m.Moves))
 	}
 	m.Table = t.Clone()
 	return true, nil

@@ -653,7 +653,7 @@ func needs(op uint16) auth.Caps {
 		return auth.CapRead
 	case OpRegister, OpHeartbeat:
 		return auth.CapWrite // and CapMember unless a gateway: memberAllowed
-	case OpJoin:
+	case OpJoin, OpFinishMove:
 		return auth.CapMember
 	}
 	return auth.CapAdmin
@@ -682,6 +682,8 @@ func (m *Manager) handle(ctx context.Context, req *wire.Request) (wire.Response,
 		return m.handleSetTable(req)
 	case OpSetPolicy:
 		return m.handleSetPolicy(req)
+	case OpMoveEntries, OpFinishMove, OpCancelMove:
+		return m.handleMove(req)
 	}
 	return wire.Response{}, fmt.Errorf("cluster: op %d: %w: unknown operation", req.Op, ErrBadRequest)
 }

@@ -236,6 +236,8 @@ type Map struct {
 	PolicyPinned  bool
 	// Formatted is set once the namespace table exists.
 	Formatted bool
+	// Moves are the table entries being moved between islands.
+	Moves []EntryMove
 }
 
 // Clone returns a deep copy.
@@ -246,6 +248,7 @@ func (m *Map) Clone() *Map {
 	c.Gateways = slices.Clone(m.Gateways)
 	c.Managers = slices.Clone(m.Managers)
 	c.Table = m.Table.Clone()
+	c.Moves = slices.Clone(m.Moves)
 	return &c
 }
 

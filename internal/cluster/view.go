@@ -229,10 +229,31 @@ func (m IslandMap) Table() namespace.Table {
 	for _, e := range mp.Table.Entries {
 		t.Entries = append(t.Entries, namespace.IslandID(e))
 	}
+	for _, mv := range mp.Moves {
+		t.Moves = append(t.Moves, namespace.PendingMove{ID: mv.ID, Entry: mv.Entry, From: namespace.IslandID(mv.From), To: namespace.IslandID(mv.To)})
+	}
 	if m.last != nil {
 		m.last.Store(&islandTable{mp, t})
 	}
 	return t
+}
+
+// FinishMove asks the manager to give a pending move's entry to its
+// destination (meta.MoveFinisher) and returns the new epoch, which the
+// view then has.
+func (m IslandMap) FinishMove(ctx context.Context, id uint64) (uint64, error) {
+	epoch, err := m.c.FinishMove(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if m.Epoch() < epoch {
+		mp, err := m.c.Map(ctx, epoch)
+		if err != nil {
+			return epoch, err
+		}
+		m.Update(mp)
+	}
+	return epoch, nil
 }
 
 // IslandAddr returns the address of island id.

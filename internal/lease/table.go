@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -87,8 +88,12 @@ type Table struct {
 		gen      uint64 // bucket generations come from here, so none repeats
 		stats    Stats
 		swept    time.Time
+		// withdrawn are bucket ranges no lease is granted in (Withdraw).
+		withdrawn []bucketRange
 	}
 }
+
+type bucketRange struct{ first, last uint32 }
 
 type bucket struct {
 	gen      uint64
@@ -243,6 +248,11 @@ func (t *Table) grant(sessionID uint64, b uint32, m Mark, wantExcl bool) (seq ui
 	bk := t.mu.buckets[b]
 	if bk == nil || changedForLocked(bk, m, sessionID) {
 		return 0, false, false
+	}
+	for _, r := range t.mu.withdrawn {
+		if r.first <= b && b <= r.last {
+			return 0, false, false
+		}
 	}
 	s := t.mu.sessions[sessionID]
 	if s == nil || (s.polls == 0 && now.Sub(s.answered) > PollGrace) {
@@ -444,6 +454,36 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 		}
 	}
 	return done, nil
+}
+
+// Withdraw takes buckets first..last away from leases (the island hands
+// them to another): no lease is granted in the range until done is
+// called, and every lease held in it is broken and waited for, as Break
+// does. On ctx's end it returns its error with the range given back.
+func (t *Table) Withdraw(ctx context.Context, first, last uint32) (done func(), err error) {
+	r := bucketRange{first, last}
+	t.mu.Lock()
+	t.mu.withdrawn = append(t.mu.withdrawn, r)
+	var held []uint32
+	for b := range t.mu.buckets {
+		if first <= b && b <= last {
+			held = append(held, b)
+		}
+	}
+	t.mu.Unlock()
+	give := func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if k := slices.Index(t.mu.withdrawn, r); k >= 0 {
+			t.mu.withdrawn = slices.Delete(t.mu.withdrawn, k, k+1)
+		}
+	}
+	broken, err := t.breakLeases(ctx, held, 0, false)
+	if err != nil {
+		give()
+		return nil, err
+	}
+	return func() { broken(); give() }, nil
 }
 
 // waitUntil waits until the table's clock reaches at.

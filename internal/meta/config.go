@@ -5,14 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
+	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -35,6 +37,14 @@ type MapSource interface {
 	Table() namespace.Table
 	IslandAddr(id namespace.IslandID) (string, bool)
 	Refresh(ctx context.Context) error
+}
+
+// MoveFinisher is implemented by a MapSource whose pending entry moves an
+// island can finish (cluster.IslandMap asks the manager; StaticMap does
+// it itself): FinishMove gives the move's entry to its destination and
+// returns the new epoch, which the source's Epoch then has at least.
+type MoveFinisher interface {
+	FinishMove(ctx context.Context, id uint64) (uint64, error)
 }
 
 // Config configures an island.
@@ -171,6 +181,23 @@ func (m *StaticMap) Set(t namespace.Table) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.mu.table = t.Clone()
+}
+
+// FinishMove gives pending move id's entry to its destination, with a new
+// epoch (MoveFinisher).
+func (m *StaticMap) FinishMove(_ context.Context, id uint64) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.mu.table.Clone()
+	mv, ok := t.Move(id)
+	if !ok || int(mv.Entry) >= len(t.Entries) || t.Entries[mv.Entry] != mv.From {
+		return 0, fmt.Errorf("%w: no pending move %d", metawire.ErrInvalid, id)
+	}
+	t.Entries[mv.Entry] = mv.To
+	t.Moves = slices.DeleteFunc(t.Moves, func(o namespace.PendingMove) bool { return o.ID == id })
+	t.Epoch++
+	m.mu.table = t
+	return t.Epoch, nil
 }
 
 // SetAddr records the address of island id.

@@ -163,7 +163,7 @@ func (c *cluster) owner(ino uint64) namespace.IslandID {
 // call sends req to the island owning ino and decodes into resp.
 func (c *cluster) call(op uint16, ino uint64, req, resp metawire.Message) error {
 	isl := c.isl[c.owner(ino)]
-	out, err := isl.Handle(bg, op, c.epoch, metawire.Marshal(req))
+	out, err := isl.Handle(bg, op, max(c.epoch, c.m.Epoch()), metawire.Marshal(req))
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,9 @@ type Island struct {
 
 	// repl replicates every change (Config.Replicator); nil: local commits.
 	repl Replicator
+	// moves are the table entries moving away from or into this island
+	// (move.go).
+	moves moves
 	// leases are the clients' leases on buckets (lease.go).
 	leases      *lease.Table
 	leaseMarked atomic.Int32 // leaseMarkShared, leaseMarkExclusive: what the lease record says
@@ -285,6 +288,9 @@ func (i *Island) start() error {
 		return err
 	}
 	if err := i.recoverTx(); err != nil {
+		return err
+	}
+	if err := i.loadMoves(); err != nil {
 		return err
 	}
 	if err := i.ensureRoot(); err != nil {
@@ -556,6 +562,9 @@ func (i *Island) allocIno(bucket uint32) (namespace.Ino, error) { return i.alloc
 func (i *Island) allocInos(bucket uint32, n uint32) (namespace.Ino, error) {
 	i.seq.Lock()
 	defer i.seq.Unlock()
+	if i.locks.isFrozen(bucket) {
+		return 0, fmt.Errorf("inode ids of bucket %08x: %w", bucket, errMoving)
+	}
 	last, err := i.lastSeqLocked(bucket)
 	if err != nil {
 		return 0, err

@@ -45,8 +45,20 @@ type lockTable struct {
 		held     map[metawire.TxID][]namespace.Ino
 		prepared map[metawire.TxID]bool
 		changed  chan struct{}
+		// frozen are the bucket ranges of entries moving away (by move
+		// id): no lock is granted in them (move.go).
+		frozen map[uint64]bucketRange
 	}
 }
+
+// bucketRange is buckets first..last.
+type bucketRange struct{ first, last uint32 }
+
+func (r bucketRange) has(b uint32) bool { return r.first <= b && b <= r.last }
+
+// errMoving refuses a change of a bucket whose table entry is moving to
+// another island; the client retries and finds it there.
+var errMoving = fmt.Errorf("%w: the inode's table entry is moving to another island", metawire.ErrBusy)
 
 func newLockTable() *lockTable {
 	t := &lockTable{}
@@ -54,7 +66,67 @@ func newLockTable() *lockTable {
 	t.mu.held = map[metawire.TxID][]namespace.Ino{}
 	t.mu.prepared = map[metawire.TxID]bool{}
 	t.mu.changed = make(chan struct{})
+	t.mu.frozen = map[uint64]bucketRange{}
 	return t
+}
+
+// freeze refuses locks in r from now on (move id).
+func (t *lockTable) freeze(id uint64, r bucketRange) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.mu.frozen[id] = r
+}
+
+// thaw gives up freeze(id).
+func (t *lockTable) thaw(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.mu.frozen, id)
+}
+
+// isFrozen reports whether bucket b is in a frozen range.
+func (t *lockTable) isFrozen(b uint32) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.frozenLocked(b)
+}
+
+func (t *lockTable) frozenLocked(b uint32) bool {
+	for _, r := range t.mu.frozen {
+		if r.has(b) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitQuiet waits (at most wait) until no lock is held on an inode of
+// r: every change of r's records begun before a freeze has ended.
+func (t *lockTable) waitQuiet(ctx context.Context, r bucketRange, wait time.Duration) error {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		t.mu.Lock()
+		busy := false
+		for ino := range t.mu.m {
+			if r.has(ino.Bucket()) {
+				busy = true
+				break
+			}
+		}
+		ch := t.mu.changed
+		t.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return fmt.Errorf("%w: changes of buckets %08x..%08x still running", metawire.ErrBusy, r.first, r.last)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // normalize merges duplicate requests (exclusive wins) and sorts them.
@@ -123,6 +195,14 @@ func (t *lockTable) acquire(ctx context.Context, owner metawire.TxID, reqs []loc
 	var timer *time.Timer
 	for {
 		t.mu.Lock()
+		if len(t.mu.frozen) > 0 {
+			for _, r := range reqs {
+				if t.frozenLocked(r.ino.Bucket()) {
+					t.mu.Unlock()
+					return fmt.Errorf("inode %v: %w", r.ino, errMoving)
+				}
+			}
+		}
 		if t.grantableLocked(owner, reqs) {
 			t.grantLocked(owner, reqs)
 			t.mu.Unlock()

@@ -92,7 +92,7 @@ func (i *Island) handle(ctx context.Context, op uint16, epoch uint64, id wire.Re
 	}
 	defer i.leave()
 	switch op {
-	case metawire.OpStatFS, metawire.OpDecide, metawire.OpOutcome, metawire.OpFsck:
+	case metawire.OpStatFS, metawire.OpDecide, metawire.OpOutcome, metawire.OpFsck, metawire.OpImportEntry:
 		// Decisions and recovery must flow whatever the maps say; StatFS
 		// and fsck are not tied to buckets.
 	default:
@@ -196,6 +196,10 @@ func (i *Island) dispatch(ctx context.Context, op uint16, msg []byte) ([]byte, e
 		})
 	case metawire.OpFsck:
 		return serve(msg, &metawire.FsckReq{}, func(r *metawire.FsckReq) (metawire.Message, error) { return i.fsckPage(r) })
+	case metawire.OpImportEntry:
+		return serve(msg, &metawire.ImportReq{}, func(r *metawire.ImportReq) (metawire.Message, error) {
+			return metawire.Empty{}, i.importEntry(ctx, r)
+		})
 	}
 	return nil, fmt.Errorf("%w: unknown op %d", metawire.ErrBadRequest, op)
 }

@@ -568,6 +568,9 @@ func (i *Island) recoverTx() error {
 // background runs the resolver until ctx is done.
 func (i *Island) background(ctx context.Context) {
 	defer close(i.bgDone)
+	moverDone := make(chan struct{})
+	go func() { defer close(moverDone); i.mover(ctx) }()
+	defer func() { <-moverDone }()
 	t := time.NewTicker(i.timing.resolveEvery)
 	defer t.Stop()
 	for {

@@ -29,6 +29,28 @@ type Table struct {
 	Depth   uint8
 	Entries []IslandID // len 1<<Depth
 	Epoch   uint64
+	// Moves are the entries being moved to another island (the cluster
+	// map's pending moves): each stays its From's until the move
+	// finishes and the table names To.
+	Moves []PendingMove
+}
+
+// PendingMove is a move of entry Entry (at the table's depth) from island
+// From to island To that has not finished; ID names it in the cluster map.
+type PendingMove struct {
+	ID       uint64
+	Entry    uint32
+	From, To IslandID
+}
+
+// Move returns the pending move with id, if the table has it.
+func (t Table) Move(id uint64) (PendingMove, bool) {
+	for _, m := range t.Moves {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return PendingMove{}, false
 }
 
 // DepthFor returns the smallest depth giving n islands MinEntriesPerIsland
@@ -126,6 +148,7 @@ func EntryRange(d uint8, i uint32) (first, last uint32) {
 // Clone returns a copy of t that shares no memory with it.
 func (t Table) Clone() Table {
 	t.Entries = slices.Clone(t.Entries)
+	t.Moves = slices.Clone(t.Moves)
 	return t
 }
 

@@ -1,0 +1,219 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// EntryMove is a pending move of namespace table entry Entry (at the
+// table's current depth) from island From to island To. The map records
+// it from the moment an operator (or the rebalancer) asks for it until
+// the source island has handed the entry's records to To and asks the
+// manager to flip the entry (FinishMove); the table keeps naming From
+// until then. See internal/meta's doc ("Moving table entries").
+type EntryMove struct {
+	ID       uint64 // unique in the map's history: the epoch that added it << 16 | its index
+	Entry    uint32
+	From, To uint32
+}
+
+func (mv EntryMove) String() string {
+	return fmt.Sprintf("move %d: entry %d, island %d -> %d", mv.ID, mv.Entry, mv.From, mv.To)
+}
+
+// maxMoves bounds the moves a map holds at once (a table has at most
+// 65536 entries).
+const maxMoves = 1 << 16
+
+func encodeMoves(e *wire.Enc, mv []EntryMove) {
+	e.Uvarint(uint64(len(mv)))
+	for _, m := range mv {
+		e.U64(m.ID)
+		e.U32(m.Entry)
+		e.U32(m.From)
+		e.U32(m.To)
+	}
+}
+
+func decodeMoves(d *wire.Dec) []EntryMove {
+	n := d.Count(20)
+	if n == 0 {
+		return nil
+	}
+	out := make([]EntryMove, n)
+	for i := range out {
+		out[i] = EntryMove{ID: d.U64(), Entry: d.U32(), From: d.U32(), To: d.U32()}
+	}
+	return out
+}
+
+// validateMoves checks pending moves against the map: each names an entry
+// of the table owned by From, a registered island To other than From,
+// and no entry or id appears twice.
+func (m *Map) validateMoves() error {
+	if len(m.Moves) > maxMoves {
+		return fmt.Errorf("%w: %d pending moves", ErrBadRequest, len(m.Moves))
+	}
+	entries := make(map[uint32]bool, len(m.Moves))
+	ids := make(map[uint64]bool, len(m.Moves))
+	for _, mv := range m.Moves {
+		if err := m.checkMove(mv); err != nil {
+			return err
+		}
+		if entries[mv.Entry] || ids[mv.ID] {
+			return fmt.Errorf("%w: %v: entry or id moving twice", ErrBadRequest, mv)
+		}
+		entries[mv.Entry], ids[mv.ID] = true, true
+	}
+	return nil
+}
+
+func (m *Map) checkMove(mv EntryMove) error {
+	switch {
+	case int(mv.Entry) >= len(m.Table.Entries):
+		return fmt.Errorf("%w: %v: the table has %d entries", ErrBadRequest, mv, len(m.Table.Entries))
+	case m.Table.Entries[mv.Entry] != mv.From:
+		return fmt.Errorf("%w: %v: the entry is island %d's", ErrBadRequest, mv, m.Table.Entries[mv.Entry])
+	case mv.From == mv.To:
+		return fmt.Errorf("%w: %v: to the island that has it", ErrBadRequest, mv)
+	}
+	if _, ok := m.Island(mv.To); !ok {
+		return fmt.Errorf("%w: %v: island %d", ErrUnknownMember, mv, mv.To)
+	}
+	return nil
+}
+
+// applyMoveEntries records new pending moves (their ID fields are
+// assigned here). Every move must be valid; none may name an entry
+// already moving. The destination must not be out.
+func (m *Map) applyMoveEntries(moves []EntryMove) (bool, error) {
+	if !m.Formatted {
+		return false, ErrNotFormatted
+	}
+	if len(moves) == 0 {
+		return false, nil
+	}
+	next := slices.Clone(m.Moves)
+	for k, mv := range moves {
+		mv.ID = (m.Epoch+1)<<16 | uint64(k)
+		if err := m.checkMove(mv); err != nil {
+			return false, err
+		}
+		if is, _ := m.Island(mv.To); is.State == StateOut {
+			return false, fmt.Errorf("%w: %v: island %d is out", ErrBadRequest, mv, mv.To)
+		}
+		if slices.ContainsFunc(next, func(o EntryMove) bool { return o.Entry == mv.Entry }) {
+			return false, fmt.Errorf("%w: %v: the entry is moving already", ErrBadRequest, mv)
+		}
+		next = append(next, mv)
+	}
+	if len(next) > maxMoves {
+		return false, fmt.Errorf("%w: %d pending moves", ErrBadRequest, len(next))
+	}
+	m.Moves = next
+	return true, nil
+}
+
+// applyFinishMove gives a pending move's entry to its destination and
+// forgets the move. Finishing a move the map no longer holds is an
+// error (the caller looks at the table to see whether it happened).
+func (m *Map) applyFinishMove(id uint64) (bool, error) {
+	k := slices.IndexFunc(m.Moves, func(mv EntryMove) bool { return mv.ID == id })
+	if k < 0 {
+		return false, fmt.Errorf("%w: no pending move %d", ErrBadRequest, id)
+	}
+	mv := m.Moves[k]
+	if err := m.checkMove(mv); err != nil {
+		return false, err
+	}
+	m.Table.Entries = slices.Clone(m.Table.Entries)
+	m.Table.Entries[mv.Entry] = mv.To
+	m.Moves = slices.Delete(slices.Clone(m.Moves), k, k+1)
+	return true, nil
+}
+
+// applyCancelMove forgets a pending move; the entry stays its source's.
+func (m *Map) applyCancelMove(id uint64) (bool, error) {
+	k := slices.IndexFunc(m.Moves, func(mv EntryMove) bool { return mv.ID == id })
+	if k < 0 {
+		return false, nil
+	}
+	m.Moves = slices.Delete(slices.Clone(m.Moves), k, k+1)
+	return true, nil
+}
+
+// Moving returns the pending move of entry, if any.
+func (m *Map) Moving(entry uint32) (EntryMove, bool) {
+	k := slices.IndexFunc(m.Moves, func(mv EntryMove) bool { return mv.Entry == entry })
+	if k < 0 {
+		return EntryMove{}, false
+	}
+	return m.Moves[k], true
+}
+
+// MoveEntriesReq asks for entry moves (their ID fields are ignored).
+type MoveEntriesReq struct{ Moves []EntryMove }
+
+func (r *MoveEntriesReq) Encode(e *wire.Enc) { encodeMoves(e, r.Moves) }
+func (r *MoveEntriesReq) Decode(d *wire.Dec) { r.Moves = decodeMoves(d) }
+
+// MoveIDReq names a pending move (finish, cancel).
+type MoveIDReq struct{ ID uint64 }
+
+func (r *MoveIDReq) Encode(e *wire.Enc) { e.U64(r.ID) }
+func (r *MoveIDReq) Decode(d *wire.Dec) { r.ID = d.U64() }
+
+// MoveEntries records pending moves of table entries; the source islands
+// carry them out. It returns the resulting epoch.
+func (c *Client) MoveEntries(ctx context.Context, moves []EntryMove) (uint64, error) {
+	return c.callEpoch(ctx, OpMoveEntries, Marshal(&MoveEntriesReq{Moves: moves}))
+}
+
+// FinishMove flips a pending move's entry to its destination (the source
+// island calls it once the destination holds the entry's records) and
+// returns the resulting epoch.
+func (c *Client) FinishMove(ctx context.Context, id uint64) (uint64, error) {
+	return c.callEpoch(ctx, OpFinishMove, Marshal(&MoveIDReq{ID: id}))
+}
+
+// CancelMove forgets a pending move; its source island then serves the
+// entry again. It returns the resulting epoch.
+func (c *Client) CancelMove(ctx context.Context, id uint64) (uint64, error) {
+	return c.callEpoch(ctx, OpCancelMove, Marshal(&MoveIDReq{ID: id}))
+}
+
+func (m *Manager) handleMove(req *wire.Request) (wire.Response, error) {
+	c := &command{}
+	switch req.Op {
+	case OpMoveEntries:
+		var r MoveEntriesReq
+		if err := Unmarshal(req.Msg, &r); err != nil {
+			return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
+		}
+		if len(r.Moves) > maxMoves {
+			return wire.Response{}, fmt.Errorf("cluster: %s: %w: %d moves", opName(req.Op), ErrBadRequest, len(r.Moves))
+		}
+		c.Type, c.Moves = cmdMoveEntries, r.Moves
+	default:
+		var r MoveIDReq
+		if err := Unmarshal(req.Msg, &r); err != nil {
+			return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
+		}
+		c.Type, c.MoveID = cmdFinishMove, r.ID
+		if req.Op == OpCancelMove {
+			c.Type = cmdCancelMove
+		}
+	}
+	if err := m.leaderCheck(); err != nil {
+		return wire.Response{}, err
+	}
+	res, err := m.apply(c)
+	if err != nil {
+		return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
+	}
+	m.log.Info("manager: "+opName(req.Op), "moves", len(c.Moves), "id", c.MoveID, "epoch", res.Epoch)
+	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+}

@@ -1,0 +1,582 @@
+package meta
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/atoll-fs/atoll/internal/lockcheck"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Moving table entries (Archipelago's migration; the package doc, "Moving
+// table entries"). The source island drives a move; every step is
+// resumable from what is durable:
+//
+//  1. freeze: every lease in the entry's buckets is broken and none is
+//     granted (their holders flush what they kept back); then no lock is
+//     granted on an inode there (every change takes one: changes fail
+//     with ErrBusy and clients retry) and no inode id is handed out;
+//     changes already running end; then the move marker (gMoving) is
+//     written. Reads go on.
+//  2. copy: the entry's records, read from one snapshot, go to the
+//     destination in chunks (OpImportEntry); it applies them at once with
+//     the live-byte and statistics counters they carry and its own
+//     marker (gImported), and answers a repeated copy without applying it
+//     again.
+//  3. flip: the manager gives the entry to the destination (FinishMove,
+//     a new epoch). From then on clients and islands with the new map go
+//     to the destination; this island answers ErrWrongIsland once its
+//     own map is the new one.
+//  4. drop: a grace period after its map has the flip, this island
+//     deletes the entry's records with their counters and the marker, in
+//     one batch, and thaws the range.
+//
+// A restart finds the marker and resumes: still pending in the map, the
+// move is copied again; flipped, the records are dropped; gone from the
+// map (cancelled), the range thaws. Prepared transactions hold locks, so
+// a frozen entry has none, and an island's intents and decisions concern
+// transactions, not buckets: nothing of the 2PC moves.
+
+// Failpoint names of a move (source island).
+const (
+	FailMoveAfterFreeze = "meta.move.afterFreeze" // entry frozen and marker durable, nothing copied
+	FailMoveAfterCopy   = "meta.move.afterCopy"   // destination applied the records, map not flipped
+	FailMoveAfterFlip   = "meta.move.afterFlip"   // map flipped, records not dropped
+)
+
+const (
+	gMoving   = 'V' // move id(8) -> first, last, to: this island froze the entry to move it
+	gImported = 'W' // move id(8) -> first, last, from: this island holds a moved entry's records
+)
+
+// timing of moves (tests shorten them).
+var (
+	moveEvery = 100 * time.Millisecond // how often the mover looks at the map
+	moveGrace = time.Second            // after the flip, before the source drops the records
+	moveQuiet = 10 * time.Second       // the longest a freeze waits for running changes
+)
+
+func moveKey(tag byte, id uint64) []byte {
+	return binary.BigEndian.AppendUint64(globalKey(tag), id)
+}
+
+// moveMark is a gMoving or gImported record: the entry's buckets and the
+// other island of the move.
+type moveMark struct {
+	r     bucketRange
+	other namespace.IslandID
+}
+
+func (m moveMark) encode() []byte {
+	e := wire.Enc{}
+	e.U8(recordVersion)
+	e.U32(m.r.first)
+	e.U32(m.r.last)
+	e.U32(uint32(m.other))
+	return seal(e.B)
+}
+
+func decodeMoveMark(v []byte) (moveMark, error) {
+	d, err := open(v)
+	if err != nil {
+		return moveMark{}, err
+	}
+	m := moveMark{r: bucketRange{d.U32(), d.U32()}, other: namespace.IslandID(d.U32())}
+	return m, finish(d)
+}
+
+// moves is an island's state of entry moves.
+type moves struct {
+	mu struct {
+		lockcheck.Mutex
+		// withdrawn gives back the lease range of a frozen entry.
+		withdrawn map[uint64]func()
+		// flipped is when this island first saw its map give a frozen
+		// entry away (the drop waits moveGrace from then).
+		flipped map[uint64]time.Time
+		// importing gathers the chunks of moves into this island.
+		importing map[uint64]*importing
+	}
+}
+
+type importing struct {
+	next         uint32
+	keys, values [][]byte
+}
+
+func (m *moves) init() {
+	m.mu.withdrawn = map[uint64]func(){}
+	m.mu.flipped = map[uint64]time.Time{}
+	m.mu.importing = map[uint64]*importing{}
+}
+
+// marks reads every record under tag.
+func (i *Island) marks(tag byte) (map[uint64]moveMark, error) {
+	p := globalKey(tag)
+	it, err := i.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	}
+	defer it.Close()
+	out := map[uint64]moveMark{}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(p)+8 {
+			return nil, fmt.Errorf("move record %x: %w", k, errCorrupt)
+		}
+		m, err := decodeMoveMark(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("move record %x: %w", k, err)
+		}
+		out[binary.BigEndian.Uint64(k[len(p):])] = m
+	}
+	return out, it.Error()
+}
+
+// loadMoves freezes the entries a previous run froze (at start, before
+// serving).
+func (i *Island) loadMoves() error {
+	i.moves.init()
+	out, err := i.marks(gMoving)
+	if err != nil {
+		return err
+	}
+	for id, m := range out {
+		i.locks.freeze(id, m.r)
+		i.log.Info("meta: resuming a move", "move", id, "buckets", fmt.Sprintf("%08x..%08x", m.r.first, m.r.last), "to", m.other)
+	}
+	return nil
+}
+
+// mover carries out this island's moves (the background loop's helper).
+func (i *Island) mover(ctx context.Context) {
+	t := time.NewTicker(moveEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := i.moveOnce(ctx); err != nil && ctx.Err() == nil {
+			i.log.Warn("meta: moving a table entry", "err", err)
+		}
+	}
+}
+
+// moveOnce takes every move of this island one step further.
+func (i *Island) moveOnce(ctx context.Context) error {
+	if err := i.enter(); err != nil {
+		return nil // closing
+	}
+	defer i.leave()
+	tab := i.cfg.Map.Table()
+	frozen, err := i.marks(gMoving)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	// Moves this island froze: copy, flip, drop, or thaw if cancelled.
+	for id, m := range frozen {
+		if _, pending := tab.Move(id); pending {
+			continue // below
+		}
+		if tab.Lookup(m.r.first) == m.other {
+			errs = append(errs, i.dropMoved(ctx, id, m))
+		} else {
+			errs = append(errs, i.thawMove(ctx, id, m, "cancelled"))
+		}
+	}
+	for _, mv := range tab.Moves {
+		if mv.From == i.id {
+			errs = append(errs, i.moveEntry(ctx, tab, mv))
+		}
+	}
+	// Moves into this island that ended: forget their markers (and, for a
+	// cancelled one, the records it would have received).
+	imported, err := i.marks(gImported)
+	if err != nil {
+		return err
+	}
+	for id, m := range imported {
+		if _, pending := tab.Move(id); pending {
+			continue
+		}
+		errs = append(errs, i.forgetImport(ctx, id, m, tab.Lookup(m.r.first) != i.id))
+	}
+	return errors.Join(errs...)
+}
+
+// moveEntry freezes mv's entry if it is not yet, copies it to the
+// destination and asks for the flip.
+func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespace.PendingMove) error {
+	first, last := namespace.EntryRange(tab.Depth, mv.Entry)
+	m := moveMark{r: bucketRange{first, last}, other: mv.To}
+	if err := i.freezeEntry(ctx, mv.ID, m); err != nil {
+		return fmt.Errorf("move %d: freezing: %w", mv.ID, err)
+	}
+	if err := i.copyEntry(ctx, mv.ID, m); err != nil {
+		return fmt.Errorf("move %d: copying to island %d: %w", mv.ID, mv.To, err)
+	}
+	if err := i.fp(FailMoveAfterCopy); err != nil {
+		return err
+	}
+	fin, ok := i.cfg.Map.(MoveFinisher)
+	if !ok {
+		return fmt.Errorf("move %d: the map source cannot finish moves", mv.ID)
+	}
+	epoch, err := fin.FinishMove(ctx, mv.ID)
+	if err != nil {
+		return fmt.Errorf("move %d: flipping the entry: %w", mv.ID, err)
+	}
+	i.log.Info("meta: moved a table entry", "move", mv.ID, "entry", mv.Entry, "to", mv.To, "epoch", epoch)
+	if err := i.fp(FailMoveAfterFlip); err != nil {
+		return err
+	}
+	return nil // the drop follows once the map has the flip (moveOnce)
+}
+
+// freezeEntry is step 1 (idempotent).
+func (i *Island) freezeEntry(ctx context.Context, id uint64, m moveMark) error {
+	if _, ok, err := get(i.db, moveKey(gMoving, id)); err != nil || ok {
+		return err
+	}
+	// Leases first: their holders flush what they kept back (it still
+	// applies here), then the changes stop.
+	if err := i.withdraw(ctx, id, m.r); err != nil {
+		return err
+	}
+	i.locks.freeze(id, m.r)
+	if err := i.locks.waitQuiet(ctx, m.r, moveQuiet); err != nil {
+		i.unwithdraw(id)
+		i.locks.thaw(id)
+		return err
+	}
+	// An id allocation running now holds the sequence lock; once it is
+	// ours, none is (allocInos refuses frozen buckets).
+	i.seq.Lock()
+	i.forgetSeqLocked(m.r)
+	i.seq.Unlock()
+	if err := i.put(ctx, moveKey(gMoving, id), m.encode()); err != nil {
+		i.unwithdraw(id)
+		i.locks.thaw(id)
+		return err
+	}
+	i.log.Info("meta: froze a table entry to move it", "move", id, "buckets", fmt.Sprintf("%08x..%08x", m.r.first, m.r.last), "to", m.other)
+	return i.fp(FailMoveAfterFreeze)
+}
+
+// withdraw takes r away from leases until the move ends.
+func (i *Island) withdraw(ctx context.Context, id uint64, r bucketRange) error {
+	i.moves.mu.Lock()
+	_, done := i.moves.mu.withdrawn[id]
+	i.moves.mu.Unlock()
+	if done {
+		return nil
+	}
+	give, err := i.leases.Withdraw(ctx, r.first, r.last)
+	if err != nil {
+		return fmt.Errorf("%w: breaking leases: %v", metawire.ErrUnavailable, err)
+	}
+	i.moves.mu.Lock()
+	i.moves.mu.withdrawn[id] = give
+	i.moves.mu.Unlock()
+	return nil
+}
+
+func (i *Island) unwithdraw(id uint64) {
+	i.moves.mu.Lock()
+	give := i.moves.mu.withdrawn[id]
+	delete(i.moves.mu.withdrawn, id)
+	i.moves.mu.Unlock()
+	if give != nil {
+		give()
+	}
+}
+
+// forgetSeqLocked drops the cached id counters of r's buckets (they are
+// read again from the database, which a move changes under them).
+func (i *Island) forgetSeqLocked(r bucketRange) {
+	for b := range i.seq.last {
+		if r.has(b) {
+			delete(i.seq.last, b)
+			delete(i.seq.high, b)
+		}
+	}
+}
+
+// copyEntry is step 2: the entry's records from one snapshot, in chunks.
+func (i *Island) copyEntry(ctx context.Context, id uint64, m moveMark) error {
+	snap := i.db.NewSnapshot()
+	defer snap.Close()
+	lo, hi := BucketSpan(m.r.first, m.r.last)
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	}
+	defer it.Close()
+	req := metawire.ImportReq{MoveID: id, From: uint32(i.id), First: m.r.first, Last: m.r.last}
+	size := 0
+	send := func(final bool) error {
+		req.Final = final
+		if _, err := i.call(ctx, m.other, metawire.OpImportEntry, &req, nil); err != nil {
+			return err
+		}
+		req.Chunk++
+		req.Keys, req.Values, size = req.Keys[:0], req.Values[:0], 0
+		return nil
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k, v := it.Key(), it.Value()
+		if size > 0 && size+len(k)+len(v) > metawire.MaxImportChunk {
+			if err := send(false); err != nil {
+				return err
+			}
+		}
+		req.Keys = append(req.Keys, append([]byte(nil), k...))
+		req.Values = append(req.Values, append([]byte(nil), v...))
+		size += len(k) + len(v) + 8
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	}
+	return send(true)
+}
+
+// dropMoved is step 4: the entry is the destination's in this island's
+// map; moveGrace after that was first seen (reads that began before it
+// have ended), its records go, with the marker, and the range thaws.
+func (i *Island) dropMoved(ctx context.Context, id uint64, m moveMark) error {
+	i.moves.mu.Lock()
+	at, seen := i.moves.mu.flipped[id]
+	if !seen {
+		at = time.Now()
+		i.moves.mu.flipped[id] = at
+	}
+	i.moves.mu.Unlock()
+	if time.Since(at) < moveGrace {
+		return nil
+	}
+	b := i.db.NewIndexedBatch()
+	defer b.Close()
+	var d deltas
+	if err := dropSpan(b, m.r, &d); err != nil {
+		return fmt.Errorf("move %d: dropping the moved records: %w", id, err)
+	}
+	if err := d.write(b); err != nil {
+		return err
+	}
+	if err := b.Delete(moveKey(gMoving, id), nil); err != nil {
+		return err
+	}
+	if err := i.write(ctx, b, false); err != nil {
+		return fmt.Errorf("move %d: dropping the moved records: %w", id, err)
+	}
+	i.log.Info("meta: dropped a moved table entry's records", "move", id, "buckets", fmt.Sprintf("%08x..%08x", m.r.first, m.r.last), "to", m.other)
+	i.endMove(id, m.r)
+	return nil
+}
+
+// thawMove ends a move that did not happen: the entry serves again here.
+func (i *Island) thawMove(ctx context.Context, id uint64, m moveMark, why string) error {
+	if err := i.del(ctx, moveKey(gMoving, id), false); err != nil {
+		return err
+	}
+	i.log.Info("meta: a table entry stays", "move", id, "why", why)
+	i.endMove(id, m.r)
+	return nil
+}
+
+func (i *Island) endMove(id uint64, r bucketRange) {
+	i.seq.Lock()
+	i.forgetSeqLocked(r)
+	i.seq.Unlock()
+	i.locks.thaw(id)
+	i.unwithdraw(id)
+	i.moves.mu.Lock()
+	delete(i.moves.mu.flipped, id)
+	i.moves.mu.Unlock()
+}
+
+// dropSpan deletes every record of buckets r in b (which reads through
+// to the database), taking the blocks' bytes off the live counters, the
+// blocks' stripe references with them, and the inodes off the
+// statistics.
+func dropSpan(b *pebble.Batch, r bucketRange, d *deltas) error {
+	lo, hi := BucketSpan(r.first, r.last)
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	var keys [][]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		k := append([]byte(nil), it.Key()...)
+		refs, err := account(k, it.Value(), d, -1)
+		if err != nil {
+			it.Close()
+			return err
+		}
+		keys = append(append(keys, k), refs...)
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	return deleteKeys(b, keys)
+}
+
+// account adds (sign 1) or takes off (sign -1) what record k, v counts
+// for: a block's bytes on its stripe's live counter, an inode in the
+// statistics. It returns the stripe reference keys of a block.
+func account(k, v []byte, d *deltas, sign int64) ([][]byte, error) {
+	if len(k) < 5+8 {
+		return nil, nil
+	}
+	ino := namespace.Ino(binary.BigEndian.Uint64(k[5:13]))
+	switch k[4] {
+	case tagBlock:
+		p, err := decodeBytes(v)
+		if err != nil {
+			return nil, fmt.Errorf("block of %v: %w", ino, err)
+		}
+		if s, l, err := pointerStripe(p); err == nil && len(k) == 5+16 {
+			d.addLive(s, sign*int64(l))
+			return [][]byte{refKey(s, ino, blockIndex(k))}, nil
+		}
+	case tagInode:
+		n, err := decodeInode(ino, v)
+		if err != nil {
+			return nil, fmt.Errorf("inode %v: %w", ino, err)
+		}
+		d.inodes += sign
+		if n.isReg() {
+			d.bytes += sign * int64(n.size)
+		}
+	}
+	return nil, nil
+}
+
+// importEntry serves OpImportEntry (the destination of a move): chunks
+// are gathered in memory; the final one applies the entry in one batch.
+func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
+	if r.First > r.Last || len(r.Keys) != len(r.Values) {
+		return fmt.Errorf("%w: import of buckets %08x..%08x", metawire.ErrBadRequest, r.First, r.Last)
+	}
+	if err := i.checkImport(ctx, r); err != nil {
+		return err
+	}
+	if _, ok, err := get(i.db, moveKey(gImported, r.MoveID)); err != nil || ok {
+		return err // applied already: the source repeats a copy it lost the answer of
+	}
+	lo, hi := BucketSpan(r.First, r.Last)
+	for _, k := range r.Keys {
+		if string(k) < string(lo) || string(k) >= string(hi) {
+			return fmt.Errorf("%w: import of buckets %08x..%08x carries key %x", metawire.ErrBadRequest, r.First, r.Last, k)
+		}
+	}
+	i.moves.mu.Lock()
+	im := i.moves.mu.importing[r.MoveID]
+	switch {
+	case r.Chunk == 0:
+		im = &importing{}
+		i.moves.mu.importing[r.MoveID] = im
+	case im == nil || im.next != r.Chunk:
+		i.moves.mu.Unlock()
+		return fmt.Errorf("%w: import %d: chunk %d out of order", metawire.ErrBusy, r.MoveID, r.Chunk)
+	}
+	im.next++
+	im.keys = append(im.keys, r.Keys...)
+	im.values = append(im.values, r.Values...)
+	if !r.Final {
+		i.moves.mu.Unlock()
+		return nil
+	}
+	delete(i.moves.mu.importing, r.MoveID)
+	i.moves.mu.Unlock()
+
+	br := bucketRange{r.First, r.Last}
+	b := i.db.NewIndexedBatch()
+	defer b.Close()
+	var d deltas
+	// Records left of an earlier stay of these buckets (a cancelled move
+	// in) go first, with what they counted for.
+	if err := dropSpan(b, br, &d); err != nil {
+		return err
+	}
+	for k := range im.keys {
+		if err := b.Set(im.keys[k], im.values[k], nil); err != nil {
+			return err
+		}
+		refs, err := account(im.keys[k], im.values[k], &d, 1)
+		if err != nil {
+			return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
+		}
+		for _, ref := range refs {
+			if err := b.Set(ref, nil, nil); err != nil {
+				return err
+			}
+		}
+	}
+	if err := d.write(b); err != nil {
+		return err
+	}
+	if err := b.Set(moveKey(gImported, r.MoveID), moveMark{r: br, other: namespace.IslandID(r.From)}.encode(), nil); err != nil {
+		return err
+	}
+	if err := i.write(ctx, b, false); err != nil {
+		return err
+	}
+	i.seq.Lock()
+	i.forgetSeqLocked(br)
+	i.seq.Unlock()
+	i.log.Info("meta: received a moving table entry", "move", r.MoveID, "from", r.From, "records", len(im.keys))
+	return nil
+}
+
+// checkImport accepts only an import the map has pending, into this
+// island, of exactly the entry's buckets (a newer map is fetched once).
+func (i *Island) checkImport(ctx context.Context, r *metawire.ImportReq) error {
+	for attempt := 0; ; attempt++ {
+		tab := i.cfg.Map.Table()
+		if mv, ok := tab.Move(r.MoveID); ok {
+			first, last := namespace.EntryRange(tab.Depth, mv.Entry)
+			if mv.To != i.id || uint32(mv.From) != r.From || first != r.First || last != r.Last {
+				return fmt.Errorf("%w: import %d does not match the map's move (%d -> %d)", metawire.ErrBadRequest, r.MoveID, mv.From, mv.To)
+			}
+			return nil
+		}
+		if attempt > 0 {
+			return fmt.Errorf("%w: no pending move %d in the map of epoch %d", metawire.ErrStaleEpoch, r.MoveID, tab.Epoch)
+		}
+		if err := i.cfg.Map.Refresh(ctx); err != nil {
+			return fmt.Errorf("%w: %v", metawire.ErrUnavailable, err)
+		}
+	}
+}
+
+// forgetImport deletes the marker of a move into this island that ended;
+// drop also deletes the records it brought (the move was cancelled: the
+// entry is not this island's).
+func (i *Island) forgetImport(ctx context.Context, id uint64, m moveMark, drop bool) error {
+	b := i.db.NewIndexedBatch()
+	defer b.Close()
+	if drop {
+		var d deltas
+		if err := dropSpan(b, m.r, &d); err != nil {
+			return err
+		}
+		if err := d.write(b); err != nil {
+			return err
+		}
+	}
+	if err := b.Delete(moveKey(gImported, id), nil); err != nil {
+		return err
+	}
+	return i.write(ctx, b, false)
+}

@@ -1,0 +1,197 @@
+package meta
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+func init() {
+	moveEvery, moveGrace = 5*time.Millisecond, 20*time.Millisecond
+}
+
+// moveSetup makes a tree on a two-island cluster (depth 4: 16 entries)
+// with files that have blocks and xattrs, and picks a table entry of
+// island 1 holding some of its directories.
+func moveSetup(t *testing.T) (c *cluster, entry uint32, dirs map[string]metawire.Attr, live map[fragment.StripeID]int64) {
+	c = newCluster(t, 2)
+	r := c.root()
+	dirs = map[string]metawire.Attr{}
+	seq := uint64(0)
+	for k := range 40 {
+		d := must(r.mkdir(rootIno(), fmt.Sprintf("d%02d", k), 0o755))
+		dirs[fmt.Sprintf("d%02d", k)] = d
+		for j := range 3 {
+			f := must(r.create(d.Ino, fmt.Sprintf("f%d", j), 0o644))
+			seq++
+			must(r.commit(metawire.FileWrite{Ino: f.Ino, Size: 8192, Blocks: []metawire.Block{{Index: 0, Ptr: ptr(7, seq, 0, 4096)}, {Index: 1, Ptr: ptr(7, seq, 4096, 4096)}}}))
+			if err := r.setxattr(f.Ino, "user.k", []byte("v"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tab := c.m.Table()
+	counts := map[uint32]int{}
+	for _, d := range dirs {
+		b := namespace.Ino(d.Ino).Bucket()
+		if e := b >> (32 - uint(tab.Depth)); tab.Entries[e] == 1 {
+			counts[e]++
+		}
+	}
+	best := -1
+	for e, n := range counts {
+		if n > best {
+			entry, best = e, n
+		}
+	}
+	if best < 2 {
+		t.Fatalf("no entry of island 1 holds directories: %v", counts)
+	}
+	return c, entry, dirs, c.liveSum()
+}
+
+// liveSum adds up every island's live-byte counters.
+func (c *cluster) liveSum() map[fragment.StripeID]int64 {
+	c.t.Helper()
+	sum := map[fragment.StripeID]int64{}
+	for _, id := range c.ids {
+		l, err := c.isl[id].LiveBytes()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for s, n := range l {
+			if n != 0 {
+				sum[s] += n
+			}
+		}
+	}
+	return sum
+}
+
+// startMove records a pending move of entry to island to in the map.
+func (c *cluster) startMove(id uint64, entry uint32, to namespace.IslandID) {
+	tab := c.m.Table().Clone()
+	tab.Moves = append(tab.Moves, namespace.PendingMove{ID: id, Entry: entry, From: tab.Entries[entry], To: to})
+	tab.Epoch++
+	c.m.Set(tab)
+}
+
+// waitMoved waits until entry is to's and no island holds a move record.
+func (c *cluster) waitMoved(entry uint32, to namespace.IslandID) {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tab := c.m.Table()
+		left := 0
+		for _, id := range c.ids {
+			for _, tag := range []byte{gMoving, gImported} {
+				m, err := c.isl[id].marks(tag)
+				if err != nil {
+					c.t.Fatal(err)
+				}
+				left += len(m)
+			}
+		}
+		if tab.Entries[entry] == to && len(tab.Moves) == 0 && left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("entry %d: island %d, moves %v, %d move records left", entry, tab.Entries[entry], tab.Moves, left)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkTree checks that every directory, file, block map and xattr of
+// moveSetup is there, served by the island the map names.
+func checkTree(t *testing.T, c *cluster, dirs map[string]metawire.Attr) {
+	t.Helper()
+	r := c.root()
+	names, err := r.names(rootIno())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range dirs {
+		if names[name] != d.Ino {
+			t.Fatalf("%s: %d in the root, want %d", name, names[name], d.Ino)
+		}
+		got, err := r.names(d.Ino)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(got) != 3 {
+			t.Fatalf("%s: entries %v", name, got)
+		}
+		for fn, ino := range got {
+			a, err := r.getattr(ino)
+			if err != nil || a.Size != 8192 {
+				t.Fatalf("%s/%s: %+v, %v", name, fn, a, err)
+			}
+			m, err := r.readmap(ino, 0, 4)
+			if err != nil || len(m.Blocks) != 2 {
+				t.Fatalf("%s/%s: block map %+v, %v", name, fn, m, err)
+			}
+			if v, err := r.getxattr(ino, "user.k"); err != nil || string(v) != "v" {
+				t.Fatalf("%s/%s: xattr %q, %v", name, fn, v, err)
+			}
+		}
+	}
+}
+
+// TestMoveEntry: a table entry moves from island 1 to island 2 while
+// the namespace serves: every name, inode, block map and xattr is then
+// served by island 2, island 1 refuses its inodes (wrong island), the
+// live-byte counters summed over the islands are unchanged (they moved
+// with the blocks), the statistics follow, fsck is clean, and changes go
+// on in the moved directories.
+func TestMoveEntry(t *testing.T) {
+	c, entry, dirs, live := moveSetup(t)
+	before := map[namespace.IslandID]uint64{}
+	for _, id := range c.ids {
+		st, err := c.isl[id].statFS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[id] = st.Inodes
+	}
+	c.startMove(1, entry, 2)
+	c.waitMoved(entry, 2)
+	checkTree(t, c, dirs)
+	if got := c.liveSum(); !maps.Equal(got, live) {
+		t.Fatalf("live bytes after the move: %v, before %v", got, live)
+	}
+	moved := 0
+	for _, d := range dirs {
+		if namespace.Ino(d.Ino).Bucket()>>(32-uint(c.m.Table().Depth)) != entry {
+			continue
+		}
+		moved++
+		_, err := c.isl[1].Handle(bg, metawire.OpGetAttr, c.m.Epoch(), metawire.Marshal(&metawire.InoReq{Ino: d.Ino}))
+		wantErr(t, err, metawire.ErrWrongIsland, "getattr at the old island")
+		// Changes go on there: a create in a moved directory.
+		if _, err := c.root().create(d.Ino, "after", 0o644); err != nil {
+			t.Fatalf("create after the move: %v", err)
+		}
+	}
+	var after uint64
+	for _, id := range c.ids {
+		st, err := c.isl[id].statFS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		after += st.Inodes
+	}
+	if want := before[1] + before[2] + uint64(moved); after != want {
+		t.Fatalf("inodes after: %d, want %d (before %v)", after, want, before)
+	}
+	t.Logf("moved %d directories; inodes before %v, after %d", moved, before, after)
+	if st, _ := c.isl[1].statFS(); st.Inodes >= before[1] {
+		t.Fatalf("island 1 still counts %d inodes (had %d)", st.Inodes, before[1])
+	}
+	c.mustFsck()
+}
