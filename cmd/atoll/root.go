@@ -85,7 +85,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newNFSCmd(g))
 	root.AddCommand(newMountCmd(g))
 	root.AddCommand(newFsckCmd(g), newLsCmd(g), newCpCmd(g), newPolicyCmd(g), newDfCmd(g))
-	root.AddCommand(newCleanCmd(g), newDrainCmd(g), newKeyCmd(g))
+	root.AddCommand(newCleanCmd(g), newDrainCmd(g), newKeyCmd(g), newIslandCmd(g))
 	return root
 }
 

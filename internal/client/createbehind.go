@@ -563,7 +563,7 @@ func (f *FS) sendCreate(ctx context.Context, p *pendingCreate) error {
 	case req.Lazy:
 		f.addLazy(ctx, req.Ino, resp.Boot)
 	case resp.Boot != 0:
-		f.settleIsland(f.islandOf(req.Dir), mark, resp.Boot, false)
+		f.settleIsland(f.islandOf(req.Dir), mark, resp.Boot, nil, false)
 	}
 	// The name is cached already (createBehind), under the lease that
 	// kept it back; the attributes are the island's now.

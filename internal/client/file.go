@@ -862,7 +862,7 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 	} else {
 		// The commit synced the island's log: earlier lazy changes of
 		// this file are durable now, unless a crash came between.
-		lost = h.fs.durable(h.ino, mark, resp.Boot)
+		lost = h.fs.durableAfterWrite(ctx, h.ino, mark, resp.Boot)
 	}
 	for _, b := range h.mu.dirty { // the log copied them
 		wire.PutBuf(b)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -668,7 +669,7 @@ func (f *FS) create(ctx context.Context, op uint16, req metawire.CreateReq) (met
 	case !req.Lazy && resp.Boot != 0:
 		// A synced create makes what its island acknowledged before durable.
 		isl := f.islandOf(req.Dir)
-		f.settleIsland(isl, mark, resp.Boot, false)
+		f.settleIsland(isl, mark, resp.Boot, nil, false)
 	}
 	f.cacheAttrAt(resp.Attr, ch.mark)
 	f.cacheAttrAt(resp.DirAttr, ch.mark)
@@ -726,7 +727,34 @@ const maxLazy = 4096
 
 // lazyChange is a file's last lazily acknowledged change: its generation
 // (lazyMark) and the incarnation of the island that acknowledged it.
-type lazyChange struct{ gen, boot uint64 }
+// lazyChange is a file's unsettled lazy changes: the last lazy
+// generation, the incarnation that acknowledged the latest and, if an
+// earlier one went to another incarnation (a crash between, or the
+// file's table entry moved to another island), that one too (0: none;
+// suspect: more than two).
+type lazyChange struct {
+	gen, boot, prev uint64
+	suspect         bool
+}
+
+// then is ch after a further lazy change at generation gen acknowledged
+// by incarnation boot. An older change that went to another incarnation
+// settles only where that one is known durable too.
+func (ch lazyChange) then(gen, boot uint64) lazyChange {
+	next := lazyChange{gen: gen, boot: boot, prev: ch.prev, suspect: ch.suspect}
+	if ch.boot != boot {
+		next.suspect = next.suspect || ch.prev != 0 && ch.prev != boot // a third incarnation
+		next.prev = ch.boot
+	}
+	return next
+}
+
+// durableAt reports whether ch's changes are durable on an island whose
+// synced answer came from incarnation boot, adopting adopted.
+func (ch lazyChange) durableAt(boot uint64, adopted []uint64) bool {
+	ok := func(b uint64) bool { return b == boot || slices.Contains(adopted, b) }
+	return !ch.suspect && ok(ch.boot) && (ch.prev == 0 || ok(ch.prev))
+}
 
 // errLazyLost reports lazily acknowledged changes of ino that an island
 // crash may have lost before anything made them durable.
@@ -751,10 +779,11 @@ func (f *FS) addLazy(ctx context.Context, ino, boot uint64) {
 		f.lazy.m = map[uint64]lazyChange{}
 	}
 	f.lazy.gen++
-	if old, ok := f.lazy.m[ino]; ok && old.boot != boot {
-		boot = 0 // an older change went to an earlier incarnation: keep it suspect
+	ch := lazyChange{gen: f.lazy.gen, boot: boot}
+	if old, ok := f.lazy.m[ino]; ok {
+		ch = old.then(f.lazy.gen, boot)
 	}
-	f.lazy.m[ino] = lazyChange{gen: f.lazy.gen, boot: boot}
+	f.lazy.m[ino] = ch
 	over := len(f.lazy.m) > maxLazy
 	f.lazy.Unlock()
 	// Forgetting files without syncing their islands would let a later
@@ -809,25 +838,44 @@ func (f *FS) syncIsland(ctx context.Context, route uint64) (lost, err error) {
 	if err := f.call(ctx, route, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
 		return nil, err
 	}
-	return f.settleIsland(isl, mark, resp.Boot, true), nil
+	return f.settleIsland(isl, mark, resp.Boot, resp.Adopted, true), nil
 }
 
 // durable records that a synced write to ino's island, sent after mark
-// (lazyMark), was answered by incarnation boot (settleIsland); it reports
-// ino's own changes if they may be lost.
-func (f *FS) durable(ino, mark, boot uint64) error {
+// (lazyMark), was answered by incarnation boot with the incarnations it
+// adopted (settleIsland); it reports ino's own changes if they may be
+// lost.
+func (f *FS) durable(ino, mark, boot uint64, adopted []uint64) error {
 	isl := f.islandOf(ino)
 	f.lazy.Lock()
 	var lost error
 	if ch, ok := f.lazy.m[ino]; ok && ch.gen <= mark {
 		delete(f.lazy.m, ino)
-		if ch.boot != boot {
+		if !ch.durableAt(boot, adopted) {
 			lost = errLazyLost(ino)
 		}
 	}
 	f.lazy.Unlock()
-	f.settleIsland(isl, mark, boot, false) // others' losses are theirs to report
+	f.settleIsland(isl, mark, boot, adopted, false) // others' losses are theirs to report
 	return lost
+}
+
+// durableAfterWrite is durable for a synced write whose answer carries no
+// adopted incarnations: when ino's lazy change was acknowledged by
+// another incarnation (a crash, or its table entry moved to another
+// island since), one OpSync asks which incarnations the island adopted.
+func (f *FS) durableAfterWrite(ctx context.Context, ino, mark, boot uint64) error {
+	f.lazy.Lock()
+	ch, ok := f.lazy.m[ino]
+	f.lazy.Unlock()
+	if !ok || ch.gen > mark || ch.durableAt(boot, nil) {
+		return f.durable(ino, mark, boot, nil)
+	}
+	var resp metawire.SyncResp
+	if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
+		return fmt.Errorf("client: sync of %x: %w", ino, err)
+	}
+	return f.durable(ino, mark, resp.Boot, resp.Adopted)
 }
 
 // islandOf returns the island owning ino's bucket. Lazy changes are
@@ -844,7 +892,7 @@ func (f *FS) islandOf(ino uint64) namespace.IslandID {
 // incarnation acknowledged may be lost: with takeLost it is reported
 // (once, as fsync reports a failed write-back) and forgotten, else kept
 // for its own file's fsync to report.
-func (f *FS) settleIsland(isl namespace.IslandID, mark, boot uint64, takeLost bool) error {
+func (f *FS) settleIsland(isl namespace.IslandID, mark, boot uint64, adopted []uint64, takeLost bool) error {
 	// The map is another component: it is asked with f.lazy released.
 	var here []uint64
 	for _, ino := range f.lazyInos(mark) {
@@ -860,7 +908,7 @@ func (f *FS) settleIsland(isl namespace.IslandID, mark, boot uint64, takeLost bo
 		if !ok || ch.gen > mark {
 			continue // settled or changed again meanwhile
 		}
-		if ch.boot != boot {
+		if !ch.durableAt(boot, adopted) {
 			if !takeLost {
 				continue
 			}
@@ -900,7 +948,7 @@ func (f *FS) settle(ctx context.Context, ino uint64) error {
 	if err := f.call(ctx, ino, metawire.OpSync, metawire.Empty{}, &resp); err != nil {
 		return fmt.Errorf("client: sync of %x: %w", ino, err)
 	}
-	return f.durable(ino, mark, resp.Boot)
+	return f.durable(ino, mark, resp.Boot, resp.Adopted)
 }
 
 // SyncDir makes every change acknowledged so far by the island owning

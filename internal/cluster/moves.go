@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
+	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -216,4 +218,86 @@ func (m *Manager) handleMove(req *wire.Request) (wire.Response, error) {
 	}
 	m.log.Info("manager: "+opName(req.Op), "moves", len(c.Moves), "id", c.MoveID, "epoch", res.Epoch)
 	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+}
+
+// PlanIslandMoves plans the entry moves that share the namespace table
+// evenly among islands (namespace.PlanRebalance, by entry counts): an
+// island of the list with no entry is being added, an owner missing
+// from it is being removed and gives all its entries away. The plan may
+// work at a greater depth than the map's table: split is then the table
+// to install first (every bucket keeps its island), else the current
+// table. Moves already pending make it an error.
+func PlanIslandMoves(m *Map, islands []uint32) (split Table, moves []EntryMove, err error) {
+	if !m.Formatted {
+		return Table{}, nil, ErrNotFormatted
+	}
+	if len(m.Moves) > 0 {
+		return Table{}, nil, fmt.Errorf("%w: %d entry moves pending", ErrBadRequest, len(m.Moves))
+	}
+	for _, id := range islands {
+		if _, ok := m.Island(id); !ok {
+			return Table{}, nil, fmt.Errorf("%w: island %d", ErrUnknownMember, id)
+		}
+	}
+	t := namespace.Table{Depth: m.Table.Depth, Epoch: m.Epoch}
+	for _, e := range m.Table.Entries {
+		t.Entries = append(t.Entries, namespace.IslandID(e))
+	}
+	keep := make([]namespace.IslandID, len(islands))
+	for k, id := range islands {
+		keep[k] = namespace.IslandID(id)
+	}
+	plan, err := namespace.PlanRebalance(t, nil, keep)
+	if err != nil {
+		return Table{}, nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	split = m.Table.Clone()
+	for _, mv := range plan {
+		for split.Depth < mv.Depth {
+			next := Table{Depth: split.Depth + 1, Entries: make([]uint32, 2*len(split.Entries))}
+			for k, id := range split.Entries {
+				next.Entries[2*k], next.Entries[2*k+1] = id, id
+			}
+			split = next
+		}
+		moves = append(moves, EntryMove{Entry: mv.Entry, From: uint32(mv.From), To: uint32(mv.To)})
+	}
+	return split, moves, nil
+}
+
+// RunIslandMoves installs split if it is deeper than the map's table,
+// records moves and waits (until ctx ends) for the islands to carry them
+// out, calling progress with the moves left after every look at the map.
+func RunIslandMoves(ctx context.Context, c *Client, split Table, moves []EntryMove, progress func(left int)) error {
+	m, err := c.Map(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if split.Depth > m.Table.Depth {
+		if _, err := c.SetTable(ctx, split); err != nil {
+			return fmt.Errorf("splitting the table to depth %d: %w", split.Depth, err)
+		}
+	}
+	if len(moves) > 0 {
+		if _, err := c.MoveEntries(ctx, moves); err != nil {
+			return err
+		}
+	}
+	for {
+		m, err := c.Map(ctx, 0)
+		if err != nil {
+			return err
+		}
+		if progress != nil {
+			progress(len(m.Moves))
+		}
+		if len(m.Moves) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d entry moves still pending: %w", len(m.Moves), ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -59,6 +59,9 @@
 //	FF FF FF FF FF 'A'             replicated islands: the last raft index applied, u64
 //	                               without version or CRC (written by internal/replica)
 //	FF FF FF FF FF 'G'             present (one byte 1, raw) once a lease was granted
+//	FF FF FF FF FF 'V' move(8)     entry frozen to move it: u32 first, u32 last bucket, u32 to island
+//	FF FF FF FF FF 'W' move(8)     moved entry received: u32 first, u32 last bucket, u32 from island
+//	FF FF FF FF FF 'X' boot(8)     incarnation adopted with a moved entry: u64 ns until when (raw)
 //
 // Every value is u8 version (1), a payload, and u32 CRC32C (Castagnoli)
 // of the version and payload; a value failing either is ErrIO. In
@@ -296,6 +299,24 @@
 // without applying it again; one still being served answers ErrBusy. Ids
 // are deleted after DedupKeep (10 minutes) by the background loop.
 //
+// # Moving table entries
+//
+// A table entry (its buckets: one key range, BucketSpan) moves to another
+// island while both serve (move.go; the cluster map's pending moves,
+// Table.Moves). The source freezes it (leases withdrawn; no inode lock or
+// id granted there, so changes get ErrBusy and clients retry; reads go
+// on), copies its records from one snapshot to the destination
+// (OpImportEntry in chunks, applied there at once with the live-byte
+// counters, stripe references and statistics they carry), asks the
+// manager to flip the entry, and a grace period after its own map has
+// the flip drops its copy. Markers ('V' at the source, 'W' at the
+// destination) make every step resumable and the import idempotent;
+// fsck skips the other island's copy of a moving entry. The destination
+// adopts the source's incarnations ('X'): its sync answers list them, so
+// a client's lazy change acknowledged by the source is known durable.
+// The freeze lasts one copy: a large entry stalls its changes for that
+// long (a copy before the freeze, then of the difference, would not).
+//
 // # Failpoints
 //
 //	meta.tx.afterIntent            coordinator: intent durable, nothing prepared
@@ -306,6 +327,10 @@
 //	meta.participant.beforeApply   participant: commit received, not applied
 //	meta.participant.afterApply    participant: applied, not answered
 //	meta.local.beforeCommit        single-island operation validated, not committed
+//	meta.move.afterFreeze          move source: entry frozen, marker durable, nothing copied
+//	meta.move.afterCopy            move source: destination applied the records, no flip
+//	meta.move.afterFlip            move source: map flipped, records not dropped
+//	meta.move.afterImport          move destination: records applied, not answered
 //
 // An error at a failpoint is handled as a failure of that step (abort
 // before the decision, redelivery after it); crash tests take the

@@ -52,11 +52,29 @@ func (i *Island) fsckPage(r *metawire.FsckReq) (*metawire.FsckResp, error) {
 		add(metawire.FsckRecord{Kind: metawire.FsckProblem,
 			Name: fmt.Sprintf("island %d key %x: ", i.id, truncKey(k)) + fmt.Sprintf(format, args...)})
 	}
+	// A table entry moving away or in: records of it in a bucket this
+	// island does not own are the other island's copy (the destination's
+	// before the flip, the source's until it drops them), not a problem,
+	// and counted once, where the table says.
+	var moving []bucketRange
+	for _, tag := range []byte{gMoving, gImported} {
+		m, err := i.marks(tag)
+		if err != nil {
+			return nil, err
+		}
+		for _, mk := range m {
+			moving = append(moving, mk.r)
+		}
+	}
 	var last []byte
 	ok := it.First()
 	for ; ok && len(resp.Records) < limit && size < maxFsckBytes; ok = it.Next() {
 		k := it.Key()
 		last = append(last[:0], k...)
+		if len(k) >= 5 && k[4] < 0x80 && tab.Lookup(binary.BigEndian.Uint32(k)) != i.id &&
+			slices.ContainsFunc(moving, func(r bucketRange) bool { return r.has(binary.BigEndian.Uint32(k)) }) {
+			continue
+		}
 		if err := i.fsckRecord(snap, tab, k, it.Value(), add, problem); err != nil {
 			return nil, err
 		}
@@ -122,6 +140,15 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 		case gLeases:
 			if len(k) != len(globalKey(gLeases)) || len(v) != 1 {
 				problem(k, "lease record: key %d, value %d bytes", len(k), len(v))
+			}
+		case gAdopted:
+			if len(k) != len(globalKey(gAdopted))+8 || len(v) != 8 {
+				problem(k, "adopted incarnation record: key %d, value %d bytes", len(k), len(v))
+			}
+		case gMoving, gImported:
+			// A move in progress (move.go).
+			if _, err := decodeMoveMark(v); err != nil || len(k) != len(globalKey(gMoving))+8 {
+				problem(k, "entry move record: key %d bytes, %v", len(k), err)
 			}
 		case gMeta:
 		default:

@@ -49,12 +49,67 @@ const (
 	FailMoveAfterFreeze = "meta.move.afterFreeze" // entry frozen and marker durable, nothing copied
 	FailMoveAfterCopy   = "meta.move.afterCopy"   // destination applied the records, map not flipped
 	FailMoveAfterFlip   = "meta.move.afterFlip"   // map flipped, records not dropped
+	// destination island
+	FailMoveAfterImport = "meta.move.afterImport" // the entry's records applied, not answered
 )
 
 const (
 	gMoving   = 'V' // move id(8) -> first, last, to: this island froze the entry to move it
 	gImported = 'W' // move id(8) -> first, last, from: this island holds a moved entry's records
+	gAdopted  = 'X' // boot(8) -> u64 ns until when: an incarnation whose records this island took over
 )
+
+// adoptKeep is how long an island answers syncs with an incarnation it
+// adopted: longer than a client keeps a lazy change unsettled.
+const adoptKeep = 24 * time.Hour
+
+// maxAdopted bounds the incarnations one sync answer lists.
+const maxAdopted = 256
+
+// adopted lists the incarnations this island took records over from.
+func (i *Island) adopted() ([]uint64, error) {
+	p := globalKey(gAdopted)
+	it, err := i.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	}
+	defer it.Close()
+	var out []uint64
+	for ok := it.First(); ok && len(out) < maxAdopted; ok = it.Next() {
+		if k := it.Key(); len(k) == len(p)+8 {
+			out = append(out, binary.BigEndian.Uint64(k[len(p):]))
+		}
+	}
+	return out, it.Error()
+}
+
+// sweepAdopted deletes adoptions older than adoptKeep (the background
+// loop, with the request ids).
+func (i *Island) sweepAdopted(ctx context.Context) {
+	p := globalKey(gAdopted)
+	it, err := i.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return
+	}
+	var old [][]byte
+	now := uint64(time.Now().UnixNano())
+	for ok := it.First(); ok; ok = it.Next() {
+		if v := it.Value(); len(v) == 8 && binary.BigEndian.Uint64(v) < now {
+			old = append(old, append([]byte(nil), it.Key()...))
+		}
+	}
+	it.Close()
+	if len(old) == 0 {
+		return
+	}
+	b := i.db.NewBatch()
+	defer b.Close()
+	if deleteKeys(b, old) == nil {
+		if err := i.write(ctx, b, true); err != nil {
+			i.log.Debug("meta: sweeping adopted incarnations", "err", err)
+		}
+	}
+}
 
 // timing of moves (tests shorten them).
 var (
@@ -150,6 +205,10 @@ func (i *Island) loadMoves() error {
 	}
 	for id, m := range out {
 		i.locks.freeze(id, m.r)
+		// No lease is held yet; none may be granted in the range either.
+		if err := i.withdraw(context.Background(), id, m.r); err != nil {
+			return err
+		}
 		i.log.Info("meta: resuming a move", "move", id, "buckets", fmt.Sprintf("%08x..%08x", m.r.first, m.r.last), "to", m.other)
 	}
 	return nil
@@ -222,6 +281,7 @@ func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespac
 	if err := i.freezeEntry(ctx, mv.ID, m); err != nil {
 		return fmt.Errorf("move %d: freezing: %w", mv.ID, err)
 	}
+	frozenAt := time.Now()
 	if err := i.copyEntry(ctx, mv.ID, m); err != nil {
 		return fmt.Errorf("move %d: copying to island %d: %w", mv.ID, mv.To, err)
 	}
@@ -236,7 +296,7 @@ func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespac
 	if err != nil {
 		return fmt.Errorf("move %d: flipping the entry: %w", mv.ID, err)
 	}
-	i.log.Info("meta: moved a table entry", "move", mv.ID, "entry", mv.Entry, "to", mv.To, "epoch", epoch)
+	i.log.Info("meta: moved a table entry", "move", mv.ID, "entry", mv.Entry, "to", mv.To, "epoch", epoch, "frozen", time.Since(frozenAt))
 	if err := i.fp(FailMoveAfterFlip); err != nil {
 		return err
 	}
@@ -250,9 +310,11 @@ func (i *Island) freezeEntry(ctx context.Context, id uint64, m moveMark) error {
 	}
 	// Leases first: their holders flush what they kept back (it still
 	// applies here), then the changes stop.
+	start := time.Now()
 	if err := i.withdraw(ctx, id, m.r); err != nil {
 		return err
 	}
+	withdrawn := time.Now()
 	i.locks.freeze(id, m.r)
 	if err := i.locks.waitQuiet(ctx, m.r, moveQuiet); err != nil {
 		i.unwithdraw(id)
@@ -269,7 +331,8 @@ func (i *Island) freezeEntry(ctx context.Context, id uint64, m moveMark) error {
 		i.locks.thaw(id)
 		return err
 	}
-	i.log.Info("meta: froze a table entry to move it", "move", id, "buckets", fmt.Sprintf("%08x..%08x", m.r.first, m.r.last), "to", m.other)
+	i.log.Info("meta: froze a table entry to move it", "move", id, "buckets", fmt.Sprintf("%08x..%08x", m.r.first, m.r.last), "to", m.other,
+		"leases", withdrawn.Sub(start), "quiet", time.Since(withdrawn))
 	return i.fp(FailMoveAfterFreeze)
 }
 
@@ -322,10 +385,17 @@ func (i *Island) copyEntry(ctx context.Context, id uint64, m moveMark) error {
 		return fmt.Errorf("%w: %v", metawire.ErrIO, err)
 	}
 	defer it.Close()
+	boots, err := i.adopted()
+	if err != nil {
+		return err
+	}
 	req := metawire.ImportReq{MoveID: id, From: uint32(i.id), First: m.r.first, Last: m.r.last}
 	size := 0
 	send := func(final bool) error {
 		req.Final = final
+		if final {
+			req.Boots = append([]uint64{i.boot}, boots...)
+		}
 		if _, err := i.call(ctx, m.other, metawire.OpImportEntry, &req, nil); err != nil {
 			return err
 		}
@@ -465,7 +535,7 @@ func account(k, v []byte, d *deltas, sign int64) ([][]byte, error) {
 // importEntry serves OpImportEntry (the destination of a move): chunks
 // are gathered in memory; the final one applies the entry in one batch.
 func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
-	if r.First > r.Last || len(r.Keys) != len(r.Values) {
+	if r.First > r.Last || len(r.Keys) != len(r.Values) || len(r.Boots) > maxAdopted+1 {
 		return fmt.Errorf("%w: import of buckets %08x..%08x", metawire.ErrBadRequest, r.First, r.Last)
 	}
 	if err := i.checkImport(ctx, r); err != nil {
@@ -529,12 +599,23 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 	if err := b.Set(moveKey(gImported, r.MoveID), moveMark{r: br, other: namespace.IslandID(r.From)}.encode(), nil); err != nil {
 		return err
 	}
+	until := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(adoptKeep).UnixNano()))
+	for _, boot := range r.Boots {
+		if boot != 0 && boot != i.boot {
+			if err := b.Set(binary.BigEndian.AppendUint64(globalKey(gAdopted), boot), until, nil); err != nil {
+				return err
+			}
+		}
+	}
 	if err := i.write(ctx, b, false); err != nil {
 		return err
 	}
 	i.seq.Lock()
 	i.forgetSeqLocked(br)
 	i.seq.Unlock()
+	if err := i.fp(FailMoveAfterImport); err != nil {
+		return err
+	}
 	i.log.Info("meta: received a moving table entry", "move", r.MoveID, "from", r.From, "records", len(im.keys))
 	return nil
 }

@@ -3,6 +3,7 @@ package meta
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -165,6 +166,16 @@ func TestMoveEntry(t *testing.T) {
 	if got := c.liveSum(); !maps.Equal(got, live) {
 		t.Fatalf("live bytes after the move: %v, before %v", got, live)
 	}
+	// Lazy changes island 1 acknowledged are island 2's now: its syncs
+	// say so (the clients' incarnation rule).
+	out, err := c.isl[2].Handle(bg, metawire.OpSync, c.m.Epoch(), metawire.Marshal(metawire.Empty{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sr metawire.SyncResp
+	if err := metawire.Unmarshal(out, &sr); err != nil || sr.Boot != c.isl[2].boot || !slices.Contains(sr.Adopted, c.isl[1].boot) {
+		t.Fatalf("island 2's sync answer %+v (%v): want its boot %x adopting island 1's %x", sr, err, c.isl[2].boot, c.isl[1].boot)
+	}
 	moved := 0
 	for _, d := range dirs {
 		if namespace.Ino(d.Ino).Bucket()>>(32-uint(c.m.Table().Depth)) != entry {
@@ -192,6 +203,87 @@ func TestMoveEntry(t *testing.T) {
 	t.Logf("moved %d directories; inodes before %v, after %d", moved, before, after)
 	if st, _ := c.isl[1].statFS(); st.Inodes >= before[1] {
 		t.Fatalf("island 1 still counts %d inodes (had %d)", st.Inodes, before[1])
+	}
+	c.mustFsck()
+}
+
+// TestMoveEntryCrashes: the source (or, at its one failpoint, the
+// destination) crashes at every step of a move; restarted from what its
+// disk held, the move completes with nothing lost: the tree is whole on
+// the destination, live bytes summed over the islands unchanged, fsck
+// clean.
+func TestMoveEntryCrashes(t *testing.T) {
+	for _, tc := range []struct {
+		fp     string
+		island namespace.IslandID
+	}{{FailMoveAfterFreeze, 1}, {FailMoveAfterCopy, 1}, {FailMoveAfterFlip, 1}, {FailMoveAfterImport, 2}} {
+		t.Run(tc.fp, func(t *testing.T) {
+			c, entry, dirs, live := moveSetup(t)
+			clone := c.crashAt(tc.island, tc.fp)
+			c.startMove(1, entry, 2)
+			deadline := time.Now().Add(10 * time.Second)
+			for clone() == nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("failpoint %s never fired", tc.fp)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			if tc.fp == FailMoveAfterFreeze {
+				// Frozen: a change in the moving entry is refused (the
+				// client retries), a read is served.
+				for _, d := range dirs {
+					if namespace.Ino(d.Ino).Bucket()>>(32-uint(c.m.Table().Depth)) == entry {
+						_, err := c.isl[1].Handle(bg, metawire.OpCreate, c.m.Epoch(), metawire.Marshal(&metawire.CreateReq{Dir: d.Ino, Name: "frozen", Mode: 0o644}))
+						wantErr(t, err, metawire.ErrBusy, "create in a frozen entry")
+						if _, err := c.root().getattr(d.Ino); err != nil {
+							t.Fatalf("getattr in a frozen entry: %v", err)
+						}
+						break
+					}
+				}
+			}
+			if tc.fp == FailMoveAfterCopy {
+				c.mustFsck() // both islands hold the entry: counted once
+			}
+			c.restart(tc.island, clone())
+			c.waitMoved(entry, 2)
+			checkTree(t, c, dirs)
+			if got := c.liveSum(); !maps.Equal(got, live) {
+				t.Fatalf("live bytes after the move: %v, before %v", got, live)
+			}
+			c.mustFsck()
+		})
+	}
+}
+
+// TestMoveEntryCancelled: a move cancelled after the destination got the
+// records (the source crashed there and the operator gave up): the entry
+// stays the source's and serves changes again, the destination drops
+// what it received, counters and fsck agree.
+func TestMoveEntryCancelled(t *testing.T) {
+	c, entry, dirs, live := moveSetup(t)
+	clone := c.crashAt(1, FailMoveAfterCopy)
+	c.startMove(1, entry, 2)
+	deadline := time.Now().Add(10 * time.Second)
+	for clone() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("failpoint never fired")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	tab := c.m.Table().Clone()
+	tab.Moves, tab.Epoch = nil, tab.Epoch+1
+	c.m.Set(tab)
+	c.restart(1, clone())
+	c.waitMoved(entry, 1)
+	checkTree(t, c, dirs)
+	if got := c.liveSum(); !maps.Equal(got, live) {
+		t.Fatalf("live bytes: %v, before %v", got, live)
+	}
+	for _, d := range dirs {
+		if namespace.Ino(d.Ino).Bucket()>>(32-uint(c.m.Table().Depth)) == entry {
+			must(c.root().create(d.Ino, "after", 0o644))
+		}
 	}
 	c.mustFsck()
 }

@@ -171,7 +171,11 @@ func (i *Island) dispatch(ctx context.Context, op uint16, msg []byte) ([]byte, e
 		return serve(msg, &metawire.PollReq{}, func(r *metawire.PollReq) (metawire.Message, error) { return i.pollLeases(ctx, r) })
 	case metawire.OpSync:
 		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) {
-			return &metawire.SyncResp{Boot: i.boot}, i.syncLog()
+			adopted, err := i.adopted()
+			if err != nil {
+				return nil, err
+			}
+			return &metawire.SyncResp{Boot: i.boot, Adopted: adopted}, i.syncLog()
 		})
 	case metawire.OpAccess:
 		return serve(msg, &metawire.AccessReq{}, func(r *metawire.AccessReq) (metawire.Message, error) {

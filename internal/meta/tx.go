@@ -580,6 +580,7 @@ func (i *Island) background(ctx context.Context) {
 		case <-t.C:
 			i.resolveOnce(ctx, false)
 			i.sweepDedup(ctx)
+			i.sweepAdopted(ctx)
 		}
 	}
 }

@@ -22,6 +22,10 @@ type ImportReq struct {
 	Final       bool
 	Keys        [][]byte // Keys[k] has value Values[k]
 	Values      [][]byte
+	// Boots (final chunk) are the source's incarnation and those it
+	// adopted: lazy changes they acknowledged are in the records, and
+	// the destination answers syncs with them (SyncResp.Adopted).
+	Boots []uint64
 }
 
 // MaxImportChunk bounds the record bytes of one ImportReq (under the
@@ -40,6 +44,10 @@ func (r *ImportReq) Encode(e *wire.Enc) {
 		e.Bytes(r.Keys[k])
 		e.Bytes(r.Values[k])
 	}
+	e.Uvarint(uint64(len(r.Boots)))
+	for _, b := range r.Boots {
+		e.U64(b)
+	}
 }
 
 func (r *ImportReq) Decode(d *wire.Dec) {
@@ -54,5 +62,10 @@ func (r *ImportReq) Decode(d *wire.Dec) {
 	for k := range n {
 		r.Keys[k] = d.Bytes()
 		r.Values[k] = d.Bytes()
+	}
+	n = d.Count(8)
+	r.Boots = make([]uint64, n)
+	for k := range n {
+		r.Boots[k] = d.U64()
 	}
 }

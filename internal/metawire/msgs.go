@@ -250,10 +250,34 @@ func (r *CreateResp) Decode(d *wire.Dec) {
 // everything and keeps it), so a client that holds lazily acknowledged
 // changes (CreateReq.Lazy, CommitReq.Lazy) learns whether they may have
 // been lost before this sync covered them.
-type SyncResp struct{ Boot uint64 }
+type SyncResp struct {
+	Boot uint64
+	// Adopted are incarnations of other islands whose records of a
+	// table entry this island took over (a move): a lazy change one of
+	// them acknowledged is durable here (an optional tail).
+	Adopted []uint64
+}
 
-func (r *SyncResp) Encode(e *wire.Enc) { e.U64(r.Boot) }
-func (r *SyncResp) Decode(d *wire.Dec) { r.Boot = d.U64() }
+func (r *SyncResp) Encode(e *wire.Enc) {
+	e.U64(r.Boot)
+	if len(r.Adopted) > 0 {
+		e.Uvarint(uint64(len(r.Adopted)))
+		for _, b := range r.Adopted {
+			e.U64(b)
+		}
+	}
+}
+
+func (r *SyncResp) Decode(d *wire.Dec) {
+	r.Boot = d.U64()
+	if d.More() {
+		n := d.Count(8)
+		r.Adopted = make([]uint64, n)
+		for k := range n {
+			r.Adopted[k] = d.U64()
+		}
+	}
+}
 
 // ReadlinkResp returns a symlink's target.
 type ReadlinkResp struct{ Target string }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/cluster"
+)
+
+// newIslandCmd groups the commands that move namespace table entries
+// between islands while the cluster serves.
+func newIslandCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "island",
+		Short: "Share the namespace among metadata islands while serving: add, remove, rebalance",
+		Long: `Move namespace table entries between metadata islands while the cluster
+serves. Each move freezes the entry's changes on its island for the time it
+takes to copy the entry's records to the other island (reads go on, changes
+are retried by the clients), then the manager gives the entry to the other
+island. Every step resumes after a crash of either island or the manager.
+
+  atoll island add ID      share the table with island ID (already started and
+                           registered, owning nothing yet)
+  atoll island remove ID   move every entry of island ID to the others, then
+                           mark it out
+  atoll island rebalance   even out the entries among the islands that are not
+                           out
+
+--dry-run prints the plan and changes nothing.`,
+	}
+	cmd.AddCommand(newIslandMoveCmd(g, "add"), newIslandMoveCmd(g, "remove"), newIslandMoveCmd(g, "rebalance"))
+	return cmd
+}
+
+// islandPlan is what a dry run prints.
+type islandPlan struct {
+	Depth    uint8               `json:"depth"`
+	NewDepth uint8               `json:"new_depth"`
+	Moves    []cluster.EntryMove `json:"moves"`
+	Entries  map[uint32]int      `json:"entries_after"`
+}
+
+func newIslandMoveCmd(g *globalFlags, verb string) *cobra.Command {
+	var addr string
+	var dryRun, asJSON bool
+	var timeout time.Duration
+	use, args := verb+" ID [--dry-run]", cobra.ExactArgs(1)
+	if verb == "rebalance" {
+		use, args = verb+" [--dry-run]", cobra.NoArgs
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: map[string]string{"add": "Give a new island its share of the namespace", "remove": "Move every entry off an island, then mark it out", "rebalance": "Even out the namespace table among the islands"}[verb],
+		Args:  args,
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			var id uint32
+			if len(argv) == 1 {
+				n, err := strconv.ParseUint(argv[0], 10, 32)
+				if err != nil || n == 0 {
+					return usageErr("ID", fmt.Errorf("bad island id %q", argv[0]))
+				}
+				id = uint32(n)
+			}
+			if timeout <= 0 {
+				return usageErr("--timeout", errors.New("must be positive"))
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			key, err := g.key()
+			if err != nil {
+				return err
+			}
+			mc := cluster.NewClient(clusterAddrs(addr), key, log)
+			defer mc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			return islandMoves(ctx, mc, verb, id, dryRun, asJSON, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	f.BoolVar(&dryRun, "dry-run", false, "print the plan, change nothing")
+	f.BoolVar(&asJSON, "json", false, "print the plan as JSON")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up waiting for the moves after this long (they go on)")
+	return cmd
+}
+
+// islandMoves plans verb's moves on the current map, and unless dryRun
+// carries them out and waits for them.
+func islandMoves(ctx context.Context, mc *cluster.Client, verb string, id uint32, dryRun, asJSON bool, out io.Writer) error {
+	m, err := mc.Map(ctx, 0)
+	if err != nil {
+		return err
+	}
+	var keep []uint32
+	for _, is := range m.Islands {
+		if is.State != cluster.StateOut && !(verb == "remove" && is.ID == id) || verb == "add" && is.ID == id {
+			keep = append(keep, is.ID)
+		}
+	}
+	if id != 0 {
+		is, ok := m.Island(id)
+		switch {
+		case !ok:
+			return fmt.Errorf("island %s: no island %d in the cluster map", verb, id)
+		case verb == "add" && is.State == cluster.StateDown:
+			return fmt.Errorf("island add: island %d is down; start it first", id)
+		case verb == "remove" && len(keep) == 0:
+			return fmt.Errorf("island remove: island %d is the last one", id)
+		}
+		if verb == "add" && is.State == cluster.StateOut && !dryRun {
+			// An island removed before comes back.
+			if _, err := mc.SetState(ctx, cluster.KindIsland, id, cluster.StateUp); err != nil {
+				return fmt.Errorf("island add: marking island %d up: %w", id, err)
+			}
+		}
+	}
+	split, moves, err := cluster.PlanIslandMoves(m, keep)
+	if err != nil {
+		return fmt.Errorf("island %s: %w", verb, err)
+	}
+	plan := islandPlan{Depth: m.Table.Depth, NewDepth: split.Depth, Moves: moves, Entries: map[uint32]int{}}
+	after := slices.Clone(split.Entries)
+	for _, mv := range moves {
+		after[mv.Entry] = mv.To
+	}
+	for _, owner := range after {
+		plan.Entries[owner]++
+	}
+	if asJSON {
+		b, _ := json.MarshalIndent(plan, "", "  ")
+		fmt.Fprintln(out, string(b))
+	} else {
+		fmt.Fprintf(out, "table depth %d -> %d, %d entry moves; entries per island after: %v\n", plan.Depth, plan.NewDepth, len(moves), plan.Entries)
+	}
+	if dryRun {
+		return nil
+	}
+	last := -1
+	err = cluster.RunIslandMoves(ctx, mc, split, moves, func(left int) {
+		if left != last && !asJSON {
+			fmt.Fprintf(out, "moves left: %d\n", left)
+		}
+		last = left
+	})
+	if err != nil {
+		return fmt.Errorf("island %s: %w", verb, err)
+	}
+	if verb == "remove" {
+		if _, err := mc.SetState(ctx, cluster.KindIsland, id, cluster.StateOut); err != nil {
+			return fmt.Errorf("island remove: marking island %d out: %w", id, err)
+		}
+		if !asJSON {
+			fmt.Fprintf(out, "island %d holds no entry and is marked out\n", id)
+		}
+	}
+	return nil
+}
