@@ -304,7 +304,7 @@
 // A table entry (its buckets: one key range, BucketSpan) moves to another
 // island while both serve (move.go; the cluster map's pending moves,
 // Table.Moves). The source freezes it (leases withdrawn; no inode lock or
-// id granted there, so changes get ErrBusy and clients retry; reads go
+// id granted there, so changes get ErrUnavailable and clients retry; reads go
 // on), copies its records from one snapshot to the destination
 // (OpImportEntry in chunks, applied there at once with the live-byte
 // counters, stripe references and statistics they carry), asks the

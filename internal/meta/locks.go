@@ -57,8 +57,10 @@ type bucketRange struct{ first, last uint32 }
 func (r bucketRange) has(b uint32) bool { return r.first <= b && b <= r.last }
 
 // errMoving refuses a change of a bucket whose table entry is moving to
-// another island; the client retries and finds it there.
-var errMoving = fmt.Errorf("%w: the inode's table entry is moving to another island", metawire.ErrBusy)
+// another island. Unavailable, not busy: the client retries it for as
+// long as it waits for an island to come back (the move may wait for a
+// new leader to resume it), and finds the entry at its new island.
+var errMoving = fmt.Errorf("%w: the inode's table entry is moving to another island", metawire.ErrUnavailable)
 
 func newLockTable() *lockTable {
 	t := &lockTable{}

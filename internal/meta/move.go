@@ -22,7 +22,7 @@ import (
 //  1. freeze: every lease in the entry's buckets is broken and none is
 //     granted (their holders flush what they kept back); then no lock is
 //     granted on an inode there (every change takes one: changes fail
-//     with ErrBusy and clients retry) and no inode id is handed out;
+//     with ErrUnavailable and clients retry) and no inode id is handed out;
 //     changes already running end; then the move marker (gMoving) is
 //     written. Reads go on.
 //  2. copy: the entry's records, read from one snapshot, go to the

@@ -234,7 +234,7 @@ func TestMoveEntryCrashes(t *testing.T) {
 				for _, d := range dirs {
 					if namespace.Ino(d.Ino).Bucket()>>(32-uint(c.m.Table().Depth)) == entry {
 						_, err := c.isl[1].Handle(bg, metawire.OpCreate, c.m.Epoch(), metawire.Marshal(&metawire.CreateReq{Dir: d.Ino, Name: "frozen", Mode: 0o644}))
-						wantErr(t, err, metawire.ErrBusy, "create in a frozen entry")
+						wantErr(t, err, metawire.ErrUnavailable, "create in a frozen entry")
 						if _, err := c.root().getattr(d.Ino); err != nil {
 							t.Fatalf("getattr in a frozen entry: %v", err)
 						}
