@@ -254,6 +254,8 @@ func islandReplicas(st *cluster.Status) map[uint32]struct {
 type tableJSON struct {
 	Depth   uint8    `json:"depth"`
 	Entries []uint32 `json:"entries"`
+	// Moves are the entries moving between islands (atoll island).
+	Moves []cluster.EntryMove `json:"moves"`
 }
 
 type jobJSON struct {
@@ -277,6 +279,7 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 	if out.Table.Entries == nil {
 		out.Table.Entries = []uint32{}
 	}
+	out.Table.Moves = append([]cluster.EntryMove{}, m.Moves...)
 	for _, v := range st.Voters {
 		out.Voters = append(out.Voters, voterJSON{ID: v.RaftID, RaftAddr: v.RaftAddr, Addr: v.ClientAddr, Voter: v.Voter})
 	}
@@ -417,6 +420,17 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", id, is.State, shares[id], share)
 		}
 		tw.Flush()
+		if len(m.Moves) > 0 {
+			bw.printf("  %d entries moving:", len(m.Moves))
+			for k, mv := range m.Moves {
+				if k == 8 {
+					bw.printf(" ...")
+					break
+				}
+				bw.printf(" %d (%d -> %d)", mv.Entry, mv.From, mv.To)
+			}
+			bw.printf("\n")
+		}
 		reps := islandReplicas(st)
 		for _, id := range ids {
 			r, ok := reps[id]

@@ -17,9 +17,10 @@ import (
 // manager to flip the entry (FinishMove); the table keeps naming From
 // until then. See internal/meta's doc ("Moving table entries").
 type EntryMove struct {
-	ID       uint64 // unique in the map's history: the epoch that added it << 16 | its index
-	Entry    uint32
-	From, To uint32
+	ID    uint64 `json:"id"` // unique in the map's history: the epoch that added it << 16 | its index
+	Entry uint32 `json:"entry"`
+	From  uint32 `json:"from"`
+	To    uint32 `json:"to"`
 }
 
 func (mv EntryMove) String() string {
