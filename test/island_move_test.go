@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/devcluster"
 )
 
 // islandCmd runs `atoll island ARGS` against cl and fails the test if it
@@ -195,6 +197,79 @@ func TestIslandMoveKill9(t *testing.T) {
 	t.Logf("%d operations, %d failed, the slowest successful one took %v", s.ops, len(s.errs), s.longest.Round(time.Millisecond))
 	if len(s.errs) > 0 {
 		t.Fatalf("%d operations failed, first: %v", len(s.errs), s.errs[0])
+	}
+	s.check(t)
+	fsckClean(t, conn)
+}
+
+// TestIslandsGrowWhileServing: a cluster of 2 single-copy islands grows
+// to 4 (two new island processes start, register, and `atoll island add`
+// gives each its share) and shrinks to 3 (`atoll island remove 2`) while
+// a create/write/rename storm runs through the FUSE mount: no operation
+// fails, every file reads back exact, renamed-away names stay gone, the
+// table is even after each step and fsck is clean.
+func TestIslandsGrowWhileServing(t *testing.T) {
+	fuseUsable(t)
+	cl, base := startDev(t, 5, 2, 2, func(c *devcluster.Config) { c.IslandReplicas = 1; c.CleanInterval = -1 })
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	even := func(ids ...uint32) {
+		t.Helper()
+		m, err := conn.Cluster.Map(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := entryCounts(m)
+		lo, hi := len(m.Table.Entries), 0
+		for _, id := range ids {
+			lo, hi = min(lo, c[id]), max(hi, c[id])
+		}
+		if hi-lo > 1 || len(m.Moves) != 0 || lo == 0 {
+			t.Fatalf("entries %v over islands %v, moves %v", c, ids, m.Moves)
+		}
+		t.Logf("entries: %v", c)
+	}
+	// The new islands start (and are stopped at the end after the
+	// mount, which syncs with them at unmount).
+	for id := uint32(3); id <= 4; id++ {
+		dir := filepath.Join(t.TempDir(), fmt.Sprintf("island%d", id))
+		child, err := devcluster.Start(ctx, devcluster.ChildSpec{
+			Name: fmt.Sprintf("island%d", id), Exe: atoll(t),
+			Args: []string{"meta", "--dir", dir, "--id", fmt.Sprint(id), "--listen", fmt.Sprintf("127.0.0.1:%d", base+2+5+2+int(id)-3),
+				"--manager", cl.Manager, "--key", cl.KeyPath, "--log-level", "warn"},
+			AddrFile: dir + ".addr",
+			Output:   os.Stderr,
+			NoWait:   true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(child.Kill)
+		waitEvent(t, fmt.Sprintf("island %d registered and up", id), func() error {
+			m, err := conn.Cluster.Map(ctx, 0)
+			if err != nil {
+				return err
+			}
+			if is, ok := m.Island(id); !ok || is.State != cluster.StateUp {
+				return fmt.Errorf("island %d: %+v", id, is)
+			}
+			return nil
+		})
+	}
+	_, mnt := mountFS(t, conn.FS)
+	s := startStorm(t, mnt, 4, dirOnIsland(t, conn, mnt, 1), dirOnIsland(t, conn, mnt, 2))
+	time.Sleep(time.Second)
+	for id := uint32(3); id <= 4; id++ {
+		t.Logf("add %d: %s", id, islandCmd(t, managerAddr(cl.Manager), "add", fmt.Sprint(id)))
+	}
+	even(1, 2, 3, 4)
+	t.Logf("remove 2: %s", islandCmd(t, managerAddr(cl.Manager), "remove", "2"))
+	even(1, 3, 4)
+	time.Sleep(time.Second)
+	s.halt()
+	t.Logf("%d operations, %d failed, the slowest successful one took %v", s.ops, len(s.errs), s.longest.Round(time.Millisecond))
+	if len(s.errs) > 0 {
+		t.Fatalf("%d operations failed across the moves, first: %v", len(s.errs), s.errs[0])
 	}
 	s.check(t)
 	fsckClean(t, conn)
