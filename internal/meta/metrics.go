@@ -33,6 +33,9 @@ import (
 //	                                                  involved: this one plus every other it called
 //	                                                  ("1", "2", "3", "4+"; Archipelago's one-island
 //	                                                  measure; peer and cleaner requests not counted)
+//	atoll_meta_moves_total{role}             counter  table entries moved away (role="source", flipped) or
+//	                                                  received (role="destination", applied)
+//	atoll_meta_move_frozen_seconds           histogram how long a moving entry's changes waited: freeze to flip
 //	atoll_meta_block_cache_hits_total        counter  pebble block cache hits (the island's record cache)
 //	atoll_meta_block_cache_misses_total      counter
 //	atoll_meta_block_cache_bytes             gauge
@@ -56,7 +59,7 @@ var metaOps = []struct {
 	{metawire.OpLiveBytes, "livebytes"}, {metawire.OpStripeRefs, "striperefs"}, {metawire.OpSync, "sync"}, {metawire.OpForget, "forget"},
 	{metawire.OpLease, "lease"}, {metawire.OpLeasePoll, "leasepoll"},
 	{metawire.OpPrepare, "prepare"}, {metawire.OpDecide, "decide"}, {metawire.OpOutcome, "outcome"},
-	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"},
+	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"}, {metawire.OpImportEntry, "importentry"},
 }
 
 // maxMetaOp bounds the op codes with their own label: codes without a
@@ -111,7 +114,9 @@ type islandMetrics struct {
 	replayed                          prometheus.Counter
 	leaseGrants                       prometheus.Counter
 	islands                           [4]prometheus.Counter // client requests involving 1, 2, 3, 4+ islands
-	requests                          atomic.Uint64         // plain total, for heartbeats
+	movedAway, movedIn                prometheus.Counter
+	frozen                            prometheus.Observer
+	requests                          atomic.Uint64 // plain total, for heartbeats
 }
 
 func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
@@ -151,7 +156,17 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 	for k, l := range []string{"1", "2", "3", "4+"} {
 		m.islands[k] = islands.WithLabelValues(l)
 	}
-	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed, m.leaseGrants, islands}
+	moves := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "atoll_meta_moves_total", Help: "Namespace table entries moved away from (source) or received by (destination) this island.",
+		ConstLabels: labels,
+	}, []string{"role"})
+	m.movedAway, m.movedIn = moves.WithLabelValues("source"), moves.WithLabelValues("destination")
+	frozen := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "atoll_meta_move_frozen_seconds", Help: "How long a moving table entry refused changes: from its freeze to its flip.",
+		ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(1e-3, 4, 9), // 1ms .. 65s
+	})
+	m.frozen = frozen
+	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed, m.leaseGrants, islands, moves, frozen}
 	return m
 }
 
@@ -161,7 +176,8 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 // request.
 var peerOp = func() (p [maxMetaOp + 1]bool) {
 	for _, op := range []uint16{metawire.OpPrepare, metawire.OpDecide, metawire.OpOutcome, metawire.OpAllocIno,
-		metawire.OpClean, metawire.OpLiveBytes, metawire.OpStripeRefs, metawire.OpForget, metawire.OpFsck, metawire.OpLeasePoll} {
+		metawire.OpClean, metawire.OpLiveBytes, metawire.OpStripeRefs, metawire.OpForget, metawire.OpFsck, metawire.OpLeasePoll,
+		metawire.OpImportEntry} {
 		p[op] = true
 	}
 	return p

@@ -296,6 +296,8 @@ func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespac
 	if err != nil {
 		return fmt.Errorf("move %d: flipping the entry: %w", mv.ID, err)
 	}
+	i.met.movedAway.Inc()
+	i.met.frozen.Observe(time.Since(frozenAt).Seconds())
 	i.log.Info("meta: moved a table entry", "move", mv.ID, "entry", mv.Entry, "to", mv.To, "epoch", epoch, "frozen", time.Since(frozenAt))
 	if err := i.fp(FailMoveAfterFlip); err != nil {
 		return err
@@ -616,6 +618,7 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 	if err := i.fp(FailMoveAfterImport); err != nil {
 		return err
 	}
+	i.met.movedIn.Inc()
 	i.log.Info("meta: received a moving table entry", "move", r.MoveID, "from", r.From, "records", len(im.keys))
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -175,6 +177,9 @@ func TestMoveEntry(t *testing.T) {
 	var sr metawire.SyncResp
 	if err := metawire.Unmarshal(out, &sr); err != nil || sr.Boot != c.isl[2].boot || !slices.Contains(sr.Adopted, c.isl[1].boot) {
 		t.Fatalf("island 2's sync answer %+v (%v): want its boot %x adopting island 1's %x", sr, err, c.isl[2].boot, c.isl[1].boot)
+	}
+	if a, b := testutil.ToFloat64(c.isl[1].met.movedAway), testutil.ToFloat64(c.isl[2].met.movedIn); a != 1 || b != 1 {
+		t.Fatalf("moves counted: %v away from island 1, %v into island 2", a, b)
 	}
 	moved := 0
 	for _, d := range dirs {
