@@ -106,8 +106,8 @@ func (a managerAddr) ManagerAddr() string { return string(a) }
 
 // TestIslandMoveKill9: entry moves from island 1 to island 2 (both
 // replicated) under a FUSE storm, with kill -9 of the source's leader at
-// each of its move failpoints (after the freeze, after the copy, after
-// the flip), of the destination's leader after it applied the records,
+// each of its move failpoints (after the base copy, after the freeze,
+// after the copy, after the flip), of the destination's leader after it applied the records,
 // and of the manager right after it recorded a move. Each time the move
 // completes (another replica takes over the island and resumes from the
 // replicated markers, or the restarted manager serves the map), no
@@ -160,6 +160,7 @@ func TestIslandMoveKill9(t *testing.T) {
 		})
 	}
 	for _, fp := range []struct{ server, name string }{
+		{"island1", "meta.move.afterBase"},
 		{"island1", "meta.move.afterFreeze"},
 		{"island1", "meta.move.afterCopy"},
 		{"island1", "meta.move.afterFlip"},

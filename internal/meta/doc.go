@@ -62,6 +62,7 @@
 //	FF FF FF FF FF 'V' move(8)     entry frozen to move it: u32 first, u32 last bucket, u32 to island
 //	FF FF FF FF FF 'W' move(8)     moved entry received: u32 first, u32 last bucket, u32 from island
 //	FF FF FF FF FF 'X' boot(8)     incarnation adopted with a moved entry: u64 ns until when (raw)
+//	FF FF FF FF FF 'Y' move(8)     moving entry's base copy received: u32 first, u32 last bucket, u32 from island
 //
 // Every value is u8 version (1), a payload, and u32 CRC32C (Castagnoli)
 // of the version and payload; a value failing either is ErrIO. In
@@ -327,6 +328,7 @@
 //	meta.participant.beforeApply   participant: commit received, not applied
 //	meta.participant.afterApply    participant: applied, not answered
 //	meta.local.beforeCommit        single-island operation validated, not committed
+//	meta.move.afterBase            move source: base copy applied by the destination, not frozen
 //	meta.move.afterFreeze          move source: entry frozen, marker durable, nothing copied
 //	meta.move.afterCopy            move source: destination applied the records, no flip
 //	meta.move.afterFlip            move source: map flipped, records not dropped

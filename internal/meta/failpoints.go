@@ -7,5 +7,5 @@ import "github.com/atoll-fs/atoll/internal/faults"
 func init() {
 	faults.Register(FailTxAfterIntent, FailTxAfterPrepare, FailTxAfterDecision, FailTxAfterDecide,
 		FailParticipantAfterPrepare, FailParticipantBeforeApply, FailParticipantAfterApply, FailLocalBeforeCommit,
-		FailMoveAfterFreeze, FailMoveAfterCopy, FailMoveAfterFlip, FailMoveAfterImport)
+		FailMoveAfterBase, FailMoveAfterFreeze, FailMoveAfterCopy, FailMoveAfterFlip, FailMoveAfterImport)
 }

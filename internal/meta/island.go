@@ -723,6 +723,10 @@ func (i *Island) write(ctx context.Context, b *pebble.Batch, lazy bool) error {
 		return err
 	}
 	defer done()
+	// A moving entry's changes since its base copy go with its delta;
+	// noted whether or not the write succeeds (a failed replication may
+	// still apply), once it is no longer running.
+	defer i.noteWrite(b)
 	if i.repl != nil {
 		return i.repl.Replicate(ctx, b.Repr())
 	}

@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -19,17 +22,23 @@ import (
 // table entries"). The source island drives a move; every step is
 // resumable from what is durable:
 //
+//  0. base copy: while the entry still serves, its records from one
+//     snapshot go to the destination (OpImportEntry, ImportBase, in
+//     chunks; applied there at once, not served), and the keys every
+//     change writes in the entry from then on are noted.
 //  1. freeze: every lease in the entry's buckets is broken and none is
 //     granted (their holders flush what they kept back); then no lock is
 //     granted on an inode there (every change takes one: changes fail
 //     with ErrUnavailable and clients retry) and no inode id is handed out;
 //     changes already running end; then the move marker (gMoving) is
 //     written. Reads go on.
-//  2. copy: the entry's records, read from one snapshot, go to the
-//     destination in chunks (OpImportEntry); it applies them at once with
-//     the live-byte and statistics counters they carry and its own
-//     marker (gImported), and answers a repeated copy without applying it
-//     again.
+//  2. delta: the noted keys' records as they are now go to the
+//     destination (ImportDelta), which applies them over the base with
+//     the live-byte and statistics counters they carry and its own marker
+//     (gImported), and answers a repeated copy without applying it again.
+//     A source that restarted frozen (it lost the noted keys), or whose
+//     destination lost the base, copies the whole entry instead
+//     (ImportWhole): the freeze then lasts the whole copy.
 //  3. flip: the manager gives the entry to the destination (FinishMove,
 //     a new epoch). From then on clients and islands with the new map go
 //     to the destination; this island answers ErrWrongIsland once its
@@ -46,6 +55,7 @@ import (
 
 // Failpoint names of a move (source island).
 const (
+	FailMoveAfterBase   = "meta.move.afterBase"   // base copy applied by the destination, entry not frozen
 	FailMoveAfterFreeze = "meta.move.afterFreeze" // entry frozen and marker durable, nothing copied
 	FailMoveAfterCopy   = "meta.move.afterCopy"   // destination applied the records, map not flipped
 	FailMoveAfterFlip   = "meta.move.afterFlip"   // map flipped, records not dropped
@@ -57,7 +67,19 @@ const (
 	gMoving   = 'V' // move id(8) -> first, last, to: this island froze the entry to move it
 	gImported = 'W' // move id(8) -> first, last, from: this island holds a moved entry's records
 	gAdopted  = 'X' // boot(8) -> u64 ns until when: an incarnation whose records this island took over
+	gBase     = 'Y' // move id(8) -> first, last, from: this island holds a moving entry's base copy
 )
+
+// maxNoted bounds the keys noted for a move's delta; past it the delta
+// is a whole copy.
+const maxNoted = 1 << 20
+
+// noted are the keys changes wrote in a moving entry since its base copy.
+type noted struct {
+	r    bucketRange
+	keys map[string]struct{}
+	over bool
+}
 
 // adoptKeep is how long an island answers syncs with an incarnation it
 // adopted: longer than a client keeps a lazy change unsettled.
@@ -158,18 +180,72 @@ type moves struct {
 		flipped map[uint64]time.Time
 		// importing gathers the chunks of moves into this island.
 		importing map[uint64]*importing
+		// noting are the entries moving away whose changes are noted.
+		noting map[uint64]*noted
 	}
+	nNoting atomic.Int32 // len(mu.noting), read by every write
 }
 
 type importing struct {
+	phase        uint8
 	next         uint32
 	keys, values [][]byte
+	deleted      [][]byte
 }
 
 func (m *moves) init() {
 	m.mu.withdrawn = map[uint64]func(){}
 	m.mu.flipped = map[uint64]time.Time{}
 	m.mu.importing = map[uint64]*importing{}
+	m.mu.noting = map[uint64]*noted{}
+}
+
+// note starts noting the keys changes write in r for move id.
+func (i *Island) note(id uint64, r bucketRange) *noted {
+	n := &noted{r: r, keys: map[string]struct{}{}}
+	i.moves.mu.Lock()
+	defer i.moves.mu.Unlock()
+	i.moves.mu.noting[id] = n
+	i.moves.nNoting.Store(int32(len(i.moves.mu.noting)))
+	return n
+}
+
+func (i *Island) unnote(id uint64) {
+	i.moves.mu.Lock()
+	defer i.moves.mu.Unlock()
+	delete(i.moves.mu.noting, id)
+	i.moves.nNoting.Store(int32(len(i.moves.mu.noting)))
+}
+
+// noteWrite notes the keys of b in entries being noted (write calls it
+// once b is applied, or failed to be: noting too much costs nothing).
+func (i *Island) noteWrite(b *pebble.Batch) {
+	if i.moves.nNoting.Load() == 0 {
+		return
+	}
+	i.moves.mu.Lock()
+	defer i.moves.mu.Unlock()
+	r := b.Reader()
+	for {
+		_, key, _, ok, err := r.Next()
+		if err != nil || !ok {
+			return
+		}
+		if len(key) < 5 || key[4] >= 0x80 {
+			continue
+		}
+		bk := binary.BigEndian.Uint32(key)
+		for _, n := range i.moves.mu.noting {
+			if !n.r.has(bk) || n.over {
+				continue
+			}
+			if len(n.keys) >= maxNoted {
+				n.over, n.keys = true, nil
+				continue
+			}
+			n.keys[string(key)] = struct{}{}
+		}
+	}
 }
 
 // marks reads every record under tag.
@@ -260,15 +336,17 @@ func (i *Island) moveOnce(ctx context.Context) error {
 	}
 	// Moves into this island that ended: forget their markers (and, for a
 	// cancelled one, the records it would have received).
-	imported, err := i.marks(gImported)
-	if err != nil {
-		return err
-	}
-	for id, m := range imported {
-		if _, pending := tab.Move(id); pending {
-			continue
+	for _, tag := range []byte{gImported, gBase} {
+		imported, err := i.marks(tag)
+		if err != nil {
+			return err
 		}
-		errs = append(errs, i.forgetImport(ctx, id, m, tab.Lookup(m.r.first) != i.id))
+		for id, m := range imported {
+			if _, pending := tab.Move(id); pending {
+				continue
+			}
+			errs = append(errs, i.forgetImport(ctx, tag, id, m, tab.Lookup(m.r.first) != i.id))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -278,12 +356,48 @@ func (i *Island) moveOnce(ctx context.Context) error {
 func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespace.PendingMove) error {
 	first, last := namespace.EntryRange(tab.Depth, mv.Entry)
 	m := moveMark{r: bucketRange{first, last}, other: mv.To}
+	_, frozen, err := get(i.db, moveKey(gMoving, mv.ID))
+	if err != nil {
+		return err
+	}
+	var n *noted
+	if !frozen {
+		// The base copy, while the entry serves; its changes from the
+		// snapshot on are noted (noting starts first).
+		n = i.note(mv.ID, m.r)
+		defer i.unnote(mv.ID)
+		if err := i.copyEntry(ctx, mv.ID, m, metawire.ImportBase); err != nil {
+			return fmt.Errorf("move %d: base copy to island %d: %w", mv.ID, mv.To, err)
+		}
+		if err := i.fp(FailMoveAfterBase); err != nil {
+			return err
+		}
+	}
 	if err := i.freezeEntry(ctx, mv.ID, m); err != nil {
 		return fmt.Errorf("move %d: freezing: %w", mv.ID, err)
 	}
 	frozenAt := time.Now()
-	if err := i.copyEntry(ctx, mv.ID, m); err != nil {
-		return fmt.Errorf("move %d: copying to island %d: %w", mv.ID, mv.To, err)
+	whole := n == nil
+	if !whole {
+		i.moves.mu.Lock()
+		over, keys := n.over, n.keys
+		n.keys = nil
+		i.moves.mu.Unlock()
+		whole = over
+		if !over {
+			err := i.copyDelta(ctx, mv.ID, m, keys)
+			switch {
+			case errors.Is(err, errNoBase):
+				whole = true
+			case err != nil:
+				return fmt.Errorf("move %d: delta copy to island %d: %w", mv.ID, mv.To, err)
+			}
+		}
+	}
+	if whole {
+		if err := i.copyEntry(ctx, mv.ID, m, metawire.ImportWhole); err != nil {
+			return fmt.Errorf("move %d: copying to island %d: %w", mv.ID, mv.To, err)
+		}
 	}
 	if err := i.fp(FailMoveAfterCopy); err != nil {
 		return err
@@ -377,8 +491,9 @@ func (i *Island) forgetSeqLocked(r bucketRange) {
 	}
 }
 
-// copyEntry is step 2: the entry's records from one snapshot, in chunks.
-func (i *Island) copyEntry(ctx context.Context, id uint64, m moveMark) error {
+// copyEntry sends the entry's records from one snapshot, in chunks: a
+// base copy (step 0) or, frozen, a whole one (step 2).
+func (i *Island) copyEntry(ctx context.Context, id uint64, m moveMark, phase uint8) error {
 	snap := i.db.NewSnapshot()
 	defer snap.Close()
 	lo, hi := BucketSpan(m.r.first, m.r.last)
@@ -391,11 +506,11 @@ func (i *Island) copyEntry(ctx context.Context, id uint64, m moveMark) error {
 	if err != nil {
 		return err
 	}
-	req := metawire.ImportReq{MoveID: id, From: uint32(i.id), First: m.r.first, Last: m.r.last}
+	req := metawire.ImportReq{MoveID: id, From: uint32(i.id), First: m.r.first, Last: m.r.last, Phase: phase}
 	size := 0
 	send := func(final bool) error {
 		req.Final = final
-		if final {
+		if final && phase == metawire.ImportWhole {
 			req.Boots = append([]uint64{i.boot}, boots...)
 		}
 		if _, err := i.call(ctx, m.other, metawire.OpImportEntry, &req, nil); err != nil {
@@ -418,6 +533,58 @@ func (i *Island) copyEntry(ctx context.Context, id uint64, m moveMark) error {
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("%w: %v", metawire.ErrIO, err)
+	}
+	return send(true)
+}
+
+// errNoBase: the destination has no base copy for a delta.
+var errNoBase = errors.New("meta: the destination has no base copy")
+
+// copyDelta is step 2 after a base copy: the noted keys as they are now
+// (frozen: they change no more), in chunks.
+func (i *Island) copyDelta(ctx context.Context, id uint64, m moveMark, keys map[string]struct{}) error {
+	boots, err := i.adopted()
+	if err != nil {
+		return err
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	slices.Sort(sorted)
+	req := metawire.ImportReq{MoveID: id, From: uint32(i.id), First: m.r.first, Last: m.r.last, Phase: metawire.ImportDelta}
+	size := 0
+	send := func(final bool) error {
+		req.Final = final
+		if final {
+			req.Boots = append([]uint64{i.boot}, boots...)
+		}
+		if _, err := i.call(ctx, m.other, metawire.OpImportEntry, &req, nil); err != nil {
+			if errors.Is(err, metawire.ErrBusy) && strings.Contains(err.Error(), "no base copy") {
+				return fmt.Errorf("%w: %v", errNoBase, err)
+			}
+			return err
+		}
+		req.Chunk++
+		req.Keys, req.Values, req.Deleted, size = req.Keys[:0], req.Values[:0], req.Deleted[:0], 0
+		return nil
+	}
+	for _, k := range sorted {
+		v, ok, err := get(i.db, []byte(k))
+		if err != nil {
+			return err
+		}
+		if size > 0 && size+len(k)+len(v) > metawire.MaxImportChunk {
+			if err := send(false); err != nil {
+				return err
+			}
+		}
+		if ok {
+			req.Keys, req.Values = append(req.Keys, []byte(k)), append(req.Values, v)
+		} else {
+			req.Deleted = append(req.Deleted, []byte(k))
+		}
+		size += len(k) + len(v) + 8
 	}
 	return send(true)
 }
@@ -535,9 +702,10 @@ func account(k, v []byte, d *deltas, sign int64) ([][]byte, error) {
 }
 
 // importEntry serves OpImportEntry (the destination of a move): chunks
-// are gathered in memory; the final one applies the entry in one batch.
+// are gathered in memory; the final one applies the phase in one batch.
 func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
-	if r.First > r.Last || len(r.Keys) != len(r.Values) || len(r.Boots) > maxAdopted+1 {
+	if r.First > r.Last || len(r.Keys) != len(r.Values) || len(r.Boots) > maxAdopted+1 || r.Phase > metawire.ImportDelta ||
+		len(r.Deleted) > 0 && r.Phase != metawire.ImportDelta {
 		return fmt.Errorf("%w: import of buckets %08x..%08x", metawire.ErrBadRequest, r.First, r.Last)
 	}
 	if err := i.checkImport(ctx, r); err != nil {
@@ -547,24 +715,27 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 		return err // applied already: the source repeats a copy it lost the answer of
 	}
 	lo, hi := BucketSpan(r.First, r.Last)
-	for _, k := range r.Keys {
-		if string(k) < string(lo) || string(k) >= string(hi) {
-			return fmt.Errorf("%w: import of buckets %08x..%08x carries key %x", metawire.ErrBadRequest, r.First, r.Last, k)
+	for _, ks := range [][][]byte{r.Keys, r.Deleted} {
+		for _, k := range ks {
+			if string(k) < string(lo) || string(k) >= string(hi) {
+				return fmt.Errorf("%w: import of buckets %08x..%08x carries key %x", metawire.ErrBadRequest, r.First, r.Last, k)
+			}
 		}
 	}
 	i.moves.mu.Lock()
 	im := i.moves.mu.importing[r.MoveID]
 	switch {
 	case r.Chunk == 0:
-		im = &importing{}
+		im = &importing{phase: r.Phase}
 		i.moves.mu.importing[r.MoveID] = im
-	case im == nil || im.next != r.Chunk:
+	case im == nil || im.next != r.Chunk || im.phase != r.Phase:
 		i.moves.mu.Unlock()
-		return fmt.Errorf("%w: import %d: chunk %d out of order", metawire.ErrBusy, r.MoveID, r.Chunk)
+		return fmt.Errorf("%w: import %d: chunk %d of phase %d out of order", metawire.ErrBusy, r.MoveID, r.Chunk, r.Phase)
 	}
 	im.next++
 	im.keys = append(im.keys, r.Keys...)
 	im.values = append(im.values, r.Values...)
+	im.deleted = append(im.deleted, r.Deleted...)
 	if !r.Final {
 		i.moves.mu.Unlock()
 		return nil
@@ -573,39 +744,63 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 	i.moves.mu.Unlock()
 
 	br := bucketRange{r.First, r.Last}
+	mark := moveMark{r: br, other: namespace.IslandID(r.From)}.encode()
 	b := i.db.NewIndexedBatch()
 	defer b.Close()
 	var d deltas
-	// Records left of an earlier stay of these buckets (a cancelled move
-	// in) go first, with what they counted for.
-	if err := dropSpan(b, br, &d); err != nil {
-		return err
-	}
-	for k := range im.keys {
-		if err := b.Set(im.keys[k], im.values[k], nil); err != nil {
+	if r.Phase == metawire.ImportDelta {
+		if _, ok, err := get(i.db, moveKey(gBase, r.MoveID)); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("%w: import %d: no base copy for a delta", metawire.ErrBusy, r.MoveID)
+		}
+		// Each noted key replaces (or deletes) what the base had, with
+		// what that counted for.
+		for _, k := range im.deleted {
+			if err := replaceRecord(b, k, nil, &d); err != nil {
+				return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
+			}
+		}
+		for k := range im.keys {
+			if err := replaceRecord(b, im.keys[k], im.values[k], &d); err != nil {
+				return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
+			}
+		}
+		if err := b.Delete(moveKey(gBase, r.MoveID), nil); err != nil {
 			return err
 		}
-		refs, err := account(im.keys[k], im.values[k], &d, 1)
-		if err != nil {
-			return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
+	} else {
+		// Records left of an earlier stay of these buckets (a cancelled
+		// move in, an earlier base) go first, with what they counted for.
+		if err := dropSpan(b, br, &d); err != nil {
+			return err
 		}
-		for _, ref := range refs {
-			if err := b.Set(ref, nil, nil); err != nil {
+		for k := range im.keys {
+			if err := replaceRecord(b, im.keys[k], im.values[k], &d); err != nil {
+				return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
+			}
+		}
+		if r.Phase == metawire.ImportBase {
+			if err := b.Set(moveKey(gBase, r.MoveID), mark, nil); err != nil {
 				return err
 			}
+		} else if err := b.Delete(moveKey(gBase, r.MoveID), nil); err != nil {
+			return err
 		}
 	}
 	if err := d.write(b); err != nil {
 		return err
 	}
-	if err := b.Set(moveKey(gImported, r.MoveID), moveMark{r: br, other: namespace.IslandID(r.From)}.encode(), nil); err != nil {
-		return err
-	}
-	until := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(adoptKeep).UnixNano()))
-	for _, boot := range r.Boots {
-		if boot != 0 && boot != i.boot {
-			if err := b.Set(binary.BigEndian.AppendUint64(globalKey(gAdopted), boot), until, nil); err != nil {
-				return err
+	if r.Phase != metawire.ImportBase {
+		if err := b.Set(moveKey(gImported, r.MoveID), mark, nil); err != nil {
+			return err
+		}
+		until := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(adoptKeep).UnixNano()))
+		for _, boot := range r.Boots {
+			if boot != 0 && boot != i.boot {
+				if err := b.Set(binary.BigEndian.AppendUint64(globalKey(gAdopted), boot), until, nil); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -615,12 +810,52 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 	i.seq.Lock()
 	i.forgetSeqLocked(br)
 	i.seq.Unlock()
+	if r.Phase == metawire.ImportBase {
+		i.log.Info("meta: received a moving table entry's base copy", "move", r.MoveID, "from", r.From, "records", len(im.keys))
+		return nil
+	}
 	if err := i.fp(FailMoveAfterImport); err != nil {
 		return err
 	}
 	i.met.movedIn.Inc()
-	i.log.Info("meta: received a moving table entry", "move", r.MoveID, "from", r.From, "records", len(im.keys))
+	i.log.Info("meta: received a moving table entry", "move", r.MoveID, "from", r.From, "phase", r.Phase,
+		"records", len(im.keys), "deleted", len(im.deleted))
 	return nil
+}
+
+// replaceRecord sets key to v in b (nil: deletes it), taking what the
+// record it replaces counted for off the counters and adding the new
+// one's (live bytes with stripe references, statistics).
+func replaceRecord(b *pebble.Batch, key, v []byte, d *deltas) error {
+	old, ok, err := get(b, key)
+	if err != nil {
+		return err
+	}
+	if ok {
+		refs, err := account(key, old, d, -1)
+		if err != nil {
+			return err
+		}
+		if err := deleteKeys(b, refs); err != nil {
+			return err
+		}
+	}
+	if v == nil {
+		if ok {
+			return b.Delete(key, nil)
+		}
+		return nil
+	}
+	refs, err := account(key, v, d, 1)
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		if err := b.Set(ref, nil, nil); err != nil {
+			return err
+		}
+	}
+	return b.Set(key, v, nil)
 }
 
 // checkImport accepts only an import the map has pending, into this
@@ -647,7 +882,7 @@ func (i *Island) checkImport(ctx context.Context, r *metawire.ImportReq) error {
 // forgetImport deletes the marker of a move into this island that ended;
 // drop also deletes the records it brought (the move was cancelled: the
 // entry is not this island's).
-func (i *Island) forgetImport(ctx context.Context, id uint64, m moveMark, drop bool) error {
+func (i *Island) forgetImport(ctx context.Context, tag byte, id uint64, m moveMark, drop bool) error {
 	b := i.db.NewIndexedBatch()
 	defer b.Close()
 	if drop {
@@ -659,7 +894,7 @@ func (i *Island) forgetImport(ctx context.Context, id uint64, m moveMark, drop b
 			return err
 		}
 	}
-	if err := b.Delete(moveKey(gImported, id), nil); err != nil {
+	if err := b.Delete(moveKey(tag, id), nil); err != nil {
 		return err
 	}
 	return i.write(ctx, b, false)

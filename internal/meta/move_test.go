@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -221,7 +222,7 @@ func TestMoveEntryCrashes(t *testing.T) {
 	for _, tc := range []struct {
 		fp     string
 		island namespace.IslandID
-	}{{FailMoveAfterFreeze, 1}, {FailMoveAfterCopy, 1}, {FailMoveAfterFlip, 1}, {FailMoveAfterImport, 2}} {
+	}{{FailMoveAfterBase, 1}, {FailMoveAfterFreeze, 1}, {FailMoveAfterCopy, 1}, {FailMoveAfterFlip, 1}, {FailMoveAfterImport, 2}} {
 		t.Run(tc.fp, func(t *testing.T) {
 			c, entry, dirs, live := moveSetup(t)
 			clone := c.crashAt(tc.island, tc.fp)
@@ -289,6 +290,101 @@ func TestMoveEntryCancelled(t *testing.T) {
 		if namespace.Ino(d.Ino).Bucket()>>(32-uint(c.m.Table().Depth)) == entry {
 			must(c.root().create(d.Ino, "after", 0o644))
 		}
+	}
+	c.mustFsck()
+}
+
+// TestMoveEntryDelta: changes made in the moving entry after its base
+// copy (new files with blocks, an unlink, a truncation to nothing, a
+// removed xattr, a new subdirectory) reach the destination with the
+// delta: the tree there is the tree at the freeze, and the live-byte
+// counters summed over the islands match the blocks that are left.
+func TestMoveEntryDelta(t *testing.T) {
+	c, entry, dirs, _ := moveSetup(t)
+	r := c.root()
+	var moving []metawire.Attr
+	for _, d := range dirs {
+		if namespace.Ino(d.Ino).Bucket()>>(32-uint(c.m.Table().Depth)) == entry {
+			moving = append(moving, d)
+		}
+	}
+	d := moving[0]
+	fired := false
+	c.fp[1].Enable(FailMoveAfterBase, faults.Action{Kind: faults.Call, Call: func(string) error {
+		if fired {
+			return nil
+		}
+		fired = true
+		names := must(r.names(d.Ino))
+		must(r.create(d.Ino, "new", 0o644))
+		nf := must(r.lookup(d.Ino, "new"))
+		must(r.commit(metawire.FileWrite{Ino: nf.Ino, Size: 4096, Blocks: []metawire.Block{{Index: 0, Ptr: ptr(9, 1, 0, 4096)}}}))
+		if err := r.unlink(d.Ino, "f0"); err != nil {
+			return err
+		}
+		if _, err := r.setattr(metawire.SetAttrReq{Ino: names["f1"], Valid: metawire.SetSize, Size: 0}); err != nil {
+			return err
+		}
+		if err := r.removexattr(names["f2"], "user.k"); err != nil {
+			return err
+		}
+		must(r.mkdir(d.Ino, "sub", 0o755))
+		return nil
+	}})
+	c.startMove(1, entry, 2)
+	c.waitMoved(entry, 2)
+	if !fired {
+		t.Fatal("the failpoint after the base copy never fired")
+	}
+	got := must(r.names(d.Ino))
+	if _, ok := got["f0"]; ok || len(got) != 4 || got["new"] == 0 || got["sub"] == 0 {
+		t.Fatalf("after the move: %v", got)
+	}
+	if a := must(r.getattr(got["f1"])); a.Size != 0 {
+		t.Fatalf("truncated file: size %d", a.Size)
+	}
+	if m := must(r.readmap(got["new"], 0, 4)); len(m.Blocks) != 1 {
+		t.Fatalf("new file's blocks: %+v", m)
+	}
+	if _, err := r.getxattr(got["f2"], "user.k"); err == nil {
+		t.Fatal("removed xattr came back")
+	}
+	// Live bytes: every block left, counted once.
+	want := map[fragment.StripeID]int64{}
+	for _, dd := range dirs {
+		for _, ino := range must(r.names(dd.Ino)) {
+			m, err := r.readmap(ino, 0, 16)
+			if err != nil {
+				continue // a directory
+			}
+			for _, b := range m.Blocks {
+				s, l, err := pointerStripe(b.Ptr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[s] += int64(l)
+			}
+		}
+	}
+	if got := c.liveSum(); !maps.Equal(got, want) {
+		t.Fatalf("live bytes after the move: %v\nwant %v", got, want)
+	}
+	c.mustFsck()
+}
+
+// TestMoveEntryLostBase: a destination without the base copy (here
+// deleted behind the source's back) refuses the delta; the source then
+// copies the whole entry, frozen, and the move completes whole.
+func TestMoveEntryLostBase(t *testing.T) {
+	c, entry, dirs, live := moveSetup(t)
+	c.fp[1].Enable(FailMoveAfterBase, faults.Action{Kind: faults.Call, Call: func(string) error {
+		return c.isl[2].del(bg, moveKey(gBase, 1), false)
+	}})
+	c.startMove(1, entry, 2)
+	c.waitMoved(entry, 2)
+	checkTree(t, c, dirs)
+	if got := c.liveSum(); !maps.Equal(got, live) {
+		t.Fatalf("live bytes after the move: %v, before %v", got, live)
 	}
 	c.mustFsck()
 }

@@ -7,24 +7,40 @@ import "github.com/atoll-fs/atoll/internal/wire"
 // the cluster key). ImportReq -> Empty.
 const OpImportEntry uint16 = 69
 
-// ImportReq is one chunk of a moving entry's records: the namespace keys
-// of buckets First..Last in key order, and with the chunk that has Final
-// set, the entry is complete. Chunk numbers start at 0 for each attempt;
-// a chunk 0 starts the move over (the source restarted), so the receiver
-// drops what it gathered of an earlier attempt. The receiver applies the
-// whole entry at once when the final chunk arrives, and answers a move it
-// already applied without applying it again.
+// Import phases (ImportReq.Phase).
+const (
+	// ImportWhole: every record of the entry; the final chunk completes
+	// the move's copy (the source is frozen).
+	ImportWhole uint8 = 0
+	// ImportBase: every record from a snapshot taken while the source
+	// still serves; a delta completes it.
+	ImportBase uint8 = 1
+	// ImportDelta: the records written since the base (Keys/Values set,
+	// Deleted deleted), sent once the source is frozen; the receiver
+	// refuses it (ErrBusy) without the base.
+	ImportDelta uint8 = 2
+)
+
+// ImportReq is one chunk of a moving entry's records: namespace keys of
+// buckets First..Last in key order. Chunk numbers start at 0 for each
+// phase of each attempt; a chunk 0 starts that phase over (the source
+// restarted), so the receiver drops what it gathered of an earlier one.
+// The receiver applies a phase at once when its final chunk arrives, and
+// answers a move whose copy it completed without applying it again.
 type ImportReq struct {
 	MoveID      uint64
 	From        uint32
 	First, Last uint32
+	Phase       uint8
 	Chunk       uint32
 	Final       bool
 	Keys        [][]byte // Keys[k] has value Values[k]
 	Values      [][]byte
-	// Boots (final chunk) are the source's incarnation and those it
-	// adopted: lazy changes they acknowledged are in the records, and
-	// the destination answers syncs with them (SyncResp.Adopted).
+	Deleted     [][]byte // ImportDelta: keys deleted since the base
+	// Boots (the final chunk of a whole copy or a delta) are the
+	// source's incarnation and those it adopted: lazy changes they
+	// acknowledged are in the records, and the destination answers syncs
+	// with them (SyncResp.Adopted).
 	Boots []uint64
 }
 
@@ -37,12 +53,17 @@ func (r *ImportReq) Encode(e *wire.Enc) {
 	e.U32(r.From)
 	e.U32(r.First)
 	e.U32(r.Last)
+	e.U8(r.Phase)
 	e.U32(r.Chunk)
 	e.Bool(r.Final)
 	e.Uvarint(uint64(len(r.Keys)))
 	for k := range r.Keys {
 		e.Bytes(r.Keys[k])
 		e.Bytes(r.Values[k])
+	}
+	e.Uvarint(uint64(len(r.Deleted)))
+	for _, k := range r.Deleted {
+		e.Bytes(k)
 	}
 	e.Uvarint(uint64(len(r.Boots)))
 	for _, b := range r.Boots {
@@ -55,6 +76,7 @@ func (r *ImportReq) Decode(d *wire.Dec) {
 	r.From = d.U32()
 	r.First = d.U32()
 	r.Last = d.U32()
+	r.Phase = d.U8()
 	r.Chunk = d.U32()
 	r.Final = d.Bool()
 	n := d.Count(2)
@@ -62,6 +84,11 @@ func (r *ImportReq) Decode(d *wire.Dec) {
 	for k := range n {
 		r.Keys[k] = d.Bytes()
 		r.Values[k] = d.Bytes()
+	}
+	n = d.Count(1)
+	r.Deleted = make([][]byte, n)
+	for k := range n {
+		r.Deleted[k] = d.Bytes()
 	}
 	n = d.Count(8)
 	r.Boots = make([]uint64, n)
