@@ -175,11 +175,12 @@ func TestIslandMoveKill9(t *testing.T) {
 		mv := moveOne()
 		select {
 		case <-cl.Child(fp.server).Done():
-			t.Logf("%s: %s crashed there", fp.name, fp.server)
 		case <-time.After(60 * time.Second):
 			t.Fatalf("failpoint %s never fired", fp.name)
 		}
+		crashed := time.Now()
 		waitDone(mv)
+		t.Logf("%s: %s crashed there; the move completed %v later", fp.name, fp.server, time.Since(crashed).Round(time.Millisecond))
 		if _, err := cl.RestartWith(ctx, fp.server); err != nil { // without the failpoint
 			t.Fatal(err)
 		}

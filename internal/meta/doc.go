@@ -304,19 +304,22 @@
 //
 // A table entry (its buckets: one key range, BucketSpan) moves to another
 // island while both serve (move.go; the cluster map's pending moves,
-// Table.Moves). The source freezes it (leases withdrawn; no inode lock or
-// id granted there, so changes get ErrUnavailable and clients retry; reads go
-// on), copies its records from one snapshot to the destination
-// (OpImportEntry in chunks, applied there at once with the live-byte
-// counters, stripe references and statistics they carry), asks the
-// manager to flip the entry, and a grace period after its own map has
-// the flip drops its copy. Markers ('V' at the source, 'W' at the
-// destination) make every step resumable and the import idempotent;
-// fsck skips the other island's copy of a moving entry. The destination
-// adopts the source's incarnations ('X'): its sync answers list them, so
-// a client's lazy change acknowledged by the source is known durable.
-// The freeze lasts one copy: a large entry stalls its changes for that
-// long (a copy before the freeze, then of the difference, would not).
+// Table.Moves). The source copies its records from one snapshot to the
+// destination while it still serves them (OpImportEntry, a base copy in
+// chunks, each applied as it comes with the live-byte counters, stripe
+// references and statistics it carries; the destination does not serve
+// them yet) and notes the keys changes write there from then on. Then it
+// freezes the entry (leases withdrawn; no inode lock or id granted
+// there, so changes get ErrUnavailable and clients retry; reads go on),
+// sends the noted keys as they are now (the delta), asks the manager to
+// flip the entry, and a grace period after its own map has the flip
+// drops its copy in bounded writes. Markers ('V' at the source, 'Y' and
+// 'W' at the destination) make every step resumable and the import
+// idempotent; a source that restarted frozen, or whose destination lost
+// the base, copies the whole entry frozen. fsck skips the other island's
+// copy of a moving entry. The destination adopts the source's
+// incarnations ('X'): its sync answers list them, so a client's lazy
+// change acknowledged by the source is known durable.
 //
 // # Failpoints
 //

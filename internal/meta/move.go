@@ -187,10 +187,10 @@ type moves struct {
 }
 
 type importing struct {
-	phase        uint8
-	next         uint32
-	keys, values [][]byte
-	deleted      [][]byte
+	phase            uint8
+	next             uint32
+	busy             bool // a chunk is being applied
+	records, deletes int
 }
 
 func (m *moves) init() {
@@ -522,7 +522,7 @@ func (i *Island) copyEntry(ctx context.Context, id uint64, m moveMark, phase uin
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k, v := it.Key(), it.Value()
-		if size > 0 && size+len(k)+len(v) > metawire.MaxImportChunk {
+		if size > 0 && size+len(k)+len(v) > importChunk {
 			if err := send(false); err != nil {
 				return err
 			}
@@ -574,7 +574,7 @@ func (i *Island) copyDelta(ctx context.Context, id uint64, m moveMark, keys map[
 		if err != nil {
 			return err
 		}
-		if size > 0 && size+len(k)+len(v) > metawire.MaxImportChunk {
+		if size > 0 && size+len(k)+len(v) > importChunk {
 			if err := send(false); err != nil {
 				return err
 			}
@@ -603,19 +603,8 @@ func (i *Island) dropMoved(ctx context.Context, id uint64, m moveMark) error {
 	if time.Since(at) < moveGrace {
 		return nil
 	}
-	b := i.db.NewIndexedBatch()
-	defer b.Close()
-	var d deltas
-	if err := dropSpan(b, m.r, &d); err != nil {
-		return fmt.Errorf("move %d: dropping the moved records: %w", id, err)
-	}
-	if err := d.write(b); err != nil {
-		return err
-	}
-	if err := b.Delete(moveKey(gMoving, id), nil); err != nil {
-		return err
-	}
-	if err := i.write(ctx, b, false); err != nil {
+	err := i.clearSpan(ctx, m.r, func(b *pebble.Batch) error { return b.Delete(moveKey(gMoving, id), nil) })
+	if err != nil {
 		return fmt.Errorf("move %d: dropping the moved records: %w", id, err)
 	}
 	i.log.Info("meta: dropped a moved table entry's records", "move", id, "buckets", fmt.Sprintf("%08x..%08x", m.r.first, m.r.last), "to", m.other)
@@ -644,30 +633,68 @@ func (i *Island) endMove(id uint64, r bucketRange) {
 	i.moves.mu.Unlock()
 }
 
-// dropSpan deletes every record of buckets r in b (which reads through
-// to the database), taking the blocks' bytes off the live counters, the
-// blocks' stripe references with them, and the inodes off the
-// statistics.
-func dropSpan(b *pebble.Batch, r bucketRange, d *deltas) error {
+// dropSpan deletes up to limit records (0: all) of buckets r in b
+// (which reads through to the database), taking the blocks' bytes off
+// the live counters, the blocks' stripe references with them, and the
+// inodes off the statistics. more reports records left.
+func dropSpan(b *pebble.Batch, r bucketRange, d *deltas, limit int) (more bool, err error) {
 	lo, hi := BucketSpan(r.first, r.last)
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return err
+		return false, err
 	}
 	var keys [][]byte
-	for ok := it.First(); ok; ok = it.Next() {
+	n := 0
+	ok := it.First()
+	for ; ok && (limit == 0 || n < limit); ok = it.Next() {
 		k := append([]byte(nil), it.Key()...)
 		refs, err := account(k, it.Value(), d, -1)
 		if err != nil {
 			it.Close()
-			return err
+			return false, err
 		}
 		keys = append(append(keys, k), refs...)
+		n++
 	}
 	if err := it.Close(); err != nil {
-		return err
+		return false, err
 	}
-	return deleteKeys(b, keys)
+	return ok, deleteKeys(b, keys)
+}
+
+// dropBatch bounds the records one batch of clearSpan deletes: a large
+// entry is dropped in many writes (a replicated island's log entries
+// stay small), never half counted (each carries its own counters).
+// importChunk bounds the record bytes of one OpImportEntry. (Variables:
+// tests make them small, so every move takes many.)
+var (
+	dropBatch   = 4096
+	importChunk = metawire.MaxImportChunk
+)
+
+// clearSpan deletes every record of buckets r, dropBatch at a time, each
+// write with the counters of what it deleted; last (may be nil) adds to
+// the final write (a marker's deletion), which happens even when r is
+// empty.
+func (i *Island) clearSpan(ctx context.Context, r bucketRange, last func(*pebble.Batch) error) error {
+	for {
+		b := i.db.NewIndexedBatch()
+		var d deltas
+		more, err := dropSpan(b, r, &d, dropBatch)
+		if err == nil {
+			err = d.write(b)
+		}
+		if err == nil && !more && last != nil {
+			err = last(b)
+		}
+		if err == nil && !b.Empty() {
+			err = i.write(ctx, b, false)
+		}
+		b.Close()
+		if err != nil || !more {
+			return err
+		}
+	}
 }
 
 // account adds (sign 1) or takes off (sign -1) what record k, v counts
@@ -701,8 +728,9 @@ func account(k, v []byte, d *deltas, sign int64) ([][]byte, error) {
 	return nil, nil
 }
 
-// importEntry serves OpImportEntry (the destination of a move): chunks
-// are gathered in memory; the final one applies the phase in one batch.
+// importEntry serves OpImportEntry (the destination of a move): each
+// chunk is applied as it comes, in order; the final one completes the
+// phase.
 func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 	if r.First > r.Last || len(r.Keys) != len(r.Values) || len(r.Boots) > maxAdopted+1 || r.Phase > metawire.ImportDelta ||
 		len(r.Deleted) > 0 && r.Phase != metawire.ImportDelta {
@@ -732,86 +760,103 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 		i.moves.mu.Unlock()
 		return fmt.Errorf("%w: import %d: chunk %d of phase %d out of order", metawire.ErrBusy, r.MoveID, r.Chunk, r.Phase)
 	}
-	im.next++
-	im.keys = append(im.keys, r.Keys...)
-	im.values = append(im.values, r.Values...)
-	im.deleted = append(im.deleted, r.Deleted...)
-	if !r.Final {
+	if im.busy {
 		i.moves.mu.Unlock()
-		return nil
+		return fmt.Errorf("%w: import %d: a chunk is being applied", metawire.ErrBusy, r.MoveID)
 	}
-	delete(i.moves.mu.importing, r.MoveID)
+	im.busy = true
 	i.moves.mu.Unlock()
+	applied := false
+	defer func() {
+		i.moves.mu.Lock()
+		im.busy = false
+		if applied {
+			im.next++
+			im.records += len(r.Keys)
+			im.deletes += len(r.Deleted)
+		} else if i.moves.mu.importing[r.MoveID] == im {
+			delete(i.moves.mu.importing, r.MoveID) // the source starts the phase over
+		}
+		if r.Final && applied {
+			delete(i.moves.mu.importing, r.MoveID)
+		}
+		i.moves.mu.Unlock()
+	}()
 
+	// Each chunk is applied as it comes (this island does not serve the
+	// buckets until the flip: nobody sees a partial copy), so a large
+	// entry makes many small writes; the final chunk writes the marker.
 	br := bucketRange{r.First, r.Last}
 	mark := moveMark{r: br, other: namespace.IslandID(r.From)}.encode()
+	if r.Chunk == 0 {
+		if r.Phase == metawire.ImportDelta {
+			if _, ok, err := get(i.db, moveKey(gBase, r.MoveID)); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("%w: import %d: no base copy for a delta", metawire.ErrBusy, r.MoveID)
+			}
+		} else if err := i.clearSpan(ctx, br, nil); err != nil {
+			// Records left of an earlier stay of these buckets (a
+			// cancelled move in, an earlier base) go first, with what
+			// they counted for.
+			return err
+		}
+	}
 	b := i.db.NewIndexedBatch()
 	defer b.Close()
 	var d deltas
-	if r.Phase == metawire.ImportDelta {
-		if _, ok, err := get(i.db, moveKey(gBase, r.MoveID)); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("%w: import %d: no base copy for a delta", metawire.ErrBusy, r.MoveID)
+	for _, k := range r.Deleted {
+		if err := replaceRecord(b, k, nil, &d); err != nil {
+			return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
 		}
-		// Each noted key replaces (or deletes) what the base had, with
-		// what that counted for.
-		for _, k := range im.deleted {
-			if err := replaceRecord(b, k, nil, &d); err != nil {
-				return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
-			}
-		}
-		for k := range im.keys {
-			if err := replaceRecord(b, im.keys[k], im.values[k], &d); err != nil {
-				return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
-			}
-		}
-		if err := b.Delete(moveKey(gBase, r.MoveID), nil); err != nil {
-			return err
-		}
-	} else {
-		// Records left of an earlier stay of these buckets (a cancelled
-		// move in, an earlier base) go first, with what they counted for.
-		if err := dropSpan(b, br, &d); err != nil {
-			return err
-		}
-		for k := range im.keys {
-			if err := replaceRecord(b, im.keys[k], im.values[k], &d); err != nil {
-				return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
-			}
-		}
-		if r.Phase == metawire.ImportBase {
-			if err := b.Set(moveKey(gBase, r.MoveID), mark, nil); err != nil {
-				return err
-			}
-		} else if err := b.Delete(moveKey(gBase, r.MoveID), nil); err != nil {
-			return err
+	}
+	for k := range r.Keys {
+		if err := replaceRecord(b, r.Keys[k], r.Values[k], &d); err != nil {
+			return fmt.Errorf("%w: import %d: %v", metawire.ErrBadRequest, r.MoveID, err)
 		}
 	}
 	if err := d.write(b); err != nil {
 		return err
 	}
-	if r.Phase != metawire.ImportBase {
-		if err := b.Set(moveKey(gImported, r.MoveID), mark, nil); err != nil {
-			return err
-		}
-		until := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(adoptKeep).UnixNano()))
-		for _, boot := range r.Boots {
-			if boot != 0 && boot != i.boot {
-				if err := b.Set(binary.BigEndian.AppendUint64(globalKey(gAdopted), boot), until, nil); err != nil {
-					return err
+	if r.Final {
+		if r.Phase == metawire.ImportBase {
+			if err := b.Set(moveKey(gBase, r.MoveID), mark, nil); err != nil {
+				return err
+			}
+		} else {
+			if err := b.Delete(moveKey(gBase, r.MoveID), nil); err != nil {
+				return err
+			}
+			if err := b.Set(moveKey(gImported, r.MoveID), mark, nil); err != nil {
+				return err
+			}
+			until := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(adoptKeep).UnixNano()))
+			for _, boot := range r.Boots {
+				if boot != 0 && boot != i.boot {
+					if err := b.Set(binary.BigEndian.AppendUint64(globalKey(gAdopted), boot), until, nil); err != nil {
+						return err
+					}
 				}
 			}
 		}
 	}
-	if err := i.write(ctx, b, false); err != nil {
-		return err
+	if !b.Empty() {
+		if err := i.write(ctx, b, false); err != nil {
+			return err
+		}
+	}
+	applied = true
+	if !r.Final {
+		return nil
 	}
 	i.seq.Lock()
 	i.forgetSeqLocked(br)
 	i.seq.Unlock()
+	i.moves.mu.Lock()
+	records, deletes := im.records+len(r.Keys), im.deletes+len(r.Deleted)
+	i.moves.mu.Unlock()
 	if r.Phase == metawire.ImportBase {
-		i.log.Info("meta: received a moving table entry's base copy", "move", r.MoveID, "from", r.From, "records", len(im.keys))
+		i.log.Info("meta: received a moving table entry's base copy", "move", r.MoveID, "from", r.From, "records", records)
 		return nil
 	}
 	if err := i.fp(FailMoveAfterImport); err != nil {
@@ -819,7 +864,7 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 	}
 	i.met.movedIn.Inc()
 	i.log.Info("meta: received a moving table entry", "move", r.MoveID, "from", r.From, "phase", r.Phase,
-		"records", len(im.keys), "deleted", len(im.deleted))
+		"records", records, "deleted", deletes)
 	return nil
 }
 
@@ -883,18 +928,13 @@ func (i *Island) checkImport(ctx context.Context, r *metawire.ImportReq) error {
 // drop also deletes the records it brought (the move was cancelled: the
 // entry is not this island's).
 func (i *Island) forgetImport(ctx context.Context, tag byte, id uint64, m moveMark, drop bool) error {
-	b := i.db.NewIndexedBatch()
-	defer b.Close()
+	mark := func(b *pebble.Batch) error { return b.Delete(moveKey(tag, id), nil) }
 	if drop {
-		var d deltas
-		if err := dropSpan(b, m.r, &d); err != nil {
-			return err
-		}
-		if err := d.write(b); err != nil {
-			return err
-		}
+		return i.clearSpan(ctx, m.r, mark)
 	}
-	if err := b.Delete(moveKey(tag, id), nil); err != nil {
+	b := i.db.NewBatch()
+	defer b.Close()
+	if err := mark(b); err != nil {
 		return err
 	}
 	return i.write(ctx, b, false)

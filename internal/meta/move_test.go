@@ -17,6 +17,8 @@ import (
 
 func init() {
 	moveEvery, moveGrace = 5*time.Millisecond, 20*time.Millisecond
+	// Every move takes many chunks and many clearing writes.
+	importChunk, dropBatch = 2<<10, 7
 }
 
 // moveSetup makes a tree on a two-island cluster (depth 4: 16 entries)
