@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/islandload"
 )
 
 // islandCmd runs `atoll island ARGS` against cl and fails the test if it
@@ -272,6 +274,75 @@ func TestIslandsGrowWhileServing(t *testing.T) {
 	t.Logf("%d operations, %d failed, the slowest successful one took %v", s.ops, len(s.errs), s.longest.Round(time.Millisecond))
 	if len(s.errs) > 0 {
 		t.Fatalf("%d operations failed across the moves, first: %v", len(s.errs), s.errs[0])
+	}
+	s.check(t)
+	fsckClean(t, conn)
+}
+
+// TestIslandRebalanceByLoad: a storm in six directories of island 1
+// (single-copy islands) loads it alone; `atoll island rebalance
+// --by-load` measures each entry's operations per second, moves hot
+// entries off island 1 only, and a second measure shows the islands'
+// spread of load fell; the storm loses nothing and fsck is clean.
+func TestIslandRebalanceByLoad(t *testing.T) {
+	fuseUsable(t)
+	cl, _ := startDev(t, 5, 3, 0, func(c *devcluster.Config) { c.IslandReplicas = 1; c.CleanInterval = -1 })
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	_, mnt := mountFS(t, conn.FS)
+	var dirs []string
+	for range 6 {
+		dirs = append(dirs, dirOnIsland(t, conn, mnt, 1))
+	}
+	s := startStorm(t, mnt, 6, dirs...)
+	time.Sleep(time.Second)
+	sample := func() islandload.Load {
+		t.Helper()
+		m, err := conn.Cluster.Map(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := islandload.Sample(ctx, m, testKey, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	before := sample()
+	out := islandCmd(t, managerAddr(cl.Manager), "rebalance", "--by-load", "--window", "2s", "--tolerance", "0.2", "--json")
+	t.Logf("rebalance: %s", out)
+	var plan struct {
+		Moves []cluster.EntryMove `json:"moves"`
+	}
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Moves) == 0 {
+		t.Fatalf("no moves planned with load %v", before.Islands)
+	}
+	for _, mv := range plan.Moves {
+		if mv.From != 1 {
+			t.Fatalf("a move off island %d, which was not the loaded one: %v", mv.From, plan.Moves)
+		}
+	}
+	waitEvent(t, "moves done", func() error {
+		m, err := conn.Cluster.Map(ctx, 0)
+		if err != nil {
+			return err
+		}
+		if len(m.Moves) > 0 {
+			return fmt.Errorf("%d moves pending", len(m.Moves))
+		}
+		return nil
+	})
+	after := sample()
+	t.Logf("load (ops/s) before %v, spread %.2f; after %v, spread %.2f", before.Islands, before.Spread(), after.Islands, after.Spread())
+	if after.Spread() >= before.Spread() {
+		t.Fatalf("spread of load %.2f before, %.2f after", before.Spread(), after.Spread())
+	}
+	s.halt()
+	if len(s.errs) > 0 {
+		t.Fatalf("%d operations failed, first: %v", len(s.errs), s.errs[0])
 	}
 	s.check(t)
 	fsckClean(t, conn)

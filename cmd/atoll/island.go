@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/islandload"
+	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
 // newIslandCmd groups the commands that move namespace table entries
@@ -33,6 +37,11 @@ island. Every step resumes after a crash of either island or the manager.
                            mark it out
   atoll island rebalance   even out the entries among the islands that are not
                            out
+  atoll island rebalance --by-load
+                           even out the islands' load: measure each entry's
+                           operations per second over --window, then move the
+                           entries that bring the islands' spread (standard
+                           deviation over mean) nearest --tolerance
 
 --dry-run prints the plan and changes nothing.`,
 	}
@@ -50,8 +59,9 @@ type islandPlan struct {
 
 func newIslandMoveCmd(g *globalFlags, verb string) *cobra.Command {
 	var addr string
-	var dryRun, asJSON bool
-	var timeout time.Duration
+	var dryRun, asJSON, byLoad bool
+	var timeout, window time.Duration
+	var tolerance float64
 	use, args := verb+" ID [--dry-run]", cobra.ExactArgs(1)
 	if verb == "rebalance" {
 		use, args = verb+" [--dry-run]", cobra.NoArgs
@@ -84,6 +94,12 @@ func newIslandMoveCmd(g *globalFlags, verb string) *cobra.Command {
 			defer mc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
+			if byLoad {
+				if window <= 0 || tolerance < 0 {
+					return usageErr("--window", errors.New("--window must be positive and --tolerance at least 0"))
+				}
+				return islandMovesByLoad(ctx, mc, key, window, tolerance, dryRun, asJSON, cmd.OutOrStdout())
+			}
 			return islandMoves(ctx, mc, verb, id, dryRun, asJSON, cmd.OutOrStdout())
 		},
 	}
@@ -92,7 +108,76 @@ func newIslandMoveCmd(g *globalFlags, verb string) *cobra.Command {
 	f.BoolVar(&dryRun, "dry-run", false, "print the plan, change nothing")
 	f.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up waiting for the moves after this long (they go on)")
+	if verb == "rebalance" {
+		f.BoolVar(&byLoad, "by-load", false, "balance the islands' measured load (operations per second per entry) instead of their entry counts")
+		f.DurationVar(&window, "window", 10*time.Second, "with --by-load: how long to measure")
+		f.Float64Var(&tolerance, "tolerance", 0.1, "with --by-load: the spread of load (standard deviation over mean) to stop at")
+	}
 	return cmd
+}
+
+// islandMovesByLoad measures each entry's load, plans the moves that even
+// out the islands' load and unless dryRun carries them out.
+func islandMovesByLoad(ctx context.Context, mc *cluster.Client, key *auth.Key, window time.Duration, tolerance float64, dryRun, asJSON bool, out io.Writer) error {
+	m, err := mc.Map(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if len(m.Moves) > 0 {
+		return fmt.Errorf("island rebalance: %d entry moves pending", len(m.Moves))
+	}
+	load, err := islandload.Sample(ctx, m, key, window)
+	if err != nil {
+		return fmt.Errorf("island rebalance: %w", err)
+	}
+	t := namespace.Table{Depth: m.Table.Depth, Epoch: m.Epoch}
+	for _, e := range m.Table.Entries {
+		t.Entries = append(t.Entries, namespace.IslandID(e))
+	}
+	var keep []namespace.IslandID
+	for _, is := range m.Islands {
+		if is.State != cluster.StateOut {
+			keep = append(keep, namespace.IslandID(is.ID))
+		}
+	}
+	plan, err := namespace.PlanByLoad(t, load.Entries, keep, tolerance)
+	if err != nil {
+		return fmt.Errorf("island rebalance: %w", err)
+	}
+	after := maps.Clone(load.Islands)
+	var moves []cluster.EntryMove
+	for _, mv := range plan {
+		moves = append(moves, cluster.EntryMove{Entry: mv.Entry, From: uint32(mv.From), To: uint32(mv.To)})
+		after[mv.From] -= load.Entries[mv.Entry]
+		after[mv.To] += load.Entries[mv.Entry]
+	}
+	type planJSON struct {
+		WindowSeconds float64                        `json:"window_seconds"`
+		Load          map[namespace.IslandID]float64 `json:"ops_per_second"`
+		Spread        float64                        `json:"spread"`
+		SpreadAfter   float64                        `json:"spread_after"`
+		Moves         []cluster.EntryMove            `json:"moves"`
+	}
+	p := planJSON{WindowSeconds: load.Window.Seconds(), Load: load.Islands, Spread: load.Spread(), SpreadAfter: namespace.Spread(after), Moves: moves}
+	if asJSON {
+		b, _ := json.MarshalIndent(p, "", "  ")
+		fmt.Fprintln(out, string(b))
+	} else {
+		fmt.Fprintf(out, "load over %v (operations/s by island): %v; spread %.3f -> %.3f with %d entry moves\n",
+			load.Window.Round(time.Millisecond), roundLoads(load.Islands), p.Spread, p.SpreadAfter, len(moves))
+	}
+	if dryRun || len(moves) == 0 {
+		return nil
+	}
+	return cluster.RunIslandMoves(ctx, mc, m.Table, moves, nil)
+}
+
+func roundLoads(l map[namespace.IslandID]float64) map[namespace.IslandID]int {
+	out := map[namespace.IslandID]int{}
+	for id, v := range l {
+		out[id] = int(v + 0.5)
+	}
+	return out
 }
 
 // islandMoves plans verb's moves on the current map, and unless dryRun

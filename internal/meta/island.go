@@ -69,6 +69,10 @@ type Island struct {
 	// moves are the table entries moving away from or into this island
 	// (move.go).
 	moves moves
+	// load counts client operations by the top 16 bits of the bucket of
+	// the inode they name first (OpEntryLoad: per table entry at any
+	// depth); nil until the first.
+	load atomic.Pointer[[1 << namespace.MaxDepth]atomic.Uint64]
 	// leases are the clients' leases on buckets (lease.go).
 	leases      *lease.Table
 	leaseMarked atomic.Int32 // leaseMarkShared, leaseMarkExclusive: what the lease record says
@@ -546,6 +550,9 @@ func (i *Island) checkIno(op string, ino namespace.Ino) error {
 	}
 	if !i.owns(ino) {
 		return fmt.Errorf("%s %v: %w (bucket %08x is island %d's)", op, ino, metawire.ErrWrongIsland, ino.Bucket(), i.islandOf(ino))
+	}
+	if op != "clean" { // the cleaner's work is not the namespace's load
+		i.countLoad(ino.Bucket())
 	}
 	return nil
 }

@@ -59,7 +59,7 @@ var metaOps = []struct {
 	{metawire.OpLiveBytes, "livebytes"}, {metawire.OpStripeRefs, "striperefs"}, {metawire.OpSync, "sync"}, {metawire.OpForget, "forget"},
 	{metawire.OpLease, "lease"}, {metawire.OpLeasePoll, "leasepoll"},
 	{metawire.OpPrepare, "prepare"}, {metawire.OpDecide, "decide"}, {metawire.OpOutcome, "outcome"},
-	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"}, {metawire.OpImportEntry, "importentry"},
+	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"}, {metawire.OpImportEntry, "importentry"}, {metawire.OpEntryLoad, "entryload"},
 }
 
 // maxMetaOp bounds the op codes with their own label: codes without a
@@ -177,7 +177,7 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 var peerOp = func() (p [maxMetaOp + 1]bool) {
 	for _, op := range []uint16{metawire.OpPrepare, metawire.OpDecide, metawire.OpOutcome, metawire.OpAllocIno,
 		metawire.OpClean, metawire.OpLiveBytes, metawire.OpStripeRefs, metawire.OpForget, metawire.OpFsck, metawire.OpLeasePoll,
-		metawire.OpImportEntry} {
+		metawire.OpImportEntry, metawire.OpEntryLoad} {
 		p[op] = true
 	}
 	return p

@@ -390,3 +390,40 @@ func TestMoveEntryLostBase(t *testing.T) {
 	}
 	c.mustFsck()
 }
+
+// TestEntryLoad: client operations count on the table entry of the inode
+// they name first; an island reports the entries it owns, at any depth.
+func TestEntryLoad(t *testing.T) {
+	c := newCluster(t, 2)
+	r := c.root()
+	tab := c.m.Table()
+	d := must(r.mkdir(rootIno(), "hot", 0o755))
+	home := tab.Lookup(namespace.Ino(d.Ino).Bucket())
+	for k := range 50 {
+		must(r.create(d.Ino, fmt.Sprintf("f%d", k), 0o644))
+		if _, err := r.lookup(d.Ino, fmt.Sprintf("f%d", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entry := namespace.Ino(d.Ino).Bucket() >> (32 - uint(tab.Depth))
+	resp, err := c.isl[home].entryLoad(&metawire.EntryLoadReq{Depth: tab.Depth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total, hot uint64
+	for _, x := range resp.Entries {
+		if tab.Entries[x.Entry] != home {
+			t.Fatalf("island %d reports entry %d of island %d", home, x.Entry, tab.Entries[x.Entry])
+		}
+		total += x.Ops
+		if x.Entry == entry {
+			hot = x.Ops
+		}
+	}
+	if hot < 100 || len(resp.Entries) != tab.Counts()[home] {
+		t.Fatalf("entry %d: %d operations (of %d over %d entries)", entry, hot, total, len(resp.Entries))
+	}
+	if _, err := c.isl[home].entryLoad(&metawire.EntryLoadReq{Depth: 17}); err == nil {
+		t.Fatal("depth 17 accepted")
+	}
+}

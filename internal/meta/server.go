@@ -26,7 +26,7 @@ func needs(op uint16) auth.Caps {
 		metawire.OpRmdir, metawire.OpRename, metawire.OpLink, metawire.OpSetXattr, metawire.OpRemoveXattr,
 		metawire.OpCommit, metawire.OpSync:
 		return auth.CapWrite
-	case metawire.OpClean, metawire.OpLiveBytes, metawire.OpForget, metawire.OpFsck:
+	case metawire.OpClean, metawire.OpLiveBytes, metawire.OpForget, metawire.OpFsck, metawire.OpEntryLoad:
 		return auth.CapAdmin
 	}
 	return auth.CapMember
@@ -92,7 +92,7 @@ func (i *Island) handle(ctx context.Context, op uint16, epoch uint64, id wire.Re
 	}
 	defer i.leave()
 	switch op {
-	case metawire.OpStatFS, metawire.OpDecide, metawire.OpOutcome, metawire.OpFsck, metawire.OpImportEntry:
+	case metawire.OpStatFS, metawire.OpDecide, metawire.OpOutcome, metawire.OpFsck, metawire.OpImportEntry, metawire.OpEntryLoad:
 		// Decisions and recovery must flow whatever the maps say; StatFS
 		// and fsck are not tied to buckets.
 	default:
@@ -200,6 +200,10 @@ func (i *Island) dispatch(ctx context.Context, op uint16, msg []byte) ([]byte, e
 		})
 	case metawire.OpFsck:
 		return serve(msg, &metawire.FsckReq{}, func(r *metawire.FsckReq) (metawire.Message, error) { return i.fsckPage(r) })
+	case metawire.OpEntryLoad:
+		return serve(msg, &metawire.EntryLoadReq{}, func(r *metawire.EntryLoadReq) (metawire.Message, error) {
+			return i.entryLoad(r)
+		})
 	case metawire.OpImportEntry:
 		return serve(msg, &metawire.ImportReq{}, func(r *metawire.ImportReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.importEntry(ctx, r)

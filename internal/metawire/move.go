@@ -96,3 +96,46 @@ func (r *ImportReq) Decode(d *wire.Dec) {
 		r.Boots[k] = d.U64()
 	}
 }
+
+// OpEntryLoad asks an island how many client operations each table
+// entry it owns has served since it started (Archipelago's load
+// measure): EntryLoadReq -> EntryLoadResp. The rebalancer samples it
+// twice and divides by the time between.
+const OpEntryLoad uint16 = 70
+
+// EntryLoadReq names the table depth the entries are counted at.
+type EntryLoadReq struct{ Depth uint8 }
+
+func (r *EntryLoadReq) Encode(e *wire.Enc) { e.U8(r.Depth) }
+func (r *EntryLoadReq) Decode(d *wire.Dec) { r.Depth = d.U8() }
+
+// EntryLoad is one entry's count.
+type EntryLoad struct {
+	Entry uint32
+	Ops   uint64
+}
+
+// EntryLoadResp lists the entries the island owns with their counts, and
+// Boot, the island's incarnation (counts start over with a new one).
+type EntryLoadResp struct {
+	Boot    uint64
+	Entries []EntryLoad
+}
+
+func (r *EntryLoadResp) Encode(e *wire.Enc) {
+	e.U64(r.Boot)
+	e.Uvarint(uint64(len(r.Entries)))
+	for _, x := range r.Entries {
+		e.U32(x.Entry)
+		e.U64(x.Ops)
+	}
+}
+
+func (r *EntryLoadResp) Decode(d *wire.Dec) {
+	r.Boot = d.U64()
+	n := d.Count(12)
+	r.Entries = make([]EntryLoad, n)
+	for k := range n {
+		r.Entries[k] = EntryLoad{Entry: d.U32(), Ops: d.U64()}
+	}
+}

@@ -1,0 +1,90 @@
+package islandload
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// Load is one sample: operations per second by table entry (at the
+// table's depth) and by island, over Window.
+type Load struct {
+	Depth   uint8
+	Window  time.Duration
+	Entries map[uint32]float64
+	Islands map[namespace.IslandID]float64
+}
+
+// Spread is the standard deviation of the islands' loads over their mean.
+func (l Load) Spread() float64 { return namespace.Spread(l.Islands) }
+
+// Sample measures the load of every island of m that is not out over
+// window (the table must not change depth meanwhile).
+func Sample(ctx context.Context, m *cluster.Map, key *auth.Key, window time.Duration) (Load, error) {
+	if !m.Formatted {
+		return Load{}, fmt.Errorf("islandload: the namespace is not formatted")
+	}
+	pool := wire.NewPool(wire.ClientConfig{Key: key}, 1)
+	defer pool.Close()
+	depth := m.Table.Depth
+	read := func() (map[uint32]metawire.EntryLoadResp, error) {
+		out := map[uint32]metawire.EntryLoadResp{}
+		for _, is := range m.Islands {
+			if is.State == cluster.StateOut {
+				continue
+			}
+			rep, err := pool.CallRoute(ctx, is.Addr, is.ID, wire.ReqID{}, metawire.OpEntryLoad, m.Epoch,
+				metawire.Marshal(&metawire.EntryLoadReq{Depth: depth}), nil, nil)
+			if err != nil {
+				return nil, fmt.Errorf("islandload: island %d (%s): %w", is.ID, is.Addr, metawire.RemoteErr(err))
+			}
+			var r metawire.EntryLoadResp
+			if err := metawire.Unmarshal(rep.Msg, &r); err != nil {
+				return nil, fmt.Errorf("islandload: island %d: %w", is.ID, err)
+			}
+			out[is.ID] = r
+		}
+		return out, nil
+	}
+	first, err := read()
+	if err != nil {
+		return Load{}, err
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return Load{}, ctx.Err()
+	case <-time.After(window):
+	}
+	second, err := read()
+	if err != nil {
+		return Load{}, err
+	}
+	secs := time.Since(start).Seconds()
+	l := Load{Depth: depth, Window: time.Since(start), Entries: map[uint32]float64{}, Islands: map[namespace.IslandID]float64{}}
+	for id, r := range second {
+		l.Islands[namespace.IslandID(id)] = 0
+		was := map[uint32]uint64{}
+		if p, ok := first[id]; ok && p.Boot == r.Boot {
+			for _, x := range p.Entries {
+				was[x.Entry] = x.Ops
+			}
+		}
+		for _, x := range r.Entries {
+			ops := x.Ops
+			if w := was[x.Entry]; w <= ops {
+				ops -= w
+			}
+			rate := float64(ops) / secs
+			l.Entries[x.Entry] += rate
+			l.Islands[namespace.IslandID(id)] += rate
+		}
+	}
+	return l, nil
+}

@@ -1,0 +1,45 @@
+package meta
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// countLoad counts one client operation on bucket (checkIno).
+func (i *Island) countLoad(bucket uint32) {
+	l := i.load.Load()
+	if l == nil {
+		i.load.CompareAndSwap(nil, new([1 << namespace.MaxDepth]atomic.Uint64))
+		l = i.load.Load()
+	}
+	l[bucket>>(32-namespace.MaxDepth)].Add(1)
+}
+
+// entryLoad serves OpEntryLoad: the operations counted in each entry, at
+// depth r.Depth, of the table this island's map has, that it owns.
+func (i *Island) entryLoad(r *metawire.EntryLoadReq) (*metawire.EntryLoadResp, error) {
+	if r.Depth > namespace.MaxDepth {
+		return nil, fmt.Errorf("%w: depth %d", metawire.ErrInvalid, r.Depth)
+	}
+	tab := i.cfg.Map.Table()
+	resp := &metawire.EntryLoadResp{Boot: i.boot}
+	l := i.load.Load()
+	shift := namespace.MaxDepth - uint(r.Depth)
+	for e := uint32(0); e < 1<<r.Depth; e++ {
+		first, _ := namespace.EntryRange(r.Depth, e)
+		if tab.Lookup(first) != i.id {
+			continue
+		}
+		var ops uint64
+		if l != nil {
+			for k := e << shift; k < (e+1)<<shift; k++ {
+				ops += l[k].Load()
+			}
+		}
+		resp.Entries = append(resp.Entries, metawire.EntryLoad{Entry: e, Ops: ops})
+	}
+	return resp, nil
+}
