@@ -7,6 +7,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/islandload"
 	"github.com/atoll-fs/atoll/internal/web"
 	"github.com/atoll-fs/atoll/internal/web/dashboard"
 )
@@ -15,6 +16,7 @@ func newManagerCmd(g *globalFlags) *cobra.Command {
 	var cfg cluster.Config
 	var addrFile, webListen, metricsListen string
 	var bc backgroundCleaner
+	var balance islandload.BalancerConfig
 	cmd := &cobra.Command{
 		Use:   "manager --dir DIR --listen ADDR [--raft-listen ADDR] [--join ADDR] [--web-listen ADDR]",
 		Short: "Run a cluster manager (a raft voter holding the cluster map)",
@@ -98,10 +100,25 @@ wildcard is refused).`,
 					defer cancel()
 					cleanDone := make(chan error, 1)
 					go func() { cleanDone <- bc.run(ctx, m) }()
-					err := m.Run(ctx)
+					// So does the island balancer.
+					mc := cluster.NewClient([]string{m.Addr()}, cfg.Key, log)
+					defer mc.Close()
+					balance.Client, balance.Key, balance.Leader, balance.Logger = mc, cfg.Key, m.IsLeader, log.With("role", "island-balancer")
+					bal, err := islandload.NewBalancer(balance)
+					if err != nil {
+						cancel()
+						<-cleanDone
+						return err
+					}
+					balDone := make(chan error, 1)
+					go func() { balDone <- bal.Run(ctx) }()
+					err = m.Run(ctx)
 					cancel()
 					if cerr := <-cleanDone; err == nil {
 						err = cerr
+					}
+					if berr := <-balDone; err == nil {
+						err = berr
 					}
 					return err
 				})
@@ -116,6 +133,11 @@ wildcard is refused).`,
 	f.DurationVar(&cfg.DownAfter, "down-after", cluster.DefaultDownAfter, "mark a member down after this long without a heartbeat")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
 	bc.register(cmd)
+	f.Float64Var(&balance.Threshold, "island-balance-threshold", islandload.DefaultThreshold,
+		"move table entries between islands when the spread of their load (standard deviation over mean) stays above this (0: never)")
+	f.DurationVar(&balance.Every, "island-balance-every", islandload.DefaultEvery, "how often the islands' load is measured")
+	f.IntVar(&balance.Sustain, "island-balance-sustain", islandload.DefaultSustain, "measures in a row above the threshold before entries move")
+	f.Float64Var(&balance.MinOps, "island-balance-min-ops", islandload.DefaultMinOps, "operations per second below which load is not balanced")
 	f.StringVar(&webListen, "web-listen", "", "serve the dashboard, /api/cluster and /metrics here, e.g. 127.0.0.1:7380 (empty: off)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics (only) here, e.g. 127.0.0.1:9100 (empty: off)")
 	return cmd
