@@ -256,6 +256,23 @@ func (m IslandMap) FinishMove(ctx context.Context, id uint64) (uint64, error) {
 	return epoch, nil
 }
 
+// CancelMove asks the manager to forget a pending move (meta.MoveCanceller)
+// and returns the new epoch, which the view then has.
+func (m IslandMap) CancelMove(ctx context.Context, id uint64) (uint64, error) {
+	epoch, err := m.c.CancelMove(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if m.Epoch() < epoch {
+		mp, err := m.c.Map(ctx, epoch)
+		if err != nil {
+			return epoch, err
+		}
+		m.Update(mp)
+	}
+	return epoch, nil
+}
+
 // IslandAddr returns the address of island id.
 func (m IslandMap) IslandAddr(id namespace.IslandID) (string, bool) {
 	is, ok := m.Map().Island(uint32(id))

@@ -47,6 +47,14 @@ type MoveFinisher interface {
 	FinishMove(ctx context.Context, id uint64) (uint64, error)
 }
 
+// MoveCanceller is implemented by a MapSource whose pending moves an
+// island can cancel (a source gives a frozen entry back when it cannot
+// reach the destination): CancelMove forgets the move unless it was
+// finished, and returns the new epoch.
+type MoveCanceller interface {
+	CancelMove(ctx context.Context, id uint64) (uint64, error)
+}
+
 // Config configures an island.
 type Config struct {
 	// Dir holds the island's pebble database; created if absent.
@@ -194,6 +202,20 @@ func (m *StaticMap) FinishMove(_ context.Context, id uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: no pending move %d", metawire.ErrInvalid, id)
 	}
 	t.Entries[mv.Entry] = mv.To
+	t.Moves = slices.DeleteFunc(t.Moves, func(o namespace.PendingMove) bool { return o.ID == id })
+	t.Epoch++
+	m.mu.table = t
+	return t.Epoch, nil
+}
+
+// CancelMove forgets pending move id (MoveCanceller).
+func (m *StaticMap) CancelMove(_ context.Context, id uint64) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.mu.table.Clone()
+	if _, ok := t.Move(id); !ok {
+		return t.Epoch, nil
+	}
 	t.Moves = slices.DeleteFunc(t.Moves, func(o namespace.PendingMove) bool { return o.ID == id })
 	t.Epoch++
 	m.mu.table = t

@@ -316,7 +316,8 @@
 // drops its copy in bounded writes. Markers ('V' at the source, 'Y' and
 // 'W' at the destination) make every step resumable and the import
 // idempotent; a source that restarted frozen, or whose destination lost
-// the base, copies the whole entry frozen. fsck skips the other island's
+// the base, copies the whole entry frozen; one that cannot reach the
+// destination for 30 s cancels the move and thaws. fsck skips the other island's
 // copy of a moving entry. The destination adopts the source's
 // incarnations ('X'): its sync answers list them, so a client's lazy
 // change acknowledged by the source is known durable.

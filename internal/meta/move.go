@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,11 @@ import (
 //
 // A restart finds the marker and resumes: still pending in the map, the
 // move is copied again; flipped, the records are dropped; gone from the
-// map (cancelled), the range thaws. Prepared transactions hold locks, so
+// map (cancelled), the range thaws. A failed step is tried again after a
+// wait that doubles (moveRetry up to 30 times it); a frozen entry whose
+// copy keeps failing for moveGiveUp (its destination is gone) is given
+// back: the source cancels the move with the manager, which refuses
+// nothing (a move it flipped meanwhile stays flipped), and thaws. Prepared transactions hold locks, so
 // a frozen entry has none, and an island's intents and decisions concern
 // transactions, not buckets: nothing of the 2PC moves.
 
@@ -135,9 +140,11 @@ func (i *Island) sweepAdopted(ctx context.Context) {
 
 // timing of moves (tests shorten them).
 var (
-	moveEvery = 100 * time.Millisecond // how often the mover looks at the map
-	moveGrace = time.Second            // after the flip, before the source drops the records
-	moveQuiet = 10 * time.Second       // the longest a freeze waits for running changes
+	moveEvery  = 100 * time.Millisecond // how often the mover looks at the map
+	moveGrace  = time.Second            // after the flip, before the source drops the records
+	moveQuiet  = 10 * time.Second       // the longest a freeze waits for running changes
+	moveRetry  = time.Second            // after a failed step, the first wait before the next try (doubling)
+	moveGiveUp = 30 * time.Second       // a frozen entry whose copy fails this long is given back (the move cancelled)
 )
 
 func moveKey(tag byte, id uint64) []byte {
@@ -182,8 +189,23 @@ type moves struct {
 		importing map[uint64]*importing
 		// noting are the entries moving away whose changes are noted.
 		noting map[uint64]*noted
+		// failing are the moves whose last step failed, with when to try
+		// again; frozenFailing since when a frozen one fails.
+		failing map[uint64]*failing
+		// lastErr and loggedAt rate-limit the mover's warnings.
+		lastErr  string
+		loggedAt time.Time
 	}
 	nNoting atomic.Int32 // len(mu.noting), read by every write
+	// importMu serializes imports: a source that gave up on a slow chunk
+	// and starts over must not have its new copy overtaken by the old.
+	importMu sync.Mutex
+}
+
+type failing struct {
+	next   time.Time
+	wait   time.Duration
+	frozen time.Time // zero: not frozen when it failed
 }
 
 type importing struct {
@@ -198,6 +220,57 @@ func (m *moves) init() {
 	m.mu.flipped = map[uint64]time.Time{}
 	m.mu.importing = map[uint64]*importing{}
 	m.mu.noting = map[uint64]*noted{}
+	m.mu.failing = map[uint64]*failing{}
+}
+
+// backingOff reports whether move id failed recently and must wait.
+func (m *moves) backingOff(id uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.mu.failing[id]
+	return f != nil && time.Now().Before(f.next)
+}
+
+// failed records a failed step of move id (frozen: the entry is frozen)
+// and reports how long a frozen entry has been failing.
+func (m *moves) failed(id uint64, frozen bool) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.mu.failing[id]
+	if f == nil {
+		f = &failing{wait: moveRetry}
+		m.mu.failing[id] = f
+	} else {
+		f.wait = min(2*f.wait, 30*moveRetry)
+	}
+	f.next = time.Now().Add(f.wait)
+	if !frozen {
+		f.frozen = time.Time{}
+		return 0
+	}
+	if f.frozen.IsZero() {
+		f.frozen = time.Now()
+	}
+	return time.Since(f.frozen)
+}
+
+func (m *moves) succeeded(id uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.mu.failing, id)
+}
+
+// warn logs the mover's error unless it said the same within a minute.
+func (i *Island) warnMove(err error) {
+	i.moves.mu.Lock()
+	same := err.Error() == i.moves.mu.lastErr && time.Since(i.moves.mu.loggedAt) < time.Minute
+	if !same {
+		i.moves.mu.lastErr, i.moves.mu.loggedAt = err.Error(), time.Now()
+	}
+	i.moves.mu.Unlock()
+	if !same {
+		i.log.Warn("meta: moving a table entry", "err", err)
+	}
 }
 
 // note starts noting the keys changes write in r for move id.
@@ -301,7 +374,7 @@ func (i *Island) mover(ctx context.Context) {
 		case <-t.C:
 		}
 		if err := i.moveOnce(ctx); err != nil && ctx.Err() == nil {
-			i.log.Warn("meta: moving a table entry", "err", err)
+			i.warnMove(err)
 		}
 	}
 }
@@ -330,8 +403,31 @@ func (i *Island) moveOnce(ctx context.Context) error {
 		}
 	}
 	for _, mv := range tab.Moves {
-		if mv.From == i.id {
-			errs = append(errs, i.moveEntry(ctx, tab, mv))
+		if mv.From != i.id || i.moves.backingOff(mv.ID) {
+			continue
+		}
+		err := i.moveEntry(ctx, tab, mv)
+		if err == nil || ctx.Err() != nil {
+			i.moves.succeeded(mv.ID)
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, err)
+		_, frozen, ferr := get(i.db, moveKey(gMoving, mv.ID))
+		if ferr != nil {
+			continue
+		}
+		// A frozen entry whose copy keeps failing (its destination is
+		// gone) is given back: the move is cancelled, unless the manager
+		// flipped it meanwhile (then the next pass drops the records).
+		if d := i.moves.failed(mv.ID, frozen); frozen && d >= moveGiveUp {
+			if c, ok := i.cfg.Map.(MoveCanceller); ok {
+				if _, cerr := c.CancelMove(ctx, mv.ID); cerr != nil {
+					errs = append(errs, fmt.Errorf("move %d: cancelling after %v of failures: %w", mv.ID, d, cerr))
+				} else {
+					i.log.Warn("meta: gave up a table entry move", "move", mv.ID, "entry", mv.Entry, "to", mv.To, "failing_for", d)
+				}
+			}
 		}
 	}
 	// Moves into this island that ended: forget their markers (and, for a
@@ -732,6 +828,8 @@ func account(k, v []byte, d *deltas, sign int64) ([][]byte, error) {
 // chunk is applied as it comes, in order; the final one completes the
 // phase.
 func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
+	i.moves.importMu.Lock()
+	defer i.moves.importMu.Unlock()
 	if r.First > r.Last || len(r.Keys) != len(r.Values) || len(r.Boots) > maxAdopted+1 || r.Phase > metawire.ImportDelta ||
 		len(r.Deleted) > 0 && r.Phase != metawire.ImportDelta {
 		return fmt.Errorf("%w: import of buckets %08x..%08x", metawire.ErrBadRequest, r.First, r.Last)

@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	moveEvery, moveGrace = 5*time.Millisecond, 20*time.Millisecond
+	moveEvery, moveGrace, moveRetry, moveGiveUp = 5*time.Millisecond, 20*time.Millisecond, 10*time.Millisecond, 300*time.Millisecond
 	// Every move takes many chunks and many clearing writes.
 	importChunk, dropBatch = 2<<10, 7
 }
@@ -426,4 +426,29 @@ func TestEntryLoad(t *testing.T) {
 	if _, err := c.isl[home].entryLoad(&metawire.EntryLoadReq{Depth: 17}); err == nil {
 		t.Fatal("depth 17 accepted")
 	}
+}
+
+// TestMoveEntryGivenBack: the destination goes away after the source
+// froze the entry; once the copy has failed for moveGiveUp the source
+// cancels the move and the entry serves changes again on the source;
+// nothing was lost.
+func TestMoveEntryGivenBack(t *testing.T) {
+	c, entry, dirs, live := moveSetup(t)
+	c.fp[1].Enable(FailMoveAfterFreeze, faults.Action{Kind: faults.Call, Call: func(string) error {
+		c.net.SetDown(2, true)
+		return nil
+	}})
+	c.startMove(1, entry, 2)
+	c.waitMoved(entry, 1)
+	c.net.SetDown(2, false)
+	checkTree(t, c, dirs)
+	if got := c.liveSum(); !maps.Equal(got, live) {
+		t.Fatalf("live bytes: %v, before %v", got, live)
+	}
+	for _, d := range dirs {
+		if namespace.Ino(d.Ino).Bucket()>>(32-uint(c.m.Table().Depth)) == entry {
+			must(c.root().create(d.Ino, "after", 0o644))
+		}
+	}
+	c.mustFsck()
 }
