@@ -37,6 +37,7 @@ island. Every step resumes after a crash of either island or the manager.
                            mark it out
   atoll island rebalance   even out the entries among the islands that are not
                            out
+  atoll island cancel      forget every pending move (entries stay where they are)
   atoll island rebalance --by-load
                            even out the islands' load: measure each entry's
                            operations per second over --window, then move the
@@ -45,7 +46,45 @@ island. Every step resumes after a crash of either island or the manager.
 
 --dry-run prints the plan and changes nothing.`,
 	}
-	cmd.AddCommand(newIslandMoveCmd(g, "add"), newIslandMoveCmd(g, "remove"), newIslandMoveCmd(g, "rebalance"))
+	cmd.AddCommand(newIslandMoveCmd(g, "add"), newIslandMoveCmd(g, "remove"), newIslandMoveCmd(g, "rebalance"), newIslandCancelCmd(g))
+	return cmd
+}
+
+func newIslandCancelCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	cmd := &cobra.Command{
+		Use:   "cancel",
+		Short: "Cancel every pending entry move (a move already handed over stays)",
+		Long: `Forget every pending move of a table entry: each entry stays with (or goes
+back to serving on) its source island, which drops whatever the destination
+received. A move the manager has already handed to its destination is done
+and stays.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			key, err := g.key()
+			if err != nil {
+				return err
+			}
+			mc := cluster.NewClient(clusterAddrs(addr), key, log)
+			defer mc.Close()
+			m, err := mc.Map(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			for _, mv := range m.Moves {
+				if _, err := mc.CancelMove(cmd.Context(), mv.ID); err != nil {
+					return fmt.Errorf("island cancel: %v: %w", mv, err)
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d pending moves cancelled\n", len(m.Moves))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
 	return cmd
 }
 
