@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,16 +97,17 @@ func (c *cluster) open(id namespace.IslandID) *Island {
 // the island's FS as a crash would leave it and takes the island off the
 // network. It returns a function giving the snapshot (nil if not hit).
 func (c *cluster) crashAt(id namespace.IslandID, name string) func() *vfs.MemFS {
-	var clone *vfs.MemFS
+	// Atomic: a background step (a move) may crash while the test polls.
+	var clone atomic.Pointer[vfs.MemFS]
 	fs := c.fs[id]
 	c.fp[id].OnCrash = func(string) {
-		if clone == nil {
-			clone = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 2))})
+		if clone.Load() == nil {
+			clone.Store(fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 2))}))
 			c.net.SetDown(id, true)
 		}
 	}
 	c.fp[id].Enable(name, faults.Action{Kind: faults.Crash})
-	return func() *vfs.MemFS { return clone }
+	return clone.Load
 }
 
 // restart replaces island id by one opened from fs.
