@@ -46,7 +46,8 @@ func entryCounts(m *cluster.Map) map[uint32]int {
 // even (entry counts within one) after each step.
 func TestIslandsShrinkAndGrowWhileServing(t *testing.T) {
 	fuseUsable(t)
-	cl := startReplicated(t, 5, 3, 3, nil)
+	// Moves as fast as they go (the duty cycle is TestIslandsGrowWhileServing's).
+	cl := startReplicated(t, 5, 3, 3, func(c *devcluster.Config) { c.MoveDuty = 1 })
 	ctx := context.Background()
 	conn := dialDev(t, cl)
 	waitPreferredLeaders(t, cl, conn, 3)
@@ -117,7 +118,7 @@ func (a managerAddr) ManagerAddr() string { return string(a) }
 // clean.
 func TestIslandMoveKill9(t *testing.T) {
 	fuseUsable(t)
-	cl := startReplicated(t, 5, 3, 3, nil)
+	cl := startReplicated(t, 5, 3, 3, func(c *devcluster.Config) { c.MoveDuty = 1 })
 	ctx := context.Background()
 	conn := dialDev(t, cl)
 	waitPreferredLeaders(t, cl, conn, 3)
@@ -211,7 +212,8 @@ func TestIslandMoveKill9(t *testing.T) {
 // gives each its share) and shrinks to 3 (`atoll island remove 2`) while
 // a create/write/rename storm runs through the FUSE mount: no operation
 // fails, every file reads back exact, renamed-away names stay gone, the
-// table is even after each step and fsck is clean.
+// table is even after each step and fsck is clean. The islands' moves
+// keep their default duty cycle (a tenth of the time).
 func TestIslandsGrowWhileServing(t *testing.T) {
 	fuseUsable(t)
 	cl, base := startDev(t, 5, 2, 2, func(c *devcluster.Config) { c.IslandReplicas = 1; c.CleanInterval = -1 })

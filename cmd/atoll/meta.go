@@ -76,6 +76,7 @@ island whose replica leads. Every island server is given the same
 					return usageErr("--island-servers", err)
 				}
 				srv.Listen, srv.Dir, srv.Managers, srv.Key, srv.Logger, srv.InlineMax = cfg.Listen, cfg.Dir, splitList(managers), cfg.Key, log, n
+				srv.MoveDuty = cfg.MoveDuty
 				return runIslandServer(cmd.Context(), srv, addrFile, metricsListen)
 			}
 			if id == 0 {
@@ -148,6 +149,7 @@ island whose replica leads. Every island server is given the same
 	f.StringVar(&inlineMax, "inline-max", "16KiB", "largest file kept inline in its inode")
 	f.DurationVar(&cfg.LazySync, "lazy-sync", meta.DefaultLazySync, "longest wait of a lazily committed change (mount creates and closes) for the log sync, unless an fsync syncs first")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:7605 (empty: off)")
+	f.Float64Var(&cfg.MoveDuty, "move-duty", meta.DefaultMoveDuty, "share of time spent moving table entries away (atoll island); 1: as fast as they go")
 	f.Uint32Var(&srv.ID, "server-id", 0, "run as island server N of replicated islands (see --help)")
 	f.StringVar(&srv.RaftListen, "raft-listen", "127.0.0.1:7510", "island server: raft port shared by its replicas")
 	f.StringVar(&servers, "island-servers", "", "island server: every island server as id=raft-address, comma-separated")

@@ -47,6 +47,8 @@ type Config struct {
 	RebuildAfter  time.Duration
 	// LazySync is the islands' --lazy-sync (zero: their default).
 	LazySync time.Duration
+	// MoveDuty is the islands' --move-duty (zero: their default).
+	MoveDuty float64
 	// IslandReplicas is the number of replicas of each island (1, 3 or
 	// 5; 0 means 1). Above 1 the island processes are island servers
 	// (atoll meta --server-id i, as many as Islands, at the same
@@ -412,6 +414,9 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		}
 		if d.cfg.LazySync > 0 {
 			args = append(args, "--lazy-sync", d.cfg.LazySync.String())
+		}
+		if d.cfg.MoveDuty > 0 {
+			args = append(args, "--move-duty", strconv.FormatFloat(d.cfg.MoveDuty, 'g', -1, 64))
 		}
 		if _, err := start(fmt.Sprintf("island%d", i), nthAddr(d.cfg.IslandListen, i-1), metrics.Islands[i-1], args...); err != nil {
 			return nil, err

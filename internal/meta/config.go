@@ -21,6 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// DefaultMoveDuty is Config.MoveDuty's default.
+const DefaultMoveDuty = 0.1
+
 // DefaultInlineMax is the default inline threshold.
 const DefaultInlineMax = 16 << 10
 
@@ -83,6 +86,12 @@ type Config struct {
 	// (lease.DefaultTerm). A restarted island, or a new leader, delays
 	// changes by one term once leases were ever granted.
 	LeaseTerm time.Duration
+	// MoveDuty is the share of time this island spends moving table
+	// entries away (their copies, freezes and drops) while others wait:
+	// after a move that took d, the next starts (1/MoveDuty - 1)·d
+	// later, so foreground work slows by about that share at most
+	// (default DefaultMoveDuty; 1: no pause).
+	MoveDuty float64
 	// Faults holds failpoints; nil in production.
 	Faults *faults.Set
 	// Logger receives the island's logs (default slog.Default()).
@@ -130,6 +139,8 @@ func (c *Config) Validate() error {
 		return errors.New("meta: config: ID must not be 0")
 	case c.Map == nil:
 		return errors.New("meta: config: Map is nil")
+	case c.MoveDuty < 0 || c.MoveDuty > 1:
+		return fmt.Errorf("meta: config: MoveDuty %v not in [0, 1]", c.MoveDuty)
 	case c.LazySync < 0 || c.LazySync > MaxLazySync:
 		return fmt.Errorf("meta: config: LazySync %v not in [0, %v]", c.LazySync, MaxLazySync)
 	case c.InlineMax < 0 || c.InlineMax > MaxInlineMax:

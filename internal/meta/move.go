@@ -195,6 +195,8 @@ type moves struct {
 		// lastErr and loggedAt rate-limit the mover's warnings.
 		lastErr  string
 		loggedAt time.Time
+		// pauseUntil: no new move starts before (Config.MoveDuty).
+		pauseUntil time.Time
 	}
 	nNoting atomic.Int32 // len(mu.noting), read by every write
 	// importMu serializes imports: a source that gave up on a slow chunk
@@ -258,6 +260,28 @@ func (m *moves) succeeded(id uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.mu.failing, id)
+}
+
+// movePaused reports whether the duty cycle keeps new moves waiting.
+func (i *Island) movePaused() bool {
+	i.moves.mu.Lock()
+	defer i.moves.mu.Unlock()
+	return time.Now().Before(i.moves.mu.pauseUntil)
+}
+
+// movePause holds the next move back after one that took d, so moves
+// take at most Config.MoveDuty of the time.
+func (i *Island) movePause(d time.Duration) {
+	duty := i.cfg.MoveDuty
+	if duty == 0 {
+		duty = DefaultMoveDuty
+	}
+	if duty >= 1 {
+		return
+	}
+	i.moves.mu.Lock()
+	defer i.moves.mu.Unlock()
+	i.moves.mu.pauseUntil = time.Now().Add(time.Duration(float64(d) * (1/duty - 1)))
 }
 
 // warn logs the mover's error unless it said the same within a minute.
@@ -406,7 +430,17 @@ func (i *Island) moveOnce(ctx context.Context) error {
 		if mv.From != i.id || i.moves.backingOff(mv.ID) {
 			continue
 		}
-		err := i.moveEntry(ctx, tab, mv)
+		_, frozen, err := get(i.db, moveKey(gMoving, mv.ID))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !frozen && i.movePaused() {
+			continue // a frozen one goes on: its entry is waiting
+		}
+		start := time.Now()
+		err = i.moveEntry(ctx, tab, mv)
+		i.movePause(time.Since(start))
 		if err == nil || ctx.Err() != nil {
 			i.moves.succeeded(mv.ID)
 			errs = append(errs, err)

@@ -54,6 +54,8 @@ type Config struct {
 	Key *auth.Key
 	// InlineMax is the islands' inline limit (meta.Config.InlineMax).
 	InlineMax int
+	// MoveDuty is the islands' meta.Config.MoveDuty.
+	MoveDuty float64
 	// Faults, Logger and Registerer as for meta.Config.
 	Faults     *faults.Set
 	Logger     *slog.Logger
@@ -382,7 +384,7 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 			var err error
 			isl, err = meta.New(meta.Config{
 				Dir: filepath.Join(s.cfg.Dir, "island-"+strconv.Itoa(int(h.id))), ID: h.id,
-				Map: cluster.NewIslandMap(s.view), InlineMax: s.cfg.InlineMax, Faults: s.cfg.Faults,
+				Map: cluster.NewIslandMap(s.view), InlineMax: s.cfg.InlineMax, MoveDuty: s.cfg.MoveDuty, Faults: s.cfg.Faults,
 				Logger: s.log, Registerer: s.cfg.Registerer, Key: s.cfg.Key,
 				DB: h.rep.DB(), Replicator: h.rep,
 			})
