@@ -456,6 +456,19 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 	return done, nil
 }
 
+// Withdrawn reports whether bucket b is in a withdrawn range (no lease
+// is granted there).
+func (t *Table) Withdrawn(b uint32) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range t.mu.withdrawn {
+		if r.first <= b && b <= r.last {
+			return true
+		}
+	}
+	return false
+}
+
 // Withdraw takes buckets first..last away from leases (the island hands
 // them to another): no lease is granted in the range until done is
 // called, and every lease held in it is broken and waited for, as Break

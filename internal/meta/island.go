@@ -75,7 +75,8 @@ type Island struct {
 	load atomic.Pointer[[1 << namespace.MaxDepth]atomic.Uint64]
 	// leases are the clients' leases on buckets (lease.go).
 	leases      *lease.Table
-	leaseMarked atomic.Int32 // leaseMarkShared, leaseMarkExclusive: what the lease record says
+	leaseMarked atomic.Int32    // leaseMarkShared, leaseMarkExclusive: what the lease record says
+	leaseRecord lockcheck.Mutex // writing or dropping the lease record (lease.go)
 	// handler serves wire requests: serveWire, counted in met.
 	handler wire.Handler
 	// reqs are the request ids being served; lastSweep is when the

@@ -35,6 +35,36 @@ func (i *Island) openLeases() error {
 	return nil
 }
 
+// HandOver prepares a planned change of leader (a replicated island
+// handing the lead to its preferred server): every lease is broken and
+// waited for (their holders flush what they kept back), none is granted
+// any more, and the lease record goes, so the next leader serves at once
+// instead of waiting a lease term for leases nobody holds. resume gives
+// grants back if this island stays leader (the transfer failed); the
+// next grant writes the record again first.
+func (i *Island) HandOver(ctx context.Context) (resume func(), err error) {
+	if err := i.enter(); err != nil {
+		return nil, err
+	}
+	defer i.leave()
+	give, err := i.leases.Withdraw(ctx, 0, ^uint32(0))
+	if err != nil {
+		return nil, fmt.Errorf("%w: breaking leases: %v", metawire.ErrUnavailable, err)
+	}
+	// A lease request that saw no record writes one only if its bucket is
+	// not withdrawn, under this lock: none writes it after the delete.
+	i.leaseRecord.Lock()
+	defer i.leaseRecord.Unlock()
+	if i.leaseMarked.Load() != 0 {
+		if err := i.del(ctx, globalKey(gLeases), false); err != nil {
+			give()
+			return nil, err
+		}
+		i.leaseMarked.Store(0)
+	}
+	return give, nil
+}
+
 // The lease record's value (globalKey(gLeases)): the strongest lease an
 // incarnation of the island ever granted. Its next incarnation delays
 // changes by a term after shared ones, and reads too after exclusive
@@ -151,11 +181,21 @@ func (i *Island) leasedRead(ctx context.Context, r *metawire.LeaseReq) (*metawir
 	}
 	if i.leaseMarked.Load() < want {
 		// Record that leases exist before the first is granted: the next
-		// incarnation (a restart, a new leader) must wait them out.
-		if err := i.put(ctx, globalKey(gLeases), []byte{byte(want)}); err != nil {
-			return resp, nil // no lease, the read stands
+		// incarnation (a restart, a new leader) must wait them out. Not
+		// while leases are withdrawn (a hand-over dropped the record).
+		i.leaseRecord.Lock()
+		if i.leases.Withdrawn(bucket) {
+			i.leaseRecord.Unlock()
+			return resp, nil
 		}
-		i.leaseMarked.Store(want)
+		if i.leaseMarked.Load() < want {
+			if err := i.put(ctx, globalKey(gLeases), []byte{byte(want)}); err != nil {
+				i.leaseRecord.Unlock()
+				return resp, nil // no lease, the read stands
+			}
+			i.leaseMarked.Store(want)
+		}
+		i.leaseRecord.Unlock()
 	}
 	var seq uint64
 	var excl, ok bool

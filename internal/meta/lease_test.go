@@ -69,3 +69,87 @@ func TestCloseEndsLeasePolls(t *testing.T) {
 		t.Fatal("a poll cut short by Close answered as if its wait ran out")
 	}
 }
+
+// TestHandOverUnfencesTheNextLeader: an island handing the lead over
+// breaks its leases, refuses new ones and drops the lease record, so the
+// next incarnation is not fenced; if it stays leader (resume), leases are
+// granted again and the record comes back first.
+func TestHandOverUnfencesTheNextLeader(t *testing.T) {
+	c := newCluster(t, 1)
+	call := func(op uint16, req, resp metawire.Message) {
+		t.Helper()
+		out, err := c.isl[1].Handle(bg, op, 1, metawire.Marshal(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := metawire.Unmarshal(out, resp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease := func() metawire.LeaseResp {
+		t.Helper()
+		call(metawire.OpLeasePoll, &metawire.PollReq{Session: 9}, &metawire.PollResp{})
+		var lr metawire.LeaseResp
+		call(metawire.OpLease, &metawire.LeaseReq{Session: 9, Op: metawire.OpLookup, Exclusive: true,
+			Msg: metawire.Marshal(&metawire.NameReq{Dir: rootIno(), Name: "x"})}, &lr)
+		return lr
+	}
+	if lr := lease(); !lr.Granted {
+		t.Fatalf("lease: %+v", lr)
+	}
+	// The holder acknowledges breaks as a mount does.
+	stop, polled := make(chan struct{}), make(chan struct{})
+	isl := c.isl[1]
+	go func() {
+		defer close(polled)
+		var ack uint64
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			out, err := isl.Handle(bg, metawire.OpLeasePoll, 1, metawire.Marshal(&metawire.PollReq{Session: 9, Ack: ack, WaitMs: 50}))
+			if err != nil {
+				continue
+			}
+			var pr metawire.PollResp
+			if metawire.Unmarshal(out, &pr) == nil {
+				for _, b := range pr.Breaks {
+					ack = max(ack, b.Seq)
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	resume, err := c.isl[1].HandOver(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > c.isl[1].leases.Term()/2 {
+		t.Fatalf("hand-over waited %v: the break was not acknowledged", d)
+	}
+	if lr := lease(); lr.Granted {
+		t.Fatal("a lease granted after the hand-over began")
+	}
+	if _, ok, _ := get(c.isl[1].db, globalKey(gLeases)); ok {
+		t.Fatal("the lease record survived the hand-over")
+	}
+	resume()
+	if lr := lease(); !lr.Granted {
+		t.Fatalf("no lease after resume: %+v", lr)
+	}
+	if _, ok, _ := get(c.isl[1].db, globalKey(gLeases)); !ok {
+		t.Fatal("a lease granted without its record")
+	}
+	// Handed over again, the next incarnation serves unfenced.
+	if _, err := c.isl[1].HandOver(bg); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-polled
+	c.restart(1, c.fs[1])
+	if c.isl[1].leases.Fenced() || c.isl[1].leases.ReadFenced() {
+		t.Fatal("the next incarnation after a hand-over is fenced")
+	}
+}

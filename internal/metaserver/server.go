@@ -410,16 +410,40 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 		}
 		log.Info("metaserver: stopped leading")
 	}()
+	var resume func() // grants held back by the last hand-over
+	defer func() {
+		if resume != nil {
+			resume()
+		}
+	}()
 	for wait := preferredAfter; h.preferred != s.cfg.ID; wait = preferredRetry {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
+		if resume != nil {
+			// Still leading after a transfer that said it went: grants
+			// come back until the next try.
+			resume()
+			resume = nil
+		}
 		log.Info("metaserver: handing the lead to the preferred server", "to", h.preferred)
+		// Leases go first: the new leader then needs no lease term of
+		// waiting before it serves.
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		r, err := isl.HandOver(hctx)
+		cancel()
+		if err != nil {
+			log.Info("metaserver: giving the leases up failed; keeping the lead", "err", err)
+			continue
+		}
 		if err := h.rep.TransferTo(h.preferred); err != nil {
 			log.Info("metaserver: leadership transfer failed; keeping the lead", "err", err)
+			r()
+			continue
 		}
+		resume = r
 	}
 	<-ctx.Done()
 }
