@@ -81,12 +81,7 @@ func TestIslandsShrinkAndGrowWhileServing(t *testing.T) {
 	t.Logf("add: %s", islandCmd(t, managerAddr(cl.Manager), "add", "1"))
 	t.Logf("island 1 added back in %v", time.Since(start).Round(time.Millisecond))
 	time.Sleep(time.Second)
-	s.halt()
-	t.Logf("%d operations, %d failed, the slowest successful one took %v", s.ops, len(s.errs), s.longest.Round(time.Millisecond))
-	if len(s.errs) > 0 {
-		t.Fatalf("%d operations failed across the moves, first: %v", len(s.errs), s.errs[0])
-	}
-	s.check(t)
+	s.end(t, "across the moves")
 	if m, err = conn.Cluster.Map(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -198,12 +193,7 @@ func TestIslandMoveKill9(t *testing.T) {
 	}
 	waitDone(mv)
 	time.Sleep(time.Second)
-	s.halt()
-	t.Logf("%d operations, %d failed, the slowest successful one took %v", s.ops, len(s.errs), s.longest.Round(time.Millisecond))
-	if len(s.errs) > 0 {
-		t.Fatalf("%d operations failed, first: %v", len(s.errs), s.errs[0])
-	}
-	s.check(t)
+	s.end(t, "during the moves")
 	fsckClean(t, conn)
 }
 
@@ -272,12 +262,7 @@ func TestIslandsGrowWhileServing(t *testing.T) {
 	t.Logf("remove 2: %s", islandCmd(t, managerAddr(cl.Manager), "remove", "2"))
 	even(1, 3, 4)
 	time.Sleep(time.Second)
-	s.halt()
-	t.Logf("%d operations, %d failed, the slowest successful one took %v", s.ops, len(s.errs), s.longest.Round(time.Millisecond))
-	if len(s.errs) > 0 {
-		t.Fatalf("%d operations failed across the moves, first: %v", len(s.errs), s.errs[0])
-	}
-	s.check(t)
+	s.end(t, "across the moves")
 	fsckClean(t, conn)
 }
 
@@ -364,10 +349,6 @@ func TestIslandRebalanceByLoad(t *testing.T) {
 	if after.Spread() >= before.Spread()/2 {
 		t.Fatalf("spread of load %.2f before, %.2f after", before.Spread(), after.Spread())
 	}
-	s.halt()
-	if len(s.errs) > 0 {
-		t.Fatalf("%d operations failed, first: %v", len(s.errs), s.errs[0])
-	}
-	s.check(t)
+	s.end(t, "during the moves")
 	fsckClean(t, conn)
 }

@@ -175,6 +175,18 @@ func (s *storm) halt() {
 	s.wg.Wait()
 }
 
+// end halts the storm and fails the test if any of its operations failed
+// or any file it left does not read back (check).
+func (s *storm) end(t *testing.T, during string) {
+	t.Helper()
+	s.halt()
+	t.Logf("%d operations, %d failed, the slowest successful one took %v", s.ops, len(s.errs), s.longest.Round(time.Millisecond))
+	if len(s.errs) > 0 {
+		t.Fatalf("%d operations failed %s, first: %v", len(s.errs), during, s.errs[0])
+	}
+	s.check(t)
+}
+
 // check reads back every file the storm's successful operations left
 // and checks that renamed-away names are gone.
 func (s *storm) check(t *testing.T) {

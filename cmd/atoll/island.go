@@ -61,15 +61,10 @@ received. A move the manager has already handed to its destination is done
 and stays.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger()
+			mc, _, err := managerClient(g, addr)
 			if err != nil {
 				return err
 			}
-			key, err := g.key()
-			if err != nil {
-				return err
-			}
-			mc := cluster.NewClient(clusterAddrs(addr), key, log)
 			defer mc.Close()
 			m, err := mc.Map(cmd.Context(), 0)
 			if err != nil {
@@ -86,6 +81,20 @@ and stays.`,
 	}
 	cmd.Flags().StringVar(&addr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
 	return cmd
+}
+
+// managerClient is a client of the managers at addr (default
+// $ATOLL_CLUSTER) with the command's key, which it returns too.
+func managerClient(g *globalFlags, addr string) (*cluster.Client, *auth.Key, error) {
+	log, err := g.logger()
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := g.key()
+	if err != nil {
+		return nil, nil, err
+	}
+	return cluster.NewClient(clusterAddrs(addr), key, log), key, nil
 }
 
 // islandPlan is what a dry run prints.
@@ -121,15 +130,10 @@ func newIslandMoveCmd(g *globalFlags, verb string) *cobra.Command {
 			if timeout <= 0 {
 				return usageErr("--timeout", errors.New("must be positive"))
 			}
-			log, err := g.logger()
+			mc, key, err := managerClient(g, addr)
 			if err != nil {
 				return err
 			}
-			key, err := g.key()
-			if err != nil {
-				return err
-			}
-			mc := cluster.NewClient(clusterAddrs(addr), key, log)
 			defer mc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()

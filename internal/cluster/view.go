@@ -242,35 +242,31 @@ func (m IslandMap) Table() namespace.Table {
 // destination (meta.MoveFinisher) and returns the new epoch, which the
 // view then has.
 func (m IslandMap) FinishMove(ctx context.Context, id uint64) (uint64, error) {
-	epoch, err := m.c.FinishMove(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	if m.Epoch() < epoch {
-		mp, err := m.c.Map(ctx, epoch)
+	return m.catchUp(ctx)(m.c.FinishMove(ctx, id))
+}
+
+// catchUp returns a function that, given a change's epoch, brings the
+// view to it (the island acting on its own change must see it at once).
+func (m IslandMap) catchUp(ctx context.Context) func(uint64, error) (uint64, error) {
+	return func(epoch uint64, err error) (uint64, error) {
 		if err != nil {
-			return epoch, err
+			return 0, err
 		}
-		m.Update(mp)
+		if m.Epoch() < epoch {
+			mp, err := m.c.Map(ctx, epoch)
+			if err != nil {
+				return epoch, err
+			}
+			m.Update(mp)
+		}
+		return epoch, nil
 	}
-	return epoch, nil
 }
 
 // CancelMove asks the manager to forget a pending move (meta.MoveCanceller)
 // and returns the new epoch, which the view then has.
 func (m IslandMap) CancelMove(ctx context.Context, id uint64) (uint64, error) {
-	epoch, err := m.c.CancelMove(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	if m.Epoch() < epoch {
-		mp, err := m.c.Map(ctx, epoch)
-		if err != nil {
-			return epoch, err
-		}
-		m.Update(mp)
-	}
-	return epoch, nil
+	return m.catchUp(ctx)(m.c.CancelMove(ctx, id))
 }
 
 // IslandAddr returns the address of island id.
