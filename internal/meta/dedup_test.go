@@ -10,7 +10,7 @@ import (
 
 // callID sends req with request id to the island owning ino.
 func (c *cluster) callID(id wire.ReqID, op uint16, ino uint64, req, resp metawire.Message) error {
-	out, err := c.isl[c.owner(ino)].HandleReq(bg, op, c.epoch, id, metawire.Marshal(req))
+	out, err := c.isl[c.owner(ino)].HandleReq(bg, op, max(c.epoch, c.m.Epoch()), id, metawire.Marshal(req))
 	if err != nil {
 		return err
 	}

@@ -320,7 +320,10 @@
 // destination for 30 s cancels the move and thaws. fsck skips the other island's
 // copy of a moving entry. The destination adopts the source's
 // incarnations ('X'): its sync answers list them, so a client's lazy
-// change acknowledged by the source is known durable.
+// change acknowledged by the source is known durable. A change noted for
+// the delta carries its request id record, so a client retrying it at
+// the destination is answered, not applied twice (a change applied
+// before the base copy and retried only after the flip is not covered).
 //
 // # Failpoints
 //

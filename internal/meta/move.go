@@ -322,27 +322,52 @@ func (i *Island) noteWrite(b *pebble.Batch) {
 	}
 	i.moves.mu.Lock()
 	defer i.moves.mu.Unlock()
+	var dedup []byte // the batch's request id record, if any
+	touched := map[*noted]bool{}
+	add := func(n *noted, key []byte) {
+		if n.over {
+			return
+		}
+		if len(n.keys) >= maxNoted {
+			n.over, n.keys = true, nil
+			return
+		}
+		n.keys[string(key)] = struct{}{}
+	}
 	r := b.Reader()
 	for {
 		_, key, _, ok, err := r.Next()
 		if err != nil || !ok {
-			return
+			break
+		}
+		if isDedupKey(key) {
+			dedup = key
+			continue
 		}
 		if len(key) < 5 || key[4] >= 0x80 {
 			continue
 		}
 		bk := binary.BigEndian.Uint32(key)
 		for _, n := range i.moves.mu.noting {
-			if !n.r.has(bk) || n.over {
-				continue
+			if n.r.has(bk) {
+				add(n, key)
+				touched[n] = true
 			}
-			if len(n.keys) >= maxNoted {
-				n.over, n.keys = true, nil
-				continue
-			}
-			n.keys[string(key)] = struct{}{}
 		}
 	}
+	// A change of the entry goes with its request id: a client retrying
+	// it at the destination after the move finds it applied.
+	if dedup != nil {
+		for n := range touched {
+			add(n, dedup)
+		}
+	}
+}
+
+// isDedupKey reports whether key is a request id record (dedup.go).
+func isDedupKey(key []byte) bool {
+	p := globalKey(gDedup)
+	return len(key) == len(p)+16 && string(key[:len(p)]) == string(p)
 }
 
 // marks reads every record under tag.
@@ -877,6 +902,9 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 	lo, hi := BucketSpan(r.First, r.Last)
 	for _, ks := range [][][]byte{r.Keys, r.Deleted} {
 		for _, k := range ks {
+			if r.Phase == metawire.ImportDelta && isDedupKey(k) {
+				continue // a request id recorded with a change of the entry
+			}
 			if string(k) < string(lo) || string(k) >= string(hi) {
 				return fmt.Errorf("%w: import of buckets %08x..%08x carries key %x", metawire.ErrBadRequest, r.First, r.Last, k)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
 )
 
 func init() {
@@ -331,16 +332,22 @@ func TestMoveEntryDelta(t *testing.T) {
 			return err
 		}
 		must(r.mkdir(d.Ino, "sub", 0o755))
-		return nil
+		// A symlink whose answer the client lost: it retries after the
+		// move, at the destination.
+		return c.callID(wire.ReqID{7, 7}, metawire.OpSymlink, d.Ino, &metawire.CreateReq{Cred: r.cred, Dir: d.Ino, Name: "ln", Target: "t"}, nil)
 	}})
 	c.startMove(1, entry, 2)
 	c.waitMoved(entry, 2)
 	if !fired {
 		t.Fatal("the failpoint after the base copy never fired")
 	}
+	var again metawire.CreateResp
+	if err := c.callID(wire.ReqID{7, 7}, metawire.OpSymlink, d.Ino, &metawire.CreateReq{Cred: r.cred, Dir: d.Ino, Name: "ln", Target: "t"}, &again); err != nil {
+		t.Fatalf("the retried symlink at the destination: %v (applied twice?)", err)
+	}
 	got := must(r.names(d.Ino))
-	if _, ok := got["f0"]; ok || len(got) != 4 || got["new"] == 0 || got["sub"] == 0 {
-		t.Fatalf("after the move: %v", got)
+	if _, ok := got["f0"]; ok || len(got) != 5 || got["new"] == 0 || got["sub"] == 0 || got["ln"] != again.Attr.Ino {
+		t.Fatalf("after the move: %v (the retry answered %d)", got, again.Attr.Ino)
 	}
 	if a := must(r.getattr(got["f1"])); a.Size != 0 {
 		t.Fatalf("truncated file: size %d", a.Size)
