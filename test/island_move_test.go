@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/islandload"
+	"github.com/atoll-fs/atoll/internal/metawire"
 )
 
 // islandCmd runs `atoll island ARGS` against cl and fails the test if it
@@ -202,8 +204,10 @@ func TestIslandMoveKill9(t *testing.T) {
 // gives each its share) and shrinks to 3 (`atoll island remove 2`) while
 // a create/write/rename storm runs through the FUSE mount: no operation
 // fails, every file reads back exact, renamed-away names stay gone, the
-// table is even after each step and fsck is clean. The islands' moves
-// keep their default duty cycle (a tenth of the time).
+// table is even after each step and fsck is clean. A second client that
+// never refreshes its map on its own reads the files right afterwards
+// (redirected, never a wrong answer). The islands' moves keep their
+// default duty cycle (a tenth of the time).
 func TestIslandsGrowWhileServing(t *testing.T) {
 	fuseUsable(t)
 	cl, base := startDev(t, 5, 2, 2, func(c *devcluster.Config) { c.IslandReplicas = 1; c.CleanInterval = -1 })
@@ -255,6 +259,10 @@ func TestIslandsGrowWhileServing(t *testing.T) {
 	_, mnt := mountFS(t, conn.FS)
 	s := startStorm(t, mnt, 4, dirOnIsland(t, conn, mnt, 1), dirOnIsland(t, conn, mnt, 2))
 	time.Sleep(time.Second)
+	// A client that never looks at the map on its own: after the moves
+	// it holds an old one, and every answer it gets must still be right.
+	stale := dialDev(t, cl)
+	staleEpoch := stale.View.Epoch()
 	for id := uint32(3); id <= 4; id++ {
 		t.Logf("add %d: %s", id, islandCmd(t, managerAddr(cl.Manager), "add", fmt.Sprint(id)))
 	}
@@ -262,6 +270,25 @@ func TestIslandsGrowWhileServing(t *testing.T) {
 	t.Logf("remove 2: %s", islandCmd(t, managerAddr(cl.Manager), "remove", "2"))
 	even(1, 3, 4)
 	time.Sleep(time.Second)
+	s.halt()
+	checked := 0
+	for p, data := range s.want {
+		rel, err := filepath.Rel(mnt, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := stale.FS.ReadFile(ctx, metawire.Cred{}, "/"+rel)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s through a client with the map of epoch %d: %d bytes, %v; want the %d written", rel, staleEpoch, len(got), err, len(data))
+		}
+		if checked++; checked == 200 {
+			break
+		}
+	}
+	if stale.View.Epoch() <= staleEpoch {
+		t.Fatalf("the stale client still has epoch %d", stale.View.Epoch())
+	}
+	t.Logf("a client with the map of epoch %d read %d files right (its map is now epoch %d)", staleEpoch, checked, stale.View.Epoch())
 	s.end(t, "across the moves")
 	fsckClean(t, conn)
 }

@@ -108,6 +108,7 @@ type storm struct {
 	ops      int
 	wg       sync.WaitGroup
 	stop     chan struct{}
+	halted   sync.Once
 	dirCount int
 }
 
@@ -171,7 +172,7 @@ func (s *storm) count() int {
 }
 
 func (s *storm) halt() {
-	close(s.stop)
+	s.halted.Do(func() { close(s.stop) })
 	s.wg.Wait()
 }
 
