@@ -576,8 +576,17 @@ func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespac
 
 // freezeEntry is step 1 (idempotent).
 func (i *Island) freezeEntry(ctx context.Context, id uint64, m moveMark) error {
-	if _, ok, err := get(i.db, moveKey(gMoving, id)); err != nil || ok {
+	if _, ok, err := get(i.db, moveKey(gMoving, id)); err != nil {
 		return err
+	} else if ok {
+		// Frozen already (at start, loadMoves; or a marker write that
+		// failed here yet was applied later): make sure it is in memory
+		// too before anything is copied.
+		i.locks.freeze(id, m.r)
+		if err := i.withdraw(ctx, id, m.r); err != nil {
+			return err
+		}
+		return i.locks.waitQuiet(ctx, m.r, moveQuiet)
 	}
 	// Leases first: their holders flush what they kept back (it still
 	// applies here), then the changes stop.
