@@ -173,26 +173,14 @@ func islandMovesByLoad(ctx context.Context, mc *cluster.Client, key *auth.Key, w
 	if err != nil {
 		return fmt.Errorf("island rebalance: %w", err)
 	}
-	t := namespace.Table{Depth: m.Table.Depth, Epoch: m.Epoch}
-	for _, e := range m.Table.Entries {
-		t.Entries = append(t.Entries, namespace.IslandID(e))
-	}
-	var keep []namespace.IslandID
-	for _, is := range m.Islands {
-		if is.State != cluster.StateOut {
-			keep = append(keep, namespace.IslandID(is.ID))
-		}
-	}
-	plan, err := namespace.PlanByLoad(t, load.Entries, keep, tolerance)
+	moves, err := islandload.Plan(m, load, tolerance)
 	if err != nil {
 		return fmt.Errorf("island rebalance: %w", err)
 	}
 	after := maps.Clone(load.Islands)
-	var moves []cluster.EntryMove
-	for _, mv := range plan {
-		moves = append(moves, cluster.EntryMove{Entry: mv.Entry, From: uint32(mv.From), To: uint32(mv.To)})
-		after[mv.From] -= load.Entries[mv.Entry]
-		after[mv.To] += load.Entries[mv.Entry]
+	for _, mv := range moves {
+		after[namespace.IslandID(mv.From)] -= load.Entries[mv.Entry]
+		after[namespace.IslandID(mv.To)] += load.Entries[mv.Entry]
 	}
 	type planJSON struct {
 		WindowSeconds float64                        `json:"window_seconds"`

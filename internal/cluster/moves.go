@@ -124,7 +124,7 @@ func (m *Map) applyMoveEntries(moves []EntryMove) (bool, error) {
 // forgets the move. Finishing a move the map no longer holds is an
 // error (the caller looks at the table to see whether it happened).
 func (m *Map) applyFinishMove(id uint64) (bool, error) {
-	k := slices.IndexFunc(m.Moves, func(mv EntryMove) bool { return mv.ID == id })
+	k := m.moveIndex(id)
 	if k < 0 {
 		return false, fmt.Errorf("%w: no pending move %d", ErrBadRequest, id)
 	}
@@ -140,12 +140,17 @@ func (m *Map) applyFinishMove(id uint64) (bool, error) {
 
 // applyCancelMove forgets a pending move; the entry stays its source's.
 func (m *Map) applyCancelMove(id uint64) (bool, error) {
-	k := slices.IndexFunc(m.Moves, func(mv EntryMove) bool { return mv.ID == id })
+	k := m.moveIndex(id)
 	if k < 0 {
 		return false, nil
 	}
 	m.Moves = slices.Delete(slices.Clone(m.Moves), k, k+1)
 	return true, nil
+}
+
+// moveIndex is the index of pending move id in m.Moves, -1 if none.
+func (m *Map) moveIndex(id uint64) int {
+	return slices.IndexFunc(m.Moves, func(mv EntryMove) bool { return mv.ID == id })
 }
 
 // Moving returns the pending move of entry, if any.
@@ -221,6 +226,19 @@ func (m *Manager) handleMove(req *wire.Request) (wire.Response, error) {
 	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
 }
 
+// NamespaceTable is the map's table as the namespace package has it: its
+// entries, the map's epoch and the pending moves.
+func (m *Map) NamespaceTable() namespace.Table {
+	t := namespace.Table{Depth: m.Table.Depth, Epoch: m.Epoch, Entries: make([]namespace.IslandID, len(m.Table.Entries))}
+	for k, e := range m.Table.Entries {
+		t.Entries[k] = namespace.IslandID(e)
+	}
+	for _, mv := range m.Moves {
+		t.Moves = append(t.Moves, namespace.PendingMove{ID: mv.ID, Entry: mv.Entry, From: namespace.IslandID(mv.From), To: namespace.IslandID(mv.To)})
+	}
+	return t
+}
+
 // PlanIslandMoves plans the entry moves that share the namespace table
 // evenly among islands (namespace.PlanRebalance, by entry counts): an
 // island of the list with no entry is being added, an owner missing
@@ -240,10 +258,7 @@ func PlanIslandMoves(m *Map, islands []uint32) (split Table, moves []EntryMove, 
 			return Table{}, nil, fmt.Errorf("%w: island %d", ErrUnknownMember, id)
 		}
 	}
-	t := namespace.Table{Depth: m.Table.Depth, Epoch: m.Epoch}
-	for _, e := range m.Table.Entries {
-		t.Entries = append(t.Entries, namespace.IslandID(e))
-	}
+	t := m.NamespaceTable()
 	keep := make([]namespace.IslandID, len(islands))
 	for k, id := range islands {
 		keep[k] = namespace.IslandID(id)

@@ -225,13 +225,7 @@ func (m IslandMap) Table() namespace.Table {
 			return c.t
 		}
 	}
-	t := namespace.Table{Depth: mp.Table.Depth, Epoch: mp.Epoch}
-	for _, e := range mp.Table.Entries {
-		t.Entries = append(t.Entries, namespace.IslandID(e))
-	}
-	for _, mv := range mp.Moves {
-		t.Moves = append(t.Moves, namespace.PendingMove{ID: mv.ID, Entry: mv.Entry, From: namespace.IslandID(mv.From), To: namespace.IslandID(mv.To)})
-	}
+	t := mp.NamespaceTable()
 	if m.last != nil {
 		m.last.Store(&islandTable{mp, t})
 	}

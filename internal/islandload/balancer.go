@@ -9,7 +9,6 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
-	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
 // BalancerConfig configures a Balancer.
@@ -139,27 +138,15 @@ func (b *Balancer) Round(ctx context.Context) error {
 		return nil
 	}
 	b.above = 0
-	t := namespace.Table{Depth: m.Table.Depth, Epoch: m.Epoch}
-	for _, e := range m.Table.Entries {
-		t.Entries = append(t.Entries, namespace.IslandID(e))
-	}
-	var keep []namespace.IslandID
-	for id := range load.Islands {
-		keep = append(keep, id)
-	}
-	plan, err := namespace.PlanByLoad(t, load.Entries, keep, b.cfg.Threshold/2)
+	moves, err := Plan(m, load, b.cfg.Threshold/2)
 	if err != nil {
 		return err
 	}
-	if len(plan) > b.cfg.MaxMoves {
-		plan = plan[:b.cfg.MaxMoves]
+	if len(moves) > b.cfg.MaxMoves {
+		moves = moves[:b.cfg.MaxMoves]
 	}
-	if len(plan) == 0 {
+	if len(moves) == 0 {
 		return nil
-	}
-	moves := make([]cluster.EntryMove, len(plan))
-	for k, mv := range plan {
-		moves[k] = cluster.EntryMove{Entry: mv.Entry, From: uint32(mv.From), To: uint32(mv.To)}
 	}
 	if _, err := b.cfg.Client.MoveEntries(ctx, moves); err != nil {
 		return fmt.Errorf("island balancer: %w", err)

@@ -24,6 +24,25 @@ type Load struct {
 // Spread is the standard deviation of the islands' loads over their mean.
 func (l Load) Spread() float64 { return namespace.Spread(l.Islands) }
 
+// Plan is the entry moves that bring the measured islands' load within
+// tolerance (namespace.PlanByLoad over m's table and the islands l
+// measured, every one not out).
+func Plan(m *cluster.Map, l Load, tolerance float64) ([]cluster.EntryMove, error) {
+	keep := make([]namespace.IslandID, 0, len(l.Islands))
+	for id := range l.Islands {
+		keep = append(keep, id)
+	}
+	plan, err := namespace.PlanByLoad(m.NamespaceTable(), l.Entries, keep, tolerance)
+	if err != nil {
+		return nil, err
+	}
+	moves := make([]cluster.EntryMove, len(plan))
+	for k, mv := range plan {
+		moves[k] = cluster.EntryMove{Entry: mv.Entry, From: uint32(mv.From), To: uint32(mv.To)}
+	}
+	return moves, nil
+}
+
 // Sample measures the load of every island of m that is not out over
 // window (the table must not change depth meanwhile).
 func Sample(ctx context.Context, m *cluster.Map, key *auth.Key, window time.Duration) (Load, error) {

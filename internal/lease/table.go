@@ -249,10 +249,8 @@ func (t *Table) grant(sessionID uint64, b uint32, m Mark, wantExcl bool) (seq ui
 	if bk == nil || changedForLocked(bk, m, sessionID) {
 		return 0, false, false
 	}
-	for _, r := range t.mu.withdrawn {
-		if r.first <= b && b <= r.last {
-			return 0, false, false
-		}
+	if t.withdrawnLocked(b) {
+		return 0, false, false
 	}
 	s := t.mu.sessions[sessionID]
 	if s == nil || (s.polls == 0 && now.Sub(s.answered) > PollGrace) {
@@ -461,6 +459,10 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 func (t *Table) Withdrawn(b uint32) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.withdrawnLocked(b)
+}
+
+func (t *Table) withdrawnLocked(b uint32) bool {
 	for _, r := range t.mu.withdrawn {
 		if r.first <= b && b <= r.last {
 			return true

@@ -8,7 +8,21 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
 )
+
+// mustHandle serves req at island id (epoch 1) and decodes into resp,
+// failing the test on any error.
+func (c *cluster) mustHandle(id namespace.IslandID, op uint16, req, resp metawire.Message) {
+	c.t.Helper()
+	out, err := c.isl[id].Handle(bg, op, 1, metawire.Marshal(req))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := metawire.Unmarshal(out, resp); err != nil {
+		c.t.Fatal(err)
+	}
+}
 
 // TestLeasesFenceTheNextIncarnation: once an island granted a lease, the
 // next incarnation (a restart, even after a crash right after the grant;
@@ -20,16 +34,7 @@ func TestLeasesFenceTheNextIncarnation(t *testing.T) {
 	if c.isl[1].leases.Fenced() {
 		t.Fatal("fenced without ever granting a lease")
 	}
-	call := func(op uint16, req, resp metawire.Message) {
-		t.Helper()
-		out, err := c.isl[1].Handle(bg, op, 1, metawire.Marshal(req))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := metawire.Unmarshal(out, resp); err != nil {
-			t.Fatal(err)
-		}
-	}
+	call := func(op uint16, req, resp metawire.Message) { t.Helper(); c.mustHandle(1, op, req, resp) }
 	call(metawire.OpLeasePoll, &metawire.PollReq{Session: 9}, &metawire.PollResp{})
 	var lr metawire.LeaseResp
 	call(metawire.OpLease, &metawire.LeaseReq{Session: 9, Op: metawire.OpLookup,
@@ -76,16 +81,7 @@ func TestCloseEndsLeasePolls(t *testing.T) {
 // granted again and the record comes back first.
 func TestHandOverUnfencesTheNextLeader(t *testing.T) {
 	c := newCluster(t, 1)
-	call := func(op uint16, req, resp metawire.Message) {
-		t.Helper()
-		out, err := c.isl[1].Handle(bg, op, 1, metawire.Marshal(req))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := metawire.Unmarshal(out, resp); err != nil {
-			t.Fatal(err)
-		}
-	}
+	call := func(op uint16, req, resp metawire.Message) { t.Helper(); c.mustHandle(1, op, req, resp) }
 	lease := func() metawire.LeaseResp {
 		t.Helper()
 		call(metawire.OpLeasePoll, &metawire.PollReq{Session: 9}, &metawire.PollResp{})

@@ -455,16 +455,14 @@ func (i *Island) moveOnce(ctx context.Context) error {
 		if mv.From != i.id || i.moves.backingOff(mv.ID) {
 			continue
 		}
-		_, frozen, err := get(i.db, moveKey(gMoving, mv.ID))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !frozen && i.movePaused() {
+		// The markers read above are current for a pending move: only
+		// this goroutine writes them (freezeEntry).
+		_, wasFrozen := frozen[mv.ID]
+		if !wasFrozen && i.movePaused() {
 			continue // a frozen one goes on: its entry is waiting
 		}
 		start := time.Now()
-		err = i.moveEntry(ctx, tab, mv)
+		frozen, err := i.moveEntry(ctx, tab, mv, wasFrozen)
 		i.movePause(time.Since(start))
 		if err == nil || ctx.Err() != nil {
 			i.moves.succeeded(mv.ID)
@@ -472,10 +470,6 @@ func (i *Island) moveOnce(ctx context.Context) error {
 			continue
 		}
 		errs = append(errs, err)
-		_, frozen, ferr := get(i.db, moveKey(gMoving, mv.ID))
-		if ferr != nil {
-			continue
-		}
 		// A frozen entry whose copy keeps failing (its destination is
 		// gone) is given back: the move is cancelled, unless the manager
 		// flipped it meanwhile (then the next pass drops the records).
@@ -506,15 +500,12 @@ func (i *Island) moveOnce(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// moveEntry freezes mv's entry if it is not yet, copies it to the
-// destination and asks for the flip.
-func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespace.PendingMove) error {
+// moveEntry freezes mv's entry if it is not yet (frozen: its marker is
+// written), copies it to the destination and asks for the flip. It
+// reports whether the entry is frozen now.
+func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespace.PendingMove, frozen bool) (bool, error) {
 	first, last := namespace.EntryRange(tab.Depth, mv.Entry)
 	m := moveMark{r: bucketRange{first, last}, other: mv.To}
-	_, frozen, err := get(i.db, moveKey(gMoving, mv.ID))
-	if err != nil {
-		return err
-	}
 	var n *noted
 	if !frozen {
 		// The base copy, while the entry serves; its changes from the
@@ -522,14 +513,15 @@ func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespac
 		n = i.note(mv.ID, m.r)
 		defer i.unnote(mv.ID)
 		if err := i.copyEntry(ctx, mv.ID, m, metawire.ImportBase); err != nil {
-			return fmt.Errorf("move %d: base copy to island %d: %w", mv.ID, mv.To, err)
+			return false, fmt.Errorf("move %d: base copy to island %d: %w", mv.ID, mv.To, err)
 		}
 		if err := i.fp(FailMoveAfterBase); err != nil {
-			return err
+			return false, err
 		}
 	}
-	if err := i.freezeEntry(ctx, mv.ID, m); err != nil {
-		return fmt.Errorf("move %d: freezing: %w", mv.ID, err)
+	if err := i.freezeEntry(ctx, mv.ID, m, frozen); err != nil {
+		_, written, _ := get(i.db, moveKey(gMoving, mv.ID))
+		return written, fmt.Errorf("move %d: freezing: %w", mv.ID, err)
 	}
 	frozenAt := time.Now()
 	whole := n == nil
@@ -545,40 +537,39 @@ func (i *Island) moveEntry(ctx context.Context, tab namespace.Table, mv namespac
 			case errors.Is(err, errNoBase):
 				whole = true
 			case err != nil:
-				return fmt.Errorf("move %d: delta copy to island %d: %w", mv.ID, mv.To, err)
+				return true, fmt.Errorf("move %d: delta copy to island %d: %w", mv.ID, mv.To, err)
 			}
 		}
 	}
 	if whole {
 		if err := i.copyEntry(ctx, mv.ID, m, metawire.ImportWhole); err != nil {
-			return fmt.Errorf("move %d: copying to island %d: %w", mv.ID, mv.To, err)
+			return true, fmt.Errorf("move %d: copying to island %d: %w", mv.ID, mv.To, err)
 		}
 	}
 	if err := i.fp(FailMoveAfterCopy); err != nil {
-		return err
+		return true, err
 	}
 	fin, ok := i.cfg.Map.(MoveFinisher)
 	if !ok {
-		return fmt.Errorf("move %d: the map source cannot finish moves", mv.ID)
+		return true, fmt.Errorf("move %d: the map source cannot finish moves", mv.ID)
 	}
 	epoch, err := fin.FinishMove(ctx, mv.ID)
 	if err != nil {
-		return fmt.Errorf("move %d: flipping the entry: %w", mv.ID, err)
+		return true, fmt.Errorf("move %d: flipping the entry: %w", mv.ID, err)
 	}
 	i.met.movedAway.Inc()
 	i.met.frozen.Observe(time.Since(frozenAt).Seconds())
 	i.log.Info("meta: moved a table entry", "move", mv.ID, "entry", mv.Entry, "to", mv.To, "epoch", epoch, "frozen", time.Since(frozenAt))
 	if err := i.fp(FailMoveAfterFlip); err != nil {
-		return err
+		return true, err
 	}
-	return nil // the drop follows once the map has the flip (moveOnce)
+	return true, nil // the drop follows once the map has the flip (moveOnce)
 }
 
-// freezeEntry is step 1 (idempotent).
-func (i *Island) freezeEntry(ctx context.Context, id uint64, m moveMark) error {
-	if _, ok, err := get(i.db, moveKey(gMoving, id)); err != nil {
-		return err
-	} else if ok {
+// freezeEntry is step 1; marked: the marker is written already (a
+// resumed move), and only what is in memory is made sure of.
+func (i *Island) freezeEntry(ctx context.Context, id uint64, m moveMark, marked bool) error {
+	if marked {
 		// Frozen already (at start, loadMoves; or a marker write that
 		// failed here yet was applied later): make sure it is in memory
 		// too before anything is copied.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/atoll-fs/atoll/internal/faults"
@@ -60,6 +61,19 @@ func moveSetup(t *testing.T) (c *cluster, entry uint32, dirs map[string]metawire
 		t.Fatalf("no entry of island 1 holds directories: %v", counts)
 	}
 	return c, entry, dirs, c.liveSum()
+}
+
+// waitCrash waits until failpoint name crashed its island (crashAt's
+// image is taken), failing the test after 10 s.
+func waitCrash(t *testing.T, name string, clone func() *vfs.MemFS) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for clone() == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("failpoint %s never fired", name)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // liveSum adds up every island's live-byte counters.
@@ -230,13 +244,7 @@ func TestMoveEntryCrashes(t *testing.T) {
 			c, entry, dirs, live := moveSetup(t)
 			clone := c.crashAt(tc.island, tc.fp)
 			c.startMove(1, entry, 2)
-			deadline := time.Now().Add(10 * time.Second)
-			for clone() == nil {
-				if time.Now().After(deadline) {
-					t.Fatalf("failpoint %s never fired", tc.fp)
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			waitCrash(t, tc.fp, clone)
 			if tc.fp == FailMoveAfterFreeze {
 				// Frozen: a change in the moving entry is refused (the
 				// client retries), a read is served.
@@ -273,13 +281,7 @@ func TestMoveEntryCancelled(t *testing.T) {
 	c, entry, dirs, live := moveSetup(t)
 	clone := c.crashAt(1, FailMoveAfterCopy)
 	c.startMove(1, entry, 2)
-	deadline := time.Now().Add(10 * time.Second)
-	for clone() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("failpoint never fired")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitCrash(t, FailMoveAfterCopy, clone)
 	tab := c.m.Table().Clone()
 	tab.Moves, tab.Epoch = nil, tab.Epoch+1
 	c.m.Set(tab)
