@@ -38,6 +38,8 @@ island. Every step resumes after a crash of either island or the manager.
   atoll island rebalance   even out the entries among the islands that are not
                            out
   atoll island cancel      forget every pending move (entries stay where they are)
+  atoll island server add|remove|rebalance
+                           move island replicas between island servers
   atoll island rebalance --by-load
                            even out the islands' load: measure each entry's
                            operations per second over --window, then move the
@@ -46,7 +48,8 @@ island. Every step resumes after a crash of either island or the manager.
 
 --dry-run prints the plan and changes nothing.`,
 	}
-	cmd.AddCommand(newIslandMoveCmd(g, "add"), newIslandMoveCmd(g, "remove"), newIslandMoveCmd(g, "rebalance"), newIslandCancelCmd(g))
+	cmd.AddCommand(newIslandMoveCmd(g, "add"), newIslandMoveCmd(g, "remove"), newIslandMoveCmd(g, "rebalance"), newIslandCancelCmd(g),
+		newIslandServerCmd(g))
 	return cmd
 }
 

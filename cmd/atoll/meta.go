@@ -52,7 +52,15 @@ island whose replica leads. Every island server is given the same
 
   atoll meta --server-id 1 --listen 127.0.0.1:7500 --raft-listen 127.0.0.1:7510 \
     --island-servers 1=127.0.0.1:7510,2=127.0.0.1:7511,3=127.0.0.1:7512 \
-    --islands 3 --replicas 3 --manager 127.0.0.1:7400 --dir /var/lib/atoll/meta1`,
+    --islands 3 --replicas 3 --manager 127.0.0.1:7400 --dir /var/lib/atoll/meta1
+
+That placement is recorded in the cluster map when the first island server
+starts; from then on the map decides. A server added later starts with
+--join instead of --island-servers, --islands and --replicas, and
+` + "`atoll island server add ID`" + ` moves a share of the replicas onto it:
+
+  atoll meta --server-id 4 --join --listen 127.0.0.1:7503 --raft-listen 127.0.0.1:7513 \
+    --manager 127.0.0.1:7400 --dir /var/lib/atoll/meta4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -72,7 +80,12 @@ island whose replica leads. Every island server is given the same
 				if id != 0 || mapFile != "" {
 					return usageErr("--server-id", errors.New("an island server takes neither --id nor --static-map"))
 				}
-				if srv.Servers, err = parseServers(servers); err != nil {
+				if srv.Join {
+					if servers != "" {
+						return usageErr("--join", errors.New("a joining island server takes no --island-servers (its replicas come from the map)"))
+					}
+					srv.Servers = map[uint32]string{srv.ID: srv.RaftListen}
+				} else if srv.Servers, err = parseServers(servers); err != nil {
 					return usageErr("--island-servers", err)
 				}
 				srv.Listen, srv.Dir, srv.Managers, srv.Key, srv.Logger, srv.InlineMax = cfg.Listen, cfg.Dir, splitList(managers), cfg.Key, log, n
@@ -155,6 +168,7 @@ island whose replica leads. Every island server is given the same
 	f.StringVar(&servers, "island-servers", "", "island server: every island server as id=raft-address, comma-separated")
 	f.IntVar(&srv.Islands, "islands", 3, "island server: number of islands (ids 1..N)")
 	f.IntVar(&srv.Replicas, "replicas", 3, "island server: replicas of each island (1, 3 or 5)")
+	f.BoolVar(&srv.Join, "join", false, "island server: join a running cluster; replicas come from the map (`atoll island server add`)")
 	return cmd
 }
 

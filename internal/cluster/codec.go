@@ -65,8 +65,14 @@ func EncodeMap(m *Map) []byte {
 		e.String(n.ClientAddr)
 	}
 	encodeTable(&e, m.Table)
-	if len(m.Moves) > 0 {
-		encodeMoves(&e, m.Moves) // an optional tail: older readers never saw moves
+	// Optional tails, in this order: older readers never saw moves or a
+	// placement.
+	if len(m.Moves) > 0 || len(m.IslandServers) > 0 || len(m.Replicas) > 0 {
+		encodeMoves(&e, m.Moves)
+	}
+	if len(m.IslandServers) > 0 || len(m.Replicas) > 0 {
+		encodeServers(&e, m.IslandServers)
+		encodeSets(&e, m.Replicas)
 	}
 	e.U32(crc32.Checksum(e.B, castagnoli))
 	return e.B
@@ -140,6 +146,10 @@ func DecodeMap(b []byte) (*Map, error) {
 	m.Table = decodeTable(d)
 	if d.More() {
 		m.Moves = decodeMoves(d)
+	}
+	if d.More() {
+		m.IslandServers = decodeServers(d)
+		m.Replicas = decodeSets(d)
 	}
 	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("%w: cluster map: %v", ErrBadRequest, err)
@@ -216,6 +226,9 @@ func (m *Map) Validate() error {
 		}
 	}
 	if err := m.validateMoves(); err != nil {
+		return fmt.Errorf("cluster map: %w", err)
+	}
+	if err := m.validatePlacement(); err != nil {
 		return fmt.Errorf("cluster map: %w", err)
 	}
 	return nil

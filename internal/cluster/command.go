@@ -13,17 +13,19 @@ import (
 type cmdType uint8
 
 const (
-	cmdRegister    cmdType = 1
-	cmdMarkDown    cmdType = 2
-	cmdMarkUp      cmdType = 3
-	cmdSetState    cmdType = 4
-	cmdSetTable    cmdType = 5
-	cmdSetPolicy   cmdType = 6
-	cmdFormat      cmdType = 7
-	cmdManager     cmdType = 8
-	cmdMoveEntries cmdType = 9
-	cmdFinishMove  cmdType = 10
-	cmdCancelMove  cmdType = 11
+	cmdRegister     cmdType = 1
+	cmdMarkDown     cmdType = 2
+	cmdMarkUp       cmdType = 3
+	cmdSetState     cmdType = 4
+	cmdSetTable     cmdType = 5
+	cmdSetPolicy    cmdType = 6
+	cmdFormat       cmdType = 7
+	cmdManager      cmdType = 8
+	cmdMoveEntries  cmdType = 9
+	cmdFinishMove   cmdType = 10
+	cmdCancelMove   cmdType = 11
+	cmdIslandServer cmdType = 12
+	cmdSetReplicas  cmdType = 13
 
 	cmdVersion uint8 = 1
 
@@ -55,6 +57,10 @@ func (t cmdType) String() string {
 		return "finish-move"
 	case cmdCancelMove:
 		return "cancel-move"
+	case cmdIslandServer:
+		return "island-server"
+	case cmdSetReplicas:
+		return "set-replicas"
 	}
 	return fmt.Sprintf("cmd(%d)", uint8(t))
 }
@@ -62,17 +68,20 @@ func (t cmdType) String() string {
 // command is one raft log entry. Only the fields of its type are encoded.
 type command struct {
 	Type    cmdType
-	Key     MemberKey   // register, mark-up, set-state
-	Keys    []MemberKey // mark-down
-	Addr    string      // register
-	PID     int         // register
-	State   State       // set-state
-	Table   Table       // set-table
-	Policy  string      // set-policy
-	Islands []uint32    // format
-	Manager ManagerNode // manager
-	Moves   []EntryMove // move-entries
-	MoveID  uint64      // finish-move, cancel-move
+	Key     MemberKey      // register, mark-up, set-state
+	Keys    []MemberKey    // mark-down
+	Addr    string         // register
+	PID     int            // register
+	State   State          // set-state
+	Table   Table          // set-table
+	Policy  string         // set-policy
+	Islands []uint32       // format
+	Manager ManagerNode    // manager
+	Moves   []EntryMove    // move-entries
+	MoveID  uint64         // finish-move, cancel-move
+	Servers []IslandServer // island-server
+	Sets    []ReplicaSet   // island-server (the seed), set-replicas
+	Out     []uint32       // set-replicas
 }
 
 func encodeKey(e *wire.Enc, k MemberKey) { e.U8(uint8(k.Kind)); e.U32(k.ID) }
@@ -114,6 +123,10 @@ func (c *command) encode() []byte {
 		encodeMoves(&e, c.Moves)
 	case cmdFinishMove, cmdCancelMove:
 		e.U64(c.MoveID)
+	case cmdIslandServer:
+		(&IslandServerReq{Servers: c.Servers, Seed: c.Sets}).Encode(&e)
+	case cmdSetReplicas:
+		(&SetReplicasReq{Sets: c.Sets, Out: c.Out}).Encode(&e)
 	}
 	return e.B
 }
@@ -158,6 +171,14 @@ func decodeCommand(b []byte) (*command, error) {
 		c.Moves = decodeMoves(d)
 	case cmdFinishMove, cmdCancelMove:
 		c.MoveID = d.U64()
+	case cmdIslandServer:
+		var r IslandServerReq
+		r.Decode(d)
+		c.Servers, c.Sets = r.Servers, r.Seed
+	case cmdSetReplicas:
+		var r SetReplicasReq
+		r.Decode(d)
+		c.Sets, c.Out = r.Sets, r.Out
 	default:
 		if d.Err() == nil {
 			return nil, fmt.Errorf("%w: unknown raft command %d", ErrBadRequest, uint8(c.Type))
@@ -220,6 +241,10 @@ func (m *Map) apply(c *command) (changed bool, err error) {
 		changed, err = m.applyFinishMove(c.MoveID)
 	case cmdCancelMove:
 		changed, err = m.applyCancelMove(c.MoveID)
+	case cmdIslandServer:
+		changed, err = m.applyIslandServer(c.Servers, c.Sets)
+	case cmdSetReplicas:
+		changed, err = m.applySetReplicas(c.Sets, c.Out)
 	default:
 		return false, fmt.Errorf("%w: unknown raft command %d", ErrBadRequest, uint8(c.Type))
 	}

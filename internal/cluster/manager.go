@@ -653,7 +653,7 @@ func needs(op uint16) auth.Caps {
 		return auth.CapRead
 	case OpRegister, OpHeartbeat:
 		return auth.CapWrite // and CapMember unless a gateway: memberAllowed
-	case OpJoin, OpFinishMove:
+	case OpJoin, OpFinishMove, OpIslandServer:
 		return auth.CapMember
 	}
 	return auth.CapAdmin
@@ -684,6 +684,8 @@ func (m *Manager) handle(ctx context.Context, req *wire.Request) (wire.Response,
 		return m.handleSetPolicy(req)
 	case OpMoveEntries, OpFinishMove, OpCancelMove:
 		return m.handleMove(req)
+	case OpIslandServer, OpSetReplicas:
+		return m.handlePlacement(req)
 	}
 	return wire.Response{}, fmt.Errorf("cluster: op %d: %w: unknown operation", req.Op, ErrBadRequest)
 }

@@ -11,18 +11,20 @@ import (
 // Manager RPC operations (the wire frame's op field). "Leader" ops are
 // answered by the leader only; a follower answers *NotLeaderError.
 const (
-	OpGetMap      uint16 = 1  // GetMapReq -> map (any manager; ErrStaleEpoch if its map is older than MinEpoch)
-	OpRegister    uint16 = 2  // RegisterReq -> map (leader)
-	OpHeartbeat   uint16 = 3  // HeartbeatReq -> HeartbeatResp (leader)
-	OpSetState    uint16 = 4  // SetStateReq -> EpochResp (leader)
-	OpFormat      uint16 = 5  // FormatReq -> map (leader)
-	OpJoin        uint16 = 6  // JoinReq -> EpochResp (leader)
-	OpStatus      uint16 = 7  // empty -> StatusResp (leader if one is known, else any manager)
-	OpSetTable    uint16 = 8  // SetTableReq -> EpochResp (leader)
-	OpSetPolicy   uint16 = 9  // SetPolicyReq -> EpochResp (leader)
-	OpMoveEntries uint16 = 10 // MoveEntriesReq -> EpochResp (leader)
-	OpFinishMove  uint16 = 11 // MoveIDReq -> EpochResp (leader; islands)
-	OpCancelMove  uint16 = 12 // MoveIDReq -> EpochResp (leader)
+	OpGetMap       uint16 = 1  // GetMapReq -> map (any manager; ErrStaleEpoch if its map is older than MinEpoch)
+	OpRegister     uint16 = 2  // RegisterReq -> map (leader)
+	OpHeartbeat    uint16 = 3  // HeartbeatReq -> HeartbeatResp (leader)
+	OpSetState     uint16 = 4  // SetStateReq -> EpochResp (leader)
+	OpFormat       uint16 = 5  // FormatReq -> map (leader)
+	OpJoin         uint16 = 6  // JoinReq -> EpochResp (leader)
+	OpStatus       uint16 = 7  // empty -> StatusResp (leader if one is known, else any manager)
+	OpSetTable     uint16 = 8  // SetTableReq -> EpochResp (leader)
+	OpSetPolicy    uint16 = 9  // SetPolicyReq -> EpochResp (leader)
+	OpMoveEntries  uint16 = 10 // MoveEntriesReq -> EpochResp (leader)
+	OpFinishMove   uint16 = 11 // MoveIDReq -> EpochResp (leader; islands)
+	OpCancelMove   uint16 = 12 // MoveIDReq -> EpochResp (leader)
+	OpIslandServer uint16 = 13 // IslandServerReq -> EpochResp (leader; island servers)
+	OpSetReplicas  uint16 = 14 // SetReplicasReq -> EpochResp (leader)
 )
 
 // opName names an operation in error messages.
@@ -52,6 +54,10 @@ func opName(op uint16) string {
 		return "finish-move"
 	case OpCancelMove:
 		return "cancel-move"
+	case OpIslandServer:
+		return "island-server"
+	case OpSetReplicas:
+		return "set-replicas"
 	}
 	return fmt.Sprintf("op %d", op)
 }

@@ -238,6 +238,11 @@ type Map struct {
 	Formatted bool
 	// Moves are the table entries being moved between islands.
 	Moves []EntryMove
+	// IslandServers are the island servers of replicated islands, and
+	// Replicas where each island's replicas are to be (see ReplicaSet);
+	// both empty until the first island server registers.
+	IslandServers []IslandServer
+	Replicas      []ReplicaSet
 }
 
 // Clone returns a deep copy.
@@ -249,6 +254,8 @@ func (m *Map) Clone() *Map {
 	c.Managers = slices.Clone(m.Managers)
 	c.Table = m.Table.Clone()
 	c.Moves = slices.Clone(m.Moves)
+	c.IslandServers = slices.Clone(m.IslandServers)
+	c.Replicas = cloneSets(m.Replicas)
 	return &c
 }
 

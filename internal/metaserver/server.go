@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -43,6 +44,11 @@ type Config struct {
 	// replicas of each (1, 3 or 5, at most len(Servers)).
 	Islands  int
 	Replicas int
+	// Join: the server joins a running cluster. Its replicas come only
+	// from the map's placement (an operator moves some onto it with
+	// `atoll island server add`); Servers need name only this server,
+	// and Islands and Replicas are ignored.
+	Join bool
 	// Dir holds one directory per hosted island (island-N) and raftlog/
 	// (every hosted replica's raft log, replica.LogDB).
 	Dir string
@@ -73,11 +79,11 @@ func (c *Config) Validate() error {
 		return errors.New("metaserver: config: ID must not be 0")
 	case c.Servers[c.ID] == "":
 		return fmt.Errorf("metaserver: config: Servers lacks this server (%d)", c.ID)
-	case c.Islands < 1 || c.Islands > 1<<10:
+	case !c.Join && (c.Islands < 1 || c.Islands > 1<<10):
 		return fmt.Errorf("metaserver: config: %d islands (want 1..1024)", c.Islands)
-	case c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5:
+	case !c.Join && c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5:
 		return fmt.Errorf("metaserver: config: %d replicas (want 1, 3 or 5)", c.Replicas)
-	case c.Replicas > len(c.Servers):
+	case !c.Join && c.Replicas > len(c.Servers):
 		return fmt.Errorf("metaserver: config: %d replicas need as many island servers (have %d)", c.Replicas, len(c.Servers))
 	case c.Dir == "":
 		return errors.New("metaserver: config: Dir is empty")
@@ -109,16 +115,21 @@ func Placement(servers []uint32, islands, replicas int) map[uint32][]uint32 {
 // Server is an island server: the replicas of the islands placement puts
 // here, and a meta.Island for each one this server leads.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	mux   *replica.Mux
-	logs  *replica.LogDB // every hosted replica's raft log
-	ln    net.Listener
-	srv   *wire.Server
-	view  *cluster.View
-	mc    *cluster.Client
-	hosts map[uint32]*hosted // by island id; fixed after New
-	addr  string             // the registered client address
+	cfg  Config
+	log  *slog.Logger
+	mux  *replica.Mux
+	logs *replica.LogDB // every hosted replica's raft log
+	ln   net.Listener
+	srv  *wire.Server
+	view *cluster.View
+	mc   *cluster.Client
+	// hosts are the hosted replicas by island id: an immutable map,
+	// replaced whole (under hostsMu) when the placement opens or drops
+	// one, so that every request reads it without a lock.
+	hosts   atomic.Pointer[map[uint32]*hosted]
+	hostsMu sync.Mutex
+	static  map[uint32][]uint32 // the placement the flags give (nil: Join)
+	addr    string              // the registered client address
 	// replicate times Replicate (a change from handed to raft until
 	// applied on the leader), by island.
 	replicate *prometheus.HistogramVec
@@ -126,11 +137,13 @@ type Server struct {
 
 // hosted is one island's replica on this server.
 type hosted struct {
-	id        uint32
-	preferred uint32 // the placement's first server
-	rep       *replica.Replica
-	island    atomic.Pointer[meta.Island] // set while leading and serving
-	term      atomic.Uint64               // the raft term island serves in
+	id     uint32
+	rep    *replica.Replica
+	island atomic.Pointer[meta.Island] // set while leading and serving
+	term   atomic.Uint64               // the raft term island serves in
+	// stop ends the replica's leadership loop; done closes when it has.
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // New opens every hosted replica and binds the listeners; Run serves.
@@ -141,7 +154,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("island_server", cfg.ID), hosts: map[uint32]*hosted{}}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("island_server", cfg.ID)}
 	s.replicate = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "atoll_island_replicate_seconds", Help: "Time from a change handed to raft until it is applied on the leader (committed on a quorum).",
 		Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14), // 100µs .. 0.8s
@@ -166,38 +179,15 @@ func New(cfg Config) (*Server, error) {
 	if s.logs, err = replica.OpenLogDB(cfg.Dir, nil); err != nil {
 		return nil, err
 	}
-	servers := make([]uint32, 0, len(cfg.Servers))
-	for id := range cfg.Servers {
-		servers = append(servers, id)
+	if !cfg.Join {
+		servers := make([]uint32, 0, len(cfg.Servers))
+		for id := range cfg.Servers {
+			servers = append(servers, id)
+		}
+		s.static = Placement(servers, cfg.Islands, cfg.Replicas)
 	}
-	for island, on := range Placement(servers, cfg.Islands, cfg.Replicas) {
-		if !contains(on, cfg.ID) {
-			continue
-		}
-		voters := map[uint32]string{}
-		for _, sv := range on {
-			voters[sv] = cfg.Servers[sv]
-		}
-		obs := s.replicate.WithLabelValues(strconv.Itoa(int(island)))
-		rc := replica.Config{
-			Observe: func(d time.Duration) { obs.Observe(d.Seconds()) },
-			Island:  island, Self: cfg.ID, Voters: voters,
-			Dir:    filepath.Join(cfg.Dir, "island-"+strconv.Itoa(int(island))),
-			Pebble: meta.PebbleOptions(vfs.Default, s.log.With("island", island)),
-			Mux:    s.mux, Log: s.logs, Faults: cfg.Faults, Logger: s.log,
-		}
-		if cfg.Replica != nil {
-			cfg.Replica(&rc)
-		}
-		if err := meta.MakeDirDurable(vfs.Default, rc.Dir); err != nil {
-			return nil, fmt.Errorf("metaserver: %w", err)
-		}
-		r, err := replica.Open(rc)
-		if err != nil {
-			return nil, err
-		}
-		s.hosts[island] = &hosted{id: island, preferred: on[0], rep: r}
-	}
+	s.hosts.Store(&map[uint32]*hosted{})
+	s.mux.SetProbe(s.probe)
 	var verifier *auth.Verifier
 	if cfg.Key != nil {
 		if verifier, err = auth.NewVerifier(cfg.Key); err != nil {
@@ -243,7 +233,7 @@ func (s *Server) RaftAddr() string { return s.mux.Addr() }
 // handle serves a request for the island its route names, if this server
 // leads it.
 func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, error) {
-	h := s.hosts[req.Route]
+	h := (*s.hosts.Load())[req.Route]
 	if h == nil {
 		return wire.Response{}, fmt.Errorf("%w: island server %d holds no replica of island %d", metawire.ErrUnavailable, s.cfg.ID, req.Route)
 	}
@@ -279,18 +269,16 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.view = v
 		close(viewReady)
+		s.place(ctx, viewReady)
 	}()
-	for _, h := range s.hosts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.lead(ctx, h, viewReady)
-		}()
-	}
-	s.log.Info("metaserver: serving", "addr", s.Addr(), "raft", s.RaftAddr(), "replicas", len(s.hosts))
+	s.log.Info("metaserver: serving", "addr", s.Addr(), "raft", s.RaftAddr())
 	err := s.srv.Serve(ctx, s.ln)
 	cancel()
 	wg.Wait()
+	for _, h := range *s.hosts.Load() {
+		h.stop()
+		<-h.done
+	}
 	if cerr := s.close(); err == nil {
 		err = cerr
 	}
@@ -300,6 +288,7 @@ func (s *Server) Run(ctx context.Context) error {
 // lead follows h's leadership: while this replica leads, the island is
 // registered with the managers at this server's address and served.
 func (s *Server) lead(ctx context.Context, h *hosted, viewReady <-chan struct{}) {
+	defer close(h.done)
 	type running struct {
 		cancel context.CancelFunc
 		done   chan struct{}
@@ -416,19 +405,32 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 			resume()
 		}
 	}()
-	for wait := preferredAfter; h.preferred != s.cfg.ID; wait = preferredRetry {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.reconcile(ctx, h, log)
+	}()
+	led := time.Now()
+	var tried time.Time
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(time.Second):
 		}
+		pref := s.preferred(h.id)
+		if pref == s.cfg.ID || pref == 0 || time.Since(led) < preferredAfter || time.Since(tried) < preferredRetry ||
+			!slices.ContainsFunc(h.rep.Members(), func(m replica.Member) bool { return m.ID == pref && m.Voter }) {
+			continue
+		}
+		tried = time.Now()
 		if resume != nil {
 			// Still leading after a transfer that said it went: grants
 			// come back until the next try.
 			resume()
 			resume = nil
 		}
-		log.Info("metaserver: handing the lead to the preferred server", "to", h.preferred)
+		log.Info("metaserver: handing the lead to the preferred server", "to", pref)
 		// Leases go first: the new leader then needs no lease term of
 		// waiting before it serves.
 		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -438,14 +440,13 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 			log.Info("metaserver: giving the leases up failed; keeping the lead", "err", err)
 			continue
 		}
-		if err := h.rep.TransferTo(h.preferred); err != nil {
+		if err := h.rep.TransferTo(pref); err != nil {
 			log.Info("metaserver: leadership transfer failed; keeping the lead", "err", err)
 			r()
 			continue
 		}
 		resume = r
 	}
-	<-ctx.Done()
 }
 
 // preferredAfter is how long a replica leads an island whose preferred
@@ -460,7 +461,7 @@ const (
 // Status returns the state of every hosted replica, by island.
 func (s *Server) Status() []replica.Status {
 	var out []replica.Status
-	for _, h := range s.hosts {
+	for _, h := range *s.hosts.Load() {
 		out = append(out, h.rep.Status())
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Island < out[b].Island })
@@ -490,8 +491,10 @@ func (s *Server) close() error {
 	if s.ln != nil {
 		keep(s.ln.Close())
 	}
-	for _, h := range s.hosts {
-		keep(h.rep.Close())
+	if hs := s.hosts.Load(); hs != nil {
+		for _, h := range *hs {
+			keep(h.rep.Close())
+		}
 	}
 	if s.logs != nil {
 		keep(s.logs.Close())
@@ -526,7 +529,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(c.s.mux.Refused()))
-	for _, h := range c.s.hosts {
+	for _, h := range *c.s.hosts.Load() {
 		st := h.rep.Status()
 		id := strconv.Itoa(int(h.id))
 		lead := 0.0

@@ -202,6 +202,30 @@ func (l *LogDB) group(id uint32) (*groupLog, error) {
 	return g, nil
 }
 
+// DropGroup deletes everything group id stored (its replica left this
+// server for good). The group must not be open.
+func (l *LogDB) DropGroup(id uint32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.open[id] {
+		return fmt.Errorf("replica: island %d's raft log is open", id)
+	}
+	lo := binary.BigEndian.AppendUint32(nil, id)
+	hi := binary.BigEndian.AppendUint32(nil, id+1)
+	if id == ^uint32(0) {
+		hi = []byte{0xff, 0xff, 0xff, 0xff, 0xff}
+	}
+	if err := l.db.DeleteRange(lo, hi, pebble.Sync); err != nil {
+		return fmt.Errorf("replica: dropping island %d's raft log: %w", id, err)
+	}
+	l.sync.Lock()
+	delete(l.sync.written, id)
+	delete(l.sync.synced, id)
+	l.sync.gen[id]++
+	l.sync.Unlock()
+	return nil
+}
+
 // groupLog is one group's raft.LogStore and raft.StableStore.
 type groupLog struct {
 	db  *pebble.DB

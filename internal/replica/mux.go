@@ -32,7 +32,97 @@ type Mux struct {
 	mu struct {
 		lockcheck.Mutex
 		groups map[uint32]*muxLayer
+		probe  func(island uint32) (Probe, bool)
 	}
+}
+
+// Probe is what a server says of its replica of an island when asked
+// over the raft port (ProbeReplica): a leader moving replicas asks a new
+// one how far it has caught up, and a server whose replica the placement
+// dropped asks the leader whether the group still counts it.
+type Probe struct {
+	Leader  bool
+	Applied uint64
+	Members []Member // the replica's raft configuration (addresses omitted)
+}
+
+// probeGroup is the group id a probe connection names (islands are
+// numbered from 1).
+const probeGroup = 0
+
+// SetProbe installs the function answering probes (nil: none answered).
+func (m *Mux) SetProbe(f func(island uint32) (Probe, bool)) {
+	m.mu.Lock()
+	m.mu.probe = f
+	m.mu.Unlock()
+}
+
+// answerProbe reads the island a probe asks about and answers: u8 found,
+// u8 leader, u64 applied, u8 n, n × (u32 server, u8 voter).
+func (m *Mux) answerProbe(c net.Conn) {
+	defer c.Close()
+	var q [4]byte
+	_ = c.SetDeadline(time.Now().Add(muxHello))
+	if _, err := io.ReadFull(c, q[:]); err != nil {
+		return
+	}
+	m.mu.Lock()
+	f := m.mu.probe
+	m.mu.Unlock()
+	var p Probe
+	found := false
+	if f != nil {
+		p, found = f(binary.BigEndian.Uint32(q[:]))
+	}
+	b := []byte{0, 0}
+	if found {
+		b[0] = 1
+	}
+	if p.Leader {
+		b[1] = 1
+	}
+	b = binary.BigEndian.AppendUint64(b, p.Applied)
+	n := min(len(p.Members), 255)
+	b = append(b, byte(n))
+	for _, mb := range p.Members[:n] {
+		b = binary.BigEndian.AppendUint32(b, mb.ID)
+		v := byte(0)
+		if mb.Voter {
+			v = 1
+		}
+		b = append(b, v)
+	}
+	_, _ = c.Write(b)
+}
+
+// ProbeReplica asks the island server at raft address addr about its
+// replica of island. ok is false when it hosts none.
+func ProbeReplica(addr string, key *auth.Key, island uint32, timeout time.Duration) (p Probe, ok bool, err error) {
+	c, err := auth.Dial(addr, key, timeout)
+	if err != nil {
+		return Probe{}, false, fmt.Errorf("replica: probing island %d at %s: %w", island, addr, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	var q [8]byte
+	binary.BigEndian.PutUint32(q[:4], probeGroup)
+	binary.BigEndian.PutUint32(q[4:], island)
+	if _, err := c.Write(q[:]); err != nil {
+		return Probe{}, false, fmt.Errorf("replica: probing island %d at %s: %w", island, addr, err)
+	}
+	var h [11]byte
+	if _, err := io.ReadFull(c, h[:]); err != nil {
+		return Probe{}, false, fmt.Errorf("replica: probing island %d at %s: %w", island, addr, err)
+	}
+	p = Probe{Leader: h[1] == 1, Applied: binary.BigEndian.Uint64(h[2:10])}
+	body := make([]byte, 5*int(h[10]))
+	if _, err := io.ReadFull(c, body); err != nil {
+		return Probe{}, false, fmt.Errorf("replica: probing island %d at %s: %w", island, addr, err)
+	}
+	for k := 0; k < len(body); k += 5 {
+		p.Members = append(p.Members, Member{ID: binary.BigEndian.Uint32(body[k:]), Voter: body[k+4] == 1})
+	}
+	return p, h[0] == 1, nil
 }
 
 // muxHello bounds how long an accepted connection may take to name its
@@ -95,6 +185,10 @@ func (m *Mux) admit(c net.Conn) {
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	group := binary.BigEndian.Uint32(hello[:])
+	if group == probeGroup {
+		m.answerProbe(c)
+		return
+	}
 	m.mu.Lock()
 	l := m.mu.groups[group]
 	m.mu.Unlock()

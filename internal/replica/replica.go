@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -38,6 +39,10 @@ type Config struct {
 	// be given the same set.
 	Self   uint32
 	Voters map[uint32]string
+	// Join: never bootstrap. The replica waits for the group's leader to
+	// add it (a replica moved onto this server, or one whose placement
+	// changed since the group was formed); Voters need name only Self.
+	Join bool
 	// Dir holds db/ (pebble), raft.db (raft-boltdb: log and stable
 	// store) and snapshots/.
 	Dir string
@@ -234,7 +239,7 @@ func Open(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica: reading raft state in %s: %w", cfg.Dir, err)
 	}
-	if !existing {
+	if !existing && !cfg.Join {
 		boot := raft.Configuration{}
 		for _, id := range sortedIDs(cfg.Voters) {
 			boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: serverID(id), Address: raft.ServerAddress(cfg.Voters[id])})
@@ -370,14 +375,89 @@ func (r *Replica) Leader() (uint32, bool) {
 	return parseServerID(id), true
 }
 
-// TransferTo hands the lead to server (a preferred leader).
+// TransferTo hands the lead to server (a preferred leader), which must be
+// a voter of the group's configuration.
 func (r *Replica) TransferTo(server uint32) error {
-	addr, ok := r.cfg.Voters[server]
-	if !ok {
-		return fmt.Errorf("replica: island %d has no replica on server %d", r.cfg.Island, server)
+	var addr string
+	for _, m := range r.Members() {
+		if m.ID == server && m.Voter {
+			addr = m.Addr
+		}
+	}
+	if addr == "" {
+		return fmt.Errorf("replica: island %d has no voting replica on server %d", r.cfg.Island, server)
 	}
 	if err := r.raft.LeadershipTransferToServer(serverID(server), raft.ServerAddress(addr)).Error(); err != nil {
 		return r.raftErr("leadership transfer", err)
+	}
+	return nil
+}
+
+// Member is one replica of the group's raft configuration.
+type Member struct {
+	ID    uint32 // island server
+	Addr  string // its raft address
+	Voter bool   // false: a non-voter catching up
+}
+
+// Members is the group's latest raft configuration as known here (the
+// leader's is authoritative). Nil when raft cannot say.
+func (r *Replica) Members() []Member {
+	cf := r.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return nil
+	}
+	var out []Member
+	for _, sv := range cf.Configuration().Servers {
+		out = append(out, Member{ID: parseServerID(sv.ID), Addr: string(sv.Address), Voter: sv.Suffrage == raft.Voter})
+	}
+	return out
+}
+
+// AddNonvoter adds server (at its raft address) to the group as a
+// non-voter: the leader sends it the log (or a snapshot) without counting
+// it for commits. Leader only.
+func (r *Replica) AddNonvoter(server uint32, addr string) error {
+	if err := r.raft.AddNonvoter(serverID(server), raft.ServerAddress(addr), 0, r.cfg.ApplyTimeout).Error(); err != nil {
+		return r.raftErr("add non-voter", err)
+	}
+	return nil
+}
+
+// Promote makes server (a member already) a voter. Leader only.
+func (r *Replica) Promote(server uint32, addr string) error {
+	if err := r.raft.AddVoter(serverID(server), raft.ServerAddress(addr), 0, r.cfg.ApplyTimeout).Error(); err != nil {
+		return r.raftErr("promote", err)
+	}
+	return nil
+}
+
+// RemoveMember removes server from the group. Leader only; removing the
+// leader itself makes it step down once the change commits.
+func (r *Replica) RemoveMember(server uint32) error {
+	if err := r.raft.RemoveServer(serverID(server), 0, r.cfg.ApplyTimeout).Error(); err != nil {
+		return r.raftErr("remove member", err)
+	}
+	return nil
+}
+
+// Applied is the raft index applied to the database.
+func (r *Replica) Applied() uint64 { return r.fsm.applied.Load() }
+
+// Destroy stops the replica and deletes its database, snapshots and raft
+// log: the group no longer counts it (its leader removed it).
+func (r *Replica) Destroy(logs *LogDB) error {
+	if err := r.closeParts(false); err != nil {
+		r.log.Warn("replica: closing before destroying", "err", err)
+	}
+	if logs == nil {
+		logs = r.ownLog
+	}
+	if err := os.RemoveAll(r.cfg.Dir); err != nil {
+		return fmt.Errorf("replica: removing %s: %w", r.cfg.Dir, err)
+	}
+	if logs != nil && logs != r.ownLog {
+		return logs.DropGroup(r.cfg.Island)
 	}
 	return nil
 }
@@ -393,7 +473,8 @@ type Status struct {
 	AppliedIndex uint64 // applied to the database
 	LastContact  time.Duration
 	Voters       []uint32
-	Failed       string // the entry this replica could not apply, if any
+	Learners     []uint32 // non-voters catching up
+	Failed       string   // the entry this replica could not apply, if any
 }
 
 // Status reports the replica's state.
@@ -410,15 +491,27 @@ func (r *Replica) Status() Status {
 	if lc := r.raft.LastContact(); !lc.IsZero() && s.State != "leader" {
 		s.LastContact = time.Since(lc)
 	}
-	if cf := r.raft.GetConfiguration(); cf.Error() == nil {
-		for _, sv := range cf.Configuration().Servers {
-			s.Voters = append(s.Voters, parseServerID(sv.ID))
+	for _, m := range r.Members() {
+		if m.Voter {
+			s.Voters = append(s.Voters, m.ID)
+		} else {
+			s.Learners = append(s.Learners, m.ID)
 		}
 	}
 	if p := r.fsm.failed.Load(); p != nil {
 		s.Failed = (*p).Error()
 	}
 	return s
+}
+
+func voters(ms []Member) int {
+	n := 0
+	for _, m := range ms {
+		if m.Voter {
+			n++
+		}
+	}
+	return n
 }
 
 func lower(s string) string {
@@ -435,7 +528,7 @@ func lower(s string) string {
 // pauses for a transfer, not an election), stops raft and closes the
 // database.
 func (r *Replica) Close() error {
-	if r.raft != nil && r.raft.State() == raft.Leader && len(r.cfg.Voters) > 1 {
+	if r.raft != nil && r.raft.State() == raft.Leader && voters(r.Members()) > 1 {
 		if err := r.raft.LeadershipTransfer().Error(); err != nil {
 			r.log.Debug("replica: leadership transfer at close", "err", err)
 		}

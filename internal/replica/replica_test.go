@@ -499,3 +499,129 @@ func TestSyncBeforeTruncationMarksNothingTruncated(t *testing.T) {
 		t.Fatalf("synced index %d, want 7 (8..10 were truncated and never written again)", got)
 	}
 }
+
+// TestMoveReplica moves a replica of a serving group onto a new server:
+// the newcomer opens without bootstrapping, the leader adds it as a
+// non-voter, a probe over the raft port shows it catching up, it is
+// promoted, an old follower is removed and destroyed (database and raft
+// log gone), and the group keeps taking changes with the newcomer
+// holding every one exactly once.
+func TestMoveReplica(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	var mu sync.Mutex // g.reps, read by probes
+	probe := func(id uint32) func(uint32) (Probe, bool) {
+		return func(island uint32) (Probe, bool) {
+			mu.Lock()
+			r := g.reps[id]
+			mu.Unlock()
+			if r == nil || island != 1 {
+				return Probe{}, false
+			}
+			return Probe{Leader: r.IsLeader(), Applied: r.Applied(), Members: r.Members()}, true
+		}
+	}
+	for id, m := range g.muxes {
+		m.SetProbe(probe(id))
+	}
+	l := g.leader()
+	for i := range 200 {
+		if err := put(t, l, fmt.Sprintf("k%03d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The newcomer: its own Mux and directory, Join (never bootstrap).
+	m4, err := NewMux("127.0.0.1:0", nil, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.muxes[4], g.dirs[4] = m4, filepath.Join(t.TempDir(), "4")
+	m4.SetProbe(probe(4))
+	g.tune = func(c *Config) {
+		if c.Self == 4 {
+			c.Join, c.Voters = true, map[uint32]string{4: m4.Addr()}
+		}
+	}
+	mu.Lock()
+	g.start(4)
+	mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	if p, ok, err := ProbeReplica(m4.Addr(), nil, 1, time.Second); err != nil || !ok || p.Applied != 0 || len(p.Members) != 0 {
+		t.Fatalf("a joining replica bootstrapped or applied on its own: %+v %v %v", p, ok, err)
+	}
+	if err := l.AddNonvoter(4, m4.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(t, l, "after-add", "v"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, ok, err := ProbeReplica(m4.Addr(), nil, 1, time.Second)
+		if err == nil && ok && p.Applied >= l.Applied() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("newcomer never caught up: %+v %v %v, leader at %d", p, ok, err, l.Applied())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := l.Promote(4, m4.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	var gone uint32
+	for id := range g.reps {
+		if id != 4 && g.reps[id] != l {
+			gone = id
+			break
+		}
+	}
+	if err := l.RemoveMember(gone); err != nil {
+		t.Fatal(err)
+	}
+	p, ok, err := ProbeReplica(g.voters[l.cfg.Self], nil, 1, time.Second)
+	if err != nil || !ok || !p.Leader {
+		t.Fatalf("leader probe: %+v %v %v", p, ok, err)
+	}
+	var members []uint32
+	for _, m := range p.Members {
+		if !m.Voter {
+			t.Fatalf("non-voter left after promotion: %+v", p.Members)
+		}
+		members = append(members, m.ID)
+	}
+	if len(members) != 3 || containsID(members, gone) || !containsID(members, 4) {
+		t.Fatalf("members after the move: %v (removed %d)", members, gone)
+	}
+	mu.Lock()
+	r := g.reps[gone]
+	delete(g.reps, gone)
+	mu.Unlock()
+	if err := r.Destroy(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(g.dirs[gone]); !os.IsNotExist(err) {
+		t.Fatalf("destroyed replica's directory: %v", err)
+	}
+	if _, ok, err := ProbeReplica(g.voters[gone], nil, 1, time.Second); err != nil || ok {
+		t.Fatalf("destroyed replica still answers probes: %v %v", ok, err)
+	}
+	// The group of three with the newcomer takes changes.
+	if err := put(t, l, "after-move", "v"); err != nil {
+		t.Fatal(err)
+	}
+	r4 := g.reps[4]
+	waitValue(t, r4, "after-move", "v")
+	for i := range 200 {
+		waitValue(t, r4, fmt.Sprintf("k%03d", i), "v")
+	}
+	waitValue(t, r4, "count", strings.Repeat("+", 202))
+}
+
+func containsID(ids []uint32, id uint32) bool {
+	for _, v := range ids {
+		if v == id {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-fs/atoll/internal/cluster"
+)
+
+// newIslandServerCmd moves island replicas between island servers.
+func newIslandServerCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Move island replicas onto a new island server or off one being removed",
+		Long: `Move replicas of replicated islands between island servers while the
+cluster serves. The map records where each island's replicas are to be;
+each island's leader then adds a new replica as a non-voter, promotes it
+once it has caught up, and removes the replica it replaces, one step at a
+time, so that the island keeps its quorum throughout.
+
+  atoll island server add ID      give island server ID (started with
+                                  ` + "`atoll meta --server-id ID --join`" + `) its share of replicas
+  atoll island server remove ID   move every replica off island server ID,
+                                  then mark it out (stop it afterwards)
+  atoll island server rebalance   even out replicas and preferred leaders
+
+--dry-run prints the new placement and changes nothing.`,
+	}
+	for _, verb := range []string{"add", "remove", "rebalance"} {
+		cmd.AddCommand(newIslandServerMoveCmd(g, verb))
+	}
+	return cmd
+}
+
+func newIslandServerMoveCmd(g *globalFlags, verb string) *cobra.Command {
+	var addr string
+	var dryRun, asJSON bool
+	var wait time.Duration
+	use := verb + " ID"
+	args := cobra.ExactArgs(1)
+	if verb == "rebalance" {
+		use, args = verb, cobra.NoArgs
+	}
+	cmd := &cobra.Command{
+		Use:   use + " [--dry-run] [--json]",
+		Short: map[string]string{"add": "Move a share of the island replicas onto a new island server", "remove": "Move every island replica off an island server, then mark it out", "rebalance": "Even out island replicas and leaders over the island servers"}[verb],
+		Args:  args,
+		RunE: func(cmd *cobra.Command, a []string) error {
+			var id uint32
+			if len(a) == 1 {
+				n, err := strconv.ParseUint(a[0], 10, 32)
+				if err != nil || n == 0 {
+					return usageErr("ID", fmt.Errorf("%q is not an island server id", a[0]))
+				}
+				id = uint32(n)
+			}
+			mc, _, err := managerClient(g, addr)
+			if err != nil {
+				return err
+			}
+			defer mc.Close()
+			ctx := cmd.Context()
+			if wait > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, wait)
+				defer cancel()
+			}
+			return moveReplicas(ctx, mc, verb, id, dryRun, asJSON, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	f.BoolVar(&dryRun, "dry-run", false, "print the new placement and change nothing")
+	f.BoolVar(&asJSON, "json", false, "print the placement as JSON")
+	f.DurationVar(&wait, "timeout", 0, "give up waiting for the replicas to move after this long (0: wait)")
+	return cmd
+}
+
+// moveReplicas plans verb's placement, and unless dryRun records it and
+// waits until every island's leader reports its group moved.
+func moveReplicas(ctx context.Context, mc *cluster.Client, verb string, id uint32, dryRun, asJSON bool, out io.Writer) error {
+	m, err := mc.Map(ctx, 0)
+	if err != nil {
+		return err
+	}
+	var remove []uint32
+	if id != 0 {
+		sv, ok := m.IslandServer(id)
+		switch {
+		case !ok:
+			return fmt.Errorf("island server %s: no island server %d in the cluster map (start it with `atoll meta --server-id %d --join` first)", verb, id, id)
+		case sv.Out && verb == "add":
+			return fmt.Errorf("island server add: island server %d was removed (out); give the new server a new id", id)
+		}
+		if verb == "remove" {
+			remove = []uint32{id}
+		}
+	}
+	sets, err := cluster.PlanReplicas(m, remove)
+	if err != nil {
+		return fmt.Errorf("island server %s: %w", verb, err)
+	}
+	if asJSON {
+		b, _ := json.MarshalIndent(map[string]any{"changed": sets, "out": remove}, "", "  ")
+		fmt.Fprintln(out, string(b))
+	} else {
+		fmt.Fprintf(out, "%d islands change replicas:\n", len(sets))
+		for _, s := range sets {
+			old, _ := m.ReplicaSet(s.Island)
+			fmt.Fprintf(out, "  island %d: servers %v -> %v\n", s.Island, old, s.Servers)
+		}
+	}
+	if dryRun {
+		return nil
+	}
+	if _, err := mc.SetReplicas(ctx, sets, remove); err != nil {
+		return fmt.Errorf("island server %s: %w", verb, err)
+	}
+	last := -1
+	for {
+		st, err := mc.Status(ctx)
+		if err == nil {
+			left := cluster.ReplicasUnsettled(st)
+			if len(left) != last && !asJSON {
+				fmt.Fprintf(out, "islands still moving replicas: %d %v\n", len(left), left)
+			}
+			last = len(left)
+			if len(left) == 0 {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("island server %s: replicas still moving: %w", verb, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if verb == "remove" && !asJSON {
+		fmt.Fprintf(out, "island server %d holds no replica and is marked out; it can be stopped\n", id)
+	}
+	return nil
+}

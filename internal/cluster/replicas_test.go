@@ -1,0 +1,172 @@
+package cluster
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// TestReplicaPlacement: island servers register (the first registration
+// seeds the placement, later seeds are ignored), the placement survives
+// the map and raft command encodings, bad placements are refused and
+// leave the map as it was.
+func TestReplicaPlacement(t *testing.T) {
+	m := sampleMap()
+	apply := func(c command) (bool, error) {
+		t.Helper()
+		d, err := decodeCommand(c.encode())
+		if err != nil {
+			t.Fatalf("%s: decode: %v", c.Type, err)
+		}
+		before := m.Epoch
+		changed, err := m.apply(d)
+		if changed != (m.Epoch == before+1) {
+			t.Fatalf("%s: changed %v, epoch %d -> %d", c.Type, changed, before, m.Epoch)
+		}
+		return changed, err
+	}
+	static := []IslandServer{{ID: 1, RaftAddr: "127.0.0.1:7510"}, {ID: 2, RaftAddr: "127.0.0.1:7511"}, {ID: 3, RaftAddr: "127.0.0.1:7512"}}
+	seed := []ReplicaSet{{Island: 2, Servers: []uint32{2, 3, 1}}, {Island: 1, Servers: []uint32{1, 2, 3}}}
+	if ch, err := apply(command{Type: cmdIslandServer, Servers: static, Sets: seed}); err != nil || !ch {
+		t.Fatalf("first registration: %v %v", ch, err)
+	}
+	if set, ok := m.ReplicaSet(1); !ok || !slices.Equal(set, []uint32{1, 2, 3}) {
+		t.Fatalf("seeded island 1: %v", set)
+	}
+	// The same registration again changes nothing; another seed is ignored.
+	other := []ReplicaSet{{Island: 1, Servers: []uint32{3}}}
+	if ch, err := apply(command{Type: cmdIslandServer, Servers: []IslandServer{static[1], static[0]}, Sets: other}); err != nil || ch {
+		t.Fatalf("second registration: %v %v", ch, err)
+	}
+	// A server's own registration updates its address; a list does not.
+	if ch, err := apply(command{Type: cmdIslandServer, Servers: []IslandServer{{ID: 2, RaftAddr: "127.0.0.1:9911"}, {ID: 1, RaftAddr: "127.0.0.1:1"}}}); err != nil || !ch {
+		t.Fatalf("readdress: %v %v", ch, err)
+	}
+	if s, _ := m.IslandServer(2); s.RaftAddr != "127.0.0.1:9911" {
+		t.Fatalf("server 2: %+v", s)
+	}
+	if s, _ := m.IslandServer(1); s.RaftAddr != "127.0.0.1:7510" {
+		t.Fatalf("server 1 readdressed by another's list: %+v", s)
+	}
+	if ch, err := apply(command{Type: cmdIslandServer, Servers: []IslandServer{{ID: 4, RaftAddr: "127.0.0.1:7513"}}}); err != nil || !ch {
+		t.Fatalf("join: %v %v", ch, err)
+	}
+	got, err := DecodeMap(EncodeMap(m))
+	if err != nil || !reflect.DeepEqual(got, m) {
+		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, m)
+	}
+	before := m.Clone()
+	for _, bad := range []command{
+		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 9}}}},          // unknown server
+		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 1, 2}}}},       // twice
+		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1}}},                                   // empty
+		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 0, Servers: []uint32{1}}}},             // island 0
+		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 2, 3, 4, 1}}}}, // twice again
+		{Type: cmdSetReplicas, Out: []uint32{3}},                                                  // out but holding replicas
+		{Type: cmdIslandServer, Servers: []IslandServer{{ID: 5, RaftAddr: "nope"}}},               // bad address
+		{Type: cmdIslandServer}, // nobody
+	} {
+		if _, err := apply(bad); err == nil {
+			t.Fatalf("%s %+v accepted", bad.Type, bad)
+		}
+	}
+	if !reflect.DeepEqual(before, m) {
+		t.Fatalf("refused commands changed the map:\n%+v\n%+v", before, m)
+	}
+	// Moving island 1's replica off server 3 onto 4 and marking 3 out
+	// needs island 2 off it too.
+	if _, err := apply(command{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 2, 4}}}, Out: []uint32{3}}); err == nil {
+		t.Fatal("server 3 marked out while island 2 is on it")
+	}
+	if ch, err := apply(command{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 2, 4}}, {Island: 2, Servers: []uint32{2, 4, 1}}}, Out: []uint32{3}}); err != nil || !ch {
+		t.Fatalf("set: %v %v", ch, err)
+	}
+	if s, _ := m.IslandServer(3); !s.Out {
+		t.Fatalf("server 3 not out: %+v", s)
+	}
+}
+
+// TestPlanReplicas: a new server gets its share of replicas and leaders,
+// a removed one gives all of its away, every island keeps its replica
+// count on distinct servers, and servers end within one replica (and one
+// leader) of each other.
+func TestPlanReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		servers, islands, replicas int
+		add                        int // servers registered after the seed
+		remove                     []uint32
+	}{
+		{3, 3, 3, 1, nil},
+		{3, 3, 3, 3, nil},
+		{3, 3, 3, 1, []uint32{1}},
+		{5, 7, 3, 0, []uint32{2}},
+		{5, 5, 5, 2, []uint32{1, 3}},
+		{3, 6, 1, 3, nil},
+	} {
+		t.Run(fmt.Sprintf("%d+%d-%v/%dx%d", tc.servers, tc.add, tc.remove, tc.islands, tc.replicas), func(t *testing.T) {
+			m := sampleMap()
+			var ids []uint32
+			var servers []IslandServer
+			for i := 1; i <= tc.servers; i++ {
+				ids = append(ids, uint32(i))
+				servers = append(servers, IslandServer{ID: uint32(i), RaftAddr: fmt.Sprintf("127.0.0.1:%d", 7000+i)})
+			}
+			var seed []ReplicaSet
+			for k := 1; k <= tc.islands; k++ {
+				var on []uint32
+				for j := range tc.replicas {
+					on = append(on, ids[(k-1+j)%len(ids)])
+				}
+				seed = append(seed, ReplicaSet{Island: uint32(k), Servers: on})
+			}
+			if _, err := m.apply(&command{Type: cmdIslandServer, Servers: servers, Sets: seed}); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= tc.add; i++ {
+				id := uint32(tc.servers + i)
+				if _, err := m.apply(&command{Type: cmdIslandServer, Servers: []IslandServer{{ID: id, RaftAddr: fmt.Sprintf("127.0.0.1:%d", 7000+id)}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sets, err := PlanReplicas(m, tc.remove)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.apply(&command{Type: cmdSetReplicas, Sets: sets, Out: tc.remove}); err != nil {
+				t.Fatalf("plan %v refused: %v", sets, err)
+			}
+			load, lead := map[uint32]int{}, map[uint32]int{}
+			for _, s := range m.IslandServers {
+				if !s.Out {
+					load[s.ID], lead[s.ID] = 0, 0
+				}
+			}
+			for _, s := range m.Replicas {
+				if len(s.Servers) != tc.replicas {
+					t.Fatalf("island %d has %v", s.Island, s.Servers)
+				}
+				for _, id := range s.Servers {
+					if _, ok := load[id]; !ok {
+						t.Fatalf("island %d placed on removed server %d", s.Island, id)
+					}
+					load[id]++
+				}
+				lead[s.Servers[0]]++
+			}
+			for name, c := range map[string]map[uint32]int{"replicas": load, "leaders": lead} {
+				lo, hi := 1<<30, 0
+				for _, v := range c {
+					lo, hi = min(lo, v), max(hi, v)
+				}
+				if hi-lo > 1 {
+					t.Fatalf("%s uneven: %v (placement %+v)", name, c, m.Replicas)
+				}
+			}
+		})
+	}
+	m := sampleMap()
+	if _, err := PlanReplicas(m, nil); err == nil {
+		t.Fatal("planned without a placement")
+	}
+}

@@ -1,0 +1,172 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/devcluster"
+)
+
+// TestIslandServerAddRemove grows a cluster of 3 island servers (3
+// islands × 3 replicas) by a fourth started with --join, then removes
+// the first, both with `atoll island server` while a create/write/rename
+// storm runs through the FUSE mount: the new server gets its share of
+// replicas (each caught up by raft before it votes), the removed one's
+// replicas move off and its replica directories are deleted; then the
+// removed server and one more are killed and every file still reads,
+// fsck clean.
+func TestIslandServerAddRemove(t *testing.T) {
+	fuseUsable(t)
+	const storage, servers = 5, 3
+	var dataDir string
+	cl, base := startDev(t, storage, servers, servers+2, func(c *devcluster.Config) {
+		c.IslandReplicas = 3
+		host, p, _ := net.SplitHostPort(c.IslandListen)
+		port, _ := strconv.Atoi(p)
+		c.IslandRaftListen = net.JoinHostPort(host, strconv.Itoa(port+servers))
+		c.CleanInterval = -1
+		dataDir = c.DataDir
+	})
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	waitPreferredLeaders(t, cl, conn, 3)
+	m, err := conn.Cluster.Map(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Replicas) != 3 || len(m.IslandServers) != 3 {
+		t.Fatalf("the static placement was not recorded: servers %+v sets %+v", m.IslandServers, m.Replicas)
+	}
+
+	// Server 4 joins: it registers and holds nothing until it is added.
+	dir4 := filepath.Join(dataDir, "island", "4")
+	raft4 := fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers+1)
+	child, err := devcluster.Start(ctx, devcluster.ChildSpec{
+		Name: "island4", Exe: atoll(t),
+		Args: []string{"meta", "--dir", dir4, "--server-id", "4", "--join", "--listen", fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers),
+			"--raft-listen", raft4, "--manager", cl.Manager, "--key", cl.KeyPath, "--log-level", "warn"},
+		AddrFile: dir4 + ".addr", Output: os.Stderr, NoWait: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(child.Kill)
+	waitEvent(t, "island server 4 registered", func() error {
+		m, err := conn.Cluster.Map(ctx, 0)
+		if err != nil {
+			return err
+		}
+		if sv, ok := m.IslandServer(4); !ok || sv.RaftAddr != raft4 {
+			return fmt.Errorf("island servers %+v", m.IslandServers)
+		}
+		return nil
+	})
+	// The mount (stopped first at cleanup, syncing with the islands)
+	// after server 4, which is then still running.
+	_, mnt := mountFS(t, conn.FS)
+	s := startStorm(t, mnt, 4)
+	if n := replicaDirs(t, dir4); n != 0 {
+		t.Fatalf("a joining server opened %d replicas before it was given any", n)
+	}
+	t.Log(islandCmd(t, managerAddr(cl.Manager), "server", "add", "4"))
+	m = placement(t, conn, 4)
+	held := 0
+	for _, set := range m.Replicas {
+		if slices.Contains(set.Servers, 4) {
+			held++
+		}
+	}
+	if held < 2 {
+		t.Fatalf("server 4 holds %d replicas: %+v", held, m.Replicas)
+	}
+	if n := replicaDirs(t, dir4); n != held {
+		t.Fatalf("server 4 has %d replica directories for %d replicas", n, held)
+	}
+	t.Logf("after add: %+v (%d operations so far)", m.Replicas, s.count())
+
+	t.Log(islandCmd(t, managerAddr(cl.Manager), "server", "remove", "1"))
+	m = placement(t, conn, 3)
+	for _, set := range m.Replicas {
+		if slices.Contains(set.Servers, 1) {
+			t.Fatalf("island %d still placed on removed server 1: %v", set.Island, set.Servers)
+		}
+	}
+	if sv, _ := m.IslandServer(1); !sv.Out {
+		t.Fatalf("server 1 not out: %+v", sv)
+	}
+	waitEvent(t, "server 1's replicas deleted", func() error {
+		if n := replicaDirs(t, filepath.Join(dataDir, "island", "1")); n != 0 {
+			return fmt.Errorf("%d replica directories left", n)
+		}
+		return nil
+	})
+	t.Logf("after remove: %+v (%d operations so far)", m.Replicas, s.count())
+	time.Sleep(time.Second)
+	s.end(t, "replicas moving between island servers")
+
+	// The removed server can go, and then any one of the others.
+	cl.Child("island1").Kill()
+	cl.Child("island2").Kill()
+	s.check(t)
+	fresh, err := connect.Dial(ctx, []string{cl.Manager}, testKey, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	fsckClean(t, fresh)
+	t.Logf("%d files checked with servers 1 (removed) and 2 killed", len(s.want))
+}
+
+// placement waits until every island's leader reports the group the map
+// places it on, checks that the replicas are spread over servers island
+// servers, and returns the map.
+func placement(t *testing.T, conn *connect.Conn, servers int) *cluster.Map {
+	t.Helper()
+	var m *cluster.Map
+	waitEvent(t, "replicas where the map places them", func() error {
+		st, err := conn.Cluster.Status(context.Background())
+		if err != nil {
+			return err
+		}
+		if left := cluster.ReplicasUnsettled(st); len(left) > 0 {
+			return fmt.Errorf("islands %v still moving replicas", left)
+		}
+		m = st.Map
+		return nil
+	})
+	load := map[uint32]int{}
+	for _, set := range m.Replicas {
+		for _, id := range set.Servers {
+			load[id]++
+		}
+	}
+	if len(load) != servers {
+		t.Fatalf("replicas on %d servers, want %d: %+v", len(load), servers, m.Replicas)
+	}
+	return m
+}
+
+// replicaDirs counts the island-N replica directories under dir.
+func replicaDirs(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if e.IsDir() && len(e.Name()) > 7 && e.Name()[:7] == "island-" {
+			n++
+		}
+	}
+	return n
+}
