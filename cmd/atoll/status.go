@@ -182,6 +182,10 @@ type islandJSON struct {
 	// (absent for a single-copy island).
 	LeaderServer uint32        `json:"leader_server,omitempty"`
 	Replicas     []replicaJSON `json:"replicas,omitempty"`
+	// Placement is where the map puts its replicas (preferred leader
+	// first); Moving is set while its group does not match it yet.
+	Placement []uint32 `json:"placement,omitempty"`
+	Moving    bool     `json:"replicas_moving,omitempty"`
 }
 
 // replicaJSON is one replica of a replicated island, as its island server
@@ -304,6 +308,7 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 	}
 	shares := m.Table.Shares()
 	reps := islandReplicas(st)
+	unsettled := cluster.ReplicasUnsettled(st)
 	for _, is := range m.Islands {
 		ij := islandJSON{ID: is.ID, Addr: is.Addr, State: is.State.String(), Entries: shares[is.ID]}
 		if n := len(m.Table.Entries); n > 0 {
@@ -312,6 +317,8 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 		if r, ok := reps[is.ID]; ok {
 			ij.LeaderServer, ij.Replicas = r.leader, r.replicas
 		}
+		ij.Placement, _ = m.ReplicaSet(is.ID)
+		ij.Moving = slices.Contains(unsettled, is.ID)
 		out.Islands = append(out.Islands, ij)
 	}
 	enc := json.NewEncoder(w)
@@ -448,7 +455,11 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 					parts = append(parts, fmt.Sprintf("server %d: %s, applied %d (lag %d)", rj.Server, rj.Role, rj.AppliedIndex, rj.Lag))
 				}
 			}
-			bw.printf("  island %d replicas: %s\n", id, strings.Join(parts, "; "))
+			moving := ""
+			if set, ok := m.ReplicaSet(id); ok && slices.Contains(cluster.ReplicasUnsettled(st), id) {
+				moving = fmt.Sprintf(" (moving to servers %v)", set)
+			}
+			bw.printf("  island %d replicas: %s%s\n", id, strings.Join(parts, "; "), moving)
 		}
 	}
 	bw.printf("\nbackground jobs (run by the leader):\n")

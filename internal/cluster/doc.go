@@ -106,6 +106,12 @@
 //	uvarint n, then n gateways: u32 id, str addr, u8 state, i64 pid, i64 last heartbeat
 //	uvarint n, then n managers: str raft id, str raft addr, str client addr
 //	u8  table depth, uvarint n, then n u32 island ids
+//	optional tails (present when non-empty, in this order; an absent
+//	tail is read as empty):
+//	uvarint n, then n pending entry moves: u64 id, u32 entry, u32 from, u32 to
+//	uvarint n, then n island servers: u32 id, str raft addr, u8 out;
+//	        uvarint n, then n replica sets: u32 island, uvarint k, k × u32
+//	        server (the first is the preferred leader)
 //	u32 CRC32C (Castagnoli) of every byte above
 //
 // States are 1 up, 2 down, 3 draining, 4 out; kinds are 1 storage,
@@ -127,6 +133,28 @@
 //	             the FSM builds InitialTable itself
 //	8 manager    str raft id, str raft addr, str client addr (upsert;
 //	             replaces an entry with the same raft address)
+//	9 move-entries  uvarint n, n × (u64 id, u32 entry, u32 from, u32 to)
+//	10 finish-move  u64 move id (the entry goes to its destination)
+//	11 cancel-move  u64 move id
+//	12 island-server uvarint n, n × (u32 id, str raft addr, u8 out), then
+//	             a seed placement as in the map; the first server is the
+//	             caller (its address is taken), the others are added only
+//	             when absent, the seed only when the map has no placement
+//	13 set-replicas  replica sets as in the map (replacing those islands'),
+//	             uvarint n, n × u32 server marked out
+//
+// # Replica placement
+//
+// Replicated islands (internal/metaserver) are placed by the map:
+// IslandServers are the island servers, Replicas each island's replica
+// set. The first island server to start records the placement its flags
+// give (every server is started with the same); later `atoll island
+// server add|remove|rebalance` plan a new one (PlanReplicas: replicas on
+// a removed server go to the emptiest, then replicas and preferred
+// leaders are spread within one of each other) and record it with
+// SetReplicas. Each island's leader carries the change out; the map only
+// says where replicas are to be, and ReplicasUnsettled compares that with
+// the leaders' heartbeats.
 //
 // # Wire protocol
 //
@@ -148,6 +176,11 @@
 //	            n × {u8 kind, u32 id, i64 last heartbeat, stats})
 //	8 SetTable  {table}                      -> {epoch}  leader
 //	9 SetPolicy {policy}                     -> {epoch}  leader
+//	10 MoveEntries {moves}                   -> {epoch}  leader
+//	11 FinishMove  {move id}                 -> {epoch}  leader (islands)
+//	12 CancelMove  {move id}                 -> {epoch}  leader
+//	13 IslandServer {servers, seed}          -> {epoch}  leader (island servers)
+//	14 SetReplicas {sets, out}               -> {epoch}  leader
 //
 // Error responses carry a status and the error text:
 //

@@ -6,14 +6,43 @@
 //
 // # Placement
 //
-// Every island server is given the same list of island servers (id and
-// raft address), number of islands and replicas per island. Island k's
-// replicas are on the Replicas servers that follow, in id order, the
-// (k-1) mod n-th of the n servers (Placement); the first is its preferred
-// leader: a replica leading an island whose preferred server is another
-// offers that server the lead after 5 s, and every 10 s after that, so
-// that leaders spread over the servers and return to their place after a
-// failover.
+// The first island servers of a cluster are given the same list of
+// island servers (id and raft address), number of islands and replicas
+// per island. Island k's replicas are on the Replicas servers that
+// follow, in id order, the (k-1) mod n-th of the n servers (Placement);
+// the first is its preferred leader. Every server registers with the
+// managers when it starts (cluster.IslandServer), and the first
+// registration records that static placement in the map. From then on
+// the map decides (cluster.ReplicaSet): a server started with Join
+// (`atoll meta --join`) has no static placement at all.
+//
+// A server opens a replica of every island the map places on it, and of
+// every island it has a directory for (so that a replica the placement
+// moved away serves until its leader removes it). It bootstraps the
+// group only when the map's set for the island is the static placement's
+// (a cluster's first start, or a disk lost before any placement change);
+// otherwise the replica joins and waits for the leader to add it. Once
+// the map no longer places an island here and that island's leader
+// (asked over the raft port: replica.ProbeReplica) no longer has this
+// server in its configuration, the server closes the replica and deletes
+// its directory and raft log. All this runs once a second.
+//
+// # Moving replicas
+//
+// An island's leader makes its raft configuration follow the map's set,
+// one step per second: a server of the set that is not a member is added
+// as a non-voter; a non-voter whose replica has applied within 64
+// entries of the leader (probed over the raft port) is promoted to
+// voter; only once every server of the set votes are the members the set
+// dropped removed. The group so never has fewer voters than the set, and
+// a new replica votes only once it has caught up. A leader the set
+// dropped is not removed by itself: it hands the lead to the set's first
+// server (below), which then removes it.
+//
+// A replica leading an island whose preferred server (the set's first)
+// is another voter offers that server the lead after 5 s, and every 10 s
+// after that, so that leaders spread over the servers and return to
+// their place after a failover.
 //
 // # Requests
 //

@@ -83,6 +83,20 @@
 // moved on, e.g. after a restart of the group's leader, or accept the
 // small window in which two leaders of one term could be elected.)
 //
+// # Membership
+//
+// A replica opened with Join never bootstraps: it waits for the group's
+// leader to add it (AddNonvoter, then Promote once caught up) and
+// receives the log or a snapshot. RemoveMember takes a replica out of
+// the group; Destroy then deletes its database, snapshots and raft log.
+// internal/metaserver drives these from the cluster map's placement.
+//
+// The raft port also answers probes (ProbeReplica): a connection that
+// names group 0 (islands are numbered from 1) sends u32 island and gets
+// u8 found, u8 leader, u64 applied index, u8 n, n × (u32 server, u8
+// voter) of the replica's configuration, then the connection closes.
+// Probes need a member key like raft traffic.
+//
 // # Reads
 //
 // An island serves reads from its leader's database while IsLeader
