@@ -63,8 +63,17 @@ func TestIslandsShrinkAndGrowWhileServing(t *testing.T) {
 	if m, _ := conn.Cluster.Map(ctx, 0); len(m.Moves) != 0 || entryCounts(m)[1] == 0 {
 		t.Fatalf("a dry run changed the map: moves %v, entries %v", m.Moves, entryCounts(m))
 	}
+	m0, err := conn.Cluster.Map(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	t.Logf("remove: %s", islandCmd(t, managerAddr(cl.Manager), "remove", "1"))
+	_, planned, err := cluster.PlanIslandMoves(m0, []uint32{2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moveJob(t, conn, "island entry moves", len(planned))
 	t.Logf("island 1 removed in %v, %d storm operations so far", time.Since(start).Round(time.Millisecond), s.count())
 	m, err := conn.Cluster.Map(ctx, 0)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +93,7 @@ func TestIslandServerAddRemove(t *testing.T) {
 		t.Fatalf("server 4 has %d replica directories for %d replicas", n, held)
 	}
 	t.Logf("after add: %+v (%d operations so far)", m.Replicas, s.count())
+	moveJob(t, conn, "island replica moves", 2)
 
 	t.Log(islandCmd(t, managerAddr(cl.Manager), "server", "remove", "1"))
 	m = placement(t, conn, 3)
@@ -153,6 +155,27 @@ func placement(t *testing.T, conn *connect.Conn, servers int) *cluster.Map {
 		t.Fatalf("replicas on %d servers, want %d: %+v", len(load), servers, m.Replicas)
 	}
 	return m
+}
+
+// moveJob checks that status reports job done, with total steps.
+func moveJob(t *testing.T, conn *connect.Conn, name string, total int) {
+	t.Helper()
+	st, err := conn.Cluster.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range st.Jobs {
+		if j.Name == name {
+			// A finished batch of entry moves leaves only its summary.
+			entries := name == "island entry moves" && j.Total == 0 && strings.HasPrefix(j.Summary, fmt.Sprintf("last batch: %d entries moved", total))
+			if j.Phase != "" || j.Summary == "" || !entries && (j.Done != total || j.Total != total) {
+				t.Fatalf("status job %+v, want %d of %d done", j, total, total)
+			}
+			t.Logf("status: %s: %s", name, j.Summary)
+			return
+		}
+	}
+	t.Fatalf("status lists no %q job: %+v", name, st.Jobs)
 }
 
 // replicaDirs counts the island-N replica directories under dir.

@@ -218,6 +218,7 @@ type Manager struct {
 		leaderSince time.Time
 		live        map[MemberKey]liveInfo
 		jobs        func() []Job
+		progress    moveProgress
 	}
 }
 
@@ -959,6 +960,9 @@ func (m *Manager) status() Status {
 		st.Jobs = jobs()
 	}
 	slices.SortFunc(st.Live, func(a, b MemberLive) int { return compareKeys(a.Key, b.Key) })
+	if m.IsLeader() {
+		st.Jobs = append(st.Jobs, m.moveJobs(&st)...)
+	}
 	return st
 }
 

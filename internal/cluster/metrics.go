@@ -20,10 +20,12 @@ import (
 //	atoll_manager_table_entries{island}          gauge  hash-table entries per island
 //	atoll_manager_heartbeat_age_seconds{kind,id} gauge  leader only: time since each member's last heartbeat
 //	atoll_manager_refused_connections_total      counter connections (client and raft ports) that failed to authenticate
+//	atoll_manager_moves{job,measure}             gauge  leader only: island entry moves and island replica moves
+//	                                                    in progress: measure done, total, eta_seconds (0: unknown)
 type managerCollector struct {
 	m *Manager
 
-	epoch, members, raftState, leader, term, applied, entries, hbAge, refused *prometheus.Desc
+	epoch, members, raftState, leader, term, applied, entries, hbAge, refused, moves *prometheus.Desc
 }
 
 func newManagerCollector(m *Manager) *managerCollector {
@@ -38,11 +40,12 @@ func newManagerCollector(m *Manager) *managerCollector {
 		applied:   prometheus.NewDesc("atoll_manager_raft_applied_index", "Last raft index applied to the map.", nil, nil),
 		entries:   prometheus.NewDesc("atoll_manager_table_entries", "Namespace hash-table entries owned per island.", []string{"island"}, nil),
 		hbAge:     prometheus.NewDesc("atoll_manager_heartbeat_age_seconds", "Seconds since each member's last heartbeat (leader only).", []string{"kind", "id"}, nil),
+		moves:     prometheus.NewDesc("atoll_manager_moves", "Island entry moves and island replica moves in progress (leader only): done, total and estimated seconds left.", []string{"job", "measure"}, nil),
 	}
 }
 
 func (c *managerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.epoch, c.members, c.raftState, c.leader, c.term, c.applied, c.entries, c.hbAge, c.refused} {
+	for _, d := range []*prometheus.Desc{c.epoch, c.members, c.raftState, c.leader, c.term, c.applied, c.entries, c.hbAge, c.refused, c.moves} {
 		ch <- d
 	}
 }
@@ -92,6 +95,14 @@ func (c *managerCollector) Collect(ch chan<- prometheus.Metric) {
 	shares := mp.Table.Shares()
 	for _, is := range mp.Islands {
 		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(shares[is.ID]), strconv.FormatUint(uint64(is.ID), 10))
+	}
+	for _, j := range sn.Jobs {
+		if j.Name != "island entry moves" && j.Name != "island replica moves" {
+			continue
+		}
+		for measure, v := range map[string]float64{"done": float64(j.Done), "total": float64(j.Total), "eta_seconds": j.ETASeconds} {
+			ch <- prometheus.MustNewConstMetric(c.moves, prometheus.GaugeValue, v, j.Name, measure)
+		}
 	}
 	for _, l := range sn.Live {
 		if !l.LastHeartbeat.IsZero() {

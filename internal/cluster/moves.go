@@ -223,6 +223,9 @@ func (m *Manager) handleMove(req *wire.Request) (wire.Response, error) {
 		return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
 	}
 	m.log.Info("manager: "+opName(req.Op), "moves", len(c.Moves), "id", c.MoveID, "epoch", res.Epoch)
+	if res.Changed {
+		m.noteMoves(req.Op, len(c.Moves), len(m.currentMap().Moves))
+	}
 	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
 }
 

@@ -312,6 +312,13 @@ func (m *Manager) handlePlacement(req *wire.Request) (wire.Response, error) {
 	}
 	if res.Changed {
 		m.log.Info("manager: "+opName(req.Op), "servers", len(c.Servers), "sets", len(c.Sets), "out", c.Out, "epoch", res.Epoch)
+		if req.Op == OpSetReplicas {
+			var islands []uint32
+			for _, set := range c.Sets {
+				islands = append(islands, set.Island)
+			}
+			m.noteReplicaMoves(islands)
+		}
 	}
 	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
 }
