@@ -406,12 +406,7 @@ func TestReplicatedIslandLostDisk(t *testing.T) {
 	// Now lose another server: islands run on the rebuilt replica.
 	cl.Child("island1").Kill()
 	s.check(t)
-	fresh, err := connect.Dial(ctx, []string{cl.Manager}, testKey, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
-	fsckClean(t, fresh)
+	fsckClean(t, dialDev(t, cl)) // a fresh client: no cached leaders
 	t.Logf("%d files checked with server 3 rebuilt from nothing and server 1 killed", len(s.want))
 }
 

@@ -15,20 +15,7 @@ func TestEntryMoves(t *testing.T) {
 	m.Islands = append(m.Islands, Island{ID: 3, Addr: "127.0.0.1:7502", State: StateUp})
 	e1 := uint32(slicesIndex(m.Table.Entries, 1))
 	e2 := uint32(slicesIndex(m.Table.Entries, 2))
-	apply := func(c command) (bool, error) {
-		t.Helper()
-		// Every command goes through its raft encoding first.
-		d, err := decodeCommand(c.encode())
-		if err != nil {
-			t.Fatalf("%s: decode: %v", c.Type, err)
-		}
-		before := m.Epoch
-		changed, err := m.apply(d)
-		if changed != (m.Epoch == before+1) {
-			t.Fatalf("%s: changed %v, epoch %d -> %d", c.Type, changed, before, m.Epoch)
-		}
-		return changed, err
-	}
+	apply := func(c command) (bool, error) { t.Helper(); return applyEncoded(t, m, c) }
 	for _, bad := range [][]EntryMove{
 		{{Entry: e1, From: 2, To: 3}},                              // not From's
 		{{Entry: e1, From: 1, To: 1}},                              // to itself
@@ -148,4 +135,20 @@ func slicesIndex(s []uint32, v uint32) int {
 		}
 	}
 	return -1
+}
+
+// applyEncoded applies c to m after a trip through its raft encoding and
+// checks that the epoch moved exactly when the map changed.
+func applyEncoded(t *testing.T, m *Map, c command) (bool, error) {
+	t.Helper()
+	d, err := decodeCommand(c.encode())
+	if err != nil {
+		t.Fatalf("%s: decode: %v", c.Type, err)
+	}
+	before := m.Epoch
+	changed, err := m.apply(d)
+	if changed != (m.Epoch == before+1) {
+		t.Fatalf("%s: changed %v, epoch %d -> %d", c.Type, changed, before, m.Epoch)
+	}
+	return changed, err
 }

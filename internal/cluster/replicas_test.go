@@ -13,19 +13,7 @@ import (
 // leave the map as it was.
 func TestReplicaPlacement(t *testing.T) {
 	m := sampleMap()
-	apply := func(c command) (bool, error) {
-		t.Helper()
-		d, err := decodeCommand(c.encode())
-		if err != nil {
-			t.Fatalf("%s: decode: %v", c.Type, err)
-		}
-		before := m.Epoch
-		changed, err := m.apply(d)
-		if changed != (m.Epoch == before+1) {
-			t.Fatalf("%s: changed %v, epoch %d -> %d", c.Type, changed, before, m.Epoch)
-		}
-		return changed, err
-	}
+	apply := func(c command) (bool, error) { t.Helper(); return applyEncoded(t, m, c) }
 	static := []IslandServer{{ID: 1, RaftAddr: "127.0.0.1:7510"}, {ID: 2, RaftAddr: "127.0.0.1:7511"}, {ID: 3, RaftAddr: "127.0.0.1:7512"}}
 	seed := []ReplicaSet{{Island: 2, Servers: []uint32{2, 3, 1}}, {Island: 1, Servers: []uint32{1, 2, 3}}}
 	if ch, err := apply(command{Type: cmdIslandServer, Servers: static, Sets: seed}); err != nil || !ch {
