@@ -35,6 +35,11 @@ type RebalanceConfig struct {
 	Exe       string
 	BasePort  int
 	Logger    *slog.Logger
+	// Islands configures the island half (RunIslandGrow); its Dir, Exe,
+	// BasePort and Logger default to this benchmark's.
+	Islands IslandGrowConfig
+	// Only runs one half: "storage" or "islands" ("": both).
+	Only string
 }
 
 // Validate checks the configuration and fills defaults.
@@ -86,8 +91,9 @@ type RebalanceResult struct {
 	DuringMBps  float64 `json:"write_during_mbps"`
 	AfterMBps   float64 `json:"write_after_mbps"`
 	DuringRatio float64 `json:"write_during_ratio"`
-	// Islands: adding an island (moving table entries) is not built yet.
-	IslandsMeasured bool `json:"islands_measured"`
+	// Islands: adding an island (moving table entries) under a metadata
+	// workload; nil when not run.
+	Islands *IslandGrowResult `json:"islands,omitempty"`
 }
 
 // RunRebalance starts a cluster of Storage servers (child processes,
@@ -100,6 +106,27 @@ func RunRebalance(ctx context.Context, cfg RebalanceConfig, progress io.Writer) 
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
+	switch cfg.Only {
+	case "islands":
+		var err error
+		res.Islands, err = runIslandHalf(ctx, cfg, progress)
+		return res, err
+	case "", "storage":
+	default:
+		return res, fmt.Errorf("bench: --only %q: want storage or islands", cfg.Only)
+	}
+	res, err := runStorageHalf(ctx, cfg, progress)
+	if err != nil || cfg.Only == "storage" {
+		return res, err
+	}
+	res.Islands, err = runIslandHalf(ctx, cfg, progress)
+	return res, err
+}
+
+// runStorageHalf: a storage server joins a full-ish cluster (see
+// RunRebalance).
+func runStorageHalf(ctx context.Context, cfg RebalanceConfig, progress io.Writer) (RebalanceResult, error) {
+	var res RebalanceResult
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -287,6 +314,27 @@ writing:
 	}
 	say("balanced (imbalance %.3f) in %.1fs over %d passes, %s moved; writer %.0f MB/s before, %.0f during (%.0f%%, %d writes), %.0f after",
 		res.ImbalanceAfter, res.BalanceSeconds, res.Passes, human(res.MovedBytes), res.BeforeMBps, res.DuringMBps, 100*res.DuringRatio, len(during), res.AfterMBps)
-	say("islands: adding an island (moving table entries) is not built yet; not measured")
 	return res, nil
+}
+
+// runIslandHalf runs RunIslandGrow with the storage half's defaults.
+func runIslandHalf(ctx context.Context, cfg RebalanceConfig, progress io.Writer) (*IslandGrowResult, error) {
+	ic := cfg.Islands
+	if ic.Dir == "" {
+		ic.Dir = cfg.Dir
+	}
+	if ic.Exe == "" {
+		ic.Exe = cfg.Exe
+	}
+	if ic.BasePort == 0 {
+		ic.BasePort = cfg.BasePort + 1000
+	}
+	if ic.Logger == nil {
+		ic.Logger = cfg.Logger
+	}
+	r, err := RunIslandGrow(ctx, ic, progress)
+	if err != nil {
+		return nil, fmt.Errorf("bench: islands: %w", err)
+	}
+	return &r, nil
 }

@@ -181,13 +181,31 @@ func TestRunClean(t *testing.T) {
 	})
 }
 
+// RunIslandGrow: a third island joins two under a metadata workload,
+// takes its share of the table (moves unthrottled), the table ends even,
+// and the figures are filled in.
+func TestRunIslandGrow(t *testing.T) {
+	cfg := IslandGrowConfig{Islands: 2, Workers: 4, Phase: 2 * time.Second, MoveDuty: 1,
+		Exe: atoll(t), Dir: t.TempDir(), BasePort: freeBasePort(t, 5, 3)}
+	res, err := RunIslandGrow(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.EntriesMoved == 0 || res.ImbalanceBefore < 0.5 || res.ImbalanceAfter > 0.1 {
+		t.Errorf("%d entries moved; table imbalance %.3f before, %.3f after", res.EntriesMoved, res.ImbalanceBefore, res.ImbalanceAfter)
+	}
+	positive(t, map[string]float64{"ops_before": res.BeforeOps, "ops_during": res.DuringOps, "ops_after": res.AfterOps,
+		"balance_seconds": res.BalanceSeconds, "ops_during_ratio": res.DuringRatio})
+}
+
 // RunRebalance on a small cluster: a sixth server joins, the passes
 // balance it within the tolerance while the writer runs, and the figures
 // are filled in.
 func TestRunRebalance(t *testing.T) {
 	const storage = 5
 	cfg := RebalanceConfig{Storage: storage, Data: 64 << 20, Foreground: 16 << 20, Rate: 1 << 30, Share: 1,
-		Exe: atoll(t), Dir: t.TempDir(), BasePort: freeBasePort(t, storage+1, 1)}
+		Exe: atoll(t), Dir: t.TempDir(), BasePort: freeBasePort(t, storage+1, 1), Only: "storage"}
 	res, err := RunRebalance(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/islandload"
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
 // islandCmd runs `atoll island ARGS` against cl and fails the test if it
@@ -267,6 +269,8 @@ func TestIslandsGrowWhileServing(t *testing.T) {
 	}
 	_, mnt := mountFS(t, conn.FS)
 	s := startStorm(t, mnt, 4, dirOnIsland(t, conn, mnt, 1), dirOnIsland(t, conn, mnt, 2))
+	// fsx on a file of island 2, whose entries all move by the end.
+	fx := startFsx(t, dirOnIsland(t, conn, mnt, 2))
 	time.Sleep(time.Second)
 	// A client that never looks at the map on its own: after the moves
 	// it holds an old one, and every answer it gets must still be right.
@@ -280,6 +284,7 @@ func TestIslandsGrowWhileServing(t *testing.T) {
 	even(1, 3, 4)
 	time.Sleep(time.Second)
 	s.halt()
+	fx.end(t)
 	checked := 0
 	for p, data := range s.want {
 		rel, err := filepath.Rel(mnt, p)
@@ -300,6 +305,64 @@ func TestIslandsGrowWhileServing(t *testing.T) {
 	t.Logf("a client with the map of epoch %d read %d files right (its map is now epoch %d)", staleEpoch, checked, stale.View.Epoch())
 	s.end(t, "across the moves")
 	fsckClean(t, conn)
+}
+
+// fsxRun runs fsx rounds (fsxRoundOps operations each, a new seed each
+// round) on one file until end, failing the test on any miscompare.
+type fsxRun struct {
+	stop   chan struct{}
+	done   chan struct{}
+	rounds int
+	err    error
+}
+
+const fsxRoundOps = 2000
+
+func startFsx(t *testing.T, dir string) *fsxRun {
+	t.Helper()
+	if _, err := exec.LookPath("fsx"); err != nil {
+		testenv.Missing(t, "fsx is not installed (make setup installs it: cargo install fsx)")
+	}
+	conf, err := filepath.Abs("../internal/fusefs/testdata/fsx.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fsxRun{stop: make(chan struct{}), done: make(chan struct{})}
+	artifacts := t.TempDir()
+	go func() {
+		defer close(f.done)
+		for seed := 1; ; seed++ {
+			select {
+			case <-f.stop:
+				return
+			default:
+			}
+			out, err := exec.Command("fsx", "-f", conf, "-N", strconv.Itoa(fsxRoundOps), "-S", strconv.Itoa(seed),
+				"-P", artifacts, filepath.Join(dir, "fsx.data")).CombinedOutput()
+			if err != nil {
+				tail := out[max(0, len(out)-3000):]
+				f.err = fmt.Errorf("fsx round %d (seed %d): %v\n%s", f.rounds+1, seed, err, tail)
+				return
+			}
+			f.rounds++
+		}
+	}()
+	return f
+}
+
+// end stops after the round running and fails the test if any round
+// failed or none ran.
+func (f *fsxRun) end(t *testing.T) {
+	t.Helper()
+	close(f.stop)
+	<-f.done
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	if f.rounds == 0 {
+		t.Fatal("no fsx round completed")
+	}
+	t.Logf("fsx: %d rounds of %d operations, no miscompare", f.rounds, fsxRoundOps)
 }
 
 // TestIslandRebalanceByLoad: a storm in six directories of island 1

@@ -18,9 +18,10 @@ import (
 )
 
 // TestIslandServerAddRemove grows a cluster of 3 island servers (3
-// islands × 3 replicas) by a fourth started with --join, then removes
-// the first, both with `atoll island server` while a create/write/rename
-// storm runs through the FUSE mount: the new server gets its share of
+// islands × 3 replicas) by a fourth started with --join, creates a fourth
+// island (a new replica group) and gives it its share of the table, then
+// removes the first server, all while a create/write/rename/unlink storm
+// runs through the FUSE mount: the new server gets its share of
 // replicas (each caught up by raft before it votes), the removed one's
 // replicas move off and its replica directories are deleted; then the
 // removed server and one more are killed and every file still reads,
@@ -35,6 +36,7 @@ func TestIslandServerAddRemove(t *testing.T) {
 		port, _ := strconv.Atoi(p)
 		c.IslandRaftListen = net.JoinHostPort(host, strconv.Itoa(port+servers))
 		c.CleanInterval = -1
+		c.MoveDuty = 1 // entry moves unthrottled: this test is about replicas
 		dataDir = c.DataDir
 	})
 	ctx := context.Background()
@@ -94,7 +96,23 @@ func TestIslandServerAddRemove(t *testing.T) {
 	}
 	t.Logf("after add: %+v (%d operations so far)", m.Replicas, s.count())
 	moveJob(t, conn, "island replica moves", 2)
+	after := s.count()
 
+	// A fourth island: a new replica group on the servers holding fewest
+	// replicas, then its share of the table.
+	t.Log(islandCmd(t, managerAddr(cl.Manager), "create"))
+	t.Log(islandCmd(t, managerAddr(cl.Manager), "add", "4"))
+	if m, err = conn.Cluster.Map(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if c := entryCounts(m); c[4] == 0 || len(m.Moves) != 0 {
+		t.Fatalf("island 4 after its add: entries %v, moves %v", c, m.Moves)
+	}
+	if p, ok := m.Placement(4); !ok || len(p.Servers) != 3 || !slices.Equal(p.Servers, p.Origin) {
+		t.Fatalf("island 4 placed %+v", p)
+	}
+
+	t.Logf("island 4 created and given %d entries (%d operations meanwhile)", entryCounts(m)[4], s.count()-after)
 	t.Log(islandCmd(t, managerAddr(cl.Manager), "server", "remove", "1"))
 	m = placement(t, conn, 3)
 	for _, set := range m.Replicas {

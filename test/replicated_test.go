@@ -95,8 +95,8 @@ func waitPreferredLeaders(t *testing.T, cl *devcluster.Cluster, conn *connect.Co
 	})
 }
 
-// storm runs workers that create, write and rename files through the
-// mount, each in its own directory, until stop closes; it records what
+// storm runs workers that create, write, rename and unlink files through
+// the mount, each in its own directory, until stop closes; it records what
 // every successful operation left (path -> bytes), the longest a
 // successful operation took, and the failures.
 type storm struct {
@@ -136,6 +136,17 @@ func startStorm(t *testing.T, mnt string, workers int, dirs ...string) *storm {
 				start := time.Now()
 				err := os.WriteFile(p, data, 0o644)
 				s.note(time.Since(start), err, func() { s.want[p] = data })
+				if err == nil && i%5 == 1 {
+					// Some names go again: an unlink must not come back
+					// (nor its file's blocks be lost to another name).
+					start = time.Now()
+					err = os.Remove(p)
+					s.note(time.Since(start), err, func() {
+						delete(s.want, p)
+						s.gone[p] = true
+					})
+					continue
+				}
 				if err != nil || i%3 != 0 {
 					continue
 				}
@@ -189,7 +200,7 @@ func (s *storm) end(t *testing.T, during string) {
 }
 
 // check reads back every file the storm's successful operations left
-// and checks that renamed-away names are gone.
+// and checks that renamed-away and removed names are gone.
 func (s *storm) check(t *testing.T) {
 	t.Helper()
 	for p, data := range s.want {
@@ -200,7 +211,7 @@ func (s *storm) check(t *testing.T) {
 	}
 	for p := range s.gone {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("%s renamed away, still there: %v", p, err)
+			t.Fatalf("%s renamed away or removed, still there: %v", p, err)
 		}
 	}
 }

@@ -451,8 +451,8 @@ func newBenchRebalanceCmd(g *globalFlags) *cobra.Command {
 	var size, fg, rate string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "rebalance [--size 512MiB] [--foreground 64MiB] [--rate 64MiB] [--json]",
-		Short: "Growth: a storage server joins a full-ish cluster; write throughput before, while old data spreads onto it, and after; time until balanced",
+		Use:   "rebalance [--size 512MiB] [--foreground 64MiB] [--rate 64MiB] [--only storage|islands] [--json]",
+		Short: "Growth: a storage server joins a full-ish cluster (write throughput before, while old data spreads onto it, after), then an island joins (metadata throughput before, while table entries move to it, after); time until balanced",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -485,5 +485,10 @@ func newBenchRebalanceCmd(g *globalFlags) *cobra.Command {
 	f.Float64Var(&cfg.Tolerance, "tolerance", cleaner.DefaultTolerance, "balanced when every server's used bytes are within this fraction of the mean")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
+	f.StringVar(&cfg.Only, "only", "", "run only the storage or the islands half")
+	f.IntVar(&cfg.Islands.Islands, "islands", 2, "islands: single-copy islands before one joins")
+	f.IntVar(&cfg.Islands.Workers, "island-workers", 8, "islands: metadata workers")
+	f.DurationVar(&cfg.Islands.Phase, "island-phase", 10*time.Second, "islands: length of the measure before and after")
+	f.Float64Var(&cfg.Islands.MoveDuty, "move-duty", 0, "islands: the islands' --move-duty (0: their default)")
 	return cmd
 }

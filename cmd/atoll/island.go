@@ -38,6 +38,8 @@ island. Every step resumes after a crash of either island or the manager.
   atoll island rebalance   even out the entries among the islands that are not
                            out
   atoll island cancel      forget every pending move (entries stay where they are)
+  atoll island create      start a new replicated island (a new replica group
+                           on the island servers); then add it as above
   atoll island server add|remove|rebalance
                            move island replicas between island servers
   atoll island rebalance --by-load
@@ -49,7 +51,7 @@ island. Every step resumes after a crash of either island or the manager.
 --dry-run prints the plan and changes nothing.`,
 	}
 	cmd.AddCommand(newIslandMoveCmd(g, "add"), newIslandMoveCmd(g, "remove"), newIslandMoveCmd(g, "rebalance"), newIslandCancelCmd(g),
-		newIslandServerCmd(g))
+		newIslandServerCmd(g), newIslandCreateCmd(g))
 	return cmd
 }
 

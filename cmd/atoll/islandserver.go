@@ -146,3 +146,69 @@ func moveReplicas(ctx context.Context, mc *cluster.Client, verb string, id uint3
 	}
 	return nil
 }
+
+// newIslandCreateCmd adds a replicated island (a new replica group).
+func newIslandCreateCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	var replicas int
+	var dryRun bool
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "create [--replicas 3] [--dry-run]",
+		Short: "Start a new replicated island on the island servers (then `atoll island add ID` gives it entries)",
+		Long: `Create a new replicated island: the map places its replicas on the island
+servers holding fewest, those servers form the new raft group, and its
+leader registers the island. It owns no part of the namespace until
+` + "`atoll island add ID`" + ` moves its share of table entries to it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			mc, _, err := managerClient(g, addr)
+			if err != nil {
+				return err
+			}
+			defer mc.Close()
+			ctx := cmd.Context()
+			if wait > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, wait)
+				defer cancel()
+			}
+			m, err := mc.Map(ctx, 0)
+			if err != nil {
+				return err
+			}
+			set, err := cluster.PlanNewIsland(m, replicas)
+			if err != nil {
+				return fmt.Errorf("island create: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "island %d on island servers %v (preferred leader %d)\n", set.Island, set.Servers, set.Servers[0])
+			if dryRun {
+				return nil
+			}
+			if _, err := mc.SetReplicas(ctx, []cluster.ReplicaSet{set}, nil); err != nil {
+				return fmt.Errorf("island create: %w", err)
+			}
+			for {
+				if m, err := mc.Map(ctx, 0); err == nil {
+					if is, ok := m.Island(set.Island); ok && is.State == cluster.StateUp {
+						break
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("island create: island %d never registered: %w", set.Island, ctx.Err())
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			fmt.Fprintf(out, "island %d is serving; `atoll island add %d` gives it its share of the namespace\n", set.Island, set.Island)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	f.IntVar(&replicas, "replicas", 3, "replicas of the new island (1, 3 or 5)")
+	f.BoolVar(&dryRun, "dry-run", false, "print where the island would be placed and change nothing")
+	f.DurationVar(&wait, "timeout", 0, "give up waiting for the island to register after this long (0: wait)")
+	return cmd
+}

@@ -111,7 +111,8 @@
 //	uvarint n, then n pending entry moves: u64 id, u32 entry, u32 from, u32 to
 //	uvarint n, then n island servers: u32 id, str raft addr, u8 out;
 //	        uvarint n, then n replica sets: u32 island, uvarint k, k × u32
-//	        server (the first is the preferred leader)
+//	        server (the first is the preferred leader), uvarint k, k × u32
+//	        origin server (the set the group was formed with)
 //	u32 CRC32C (Castagnoli) of every byte above
 //
 // States are 1 up, 2 down, 3 draining, 4 out; kinds are 1 storage,
@@ -140,8 +141,10 @@
 //	             a seed placement as in the map; the first server is the
 //	             caller (its address is taken), the others are added only
 //	             when absent, the seed only when the map has no placement
-//	13 set-replicas  replica sets as in the map (replacing those islands'),
-//	             uvarint n, n × u32 server marked out
+//	13 set-replicas  replica sets as in the map (replacing those islands';
+//	             the origin sent is ignored: a placed island keeps its own,
+//	             a new island's is its servers), uvarint n, n × u32 server
+//	             marked out
 //
 // # Replica placement
 //

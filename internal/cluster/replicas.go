@@ -25,6 +25,12 @@ type IslandServer struct {
 type ReplicaSet struct {
 	Island  uint32   `json:"island"`
 	Servers []uint32 `json:"servers"`
+	// Origin is the set the group was formed with (its raft bootstrap
+	// voters): a server bootstraps its replica only while Servers is
+	// still that set (a cluster's or a new island's first start, or a
+	// lost disk before any move); any other replica joins and is added
+	// by the leader.
+	Origin []uint32 `json:"origin"`
 }
 
 // maxReplicaSets bounds the islands a placement names (island ids are at
@@ -37,11 +43,71 @@ const (
 
 // ReplicaSet returns island's placement, if the map records one.
 func (m *Map) ReplicaSet(island uint32) ([]uint32, bool) {
+	s, ok := m.Placement(island)
+	return s.Servers, ok
+}
+
+// Placement returns island's replica set record (servers and origin).
+func (m *Map) Placement(island uint32) (ReplicaSet, bool) {
 	i, ok := slices.BinarySearchFunc(m.Replicas, island, func(s ReplicaSet, v uint32) int { return cmpInt(s.Island, v) })
 	if !ok {
-		return nil, false
+		return ReplicaSet{}, false
 	}
-	return m.Replicas[i].Servers, true
+	return m.Replicas[i], true
+}
+
+// PlanNewIsland places a new island of replicas replicas on the eligible
+// island servers (registered, not out) holding fewest replicas, the one
+// holding fewest preferred leaders first; its id is one above every
+// island the map knows.
+func PlanNewIsland(m *Map, replicas int) (ReplicaSet, error) {
+	if len(m.Replicas) == 0 {
+		return ReplicaSet{}, fmt.Errorf("%w: the map records no replica placement (island servers register it when they start)", ErrBadRequest)
+	}
+	if replicas != 1 && replicas != 3 && replicas != 5 {
+		return ReplicaSet{}, fmt.Errorf("%w: %d replicas (want 1, 3 or 5)", ErrBadRequest, replicas)
+	}
+	load, lead := map[uint32]int{}, map[uint32]int{}
+	var eligible []uint32
+	for _, s := range m.IslandServers {
+		if !s.Out {
+			eligible = append(eligible, s.ID)
+		}
+	}
+	if len(eligible) < replicas {
+		return ReplicaSet{}, fmt.Errorf("%w: %d replicas need as many island servers (have %d)", ErrBadRequest, replicas, len(eligible))
+	}
+	id := uint32(0)
+	for _, s := range m.Replicas {
+		id = max(id, s.Island)
+		lead[s.Servers[0]]++
+		for _, v := range s.Servers {
+			load[v]++
+		}
+	}
+	for _, is := range m.Islands {
+		id = max(id, is.ID)
+	}
+	if id+1 > maxReplicaSets {
+		return ReplicaSet{}, fmt.Errorf("%w: island ids exhausted", ErrBadRequest)
+	}
+	order := slices.Clone(eligible)
+	slices.SortStableFunc(order, func(a, b uint32) int {
+		if load[a] != load[b] {
+			return load[a] - load[b]
+		}
+		return lead[a] - lead[b]
+	})
+	servers := order[:replicas]
+	// The preferred leader: the chosen server leading fewest islands.
+	best := 0
+	for k, v := range servers {
+		if lead[v] < lead[servers[best]] {
+			best = k
+		}
+	}
+	servers[0], servers[best] = servers[best], servers[0]
+	return ReplicaSet{Island: id + 1, Servers: slices.Clone(servers), Origin: slices.Clone(servers)}, nil
 }
 
 // IslandServer returns the island server with id.
@@ -78,15 +144,17 @@ func encodeSets(e *wire.Enc, sets []ReplicaSet) {
 	e.Uvarint(uint64(len(sets)))
 	for _, s := range sets {
 		e.U32(s.Island)
-		e.Uvarint(uint64(len(s.Servers)))
-		for _, v := range s.Servers {
-			e.U32(v)
+		for _, l := range [][]uint32{s.Servers, s.Origin} {
+			e.Uvarint(uint64(len(l)))
+			for _, v := range l {
+				e.U32(v)
+			}
 		}
 	}
 }
 
 func decodeSets(d *wire.Dec) []ReplicaSet {
-	n := d.Count(5)
+	n := d.Count(6)
 	if n == 0 {
 		return nil
 	}
@@ -95,6 +163,9 @@ func decodeSets(d *wire.Dec) []ReplicaSet {
 		out[i].Island = d.U32()
 		for range d.Count(4) {
 			out[i].Servers = append(out[i].Servers, d.U32())
+		}
+		for range d.Count(4) {
+			out[i].Origin = append(out[i].Origin, d.U32())
 		}
 	}
 	return out
@@ -106,7 +177,7 @@ func cloneSets(sets []ReplicaSet) []ReplicaSet {
 	}
 	out := make([]ReplicaSet, len(sets))
 	for i, s := range sets {
-		out[i] = ReplicaSet{Island: s.Island, Servers: slices.Clone(s.Servers)}
+		out[i] = ReplicaSet{Island: s.Island, Servers: slices.Clone(s.Servers), Origin: slices.Clone(s.Origin)}
 	}
 	return out
 }
@@ -157,6 +228,14 @@ func (m *Map) checkSet(set ReplicaSet) error {
 			return fmt.Errorf("%w: island %d: island server %d named twice", ErrBadRequest, set.Island, id)
 		}
 	}
+	if len(set.Origin) == 0 || len(set.Origin) > maxSetSize {
+		return fmt.Errorf("%w: island %d: origin of %d servers", ErrBadRequest, set.Island, len(set.Origin))
+	}
+	for _, id := range set.Origin {
+		if _, ok := m.IslandServer(id); !ok {
+			return fmt.Errorf("%w: island %d: origin server %d", ErrUnknownMember, set.Island, id)
+		}
+	}
 	return nil
 }
 
@@ -191,6 +270,9 @@ func (m *Map) applyIslandServer(servers []IslandServer, seed []ReplicaSet) (bool
 	c := &Map{IslandServers: next, Replicas: m.Replicas}
 	if len(m.Replicas) == 0 && len(seed) > 0 {
 		c.Replicas = cloneSets(seed)
+		for i := range c.Replicas {
+			c.Replicas[i].Origin = slices.Clone(c.Replicas[i].Servers)
+		}
 		slices.SortFunc(c.Replicas, func(a, b ReplicaSet) int { return cmpInt(a.Island, b.Island) })
 		changed = true
 	}
@@ -219,9 +301,12 @@ func (m *Map) applySetReplicas(sets []ReplicaSet, out []uint32) (bool, error) {
 		if set.Island == 0 || set.Island > maxReplicaSets {
 			return false, fmt.Errorf("%w: island %d", ErrBadRequest, set.Island)
 		}
-		set = ReplicaSet{Island: set.Island, Servers: slices.Clone(set.Servers)}
+		// A placed island keeps its origin; a new one is a new group,
+		// formed by the servers given.
+		set = ReplicaSet{Island: set.Island, Servers: slices.Clone(set.Servers), Origin: slices.Clone(set.Servers)}
 		i, ok := slices.BinarySearchFunc(c.Replicas, set.Island, func(s ReplicaSet, v uint32) int { return cmpInt(s.Island, v) })
 		if ok {
+			set.Origin = c.Replicas[i].Origin
 			c.Replicas[i] = set
 		} else {
 			c.Replicas = slices.Insert(c.Replicas, i, set)
@@ -231,7 +316,9 @@ func (m *Map) applySetReplicas(sets []ReplicaSet, out []uint32) (bool, error) {
 		return false, err
 	}
 	if slices.EqualFunc(c.IslandServers, m.IslandServers, func(a, b IslandServer) bool { return a == b }) &&
-		slices.EqualFunc(c.Replicas, m.Replicas, func(a, b ReplicaSet) bool { return a.Island == b.Island && slices.Equal(a.Servers, b.Servers) }) {
+		slices.EqualFunc(c.Replicas, m.Replicas, func(a, b ReplicaSet) bool {
+			return a.Island == b.Island && slices.Equal(a.Servers, b.Servers) && slices.Equal(a.Origin, b.Origin)
+		}) {
 		return false, nil
 	}
 	m.IslandServers, m.Replicas = c.IslandServers, c.Replicas

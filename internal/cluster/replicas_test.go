@@ -73,6 +73,32 @@ func TestReplicaPlacement(t *testing.T) {
 	if s, _ := m.IslandServer(3); !s.Out {
 		t.Fatalf("server 3 not out: %+v", s)
 	}
+	// A moved island keeps the set it was formed with.
+	if p, _ := m.Placement(1); !slices.Equal(p.Origin, []uint32{1, 2, 3}) || !slices.Equal(p.Servers, []uint32{1, 2, 4}) {
+		t.Fatalf("island 1 after its move: %+v", p)
+	}
+	// A new island: placed on the servers holding fewest (out ones
+	// excluded), with its own origin.
+	set, err := PlanNewIsland(m, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Island != 3 || len(set.Servers) != 3 || slices.Contains(set.Servers, 3) || !slices.Equal(set.Servers, set.Origin) {
+		t.Fatalf("new island %+v", set)
+	}
+	if _, err := PlanNewIsland(m, 5); err == nil {
+		t.Fatal("5 replicas planned on 3 servers")
+	}
+	if _, err := apply(command{Type: cmdSetReplicas, Sets: []ReplicaSet{set}}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := m.Placement(3); !slices.Equal(p.Origin, set.Servers) {
+		t.Fatalf("new island's origin: %+v", p)
+	}
+	got, err = DecodeMap(EncodeMap(m))
+	if err != nil || !reflect.DeepEqual(got, m) {
+		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, m)
+	}
 }
 
 // TestPlanReplicas: a new server gets its share of replicas and leaders,

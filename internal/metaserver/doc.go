@@ -19,9 +19,12 @@
 // A server opens a replica of every island the map places on it, and of
 // every island it has a directory for (so that a replica the placement
 // moved away serves until its leader removes it). It bootstraps the
-// group only when the map's set for the island is the static placement's
-// (a cluster's first start, or a disk lost before any placement change);
-// otherwise the replica joins and waits for the leader to add it. Once
+// group only while the map's set for the island is the set the group was
+// formed with (ReplicaSet.Origin: a cluster's first start, or a disk lost
+// before any move);
+// otherwise the replica joins and waits for the leader to add it. A new
+// island (`atoll island create`) is a set whose origin is itself: its
+// servers bootstrap it together, as the first servers did. Once
 // the map no longer places an island here and that island's leader
 // (asked over the raft port: replica.ProbeReplica) no longer has this
 // server in its configuration, the server closes the replica and deletes

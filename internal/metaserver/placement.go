@@ -157,14 +157,17 @@ func onDisk(dir string) []uint32 {
 }
 
 // open opens this server's replica of island k and starts following its
-// leadership. It bootstraps the group (on a cluster's first start, or on
-// a lost disk, as before placements moved) only when the map's set for k
-// is the static placement's; otherwise it joins and waits for the leader
-// to add it.
+// leadership. It bootstraps the group (on a cluster's or a new island's
+// first start, or on a lost disk, as before any move) only while the
+// map's set for k is the set the group was formed with (its Origin);
+// otherwise it joins and waits for the leader to add it.
 func (s *Server) open(ctx context.Context, m *cluster.Map, k uint32, viewReady <-chan struct{}) error {
-	set, _ := m.ReplicaSet(k)
+	pl, placed := m.Placement(k)
+	set := pl.Servers
 	voters := map[uint32]string{s.cfg.ID: s.RaftAddr()}
-	join := s.cfg.Join || !sameSet(set, s.static[k])
+	// A directory of an island the map does not place (any more) only
+	// ever joins.
+	join := !placed || !sameSet(set, pl.Origin)
 	if !join {
 		for _, id := range set {
 			sv, ok := m.IslandServer(id)
