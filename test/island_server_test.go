@@ -2,9 +2,11 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -205,4 +207,102 @@ func replicaDirs(t *testing.T, dir string) int {
 		}
 	}
 	return n
+}
+
+// TestIslandServerAddKill9 kills -9 the leader of island 1 while island
+// 1's replicas move onto a new island server (`atoll island server add`
+// running): a new leader carries the move on from the raft configuration
+// it finds, the killed server comes back and its now surplus replica is
+// dropped once its island no longer counts it; the storm through the
+// mount loses nothing and fsck is clean.
+func TestIslandServerAddKill9(t *testing.T) {
+	fuseUsable(t)
+	const storage, servers = 5, 3
+	var dataDir string
+	cl, base := startDev(t, storage, servers, servers+2, func(c *devcluster.Config) {
+		c.IslandReplicas = 3
+		host, p, _ := net.SplitHostPort(c.IslandListen)
+		port, _ := strconv.Atoi(p)
+		c.IslandRaftListen = net.JoinHostPort(host, strconv.Itoa(port+servers))
+		c.CleanInterval = -1
+		dataDir = c.DataDir
+	})
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	waitPreferredLeaders(t, cl, conn, 3)
+	dir4 := filepath.Join(dataDir, "island", "4")
+	child, err := devcluster.Start(ctx, devcluster.ChildSpec{
+		Name: "island4", Exe: atoll(t),
+		Args: []string{"meta", "--dir", dir4, "--server-id", "4", "--join", "--listen", fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers),
+			"--raft-listen", fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers+1), "--manager", cl.Manager, "--key", cl.KeyPath, "--log-level", "warn"},
+		AddrFile: dir4 + ".addr", Output: os.Stderr, NoWait: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(child.Kill)
+	waitEvent(t, "island server 4 registered", func() error {
+		m, err := conn.Cluster.Map(ctx, 0)
+		if err != nil {
+			return err
+		}
+		if _, ok := m.IslandServer(4); !ok {
+			return fmt.Errorf("island servers %+v", m.IslandServers)
+		}
+		return nil
+	})
+	_, mnt := mountFS(t, conn.FS)
+	s := startStorm(t, mnt, 4)
+	time.Sleep(time.Second)
+
+	// The add runs in the background; island 1's leader (server 1, which
+	// the plan takes off island 1) dies while the new replica catches up.
+	type result struct {
+		out []byte
+		err error
+	}
+	added := make(chan result, 1)
+	go func() {
+		cmd := exec.Command(atoll(t), "island", "server", "add", "4", "--cluster", cl.Manager, "--log-level", "warn", "--timeout", "2m")
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		added <- result{out, err}
+	}()
+	waitEvent(t, "island 1's new replica added", func() error {
+		for _, r := range replicaApplied(t, conn)[1] {
+			if r.Role == "leader" && len(r.Voters) != 3 {
+				return nil
+			}
+		}
+		if n := replicaDirs(t, dir4); n > 0 {
+			return nil // opened: the leader adds it within a second
+		}
+		return errors.New("not yet")
+	})
+	cl.Child("island1").Kill()
+	t.Log("killed island server 1 (leader of island 1) during the replica move")
+	time.Sleep(2 * time.Second)
+	if _, err := cl.Restart(ctx, "island1"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-added; r.err != nil {
+		t.Fatalf("atoll island server add 4: %v\n%s", r.err, r.out)
+	} else {
+		t.Logf("%s", r.out)
+	}
+	m := placement(t, conn, 4)
+	for _, set := range m.Replicas {
+		if set.Island == 1 && slices.Contains(set.Servers, 1) {
+			t.Fatalf("island 1 still placed on server 1: %v", set.Servers)
+		}
+	}
+	waitEvent(t, "server 1's replica of island 1 dropped", func() error {
+		if _, err := os.Stat(filepath.Join(dataDir, "island", "1", "island-1")); !os.IsNotExist(err) {
+			return fmt.Errorf("island-1 on server 1: %v", err)
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	s.end(t, "across the replica move and the kill")
+	fsckClean(t, dialDev(t, cl))
 }
