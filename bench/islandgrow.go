@@ -48,7 +48,9 @@ type IslandGrowResult struct {
 	// BaselineRatio is during over the mean of before and after: on a
 	// small machine the extra island process itself costs throughput
 	// (after < before), which is not the moves' cost.
-	BaselineRatio  float64 `json:"ops_during_baseline_ratio"`
+	BaselineRatio float64 `json:"ops_during_baseline_ratio"`
+	// AfterRatio is during over after (the same islands as at the end).
+	AfterRatio     float64 `json:"ops_during_after_ratio"`
 	BalanceSeconds float64 `json:"balance_seconds"`
 	// Imbalance of the table (standard deviation over mean of the
 	// entries per island) right after the island joined, and after.
@@ -217,6 +219,9 @@ func RunIslandGrow(ctx context.Context, cfg IslandGrowConfig, progress io.Writer
 	if res.BeforeOps > 0 {
 		res.DuringRatio = res.DuringOps / res.BeforeOps
 		res.BaselineRatio = 2 * res.DuringOps / (res.BeforeOps + res.AfterOps)
+	}
+	if res.AfterOps > 0 {
+		res.AfterRatio = res.DuringOps / res.AfterOps
 	}
 	say("balanced (table imbalance %.3f) in %.1fs; metadata workload %.0f ops/s before, %.0f during (%.0f%% of before, %.0f%% of the mean of before and after), %.0f after on %d islands",
 		res.ImbalanceAfter, res.BalanceSeconds, res.BeforeOps, res.DuringOps, 100*res.DuringRatio, 100*res.BaselineRatio, res.AfterOps, id)

@@ -190,17 +190,18 @@ func islandMovesByLoad(ctx context.Context, mc *cluster.Client, key *auth.Key, w
 	type planJSON struct {
 		WindowSeconds float64                        `json:"window_seconds"`
 		Load          map[namespace.IslandID]float64 `json:"ops_per_second"`
+		Bytes         map[namespace.IslandID]float64 `json:"bytes_per_second"` // file bytes committed
 		Spread        float64                        `json:"spread"`
 		SpreadAfter   float64                        `json:"spread_after"`
 		Moves         []cluster.EntryMove            `json:"moves"`
 	}
-	p := planJSON{WindowSeconds: load.Window.Seconds(), Load: load.Islands, Spread: load.Spread(), SpreadAfter: namespace.Spread(after), Moves: moves}
+	p := planJSON{WindowSeconds: load.Window.Seconds(), Load: load.Islands, Bytes: load.IslandsBytes, Spread: load.Spread(), SpreadAfter: namespace.Spread(after), Moves: moves}
 	if asJSON {
 		b, _ := json.MarshalIndent(p, "", "  ")
 		fmt.Fprintln(out, string(b))
 	} else {
-		fmt.Fprintf(out, "load over %v (operations/s by island): %v; spread %.3f -> %.3f with %d entry moves\n",
-			load.Window.Round(time.Millisecond), roundLoads(load.Islands), p.Spread, p.SpreadAfter, len(moves))
+		fmt.Fprintf(out, "load over %v (operations/s by island): %v (file bytes/s committed: %v); spread %.3f -> %.3f with %d entry moves\n",
+			load.Window.Round(time.Millisecond), roundLoads(load.Islands), roundLoads(load.IslandsBytes), p.Spread, p.SpreadAfter, len(moves))
 	}
 	if dryRun || len(moves) == 0 {
 		return nil

@@ -13,12 +13,16 @@ import (
 )
 
 // Load is one sample: operations per second by table entry (at the
-// table's depth) and by island, over Window.
+// table's depth) and by island, over Window, and the file bytes per
+// second committed by the same (Archipelago's two measures; plans
+// balance operations).
 type Load struct {
-	Depth   uint8
-	Window  time.Duration
-	Entries map[uint32]float64
-	Islands map[namespace.IslandID]float64
+	Depth        uint8
+	Window       time.Duration
+	Entries      map[uint32]float64
+	Islands      map[namespace.IslandID]float64
+	EntryBytes   map[uint32]float64
+	IslandsBytes map[namespace.IslandID]float64
 }
 
 // Spread is the standard deviation of the islands' loads over their mean.
@@ -86,23 +90,31 @@ func Sample(ctx context.Context, m *cluster.Map, key *auth.Key, window time.Dura
 		return Load{}, err
 	}
 	secs := time.Since(start).Seconds()
-	l := Load{Depth: depth, Window: time.Since(start), Entries: map[uint32]float64{}, Islands: map[namespace.IslandID]float64{}}
+	l := Load{Depth: depth, Window: time.Since(start), Entries: map[uint32]float64{}, Islands: map[namespace.IslandID]float64{},
+		EntryBytes: map[uint32]float64{}, IslandsBytes: map[namespace.IslandID]float64{}}
 	for id, r := range second {
-		l.Islands[namespace.IslandID(id)] = 0
-		was := map[uint32]uint64{}
+		is := namespace.IslandID(id)
+		l.Islands[is], l.IslandsBytes[is] = 0, 0
+		was := map[uint32]metawire.EntryLoad{}
 		if p, ok := first[id]; ok && p.Boot == r.Boot {
 			for _, x := range p.Entries {
-				was[x.Entry] = x.Ops
+				was[x.Entry] = x
 			}
 		}
 		for _, x := range r.Entries {
-			ops := x.Ops
-			if w := was[x.Entry]; w <= ops {
-				ops -= w
+			w := was[x.Entry]
+			ops, bytes := x.Ops, x.Bytes
+			if w.Ops <= ops {
+				ops -= w.Ops
 			}
-			rate := float64(ops) / secs
+			if w.Bytes <= bytes {
+				bytes -= w.Bytes
+			}
+			rate, brate := float64(ops)/secs, float64(bytes)/secs
 			l.Entries[x.Entry] += rate
-			l.Islands[namespace.IslandID(id)] += rate
+			l.Islands[is] += rate
+			l.EntryBytes[x.Entry] += brate
+			l.IslandsBytes[is] += brate
 		}
 	}
 	return l, nil

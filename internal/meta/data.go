@@ -97,9 +97,11 @@ func (i *Island) readMap(ctx context.Context, r *metawire.ReadMapReq) (*metawire
 // permissions on commits: clients check them when a file is opened.
 func (i *Island) commit(ctx context.Context, r *metawire.CommitReq) (*metawire.CommitResp, error) {
 	var inos []namespace.Ino
+	written := make([]uint64, len(r.Writes)) // file bytes each write brings (load)
 	for k := range r.Writes {
 		w := &r.Writes[k]
 		ino := namespace.Ino(w.Ino)
+		written[k] = uint64(len(w.Inline))
 		if err := i.checkIno("commit", ino); err != nil {
 			return nil, err
 		}
@@ -123,9 +125,11 @@ func (i *Island) commit(ctx context.Context, r *metawire.CommitReq) (*metawire.C
 			if len(blk.Ptr) == 0 {
 				continue
 			}
-			if _, _, err := decodePointer(blk.Ptr); err != nil {
+			ptr, _, err := decodePointer(blk.Ptr)
+			if err != nil {
 				return nil, bad("block %d: %v", blk.Index, err)
 			}
+			written[k] += uint64(ptr.Length)
 		}
 	}
 	slices.Sort(inos)
@@ -147,6 +151,9 @@ func (i *Island) commit(ctx context.Context, r *metawire.CommitReq) (*metawire.C
 	})
 	if err != nil {
 		return nil, err
+	}
+	for k := range r.Writes {
+		i.countBytes(namespace.Ino(r.Writes[k].Ino).Bucket(), written[k])
 	}
 	resp.Boot = i.boot
 	return &resp, nil

@@ -18,6 +18,20 @@ func (i *Island) countLoad(bucket uint32) {
 	l[bucket>>(32-namespace.MaxDepth)].Add(1)
 }
 
+// countBytes counts n bytes of file data committed to an inode of
+// bucket (commit: the bytes its new block pointers and inline data hold).
+func (i *Island) countBytes(bucket uint32, n uint64) {
+	if n == 0 {
+		return
+	}
+	l := i.loadBytes.Load()
+	if l == nil {
+		i.loadBytes.CompareAndSwap(nil, new([1 << namespace.MaxDepth]atomic.Uint64))
+		l = i.loadBytes.Load()
+	}
+	l[bucket>>(32-namespace.MaxDepth)].Add(n)
+}
+
 // entryLoad serves OpEntryLoad: the operations counted in each entry, at
 // depth r.Depth, of the table this island's map has, that it owns.
 func (i *Island) entryLoad(r *metawire.EntryLoadReq) (*metawire.EntryLoadResp, error) {
@@ -26,20 +40,23 @@ func (i *Island) entryLoad(r *metawire.EntryLoadReq) (*metawire.EntryLoadResp, e
 	}
 	tab := i.cfg.Map.Table()
 	resp := &metawire.EntryLoadResp{Boot: i.boot}
-	l := i.load.Load()
+	l, lb := i.load.Load(), i.loadBytes.Load()
 	shift := namespace.MaxDepth - uint(r.Depth)
 	for e := uint32(0); e < 1<<r.Depth; e++ {
 		first, _ := namespace.EntryRange(r.Depth, e)
 		if tab.Lookup(first) != i.id {
 			continue
 		}
-		var ops uint64
-		if l != nil {
-			for k := e << shift; k < (e+1)<<shift; k++ {
+		var ops, bytes uint64
+		for k := e << shift; k < (e+1)<<shift; k++ {
+			if l != nil {
 				ops += l[k].Load()
 			}
+			if lb != nil {
+				bytes += lb[k].Load()
+			}
 		}
-		resp.Entries = append(resp.Entries, metawire.EntryLoad{Entry: e, Ops: ops})
+		resp.Entries = append(resp.Entries, metawire.EntryLoad{Entry: e, Ops: ops, Bytes: bytes})
 	}
 	return resp, nil
 }

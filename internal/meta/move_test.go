@@ -3,6 +3,7 @@ package meta
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -409,28 +410,53 @@ func TestEntryLoad(t *testing.T) {
 	d := must(r.mkdir(rootIno(), "hot", 0o755))
 	home := tab.Lookup(namespace.Ino(d.Ino).Bucket())
 	for k := range 50 {
-		must(r.create(d.Ino, fmt.Sprintf("f%d", k), 0o644))
+		f := must(r.create(d.Ino, fmt.Sprintf("f%d", k), 0o644))
 		if _, err := r.lookup(d.Ino, fmt.Sprintf("f%d", k)); err != nil {
 			t.Fatal(err)
 		}
+		data := make([]byte, 100)
+		must(r.commit(metawire.FileWrite{Ino: f.Ino, Size: uint64(len(data)), SetInline: true, Inline: data}))
 	}
 	entry := namespace.Ino(d.Ino).Bucket() >> (32 - uint(tab.Depth))
 	resp, err := c.isl[home].entryLoad(&metawire.EntryLoadReq{Depth: tab.Depth})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total, hot uint64
+	var total, hot, hotBytes, allBytes uint64
 	for _, x := range resp.Entries {
 		if tab.Entries[x.Entry] != home {
 			t.Fatalf("island %d reports entry %d of island %d", home, x.Entry, tab.Entries[x.Entry])
 		}
 		total += x.Ops
+		allBytes += x.Bytes
 		if x.Entry == entry {
-			hot = x.Ops
+			hot, hotBytes = x.Ops, x.Bytes
 		}
 	}
 	if hot < 100 || len(resp.Entries) != tab.Counts()[home] {
 		t.Fatalf("entry %d: %d operations (of %d over %d entries)", entry, hot, total, len(resp.Entries))
+	}
+	// The files' entry may be another than their directory's; every
+	// committed byte is counted once, on this island or the other.
+	var otherBytes uint64
+	for id, isl := range c.isl {
+		if id != home {
+			o, err := isl.entryLoad(&metawire.EntryLoadReq{Depth: tab.Depth})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range o.Entries {
+				otherBytes += x.Bytes
+			}
+		}
+	}
+	if allBytes+otherBytes != 50*100 {
+		t.Fatalf("committed bytes counted: %d here (%d in the directory's entry) + %d elsewhere, want %d", allBytes, hotBytes, otherBytes, 50*100)
+	}
+	// The counts survive the response's encoding (bytes are a tail).
+	var back metawire.EntryLoadResp
+	if err := metawire.Unmarshal(metawire.Marshal(resp), &back); err != nil || !reflect.DeepEqual(&back, resp) {
+		t.Fatalf("round trip: %v\n%+v\n%+v", err, back, resp)
 	}
 	if _, err := c.isl[home].entryLoad(&metawire.EntryLoadReq{Depth: 17}); err == nil {
 		t.Fatal("depth 17 accepted")

@@ -109,10 +109,12 @@ type EntryLoadReq struct{ Depth uint8 }
 func (r *EntryLoadReq) Encode(e *wire.Enc) { e.U8(r.Depth) }
 func (r *EntryLoadReq) Decode(d *wire.Dec) { r.Depth = d.U8() }
 
-// EntryLoad is one entry's count.
+// EntryLoad is one entry's counts: client operations, and file bytes
+// committed to its inodes.
 type EntryLoad struct {
 	Entry uint32
 	Ops   uint64
+	Bytes uint64
 }
 
 // EntryLoadResp lists the entries the island owns with their counts, and
@@ -129,6 +131,11 @@ func (r *EntryLoadResp) Encode(e *wire.Enc) {
 		e.U32(x.Entry)
 		e.U64(x.Ops)
 	}
+	// Bytes came later: a tail in the entries' order.
+	e.Uvarint(uint64(len(r.Entries)))
+	for _, x := range r.Entries {
+		e.U64(x.Bytes)
+	}
 }
 
 func (r *EntryLoadResp) Decode(d *wire.Dec) {
@@ -137,5 +144,12 @@ func (r *EntryLoadResp) Decode(d *wire.Dec) {
 	r.Entries = make([]EntryLoad, n)
 	for k := range n {
 		r.Entries[k] = EntryLoad{Entry: d.U32(), Ops: d.U64()}
+	}
+	if d.More() {
+		for k := range d.Count(8) {
+			if b := d.U64(); k < n {
+				r.Entries[k].Bytes = b
+			}
+		}
 	}
 }
