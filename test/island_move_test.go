@@ -375,7 +375,7 @@ func (f *fsxRun) end(t *testing.T) {
 // of load fell. The storm loses nothing and fsck is clean.
 func TestIslandRebalanceByLoad(t *testing.T) {
 	fuseUsable(t)
-	cl, _ := startDev(t, 5, 3, 0, func(c *devcluster.Config) { c.IslandReplicas = 1; c.CleanInterval = -1 })
+	cl, _ := startDev(t, 5, 3, 0, func(c *devcluster.Config) { c.IslandReplicas = 1; c.CleanInterval = -1; c.MoveDuty = 0.1 })
 	ctx := context.Background()
 	conn := dialDev(t, cl)
 	_, mnt := mountFS(t, conn.FS)
