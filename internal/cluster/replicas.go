@@ -540,17 +540,20 @@ func ReplicasUnsettled(st *Status) []uint32 {
 	if st == nil || st.Map == nil {
 		return nil
 	}
-	leaders := map[uint32][]uint32{}
+	// The newest term's leader: a dead server's last report lingers in
+	// the heartbeat table.
+	leaders := map[uint32]ReplicaStats{}
 	for _, l := range st.Live {
 		for _, r := range l.Stats.Replicas {
-			if r.Role == "leader" && r.Server == r.Leader {
-				leaders[r.Island] = r.Voters
+			if r.Role == "leader" && r.Server == r.Leader && r.Term >= leaders[r.Island].Term {
+				leaders[r.Island] = r
 			}
 		}
 	}
 	var out []uint32
 	for _, set := range st.Map.Replicas {
-		if v, ok := leaders[set.Island]; !ok || len(v) != len(set.Servers) ||
+		r, ok := leaders[set.Island]
+		if v := r.Voters; !ok || len(v) != len(set.Servers) ||
 			slices.ContainsFunc(v, func(id uint32) bool { return !slices.Contains(set.Servers, id) }) {
 			out = append(out, set.Island)
 		}

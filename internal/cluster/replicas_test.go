@@ -184,3 +184,25 @@ func TestPlanReplicas(t *testing.T) {
 		t.Fatal("planned without a placement")
 	}
 }
+
+// TestReplicasUnsettled: an island is settled when its newest leader
+// reports exactly its set as voters, whatever a dead server's last report
+// (an older term) still says.
+func TestReplicasUnsettled(t *testing.T) {
+	m := &Map{Replicas: []ReplicaSet{{Island: 1, Servers: []uint32{4, 2, 3}, Origin: []uint32{1, 2, 3}}}}
+	old := MemberLive{Key: MemberKey{KindIsland, 1}, Stats: MemberStats{Replicas: []ReplicaStats{
+		{Island: 1, Server: 1, Leader: 1, Role: "leader", Term: 2, Voters: []uint32{1, 2, 3}}}}}
+	cur := MemberLive{Key: MemberKey{KindIsland, 2}, Stats: MemberStats{Replicas: []ReplicaStats{
+		{Island: 1, Server: 2, Leader: 2, Role: "leader", Term: 3, Voters: []uint32{2, 3, 4}}}}}
+	for _, live := range [][]MemberLive{{old, cur}, {cur, old}} {
+		if got := ReplicasUnsettled(&Status{Map: m, Live: live}); len(got) != 0 {
+			t.Fatalf("settled island reported moving: %v", got)
+		}
+	}
+	if got := ReplicasUnsettled(&Status{Map: m, Live: []MemberLive{old}}); !slices.Equal(got, []uint32{1}) {
+		t.Fatalf("only the old leader's report: %v", got)
+	}
+	if got := ReplicasUnsettled(&Status{Map: m}); !slices.Equal(got, []uint32{1}) {
+		t.Fatalf("no report: %v", got)
+	}
+}

@@ -146,7 +146,8 @@ type hosted struct {
 	done chan struct{}
 }
 
-// New opens every hosted replica and binds the listeners; Run serves.
+// New binds the listeners and opens the raft log database; Run registers
+// the server, opens the replicas the map places here and serves.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -213,15 +214,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	ok = true
 	return s, nil
-}
-
-func contains(xs []uint32, x uint32) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // Addr is the client address.
