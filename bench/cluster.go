@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
+	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 )
 
@@ -56,4 +59,21 @@ func startCluster(ctx context.Context, dir, exe string, basePort, storage, islan
 		return nil, nil, err
 	}
 	return cl, func() { cl.Stop(); dev.Close() }, nil
+}
+
+// startWatched is startCluster plus a client that follows the map every
+// 200ms (moves and joins change it under the benchmark); stop ends all.
+func startWatched(ctx context.Context, dir, exe string, basePort, storage, islands int, log *slog.Logger, tune func(*devcluster.Config)) (cl *devcluster.Cluster, conn *connect.Conn, stop func(), err error) {
+	cl, stopCluster, err := startCluster(ctx, dir, exe, basePort, storage, islands, tune)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if conn, err = connect.Dial(ctx, []string{cl.Manager}, cl.Key, log); err != nil {
+		stopCluster()
+		return nil, nil, nil, err
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); conn.Watch(wctx, 200*time.Millisecond) }()
+	return cl, conn, func() { stopWatch(); <-watched; conn.Close(); stopCluster() }, nil
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/cluster"
-	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -89,22 +88,13 @@ func RunIslandGrow(ctx context.Context, cfg IslandGrowConfig, progress io.Writer
 		return res, err
 	}
 	defer done()
-	cl, stop, err := startCluster(ctx, dir, cfg.Exe, cfg.BasePort, 5, cfg.Islands, func(c *devcluster.Config) {
+	cl, conn, stop, err := startWatched(ctx, dir, cfg.Exe, cfg.BasePort, 5, cfg.Islands, cfg.Logger, func(c *devcluster.Config) {
 		c.IslandReplicas, c.CleanInterval, c.MoveDuty = 1, -1, cfg.MoveDuty
 	})
 	if err != nil {
 		return res, err
 	}
 	defer stop()
-	conn, err := connect.Dial(ctx, []string{cl.Manager}, cl.Key, cfg.Logger)
-	if err != nil {
-		return res, err
-	}
-	defer conn.Close()
-	wctx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() { defer close(watched); conn.Watch(wctx, 200*time.Millisecond) }()
-	defer func() { stopWatch(); <-watched }()
 	fs, cred := conn.FS, metawire.Root
 
 	// The workers: each creates small files in its own directory and

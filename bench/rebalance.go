@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/cleaner"
-	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -137,22 +136,13 @@ func runStorageHalf(ctx context.Context, cfg RebalanceConfig, progress io.Writer
 	}
 	defer done()
 	storageBase := cfg.BasePort + 100
-	cl, stop, err := startCluster(ctx, dir, cfg.Exe, cfg.BasePort, cfg.Storage, 1, func(c *devcluster.Config) {
+	cl, conn, stop, err := startWatched(ctx, dir, cfg.Exe, cfg.BasePort, cfg.Storage, 1, cfg.Logger, func(c *devcluster.Config) {
 		c.CleanInterval = -1 // this benchmark runs its own passes
 	})
 	if err != nil {
 		return res, err
 	}
 	defer stop()
-	conn, err := connect.Dial(ctx, []string{cl.Manager}, cl.Key, cfg.Logger)
-	if err != nil {
-		return res, err
-	}
-	defer conn.Close()
-	wctx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() { defer close(watched); conn.Watch(wctx, 200*time.Millisecond) }()
-	defer func() { stopWatch(); <-watched }()
 	fs, cred := conn.FS, metawire.Root
 
 	const fileSize = 4 << 20

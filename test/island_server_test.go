@@ -30,53 +30,16 @@ import (
 // fsck clean.
 func TestIslandServerAddRemove(t *testing.T) {
 	fuseUsable(t)
-	const storage, servers = 5, 3
-	var dataDir string
-	cl, base := startDev(t, storage, servers, servers+2, func(c *devcluster.Config) {
-		c.IslandReplicas = 3
-		host, p, _ := net.SplitHostPort(c.IslandListen)
-		port, _ := strconv.Atoi(p)
-		c.IslandRaftListen = net.JoinHostPort(host, strconv.Itoa(port+servers))
-		c.CleanInterval = -1
-		c.MoveDuty = 1 // entry moves unthrottled: this test is about replicas
-		dataDir = c.DataDir
-	})
+	// Entry moves unthrottled: this test is about replicas.
+	cl, conn, dataDir, dir4 := joinCluster(t, 1)
 	ctx := context.Background()
-	conn := dialDev(t, cl)
-	waitPreferredLeaders(t, cl, conn, 3)
 	m, err := conn.Cluster.Map(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Replicas) != 3 || len(m.IslandServers) != 3 {
-		t.Fatalf("the static placement was not recorded: servers %+v sets %+v", m.IslandServers, m.Replicas)
+	if len(m.Replicas) != 3 || len(m.IslandServers) != 4 {
+		t.Fatalf("the static placement and the joined server were not recorded: servers %+v sets %+v", m.IslandServers, m.Replicas)
 	}
-
-	// Server 4 joins: it registers and holds nothing until it is added.
-	dir4 := filepath.Join(dataDir, "island", "4")
-	raft4 := fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers+1)
-	child, err := devcluster.Start(ctx, devcluster.ChildSpec{
-		Name: "island4", Exe: atoll(t),
-		Args: []string{"meta", "--dir", dir4, "--server-id", "4", "--join", "--listen", fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers),
-			"--raft-listen", raft4, "--manager", cl.Manager, "--key", cl.KeyPath, "--log-level", "warn"},
-		AddrFile: dir4 + ".addr", Output: os.Stderr, NoWait: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(child.Kill)
-	waitEvent(t, "island server 4 registered", func() error {
-		m, err := conn.Cluster.Map(ctx, 0)
-		if err != nil {
-			return err
-		}
-		if sv, ok := m.IslandServer(4); !ok || sv.RaftAddr != raft4 {
-			return fmt.Errorf("island servers %+v", m.IslandServers)
-		}
-		return nil
-	})
-	// The mount (stopped first at cleanup, syncing with the islands)
-	// after server 4, which is then still running.
 	_, mnt := mountFS(t, conn.FS)
 	s := startStorm(t, mnt, 4)
 	if n := replicaDirs(t, dir4); n != 0 {
@@ -141,6 +104,52 @@ func TestIslandServerAddRemove(t *testing.T) {
 	s.check(t)
 	fsckClean(t, dialDev(t, cl)) // a fresh client: no cached leaders
 	t.Logf("%d files checked with servers 1 (removed) and 2 killed", len(s.want))
+}
+
+// joinCluster starts 3 island servers (3 islands × 3 replicas; entry
+// moves at duty, 0: the default) and a fourth island server that joins
+// (--join) and has registered. It returns the cluster, a client, the
+// cluster's data directory and the fourth server's data directory.
+func joinCluster(t *testing.T, duty float64) (cl *devcluster.Cluster, conn *connect.Conn, dataDir, dir4 string) {
+	t.Helper()
+	const storage, servers = 5, 3
+	cl, base := startDev(t, storage, servers, servers+2, func(c *devcluster.Config) {
+		c.IslandReplicas = 3
+		host, p, _ := net.SplitHostPort(c.IslandListen)
+		port, _ := strconv.Atoi(p)
+		c.IslandRaftListen = net.JoinHostPort(host, strconv.Itoa(port+servers))
+		c.CleanInterval = -1
+		c.MoveDuty = duty
+		dataDir = c.DataDir
+	})
+	ctx := context.Background()
+	conn = dialDev(t, cl)
+	waitPreferredLeaders(t, cl, conn, 3)
+	dir4 = filepath.Join(dataDir, "island", "4")
+	raft4 := fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers+1)
+	child, err := devcluster.Start(ctx, devcluster.ChildSpec{
+		Name: "island4", Exe: atoll(t),
+		Args: []string{"meta", "--dir", dir4, "--server-id", "4", "--join", "--listen", fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers),
+			"--raft-listen", raft4, "--manager", cl.Manager, "--key", cl.KeyPath, "--log-level", "warn"},
+		AddrFile: dir4 + ".addr", Output: os.Stderr, NoWait: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stopped after the mount a test makes later (cleanups run last in
+	// first), which syncs with the islands at unmount.
+	t.Cleanup(child.Kill)
+	waitEvent(t, "island server 4 registered", func() error {
+		m, err := conn.Cluster.Map(ctx, 0)
+		if err != nil {
+			return err
+		}
+		if sv, ok := m.IslandServer(4); !ok || sv.RaftAddr != raft4 {
+			return fmt.Errorf("island servers %+v", m.IslandServers)
+		}
+		return nil
+	})
+	return cl, conn, dataDir, dir4
 }
 
 // placement waits until every island's leader reports the group the map
@@ -217,40 +226,8 @@ func replicaDirs(t *testing.T, dir string) int {
 // mount loses nothing and fsck is clean.
 func TestIslandServerAddKill9(t *testing.T) {
 	fuseUsable(t)
-	const storage, servers = 5, 3
-	var dataDir string
-	cl, base := startDev(t, storage, servers, servers+2, func(c *devcluster.Config) {
-		c.IslandReplicas = 3
-		host, p, _ := net.SplitHostPort(c.IslandListen)
-		port, _ := strconv.Atoi(p)
-		c.IslandRaftListen = net.JoinHostPort(host, strconv.Itoa(port+servers))
-		c.CleanInterval = -1
-		dataDir = c.DataDir
-	})
+	cl, conn, dataDir, dir4 := joinCluster(t, 0)
 	ctx := context.Background()
-	conn := dialDev(t, cl)
-	waitPreferredLeaders(t, cl, conn, 3)
-	dir4 := filepath.Join(dataDir, "island", "4")
-	child, err := devcluster.Start(ctx, devcluster.ChildSpec{
-		Name: "island4", Exe: atoll(t),
-		Args: []string{"meta", "--dir", dir4, "--server-id", "4", "--join", "--listen", fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers),
-			"--raft-listen", fmt.Sprintf("127.0.0.1:%d", base+2+storage+2*servers+1), "--manager", cl.Manager, "--key", cl.KeyPath, "--log-level", "warn"},
-		AddrFile: dir4 + ".addr", Output: os.Stderr, NoWait: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(child.Kill)
-	waitEvent(t, "island server 4 registered", func() error {
-		m, err := conn.Cluster.Map(ctx, 0)
-		if err != nil {
-			return err
-		}
-		if _, ok := m.IslandServer(4); !ok {
-			return fmt.Errorf("island servers %+v", m.IslandServers)
-		}
-		return nil
-	})
 	_, mnt := mountFS(t, conn.FS)
 	s := startStorm(t, mnt, 4)
 	time.Sleep(time.Second)

@@ -60,18 +60,9 @@ func newIslandServerMoveCmd(g *globalFlags, verb string) *cobra.Command {
 				}
 				id = uint32(n)
 			}
-			mc, _, err := managerClient(g, addr)
-			if err != nil {
-				return err
-			}
-			defer mc.Close()
-			ctx := cmd.Context()
-			if wait > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, wait)
-				defer cancel()
-			}
-			return moveReplicas(ctx, mc, verb, id, dryRun, asJSON, cmd.OutOrStdout())
+			return withManager(cmd, g, addr, wait, func(ctx context.Context, mc *cluster.Client) error {
+				return moveReplicas(ctx, mc, verb, id, dryRun, asJSON, cmd.OutOrStdout())
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -162,47 +153,9 @@ leader registers the island. It owns no part of the namespace until
 ` + "`atoll island add ID`" + ` moves its share of table entries to it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			mc, _, err := managerClient(g, addr)
-			if err != nil {
-				return err
-			}
-			defer mc.Close()
-			ctx := cmd.Context()
-			if wait > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, wait)
-				defer cancel()
-			}
-			m, err := mc.Map(ctx, 0)
-			if err != nil {
-				return err
-			}
-			set, err := cluster.PlanNewIsland(m, replicas)
-			if err != nil {
-				return fmt.Errorf("island create: %w", err)
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "island %d on island servers %v (preferred leader %d)\n", set.Island, set.Servers, set.Servers[0])
-			if dryRun {
-				return nil
-			}
-			if _, err := mc.SetReplicas(ctx, []cluster.ReplicaSet{set}, nil); err != nil {
-				return fmt.Errorf("island create: %w", err)
-			}
-			for {
-				if m, err := mc.Map(ctx, 0); err == nil {
-					if is, ok := m.Island(set.Island); ok && is.State == cluster.StateUp {
-						break
-					}
-				}
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("island create: island %d never registered: %w", set.Island, ctx.Err())
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
-			fmt.Fprintf(out, "island %d is serving; `atoll island add %d` gives it its share of the namespace\n", set.Island, set.Island)
-			return nil
+			return withManager(cmd, g, addr, wait, func(ctx context.Context, mc *cluster.Client) error {
+				return createIsland(ctx, mc, replicas, dryRun, cmd.OutOrStdout())
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -211,4 +164,55 @@ leader registers the island. It owns no part of the namespace until
 	f.BoolVar(&dryRun, "dry-run", false, "print where the island would be placed and change nothing")
 	f.DurationVar(&wait, "timeout", 0, "give up waiting for the island to register after this long (0: wait)")
 	return cmd
+}
+
+// withManager runs fn with a client of the managers at addr and the
+// command's context, bounded by timeout when it is positive.
+func withManager(cmd *cobra.Command, g *globalFlags, addr string, timeout time.Duration, fn func(context.Context, *cluster.Client) error) error {
+	mc, _, err := managerClient(g, addr)
+	if err != nil {
+		return err
+	}
+	defer mc.Close()
+	ctx := cmd.Context()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return fn(ctx, mc)
+}
+
+// createIsland places a new replicated island, records it and waits
+// until its leader has registered it.
+func createIsland(ctx context.Context, mc *cluster.Client, replicas int, dryRun bool, out io.Writer) error {
+	m, err := mc.Map(ctx, 0)
+	if err != nil {
+		return err
+	}
+	set, err := cluster.PlanNewIsland(m, replicas)
+	if err != nil {
+		return fmt.Errorf("island create: %w", err)
+	}
+	fmt.Fprintf(out, "island %d on island servers %v (preferred leader %d)\n", set.Island, set.Servers, set.Servers[0])
+	if dryRun {
+		return nil
+	}
+	if _, err := mc.SetReplicas(ctx, []cluster.ReplicaSet{set}, nil); err != nil {
+		return fmt.Errorf("island create: %w", err)
+	}
+	for {
+		if m, err := mc.Map(ctx, 0); err == nil {
+			if is, ok := m.Island(set.Island); ok && is.State == cluster.StateUp {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("island create: island %d never registered: %w", set.Island, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	fmt.Fprintf(out, "island %d is serving; `atoll island add %d` gives it its share of the namespace\n", set.Island, set.Island)
+	return nil
 }
