@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -126,29 +125,23 @@ func newIslandMoveCmd(g *globalFlags, verb string) *cobra.Command {
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			var id uint32
 			if len(argv) == 1 {
-				n, err := strconv.ParseUint(argv[0], 10, 32)
-				if err != nil || n == 0 {
+				var ok bool
+				if id, ok = parseID(argv[0]); !ok {
 					return usageErr("ID", fmt.Errorf("bad island id %q", argv[0]))
 				}
-				id = uint32(n)
 			}
 			if timeout <= 0 {
 				return usageErr("--timeout", errors.New("must be positive"))
 			}
-			mc, key, err := managerClient(g, addr)
-			if err != nil {
-				return err
+			if byLoad && (window <= 0 || tolerance < 0) {
+				return usageErr("--window", errors.New("--window must be positive and --tolerance at least 0"))
 			}
-			defer mc.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			if byLoad {
-				if window <= 0 || tolerance < 0 {
-					return usageErr("--window", errors.New("--window must be positive and --tolerance at least 0"))
+			return withManager(cmd, g, addr, timeout, func(ctx context.Context, mc *cluster.Client, key *auth.Key) error {
+				if byLoad {
+					return islandMovesByLoad(ctx, mc, key, window, tolerance, dryRun, asJSON, cmd.OutOrStdout())
 				}
-				return islandMovesByLoad(ctx, mc, key, window, tolerance, dryRun, asJSON, cmd.OutOrStdout())
-			}
-			return islandMoves(ctx, mc, verb, id, dryRun, asJSON, cmd.OutOrStdout())
+				return islandMoves(ctx, mc, verb, id, dryRun, asJSON, cmd.OutOrStdout())
+			})
 		},
 	}
 	f := cmd.Flags()

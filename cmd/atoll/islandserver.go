@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
 )
 
@@ -54,13 +55,12 @@ func newIslandServerMoveCmd(g *globalFlags, verb string) *cobra.Command {
 		RunE: func(cmd *cobra.Command, a []string) error {
 			var id uint32
 			if len(a) == 1 {
-				n, err := strconv.ParseUint(a[0], 10, 32)
-				if err != nil || n == 0 {
+				var ok bool
+				if id, ok = parseID(a[0]); !ok {
 					return usageErr("ID", fmt.Errorf("%q is not an island server id", a[0]))
 				}
-				id = uint32(n)
 			}
-			return withManager(cmd, g, addr, wait, func(ctx context.Context, mc *cluster.Client) error {
+			return withManager(cmd, g, addr, wait, func(ctx context.Context, mc *cluster.Client, _ *auth.Key) error {
 				return moveReplicas(ctx, mc, verb, id, dryRun, asJSON, cmd.OutOrStdout())
 			})
 		},
@@ -153,7 +153,7 @@ leader registers the island. It owns no part of the namespace until
 ` + "`atoll island add ID`" + ` moves its share of table entries to it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withManager(cmd, g, addr, wait, func(ctx context.Context, mc *cluster.Client) error {
+			return withManager(cmd, g, addr, wait, func(ctx context.Context, mc *cluster.Client, _ *auth.Key) error {
 				return createIsland(ctx, mc, replicas, dryRun, cmd.OutOrStdout())
 			})
 		},
@@ -166,10 +166,10 @@ leader registers the island. It owns no part of the namespace until
 	return cmd
 }
 
-// withManager runs fn with a client of the managers at addr and the
-// command's context, bounded by timeout when it is positive.
-func withManager(cmd *cobra.Command, g *globalFlags, addr string, timeout time.Duration, fn func(context.Context, *cluster.Client) error) error {
-	mc, _, err := managerClient(g, addr)
+// withManager runs fn with a client of the managers at addr, the
+// command's key and its context, bounded by timeout when it is positive.
+func withManager(cmd *cobra.Command, g *globalFlags, addr string, timeout time.Duration, fn func(context.Context, *cluster.Client, *auth.Key) error) error {
+	mc, key, err := managerClient(g, addr)
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,13 @@ func withManager(cmd *cobra.Command, g *globalFlags, addr string, timeout time.D
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	return fn(ctx, mc)
+	return fn(ctx, mc, key)
+}
+
+// parseID parses a nonzero uint32 id from a command's argument.
+func parseID(s string) (uint32, bool) {
+	n, err := strconv.ParseUint(s, 10, 32)
+	return uint32(n), err == nil && n != 0
 }
 
 // createIsland places a new replicated island, records it and waits

@@ -439,6 +439,7 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 			bw.printf("\n")
 		}
 		reps := islandReplicas(st)
+		unsettled := cluster.ReplicasUnsettled(st)
 		for _, id := range ids {
 			r, ok := reps[id]
 			if !ok {
@@ -456,7 +457,7 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 				}
 			}
 			moving := ""
-			if set, ok := m.ReplicaSet(id); ok && slices.Contains(cluster.ReplicasUnsettled(st), id) {
+			if set, ok := m.ReplicaSet(id); ok && slices.Contains(unsettled, id) {
 				moving = fmt.Sprintf(" (moving to servers %v)", set)
 			}
 			bw.printf("  island %d replicas: %s%s\n", id, strings.Join(parts, "; "), moving)

@@ -97,7 +97,7 @@ func (c *managerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(shares[is.ID]), strconv.FormatUint(uint64(is.ID), 10))
 	}
 	for _, j := range sn.Jobs {
-		if j.Name != "island entry moves" && j.Name != "island replica moves" {
+		if j.Name != JobEntryMoves && j.Name != JobReplicaMoves {
 			continue
 		}
 		for measure, v := range map[string]float64{"done": float64(j.Done), "total": float64(j.Total), "eta_seconds": j.ETASeconds} {

@@ -6,21 +6,41 @@ import (
 	"time"
 )
 
+// Names of the move jobs the leader reports (Status.Jobs, metrics).
+const (
+	JobEntryMoves   = "island entry moves"
+	JobReplicaMoves = "island replica moves"
+)
+
 // moveProgress is the leader's in-memory account of the current batch of
 // island entry moves and of replica moves, for status, the dashboard and
 // /metrics (never replicated: a new leader starts counting afresh from
 // the moves the map still holds).
 type moveProgress struct {
-	// Entry moves: a batch starts when moves are added to an empty list
-	// and ends when the list is empty again.
-	entryStart            time.Time
-	entryTotal, entryDone int
-	entryCancelled        int
-	entrySummary          string
+	entry entryBatch
 	// Replica moves: the islands the last SetReplicas changed.
 	replicaStart   time.Time
 	replicaIslands []uint32
 	replicaSummary string
+}
+
+// entryBatch counts a batch of entry moves: it starts when moves are
+// added to an empty list and ends when the list is empty again.
+type entryBatch struct {
+	start                  time.Time
+	total, done, cancelled int
+	summary                string // the last finished batch's
+}
+
+// cover makes the batch account for pending moves it has not seen added
+// (a leader that took over mid-batch knows only what is pending).
+func (b *entryBatch) cover(pending int, now time.Time) {
+	if b.total < b.done+b.cancelled+pending {
+		b.total = b.done + b.cancelled + pending
+		if b.start.IsZero() {
+			b.start = now
+		}
+	}
 }
 
 // noteMoves updates the account after an entry-move command was applied
@@ -29,29 +49,23 @@ type moveProgress struct {
 func (m *Manager) noteMoves(op uint16, added, pending int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p := &m.mu.progress
+	b := &m.mu.progress.entry
 	now := time.Now()
 	switch op {
 	case OpMoveEntries:
-		if p.entryTotal == 0 || p.entryDone+p.entryCancelled >= p.entryTotal {
-			*p = moveProgress{entryStart: now, replicaStart: p.replicaStart, replicaIslands: p.replicaIslands, replicaSummary: p.replicaSummary, entrySummary: p.entrySummary}
+		if b.total == 0 || b.done+b.cancelled >= b.total {
+			*b = entryBatch{start: now, summary: b.summary}
 		}
-		p.entryTotal += added
+		b.total += added
 	case OpFinishMove:
-		p.entryDone++
+		b.done++
 	case OpCancelMove:
-		p.entryCancelled++
+		b.cancelled++
 	}
-	// A leader that took over mid-batch knows only what is pending.
-	if p.entryTotal < p.entryDone+p.entryCancelled+pending {
-		p.entryTotal = p.entryDone + p.entryCancelled + pending
-		if p.entryStart.IsZero() {
-			p.entryStart = now
-		}
-	}
-	if pending == 0 && p.entryTotal > 0 {
-		p.entrySummary = fmt.Sprintf("last batch: %d entries moved, %d cancelled in %v", p.entryDone, p.entryCancelled, now.Sub(p.entryStart).Round(time.Millisecond))
-		p.entryTotal, p.entryDone, p.entryCancelled = 0, 0, 0
+	b.cover(pending, now)
+	if pending == 0 && b.total > 0 {
+		b.summary = fmt.Sprintf("last batch: %d entries moved, %d cancelled in %v", b.done, b.cancelled, now.Sub(b.start).Round(time.Millisecond))
+		b.total, b.done, b.cancelled = 0, 0, 0
 	}
 }
 
@@ -71,18 +85,13 @@ func (m *Manager) moveJobs(st *Status) []Job {
 	p := &m.mu.progress
 	var out []Job
 	pending := len(st.Map.Moves)
-	if pending > 0 && p.entryTotal < p.entryDone+p.entryCancelled+pending {
-		p.entryTotal = p.entryDone + p.entryCancelled + pending
-		if p.entryStart.IsZero() {
-			p.entryStart = time.Now()
-		}
-	}
-	j := Job{Name: "island entry moves", Summary: p.entrySummary}
+	j := Job{Name: JobEntryMoves, Summary: p.entry.summary}
 	if pending > 0 {
+		p.entry.cover(pending, time.Now())
 		j.Phase = "moving"
-		j.Total = p.entryTotal
-		j.Done = p.entryTotal - pending
-		j.ETASeconds = eta(p.entryStart, j.Done, pending)
+		j.Total = p.entry.total
+		j.Done = p.entry.total - pending
+		j.ETASeconds = eta(p.entry.start, j.Done, pending)
 	}
 	if j.Phase != "" || j.Summary != "" {
 		out = append(out, j)
@@ -95,7 +104,7 @@ func (m *Manager) moveJobs(st *Status) []Job {
 				left++
 			}
 		}
-		rj := Job{Name: "island replica moves", Total: len(p.replicaIslands), Done: len(p.replicaIslands) - left}
+		rj := Job{Name: JobReplicaMoves, Total: len(p.replicaIslands), Done: len(p.replicaIslands) - left}
 		if left > 0 {
 			rj.Phase = "moving"
 			rj.ETASeconds = eta(p.replicaStart, rj.Done, left)

@@ -68,12 +68,7 @@ func PlanNewIsland(m *Map, replicas int) (ReplicaSet, error) {
 		return ReplicaSet{}, fmt.Errorf("%w: %d replicas (want 1, 3 or 5)", ErrBadRequest, replicas)
 	}
 	load, lead := map[uint32]int{}, map[uint32]int{}
-	var eligible []uint32
-	for _, s := range m.IslandServers {
-		if !s.Out {
-			eligible = append(eligible, s.ID)
-		}
-	}
+	eligible := m.eligibleServers(nil)
 	if len(eligible) < replicas {
 		return ReplicaSet{}, fmt.Errorf("%w: %d replicas need as many island servers (have %d)", ErrBadRequest, replicas, len(eligible))
 	}
@@ -422,12 +417,7 @@ func PlanReplicas(m *Map, remove []uint32) ([]ReplicaSet, error) {
 	if len(m.Replicas) == 0 {
 		return nil, fmt.Errorf("%w: the map records no replica placement (island servers register it when they start)", ErrBadRequest)
 	}
-	var eligible []uint32
-	for _, s := range m.IslandServers {
-		if !s.Out && !slices.Contains(remove, s.ID) {
-			eligible = append(eligible, s.ID)
-		}
-	}
+	eligible := m.eligibleServers(remove)
 	for _, id := range remove {
 		if _, ok := m.IslandServer(id); !ok {
 			return nil, fmt.Errorf("%w: island server %d", ErrUnknownMember, id)
@@ -449,11 +439,11 @@ func PlanReplicas(m *Map, remove []uint32) ([]ReplicaSet, error) {
 		}
 	}
 	// least returns the eligible server with fewest replicas (lowest id
-	// on ties) not in set; most the fullest in set.
-	least := func(set []uint32, count map[uint32]int) uint32 {
+	// on ties) not in set.
+	least := func(set []uint32) uint32 {
 		best := uint32(0)
 		for _, id := range eligible {
-			if !slices.Contains(set, id) && (best == 0 || count[id] < count[best]) {
+			if !slices.Contains(set, id) && (best == 0 || load[id] < load[best]) {
 				best = id
 			}
 		}
@@ -464,7 +454,7 @@ func PlanReplicas(m *Map, remove []uint32) ([]ReplicaSet, error) {
 			if _, ok := load[id]; ok {
 				continue
 			}
-			to := least(sets[i].Servers, load)
+			to := least(sets[i].Servers)
 			sets[i].Servers[k] = to
 			load[to]++
 		}
@@ -485,6 +475,25 @@ func PlanReplicas(m *Map, remove []uint32) ([]ReplicaSet, error) {
 		}
 	}
 	return changed, nil
+}
+
+// eligibleServers lists the island servers that may hold replicas:
+// registered, not out, not in remove.
+func (m *Map) eligibleServers(remove []uint32) []uint32 {
+	var out []uint32
+	for _, s := range m.IslandServers {
+		if !s.Out && !slices.Contains(remove, s.ID) {
+			out = append(out, s.ID)
+		}
+	}
+	return out
+}
+
+// SameServers reports whether a and b name the same servers, in any
+// order (each list free of duplicates, as replica sets and raft
+// configurations are).
+func SameServers(a, b []uint32) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(v uint32) bool { return !slices.Contains(b, v) })
 }
 
 // spread evens count out over eligible: while the fullest server has two
@@ -552,9 +561,7 @@ func ReplicasUnsettled(st *Status) []uint32 {
 	}
 	var out []uint32
 	for _, set := range st.Map.Replicas {
-		r, ok := leaders[set.Island]
-		if v := r.Voters; !ok || len(v) != len(set.Servers) ||
-			slices.ContainsFunc(v, func(id uint32) bool { return !slices.Contains(set.Servers, id) }) {
+		if r, ok := leaders[set.Island]; !ok || !SameServers(r.Voters, set.Servers) {
 			out = append(out, set.Island)
 		}
 	}

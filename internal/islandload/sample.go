@@ -47,6 +47,15 @@ func Plan(m *cluster.Map, l Load, tolerance float64) ([]cluster.EntryMove, error
 	return moves, nil
 }
 
+// since is a counter's growth from was to now (all of now if the counter
+// went back, which a new incarnation's does).
+func since(now, was uint64) uint64 {
+	if was <= now {
+		return now - was
+	}
+	return now
+}
+
 // Sample measures the load of every island of m that is not out over
 // window (the table must not change depth meanwhile).
 func Sample(ctx context.Context, m *cluster.Map, key *auth.Key, window time.Duration) (Load, error) {
@@ -103,14 +112,7 @@ func Sample(ctx context.Context, m *cluster.Map, key *auth.Key, window time.Dura
 		}
 		for _, x := range r.Entries {
 			w := was[x.Entry]
-			ops, bytes := x.Ops, x.Bytes
-			if w.Ops <= ops {
-				ops -= w.Ops
-			}
-			if w.Bytes <= bytes {
-				bytes -= w.Bytes
-			}
-			rate, brate := float64(ops)/secs, float64(bytes)/secs
+			rate, brate := float64(since(x.Ops, w.Ops))/secs, float64(since(x.Bytes, w.Bytes))/secs
 			l.Entries[x.Entry] += rate
 			l.Islands[is] += rate
 			l.EntryBytes[x.Entry] += brate

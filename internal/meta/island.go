@@ -72,9 +72,9 @@ type Island struct {
 	// load counts client operations by the top 16 bits of the bucket of
 	// the inode they name first (OpEntryLoad: per table entry at any
 	// depth); nil until the first.
-	load atomic.Pointer[[1 << namespace.MaxDepth]atomic.Uint64]
+	load bucketCounts
 	// loadBytes counts the file bytes commits bring, the same way.
-	loadBytes atomic.Pointer[[1 << namespace.MaxDepth]atomic.Uint64]
+	loadBytes bucketCounts
 	// leases are the clients' leases on buckets (lease.go).
 	leases      *lease.Table
 	leaseMarked atomic.Int32    // leaseMarkShared, leaseMarkExclusive: what the lease record says

@@ -8,28 +8,29 @@ import (
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
-// countLoad counts one client operation on bucket (checkIno).
-func (i *Island) countLoad(bucket uint32) {
-	l := i.load.Load()
+// bucketCounts counts something per 16-bit bucket prefix; allocated on
+// the first count.
+type bucketCounts = atomic.Pointer[[1 << namespace.MaxDepth]atomic.Uint64]
+
+// add adds n to bucket's count in c.
+func add(c *bucketCounts, bucket uint32, n uint64) {
+	l := c.Load()
 	if l == nil {
-		i.load.CompareAndSwap(nil, new([1 << namespace.MaxDepth]atomic.Uint64))
-		l = i.load.Load()
+		c.CompareAndSwap(nil, new([1 << namespace.MaxDepth]atomic.Uint64))
+		l = c.Load()
 	}
-	l[bucket>>(32-namespace.MaxDepth)].Add(1)
+	l[bucket>>(32-namespace.MaxDepth)].Add(n)
 }
+
+// countLoad counts one client operation on bucket (checkIno).
+func (i *Island) countLoad(bucket uint32) { add(&i.load, bucket, 1) }
 
 // countBytes counts n bytes of file data committed to an inode of
 // bucket (commit: the bytes its new block pointers and inline data hold).
 func (i *Island) countBytes(bucket uint32, n uint64) {
-	if n == 0 {
-		return
+	if n > 0 {
+		add(&i.loadBytes, bucket, n)
 	}
-	l := i.loadBytes.Load()
-	if l == nil {
-		i.loadBytes.CompareAndSwap(nil, new([1 << namespace.MaxDepth]atomic.Uint64))
-		l = i.loadBytes.Load()
-	}
-	l[bucket>>(32-namespace.MaxDepth)].Add(n)
 }
 
 // entryLoad serves OpEntryLoad: the operations counted in each entry, at

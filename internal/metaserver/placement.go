@@ -167,7 +167,7 @@ func (s *Server) open(ctx context.Context, m *cluster.Map, k uint32, viewReady <
 	voters := map[uint32]string{s.cfg.ID: s.RaftAddr()}
 	// A directory of an island the map does not place (any more) only
 	// ever joins.
-	join := !placed || !sameSet(set, pl.Origin)
+	join := !placed || !cluster.SameServers(set, pl.Origin)
 	if !join {
 		for _, id := range set {
 			sv, ok := m.IslandServer(id)
@@ -197,23 +197,14 @@ func (s *Server) open(ctx context.Context, m *cluster.Map, k uint32, viewReady <
 	}
 	lctx, stop := context.WithCancel(ctx)
 	h := &hosted{id: k, rep: r, stop: stop, done: make(chan struct{})}
-	s.hostsMu.Lock()
-	next := maps.Clone(*s.hosts.Load())
-	next[k] = h
-	s.hosts.Store(&next)
-	s.hostsMu.Unlock()
+	s.setHost(k, h)
 	s.log.Info("metaserver: replica opened", "island", k, "join", join, "placement", set)
 	go s.lead(lctx, h, viewReady)
 	return nil
 }
 
-func sameSet(a, b []uint32) bool {
-	return len(a) == len(b) && !slices.ContainsFunc(a, func(v uint32) bool { return !slices.Contains(b, v) })
-}
-
-// stillCounted asks the servers of island k's placement (and any other
-// raft member they name) which one leads, and whether that leader's
-// configuration still has this server. An error (nobody leads, nobody
+// stillCounted asks the servers of island k's placement which one leads,
+// and whether that leader's configuration still has this server. An error (nobody leads, nobody
 // answers) counts as yes: a replica is never dropped on a guess.
 func (s *Server) stillCounted(m *cluster.Map, k uint32, set []uint32) (bool, error) {
 	for _, id := range set {
@@ -230,13 +221,23 @@ func (s *Server) stillCounted(m *cluster.Map, k uint32, set []uint32) (bool, err
 	return true, errors.New("no leader of the island answered")
 }
 
+// setHost replaces the hosts map with a copy in which island k is h
+// (nil: none).
+func (s *Server) setHost(k uint32, h *hosted) {
+	s.hostsMu.Lock()
+	defer s.hostsMu.Unlock()
+	next := maps.Clone(*s.hosts.Load())
+	if h == nil {
+		delete(next, k)
+	} else {
+		next[k] = h
+	}
+	s.hosts.Store(&next)
+}
+
 // drop stops and deletes the replica h: its island's leader removed it.
 func (s *Server) drop(h *hosted) {
-	s.hostsMu.Lock()
-	next := maps.Clone(*s.hosts.Load())
-	delete(next, h.id)
-	s.hosts.Store(&next)
-	s.hostsMu.Unlock()
+	s.setHost(h.id, nil)
 	h.stop()
 	<-h.done
 	if err := h.rep.Destroy(s.logs); err != nil {

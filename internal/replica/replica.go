@@ -450,12 +450,10 @@ func (r *Replica) Destroy(logs *LogDB) error {
 	if err := r.closeParts(false); err != nil {
 		r.log.Warn("replica: closing before destroying", "err", err)
 	}
-	if logs == nil {
-		logs = r.ownLog
-	}
 	if err := os.RemoveAll(r.cfg.Dir); err != nil {
 		return fmt.Errorf("replica: removing %s: %w", r.cfg.Dir, err)
 	}
+	// A log of the replica's own lived in Dir and went with it.
 	if logs != nil && logs != r.ownLog {
 		return logs.DropGroup(r.cfg.Island)
 	}
@@ -472,8 +470,7 @@ type Status struct {
 	CommitIndex  uint64
 	AppliedIndex uint64 // applied to the database
 	LastContact  time.Duration
-	Voters       []uint32
-	Learners     []uint32 // non-voters catching up
+	Voters       []uint32 // voting members (non-voters catching up are not listed)
 	Failed       string   // the entry this replica could not apply, if any
 }
 
@@ -494,8 +491,6 @@ func (r *Replica) Status() Status {
 	for _, m := range r.Members() {
 		if m.Voter {
 			s.Voters = append(s.Voters, m.ID)
-		} else {
-			s.Learners = append(s.Learners, m.ID)
 		}
 	}
 	if p := r.fsm.failed.Load(); p != nil {
