@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/lease"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
@@ -507,6 +508,60 @@ func TestLeaseInUseIsRenewed(t *testing.T) {
 	}
 	if _, after := a.CacheStats(); after != before {
 		t.Fatalf("%d cache misses while the directory was in use past its lease term", after-before)
+	}
+}
+
+// TestIdleLeaseRenewedByPolls: a directory read under a lease and then
+// left alone for more than two lease terms is still answered from the
+// cache (names, missing names, attributes, the listing): the session's
+// polls renewed the lease. Another client's change is still seen as soon
+// as it returns, and the island counted the renewals.
+func TestIdleLeaseRenewedByPolls(t *testing.T) {
+	fc, a, b, d := leasePair(t, "/idle")
+	ctx := context.Background()
+	x, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "x", Mode: 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"x", "missing-1", "missing-2"} {
+		_, _ = a.Lookup(ctx, root, d.Ino, name) // the second miss lists d whole
+	}
+	if _, err := a.GetAttr(ctx, root, x.Attr.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Readdir(ctx, root, d.Ino, 0, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lease.DefaultTerm*2 + lease.DefaultTerm/2)
+	since := fc.islandOpsSince(t, "lease", "lookup", "getattr", "readdir")
+	_, missesBefore := a.CacheStats()
+	if at, err := a.Lookup(ctx, root, d.Ino, "x"); err != nil || at.Ino != x.Attr.Ino {
+		t.Fatalf("lookup x: %v %v", at.Ino, err)
+	}
+	if _, err := a.Lookup(ctx, root, d.Ino, "never"); !errors.Is(err, metawire.ErrNotFound) {
+		t.Fatalf("lookup of a missing name: %v", err)
+	}
+	if _, err := a.GetAttr(ctx, root, x.Attr.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.Readdir(ctx, root, d.Ino, 0, 0, true); err != nil || len(r.Entries) != 3 {
+		t.Fatalf("readdir: %v %v", r.Entries, err)
+	}
+	if got := since(); got["lease"]+got["lookup"]+got["getattr"]+got["readdir"] != 0 {
+		t.Fatalf("island requests after %v idle: %v, want none (the polls renew the lease)", lease.DefaultTerm*5/2, got)
+	}
+	if _, misses := a.CacheStats(); misses != missesBefore {
+		t.Fatalf("%d cache misses after the idle time", misses-missesBefore)
+	}
+	if n := fc.islandMetric(t, "atoll_meta_lease_renewals_total"); n == 0 {
+		t.Fatal("the island counted no renewal")
+	}
+	// Renewed leases still break at another client's change.
+	if _, err := b.Create(ctx, metawire.CreateReq{Dir: d.Ino, Name: "never", Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, root, d.Ino, "never"); err != nil {
+		t.Fatalf("a name another client created, looked up through the renewed lease: %v", err)
 	}
 }
 

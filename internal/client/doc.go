@@ -115,7 +115,13 @@
 // of its bucket, runs the OnLeaseBreak hook (the mount invalidates the
 // kernel's copies), then is acknowledged: the other client's change is
 // applied only after that, so it is seen as soon as it returns. A poll
-// that fails drops every lease of its island. A change this FS makes
+// that fails drops every lease of its island. Each poll also renews, as
+// it arrives, every lease the island's current lease table granted this
+// session within its hold (PollResp.HoldMs, a minute): on the answer, a
+// lease still live here and granted (sent) within the hold runs to the
+// poll's send time plus its term (renewByPoll). While it holds such
+// leases the poller asks every third of a term; a lease in use past half
+// the hold is granted again by a background read (hitLocked). A change this FS makes
 // carries its lease session in the request id, so it does not break its
 // own leases; its answer updates the cache instead.
 //

@@ -25,7 +25,10 @@ import (
 // client's lease ends first unless the clocks' rates differ by more.
 const leaseMargin = 10 // percent
 
-// pollWait is how long one poll waits at the island for a break.
+// pollWait is how long one poll waits at the island for a break while
+// this FS holds no lease renewed by polls there; with such leases a poll
+// answers within a third of their term (renewWait), since each poll
+// renews them as it arrives.
 const pollWait = 20 * time.Second
 
 // heldLease is a lease this FS holds on one bucket.
@@ -37,10 +40,16 @@ type heldLease struct {
 	// the lease first, so attribute changes may be kept back
 	// (writebehind.go).
 	exclusive bool
-	term      time.Duration   // as granted, less the margin
-	renewing  bool            // a renewal is on its way (renewLocked)
-	complete  map[uint64]bool // directories of the bucket whose every name is cached under the lease
-	misses    int             // names looked up and not found under the lease
+	term      time.Duration // as granted, less the margin
+	// granted is when the request that last granted it was sent, table
+	// the island lease table that granted it: polls to that table renew
+	// it until granted plus hold (PollResp.HoldMs; 0 until a poll says).
+	granted  time.Time
+	table    uint64
+	hold     time.Duration
+	renewing bool            // a renewal is on its way (renewLocked)
+	complete map[uint64]bool // directories of the bucket whose every name is cached under the lease
+	misses   int             // names looked up and not found under the lease
 	// listing holds directories listed whole under the lease (pages
 	// read in order from cookie 0 to EOF, gathered in partial), in
 	// cookie order with "." and "..", without attributes; dropped by
@@ -379,27 +388,32 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 		if expires.After(l.expires) {
 			l.expires, l.term = expires, term-term*leaseMargin/100
 		}
-		l.exclusive = lr.Exclusive
+		l.exclusive, l.granted, l.table = lr.Exclusive, sent, lr.Table
 		m.stamp = l.gen
 		return m, rerr
 	}
 	f.cache.nextGen++
 	f.cache.epoch++
-	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires, exclusive: lr.Exclusive, term: term - term*leaseMargin/100}
+	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires, exclusive: lr.Exclusive,
+		term: term - term*leaseMargin/100, granted: sent, table: lr.Table, hold: f.cache.hold[isl]}
 	m.route.epoch, m.stamp = f.cache.epoch, f.cache.nextGen
 	return m, rerr
 }
 
 // hitLocked counts an answer from the cache of a record of route's
-// bucket and, when the bucket's lease is in use and past half its term,
-// renews it in the background (a leased getattr of route): a lease in use
-// is not left to end, which would cost the records it covers (a
-// directory known complete, say) while this FS keeps changing it.
+// bucket and, when the bucket's lease is in use and past half its term
+// (or half the time polls renew it), renews it in the background (a
+// leased getattr of route): a lease in use is not left to end, which
+// would cost the records it covers (a directory known complete, say)
+// while this FS keeps changing it.
 func (f *FS) hitLocked(route uint64, now time.Time) {
 	f.cache.hits++
 	bucket := namespace.Ino(route).Bucket()
 	l := f.cache.leases[bucket]
-	if l == nil || l.renewing || !now.Before(l.expires) || l.expires.Sub(now) > l.term/2 || f.closing.Load() {
+	if l == nil || l.renewing || !now.Before(l.expires) || f.closing.Load() {
+		return
+	}
+	if l.expires.Sub(now) > l.term/2 && (l.hold == 0 || now.Sub(l.granted) < l.hold/2) {
 		return
 	}
 	l.renewing = true
@@ -453,12 +467,14 @@ func (f *FS) poll(isl namespace.IslandID, route uint64) {
 	ctx := f.pollCtx
 	var ack uint64
 	backoff := 50 * time.Millisecond
+	wait := pollWait
 	for ctx.Err() == nil {
 		f.cache.Lock()
 		session := f.cache.session
 		f.cache.Unlock()
 		var resp metawire.PollResp
-		err := f.call(ctx, route, metawire.OpLeasePoll, &metawire.PollReq{Session: session, Ack: ack, WaitMs: uint32(pollWait / time.Millisecond)}, &resp)
+		sent := time.Now()
+		err := f.call(ctx, route, metawire.OpLeasePoll, &metawire.PollReq{Session: session, Ack: ack, WaitMs: uint32(wait / time.Millisecond)}, &resp)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -477,19 +493,60 @@ func (f *FS) poll(isl namespace.IslandID, route uint64) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		if len(resp.Breaks) == 0 {
+		if len(resp.Breaks) > 0 {
+			f.cache.Lock()
+			buckets := make([]uint32, 0, len(resp.Breaks))
+			for _, b := range resp.Breaks {
+				f.cache.maxBreak[isl] = max(f.cache.maxBreak[isl], b.Seq)
+				ack = max(ack, b.Seq)
+				buckets = append(buckets, b.Bucket)
+			}
+			f.cache.breaks += uint64(len(resp.Breaks))
+			f.endLeasesAndUnlock(ctx, buckets) // before the next poll acknowledges the breaks
+		}
+		wait = f.renewByPoll(isl, &resp, sent)
+	}
+}
+
+// renewByPoll extends the leases at isl that the poll sent at sent and
+// answered with resp renewed (PollResp.HoldMs), and returns how long the
+// next poll may wait: a third of the shortest term it keeps alive, so a
+// lease in cache never runs out between two polls.
+//
+// The island renewed, when the poll arrived (after sent), every lease of
+// this session its table granted within hold and still held. A lease
+// still live here now was live there then (the island's ends come later
+// than this side's), and one granted here (sent) within hold of now was
+// granted there within hold of the poll's arrival: so each such lease now
+// runs to at least sent plus its term at the island. Breaks sent with
+// the answer were handled already (their leases are gone).
+func (f *FS) renewByPoll(isl namespace.IslandID, resp *metawire.PollResp, sent time.Time) time.Duration {
+	hold := time.Duration(resp.HoldMs) * time.Millisecond
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	if f.cache.hold == nil {
+		f.cache.hold = map[namespace.IslandID]time.Duration{}
+	}
+	f.cache.hold[isl] = hold
+	if hold <= 0 || resp.Table == 0 {
+		return pollWait
+	}
+	now := time.Now()
+	wait := pollWait
+	for _, l := range f.cache.leases {
+		if l.island != isl || l.table != resp.Table || !now.Before(l.expires) {
 			continue
 		}
-		f.cache.Lock()
-		buckets := make([]uint32, 0, len(resp.Breaks))
-		for _, b := range resp.Breaks {
-			f.cache.maxBreak[isl] = max(f.cache.maxBreak[isl], b.Seq)
-			ack = max(ack, b.Seq)
-			buckets = append(buckets, b.Bucket)
+		l.hold = hold
+		if now.Sub(l.granted) >= hold {
+			continue // ends with its term unless a read renews it
 		}
-		f.cache.breaks += uint64(len(resp.Breaks))
-		f.endLeasesAndUnlock(ctx, buckets) // before the next poll acknowledges the breaks
+		if end := sent.Add(l.term); end.After(l.expires) {
+			l.expires = end
+		}
+		wait = min(wait, l.term/3)
 	}
+	return max(wait, 50*time.Millisecond)
 }
 
 // endLeasesAndUnlock ends this FS's leases on buckets early (broken, or

@@ -146,7 +146,8 @@ type FS struct {
 		leases   map[uint32]*heldLease
 		maxBreak map[namespace.IslandID]uint64 // highest break number received per island
 		pollers  map[namespace.IslandID]bool
-		epoch    uint64 // moves when a lease is acquired, broken or dropped
+		hold     map[namespace.IslandID]time.Duration // what the last poll said polls renew (PollResp.HoldMs)
+		epoch    uint64                               // moves when a lease is acquired, broken or dropped
 		nextGen  uint64
 		breaks   uint64
 		onBreak  func(buckets []uint32)

@@ -32,6 +32,15 @@
 // break for each and waits until each holder acknowledged it or its
 // lease expired. The change is then applied and Done called.
 //
+// Renewal: each poll renews, as it arrives, every live lease of its
+// session granted within Hold (DefaultHold, a minute) for one term from
+// then, and its answer says so (with the table's ID, so a client renews
+// only leases this table granted, not an earlier leader's). A client
+// holding leases polls about every third of a term; a poll waiting longer
+// than a term answers at the session's next grant, so that a client that
+// held nothing here starts polling often. A lease unused for Hold ends
+// with its term; the client re-reads one it uses before that.
+//
 // Sessions learn of breaks by polling (Poll: a long-poll request kept
 // outstanding per island); the next poll acknowledges the breaks the
 // previous one returned. Only a session with a poll outstanding or

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,14 @@ const DefaultTerm = 3 * time.Second
 // DefaultPollWait is how long a poll waits for a break before it answers
 // with none.
 const DefaultPollWait = 20 * time.Second
+
+// DefaultHold is how long after its last grant a lease stays alive by
+// its session's polls alone: each poll renews, as it arrives, every lease
+// of its session granted within Hold (Poll), so a client listening for
+// breaks keeps what it read cached without asking again, and a lease it
+// stopped using ends at most Hold plus a term after its grant. A client
+// renews a lease it uses past half of Hold with a read.
+const DefaultHold = time.Minute
 
 // PollGrace is how long after its last poll answer a session still counts
 // as listening (the client polls again at once).
@@ -40,6 +49,9 @@ var ErrNoSession = errors.New("lease: session id 0")
 type Config struct {
 	// Term is a lease's length (DefaultTerm).
 	Term time.Duration
+	// Hold is how long after its grant polls keep a lease alive
+	// (DefaultHold); negative: polls renew nothing.
+	Hold time.Duration
 	// Now is the clock (time.Now); tests move it.
 	Now func() time.Time
 	// Fenced makes the first Term after New refuse no change but delay
@@ -71,12 +83,15 @@ type Stats struct {
 	Granted, Broken, Expired uint64 // leases granted, broken (acknowledged), waited out
 	Exclusive                uint64 // of Granted, exclusive ones
 	Recalled                 uint64 // exclusive leases recalled for another session's read
+	Renewed                  uint64 // lease terms extended by their session's polls
 	Holders                  int
 }
 
 // Table is one island's leases. It is safe for concurrent use.
 type Table struct {
 	term   time.Duration
+	hold   time.Duration
+	id     uint64 // this table's, so a client renews only leases it granted
 	now    func() time.Time
 	fence  time.Time    // no change applied before it (Config.Fenced)
 	rfence time.Time    // no read served before it (Config.FencedReads)
@@ -131,6 +146,14 @@ type session struct {
 	wake     chan struct{} // closed when a break is queued
 	ackWake  chan struct{} // closed when acked moves
 	used     time.Time
+	// held are the buckets whose lease the session was granted here
+	// within Hold, with the time of the last grant: a poll renews them.
+	held map[uint32]time.Time
+	// grants counts grants to the session; a long poll (waiting longer
+	// than a term: its client held no lease here) answers at the next, so
+	// that the client polls often enough to keep the new lease renewed.
+	grants    uint64
+	longPolls int
 }
 
 // New returns an empty table.
@@ -141,7 +164,10 @@ func New(cfg Config) *Table {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := &Table{term: cfg.Term, now: cfg.Now}
+	if cfg.Hold == 0 {
+		cfg.Hold = DefaultHold
+	}
+	t := &Table{term: cfg.Term, hold: max(cfg.Hold, 0), now: cfg.Now, id: rand.Uint64() | 1}
 	if cfg.Fenced {
 		t.fence = cfg.Now().Add(cfg.Term)
 	}
@@ -155,6 +181,15 @@ func New(cfg Config) *Table {
 
 // Term is the lease length.
 func (t *Table) Term() time.Duration { return t.term }
+
+// Hold is how long after its grant a lease is renewed by its session's
+// polls (0: it is not).
+func (t *Table) Hold() time.Duration { return t.hold }
+
+// ID identifies this table among every island incarnation's (never 0): a
+// poll renews the leases this table granted, not those of an earlier
+// leader, which this one cannot know.
+func (t *Table) ID() uint64 { return t.id }
 
 func (t *Table) bucketLocked(b uint32, now time.Time) *bucket {
 	bk := t.mu.buckets[b]
@@ -267,6 +302,16 @@ func (t *Table) grant(sessionID uint64, b uint32, m Mark, wantExcl bool) (seq ui
 		t.mu.stats.Granted++
 	}
 	bk.holders[sessionID] = now.Add(t.term)
+	if t.hold > 0 {
+		if s.held == nil {
+			s.held = map[uint32]time.Time{}
+		}
+		s.held[b] = now
+		if s.grants++; s.longPolls > 0 {
+			close(s.wake)
+			s.wake = make(chan struct{})
+		}
+	}
 	switch {
 	case bk.excl == sessionID:
 		excl = true
@@ -549,14 +594,18 @@ func (t *Table) wait(ctx context.Context, w waiter) error {
 	}
 }
 
-// Poll acknowledges the session's breaks up to ack and waits (at most
-// wait) for breaks after it, returning them.
+// Poll acknowledges the session's breaks up to ack, renews its leases
+// granted within Hold for a term from now, and waits (at most wait) for
+// breaks after ack, returning them. A poll that waits longer than a term
+// also answers when the session is granted a lease meanwhile.
 func (t *Table) Poll(ctx context.Context, sessionID, ack uint64, wait time.Duration) ([]Break, error) {
 	if sessionID == 0 {
 		return nil, ErrNoSession
 	}
 	t.mu.Lock()
-	s := t.sessionLocked(sessionID, t.now())
+	now := t.now()
+	s := t.sessionLocked(sessionID, now)
+	t.renewLocked(sessionID, s, now)
 	if ack > s.acked && ack <= s.seq {
 		s.acked = ack
 		close(s.ackWake)
@@ -570,10 +619,17 @@ func (t *Table) Poll(ctx context.Context, sessionID, ack uint64, wait time.Durat
 		s.pending = keep
 	}
 	s.polls++
+	long, grants := t.hold > 0 && wait > t.term, s.grants
+	if long {
+		s.longPolls++
+	}
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
 		s.polls--
+		if long {
+			s.longPolls--
+		}
 		s.answered = t.now()
 		t.mu.Unlock()
 	}()
@@ -588,8 +644,9 @@ func (t *Table) Poll(ctx context.Context, sessionID, ack uint64, wait time.Durat
 			}
 		}
 		ch := s.wake
+		granted := long && s.grants != grants
 		t.mu.Unlock()
-		if len(out) > 0 {
+		if len(out) > 0 || granted {
 			return out, nil
 		}
 		select {
@@ -599,6 +656,28 @@ func (t *Table) Poll(ctx context.Context, sessionID, ack uint64, wait time.Durat
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// renewLocked extends every live lease session id was granted within
+// Hold to a term from now. A lease broken, expired or granted longer ago
+// leaves s.held (the latter ends with its term).
+func (t *Table) renewLocked(id uint64, s *session, now time.Time) {
+	end := now.Add(t.term)
+	for b, granted := range s.held {
+		var cur time.Time
+		held := false
+		if bk := t.mu.buckets[b]; bk != nil {
+			cur, held = bk.holders[id]
+			if held && cur.After(now) && now.Sub(granted) < t.hold {
+				if end.After(cur) {
+					bk.holders[id] = end
+					t.mu.stats.Renewed++
+				}
+				continue
+			}
+		}
+		delete(s.held, b)
 	}
 }
 

@@ -349,3 +349,116 @@ func TestOwnChangesDoNotRefuseGrants(t *testing.T) {
 		t.Fatal("granted on a mark older than the bucket's events")
 	}
 }
+
+// TestPollRenews: a session's poll renews, as it arrives, every live
+// lease the session was granted within Hold, for a term from then; not
+// another session's, not a broken one, not one granted longer ago.
+func TestPollRenews(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{t: time.Unix(1000, 0)}
+	tb := New(Config{Term: 3 * time.Second, Hold: 10 * time.Second, Now: c.now})
+	poll := func(id uint64) {
+		t.Helper()
+		if _, err := tb.Poll(ctx, id, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := func(id uint64, b uint32) time.Time {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		if bk := tb.mu.buckets[b]; bk != nil {
+			return bk.holders[id]
+		}
+		return time.Time{}
+	}
+	poll(7)
+	poll(9)
+	for _, b := range []uint32{1, 2} {
+		if _, ok := tb.Grant(7, b, tb.Begin(b)); !ok {
+			t.Fatalf("grant of bucket %d refused", b)
+		}
+	}
+	if _, ok := tb.Grant(9, 3, tb.Begin(3)); !ok {
+		t.Fatal("grant to session 9 refused")
+	}
+	broken := make(chan error, 1)
+	go func() { // 7's lease on 2 is broken
+		done, err := tb.Break(ctx, []uint32{2}, 0)
+		if err == nil {
+			done()
+		}
+		broken <- err
+	}()
+	if bs, err := tb.Poll(ctx, 7, 0, time.Minute); err != nil || len(bs) != 1 {
+		t.Fatalf("poll: %v %v, want the break", bs, err)
+	}
+	if _, err := tb.Poll(ctx, 7, 1, 0); err != nil { // acknowledges it
+		t.Fatal(err)
+	}
+	if err := <-broken; err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < 4; k++ { // 8 s, well past the 3 s term
+		c.add(2 * time.Second)
+		poll(7) // 9 has stopped polling
+		if want := c.now().Add(3 * time.Second); !end(7, 1).Equal(want) {
+			t.Fatalf("after %d polls, 7's lease on 1 ends %v, want %v", k+1, end(7, 1), want)
+		}
+	}
+	if !end(7, 2).IsZero() {
+		t.Fatal("a broken lease came back with a poll")
+	}
+	if e := end(9, 3); !e.Equal(time.Unix(1003, 0)) {
+		t.Fatalf("session 9's lease ends %v, want 3 s after its grant: another session's polls renewed it", e)
+	}
+	// Past Hold since its grant, a lease runs out with its term.
+	c.add(2 * time.Second) // 10 s after the grant
+	poll(7)
+	if e := end(7, 1); e.After(c.now().Add(time.Second + 1)) {
+		t.Fatalf("a lease past Hold was renewed to %v (now %v)", e, c.now())
+	}
+	if st := tb.Stats(); st.Renewed != 4 {
+		t.Fatalf("stats %+v, want 4 renewals", st)
+	}
+}
+
+// TestLongPollAnswersAtAGrant: a poll waiting longer than a term (its
+// client held no lease here) answers when its session is granted one, so
+// the client's next poll comes soon enough to renew it.
+func TestLongPollAnswersAtAGrant(t *testing.T) {
+	ctx := context.Background()
+	tb := New(Config{Term: time.Second})
+	if _, err := tb.Poll(ctx, 7, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		_, err := tb.Poll(ctx, 7, 0, time.Hour)
+		answered <- err
+	}()
+	for { // until the poll waits
+		tb.mu.Lock()
+		n := tb.mu.sessions[7].longPolls
+		tb.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("the long poll answered before any grant: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, ok := tb.Grant(7, 1, tb.Begin(1)); !ok {
+		t.Fatal("grant refused")
+	}
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long poll did not answer at the grant")
+	}
+}

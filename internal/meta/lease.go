@@ -205,7 +205,7 @@ func (i *Island) leasedRead(ctx context.Context, r *metawire.LeaseReq) (*metawir
 		seq, ok = i.leases.Grant(r.Session, bucket, mark)
 	}
 	if ok {
-		resp.Granted, resp.Seq, resp.Term, resp.Exclusive = true, seq, int64(i.leases.Term()), excl
+		resp.Granted, resp.Seq, resp.Term, resp.Exclusive, resp.Table = true, seq, int64(i.leases.Term()), excl, i.leases.ID()
 		i.met.leaseGrants.Inc()
 	}
 	return resp, nil
@@ -360,6 +360,9 @@ func (i *Island) pollLeases(ctx context.Context, r *metawire.PollReq) (*metawire
 		return nil, fmt.Errorf("%w: %v", metawire.ErrUnavailable, err)
 	}
 	resp := &metawire.PollResp{Breaks: make([]metawire.LeaseBreak, len(bs))}
+	if h := i.leases.Hold(); h > 0 {
+		resp.HoldMs, resp.Table = uint32(h/time.Millisecond), i.leases.ID()
+	}
 	for k, b := range bs {
 		resp.Breaks[k] = metawire.LeaseBreak{Bucket: b.Bucket, Seq: b.Seq}
 	}

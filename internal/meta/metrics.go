@@ -235,7 +235,9 @@ func (m *islandMetrics) register(i *Island) error {
 		leaseFunc("atoll_meta_lease_exclusive_total", "Exclusive leases granted (their holders may keep attribute changes back).",
 			func(st lease.Stats) float64 { return float64(st.Exclusive) }),
 		leaseFunc("atoll_meta_lease_recalls_total", "Exclusive leases recalled before another session's request.",
-			func(st lease.Stats) float64 { return float64(st.Recalled) }))
+			func(st lease.Stats) float64 { return float64(st.Recalled) }),
+		leaseFunc("atoll_meta_lease_renewals_total", "Lease terms extended by their session's polls (lease.Hold).",
+			func(st lease.Stats) float64 { return float64(st.Renewed) }))
 	for k, c := range m.collected {
 		if err := m.reg.Register(c); err != nil {
 			m.collected = m.collected[:k]

@@ -833,8 +833,9 @@ func (r *LeaseReq) Decode(d *wire.Dec) {
 // whether a lease was granted, for how long (Term, ns, counted by the
 // client from when it sent the request) and at which break number of the
 // session (Seq: a client that already received a later break must not
-// use the grant). Exclusive says the lease granted is exclusive (appended
-// only when set).
+// use the grant). Exclusive says the lease granted is exclusive; Table
+// names the island's lease table that granted it (lease.Table.ID), whose
+// polls renew it (PollResp.Hold). Both are appended only when set.
 type LeaseResp struct {
 	Granted   bool
 	Seq       uint64
@@ -843,6 +844,7 @@ type LeaseResp struct {
 	Error     string
 	Msg       []byte
 	Exclusive bool
+	Table     uint64
 }
 
 func (r *LeaseResp) Encode(e *wire.Enc) {
@@ -852,8 +854,11 @@ func (r *LeaseResp) Encode(e *wire.Enc) {
 	e.U32(r.Status)
 	e.String(r.Error)
 	e.Bytes(r.Msg)
-	if r.Exclusive {
-		e.Bool(true)
+	if r.Exclusive || r.Table != 0 {
+		e.Bool(r.Exclusive)
+	}
+	if r.Table != 0 {
+		e.U64(r.Table)
 	}
 }
 
@@ -861,6 +866,9 @@ func (r *LeaseResp) Decode(d *wire.Dec) {
 	r.Granted, r.Seq, r.Term, r.Status, r.Error, r.Msg = d.Bool(), d.U64(), d.I64(), d.U32(), d.Str(), d.Bytes()
 	if d.More() {
 		r.Exclusive = d.Bool()
+	}
+	if d.More() {
+		r.Table = d.U64()
 	}
 }
 
@@ -890,14 +898,26 @@ type LeaseBreak struct {
 	Seq    uint64
 }
 
-// PollResp lists breaks (none when the wait ran out).
-type PollResp struct{ Breaks []LeaseBreak }
+// PollResp lists breaks (none when the wait ran out). A nonzero HoldMs
+// says the poll, as it arrived, renewed for one term every lease of the
+// session that lease table Table granted within HoldMs (lease.Table.Poll);
+// both are appended only when set, and a poll without them renewed
+// nothing.
+type PollResp struct {
+	Breaks []LeaseBreak
+	HoldMs uint32
+	Table  uint64
+}
 
 func (r *PollResp) Encode(e *wire.Enc) {
 	e.Uvarint(uint64(len(r.Breaks)))
 	for _, b := range r.Breaks {
 		e.U32(b.Bucket)
 		e.U64(b.Seq)
+	}
+	if r.HoldMs != 0 {
+		e.U32(r.HoldMs)
+		e.U64(r.Table)
 	}
 }
 
@@ -906,5 +926,8 @@ func (r *PollResp) Decode(d *wire.Dec) {
 	r.Breaks = make([]LeaseBreak, 0, n)
 	for range n {
 		r.Breaks = append(r.Breaks, LeaseBreak{Bucket: d.U32(), Seq: d.U64()})
+	}
+	if d.More() {
+		r.HoldMs, r.Table = d.U32(), d.U64()
 	}
 }
