@@ -565,6 +565,45 @@ func TestIdleLeaseRenewedByPolls(t *testing.T) {
 	}
 }
 
+// TestReadMapKeepsAttrsLeased: a file's block map read under its
+// directory's lease leaves the attributes it carries leased, so the
+// kernel's getattr after the read (and the next open) costs no island
+// request. Before, the map's attributes replaced the leased ones with a
+// copy good for AttrTTL only.
+func TestReadMapKeepsAttrsLeased(t *testing.T) {
+	fc, a, b, d := leasePair(t, "/maps")
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("atoll map "), 100_000) // 1 MB: not inline
+	if err := b.WriteFile(ctx, root, "/maps/f", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	at, err := a.Lookup(ctx, root, d.Ino, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.GetAttrFresh(ctx, root, at.Ino); err != nil { // leased
+		t.Fatal(err)
+	}
+	fh, err := a.Open(ctx, root, at.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if n, err := fh.ReadAt(ctx, got, 0); n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes (%v), want the file", n, err)
+	}
+	fh.Release()
+	since := fc.islandOpsSince(t, "lease", "getattr", "readmap")
+	for range 3 {
+		if _, err := a.GetAttrFresh(ctx, root, at.Ino); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := since(); got["lease"]+got["getattr"]+got["readmap"] != 0 {
+		t.Fatalf("getattrs after reading the map cost %v island requests, want none", got)
+	}
+}
+
 // TestCreatesKeptBack: under an exclusive lease on a directory whose
 // names and attributes the holder has cached, a create is answered by the
 // holder itself with an inode id it reserved, and sent later with what

@@ -41,8 +41,12 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 	// read as zeros before). A version change between pages starts over.
 	var resp metawire.ReadMapResp
 	var blocks []metawire.Block
+	var mark cacheMark // of the first page's request: its attributes are cached
 	for first, tries := uint64(0), 0; ; {
 		var page metawire.ReadMapResp
+		f.cache.Lock()
+		m := f.readMarkLocked(time.Now())
+		f.cache.Unlock()
 		if err := f.call(ctx, ino, metawire.OpReadMap, &metawire.ReadMapReq{Cred: cred, Ino: ino, First: first}, &page); err != nil {
 			return nil, err
 		}
@@ -54,7 +58,7 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 			continue
 		}
 		if first == 0 {
-			resp = page
+			resp, mark = page, m
 		}
 		blocks = append(blocks, page.Blocks...)
 		if len(page.Blocks) < mapPage || page.Attr.Inline {
@@ -74,7 +78,10 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 		}
 		bm.ptrs[b.Index] = p
 	}
-	f.cacheAttr(resp.Attr)
+	// Under the file's lease (held when the request was sent) the
+	// attributes stay valid as long as it: a read after the map needs no
+	// round trip, as after a leased getattr.
+	f.cacheAttrAt(resp.Attr, mark)
 	f.cache.Lock()
 	f.cache.blocks[ino] = bm
 	f.cache.Unlock()

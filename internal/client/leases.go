@@ -35,6 +35,7 @@ const pollWait = 20 * time.Second
 type heldLease struct {
 	island  namespace.IslandID
 	gen     uint64
+	epoch   uint64 // f.cache.epoch when it was acquired: marks taken before it stamp nothing with it
 	expires time.Time
 	// exclusive: no other session reads the bucket without recalling
 	// the lease first, so attribute changes may be kept back
@@ -207,8 +208,9 @@ func (f *FS) reqIDFor() wire.ReqID {
 // records: the lease epoch (moved by every lease acquired, broken or
 // dropped) and the own-change sequence (moved by every begin and end of
 // one of this FS's changes). A record of key (an inode: its attributes;
-// a directory: its names and listing) carries a lease only when no lease
-// event happened since the mark and no own change touching that key
+// a directory: its names and listing) carries a lease only when its
+// bucket's lease was acquired before the mark (and not broken or dropped
+// since: that removes it) and no own change touching that key
 // began, ended or is in flight since it (for the answer of an own change:
 // none but that change itself). Changes of other keys do not matter, so
 // concurrent creates in one directory leave each other's answers leased.
@@ -290,7 +292,7 @@ func (f *FS) endChange(ch ownChange) {
 // happened since mark and no own change of key began, ended or is in
 // flight since (see cacheMark); 0 otherwise.
 func (f *FS) stampLocked(bucket uint32, key uint64, mark cacheMark, now time.Time) uint64 {
-	if f.cache.leases == nil || !mark.valid || mark.epoch != f.cache.epoch || now.Sub(mark.at) > touchKeep {
+	if f.cache.leases == nil || !mark.valid || now.Sub(mark.at) > touchKeep {
 		return 0
 	}
 	for _, k := range []uint64{key, unknownKey} {
@@ -300,7 +302,11 @@ func (f *FS) stampLocked(bucket uint32, key uint64, mark cacheMark, now time.Tim
 			return 0
 		}
 	}
-	if l := f.cache.leases[bucket]; l != nil && now.Before(l.expires) {
+	// The lease must have been held when the request was sent: one
+	// acquired since may postdate another client's change the answer
+	// does not show. A break or drop removes the lease, so its successor
+	// is younger than any mark taken before.
+	if l := f.cache.leases[bucket]; l != nil && now.Before(l.expires) && l.epoch <= mark.epoch {
 		return l.gen
 	}
 	return 0
@@ -394,7 +400,7 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	}
 	f.cache.nextGen++
 	f.cache.epoch++
-	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, expires: expires, exclusive: lr.Exclusive,
+	f.cache.leases[bucket] = &heldLease{island: isl, gen: f.cache.nextGen, epoch: f.cache.epoch, expires: expires, exclusive: lr.Exclusive,
 		term: term - term*leaseMargin/100, granted: sent, table: lr.Table, hold: f.cache.hold[isl]}
 	m.route.epoch, m.stamp = f.cache.epoch, f.cache.nextGen
 	return m, rerr
@@ -413,7 +419,7 @@ func (f *FS) hitLocked(route uint64, now time.Time) {
 	if l == nil || l.renewing || !now.Before(l.expires) || f.closing.Load() {
 		return
 	}
-	if l.expires.Sub(now) > l.term/2 && (l.hold == 0 || now.Sub(l.granted) < l.hold/2) {
+	if byPolls := l.hold > 0 && now.Sub(l.granted) < l.hold/2; byPolls || l.expires.Sub(now) > l.term/2 {
 		return
 	}
 	l.renewing = true

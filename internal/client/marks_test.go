@@ -9,7 +9,8 @@ import (
 // TestCacheMarksPerKey: a record read or changed while another of this
 // FS's changes of the same key is in flight, or ended after the read was
 // sent, carries no lease; changes of other keys do not matter; a change
-// of unknown inodes and a lease event spoil every key.
+// of unknown inodes spoils every key; a lease acquired after the read was
+// sent does not cover it, another bucket's lease event does not matter.
 func TestCacheMarksPerKey(t *testing.T) {
 	const bucket = 7
 	x, y := uint64(bucket)<<32|1, uint64(bucket)<<32|2
@@ -61,9 +62,19 @@ func TestCacheMarksPerKey(t *testing.T) {
 	}
 	r4 := read()
 	f.cache.Lock()
-	f.cache.epoch++ // a lease acquired or broken
+	f.cache.epoch++ // another bucket's lease acquired or broken
+	f.cache.Unlock()
+	if stamp(x, r4) != 5 {
+		t.Fatal("another bucket's lease event spoiled a read")
+	}
+	f.cache.Lock()
+	f.cache.epoch++ // the bucket's lease broken, and acquired again
+	f.cache.leases[bucket] = &heldLease{gen: 6, epoch: f.cache.epoch, expires: time.Now().Add(time.Hour)}
 	f.cache.Unlock()
 	if stamp(x, r4) != 0 {
-		t.Fatal("a read sent before a lease event is leased")
+		t.Fatal("a read sent before its bucket's lease was acquired is leased")
+	}
+	if r5 := read(); stamp(x, r5) != 6 {
+		t.Fatal("a read under the new lease is not leased")
 	}
 }
