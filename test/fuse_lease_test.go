@@ -103,3 +103,74 @@ func TestFUSETwoMountsSeeEachOtherUnderLeases(t *testing.T) {
 		t.Logf("the checks took %v: longer than the default timeouts", time.Since(start))
 	}
 }
+
+// TestFUSEListingCachedUntilAnotherMountChanges: a listing the mount holds
+// under a lease is cached by the kernel (FOPEN_CACHE_DIR). Another mount's
+// create in that directory is listed at once even when it puts the
+// directory's mtime back afterwards, so the kernel's own check (the mtime
+// at the start of a listing) cannot notice: the lease break drops the
+// kernel's copy of the listing.
+func TestFUSEListingCachedUntilAnotherMountChanges(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	fsa, fsb := fc.newFS(t), fc.newFS(t)
+	_, ma := mountFS(t, fsa)
+	mountB, mb := mountFS(t, fsb)
+	d := filepath.Join(ma, "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 40 {
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%02d", k)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() []string {
+		t.Helper()
+		ents, err := os.ReadDir(filepath.Join(mb, "d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	for range 3 { // leased, then cached by the kernel
+		if n := len(list()); n != 40 {
+			t.Fatalf("listed %d names, want 40", n)
+		}
+	}
+	before := mountB.Readdirs()
+	if n := len(list()); n != 40 {
+		t.Fatalf("listed %d names, want 40", n)
+	}
+	if n := mountB.Readdirs() - before; n != 0 {
+		t.Fatalf("a listing held under a lease cost %d listing requests: the kernel does not cache it", n)
+	}
+	st, err := os.Stat(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "late"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(d, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if st2, err := os.Stat(filepath.Join(mb, "d")); err != nil || !st2.ModTime().Equal(st.ModTime()) {
+		t.Fatalf("the directory's mtime through the other mount: %v %v, want it put back to %v", st2.ModTime(), err, st.ModTime())
+	}
+	// The mount takes a lease on d again and learns its listing (a second
+	// missing name lists it), so the kernel's next open may use a cached
+	// listing again: it must not be the one from before the break.
+	for _, n := range []string{"nope1", "nope2"} {
+		if _, err := os.Lstat(filepath.Join(mb, "d", n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s: %v, want it missing", n, err)
+		}
+	}
+	if names := list(); len(names) != 41 || !slices.Contains(names, "late") {
+		t.Fatalf("after another mount's create, the listing has %d names (late listed: %v), want 41", len(names), slices.Contains(names, "late"))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -601,6 +602,61 @@ func TestReadMapKeepsAttrsLeased(t *testing.T) {
 	}
 	if got := since(); got["lease"]+got["getattr"]+got["readmap"] != 0 {
 		t.Fatalf("getattrs after reading the map cost %v island requests, want none", got)
+	}
+}
+
+// TestOwnInlineWriteReadsBackWithoutMap: a file whose whole content this
+// client just committed inline is read back (a new open) from the block
+// map its commit left cached, without a ReadMap round trip; another
+// client's later write is still read, not the cached copy.
+func TestOwnInlineWriteReadsBackWithoutMap(t *testing.T) {
+	fc, a, b, d := leasePair(t, "/inl")
+	ctx := context.Background()
+	made, err := b.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: "f", Mode: 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(c *client.FS, data []byte) {
+		t.Helper()
+		fh, err := c.Open(ctx, root, made.Attr.Ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.WriteAt(ctx, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := fh.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fh.Release()
+	}
+	read := func(c *client.FS) []byte {
+		t.Helper()
+		fh, err := c.Open(ctx, root, made.Attr.Ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Release()
+		got := make([]byte, 256)
+		n, err := fh.ReadAt(ctx, got, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		return got[:n]
+	}
+	mine := []byte("written inline by the reader itself")
+	write(a, mine)
+	since := fc.islandOpsSince(t, "readmap")
+	if got := read(a); !bytes.Equal(got, mine) {
+		t.Fatalf("read back %q, want %q", got, mine)
+	}
+	if got := since(); got["readmap"] != 0 {
+		t.Fatalf("reading back an own inline write cost %v island requests", got)
+	}
+	theirs := bytes.ToUpper(mine) // as long: the whole content changes
+	write(b, theirs)
+	if got := read(a); !bytes.Equal(got, theirs) {
+		t.Fatalf("after another client's write, read %q, want %q", got, theirs)
 	}
 }
 

@@ -569,6 +569,7 @@ func (f *FS) sendCreate(ctx context.Context, p *pendingCreate) error {
 	// kept it back; the attributes are the island's now.
 	f.cacheSentAttr(resp.Attr, ch.mark)
 	f.cacheSentAttr(resp.DirAttr, ch.mark)
+	f.cacheInline(resp.Attr, req.Data)
 	return nil
 }
 

@@ -83,7 +83,7 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 	// round trip, as after a leased getattr.
 	f.cacheAttrAt(resp.Attr, mark)
 	f.cache.Lock()
-	f.cache.blocks[ino] = bm
+	f.setBlocksLocked(ino, bm)
 	f.cache.Unlock()
 	return bm, nil
 }
@@ -862,6 +862,9 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 	}
 	if len(resp.Attrs) == 1 {
 		h.mu.attr = resp.Attrs[0]
+		if w.SetInline {
+			h.fs.cacheInline(resp.Attrs[0], w.Inline)
+		}
 	}
 	var lost error
 	if lazy {

@@ -190,6 +190,19 @@ func (f *FS) LeasesHeld() int {
 	return n
 }
 
+// ListingLease returns how much longer this FS holds dir's whole listing
+// under a live lease (0: it does not). The FUSE mount lets the kernel
+// cache the listing meanwhile.
+func (f *FS) ListingLease(dir uint64) time.Duration {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	now := time.Now()
+	if l := f.liveLeaseLocked(namespace.Ino(dir).Bucket(), now); l != nil && l.listing[dir] != nil {
+		return l.expires.Sub(now)
+	}
+	return 0
+}
+
 // reqIDFor returns a change's request id: random, but starting with the
 // lease session so the island does not break this FS's own leases.
 func (f *FS) reqIDFor() wire.ReqID {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -139,8 +140,11 @@ type FS struct {
 		attrs  map[uint64]cachedAttr
 		dentry map[dentryKey]cachedDentry
 		blocks map[uint64]*blockMap // per inode, valid for one data version
-		hits   uint64
-		misses uint64
+		// inlineBytes is the inline data the block maps hold, at most
+		// inlineCacheMax: a map with more is not kept (setBlocksLocked).
+		inlineBytes int
+		hits        uint64
+		misses      uint64
 		// Leases (leases.go): session 0 means off.
 		session  uint64
 		leases   map[uint32]*heldLease
@@ -341,7 +345,7 @@ func (f *FS) cacheAttrLocked(a metawire.Attr, mark cacheMark, keepLeased bool) {
 	}
 	f.cache.attrs[a.Ino] = cachedAttr{a, now.Add(f.cfg.AttrTTL), stamp}
 	if bm := f.cache.blocks[a.Ino]; bm != nil && bm.version != a.Version {
-		delete(f.cache.blocks, a.Ino)
+		f.dropBlocksLocked(a.Ino)
 	}
 }
 
@@ -379,7 +383,47 @@ func (f *FS) incompleteLocked(dir uint64) {
 func (f *FS) forgetBlocks(ino uint64) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	delete(f.cache.blocks, ino)
+	f.dropBlocksLocked(ino)
+}
+
+// inlineCacheMax bounds the inline file data the cached block maps hold
+// (a mount that writes or reads millions of small files would otherwise
+// keep them all).
+const inlineCacheMax = 64 << 20
+
+// setBlocksLocked caches bm as ino's block map, unless its inline data
+// would take the cache past inlineCacheMax.
+func (f *FS) setBlocksLocked(ino uint64, bm *blockMap) {
+	f.dropBlocksLocked(ino)
+	if f.cache.inlineBytes+len(bm.inline) > inlineCacheMax {
+		return
+	}
+	f.cache.inlineBytes += len(bm.inline)
+	f.cache.blocks[ino] = bm
+}
+
+// dropBlocksLocked forgets ino's cached block map.
+func (f *FS) dropBlocksLocked(ino uint64) {
+	if bm := f.cache.blocks[ino]; bm != nil {
+		f.cache.inlineBytes -= len(bm.inline)
+		delete(f.cache.blocks, ino)
+	}
+}
+
+// cacheInline caches the block map of a file whose whole content a
+// request of this FS just set inline (a create with its data, a commit
+// of inline data), at the data version its answer a gave: reading it
+// back then costs no ReadMap.
+func (f *FS) cacheInline(a metawire.Attr, data []byte) {
+	if !a.Inline || a.Size != uint64(len(data)) || len(data) == 0 {
+		return
+	}
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	if bm := f.cache.blocks[a.Ino]; bm != nil && bm.version > a.Version {
+		return // a later version is cached already
+	}
+	f.setBlocksLocked(a.Ino, &blockMap{version: a.Version, inline: bytes.Clone(data)})
 }
 
 // Invalidate drops everything cached about ino (and, with a name, the
@@ -388,7 +432,7 @@ func (f *FS) Invalidate(ino uint64) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	delete(f.cache.attrs, ino)
-	delete(f.cache.blocks, ino)
+	f.dropBlocksLocked(ino)
 }
 
 func (f *FS) invalidateDentry(dir uint64, name string) {

@@ -40,6 +40,8 @@ type adapter struct {
 	server *fuse.Server
 	silly  atomic.Uint64
 	killed atomic.Bool // Mount.Kill: write nothing back any more
+	// readdirs counts the listing requests the kernel sent (Readdirs).
+	readdirs atomic.Uint64
 
 	muts struct { // changing requests in flight (mutCtx)
 		lockcheck.Mutex
@@ -981,6 +983,7 @@ func (a *adapter) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 	out.Fh = a.nextFh
 	a.dirs[out.Fh] = &dirStream{}
 	a.mu.Unlock()
+	a.cacheListing(i, out)
 	return fuse.OK
 }
 
@@ -1027,6 +1030,7 @@ func (a *adapter) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse
 // readDir fills out from the island's listing after cookie in.Offset;
 // each entry's offset is its cookie.
 func (a *adapter) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	a.readdirs.Add(1)
 	ctx, cred, dir := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
 	cookie := in.Offset
 	per := uint32(32) // bytes per entry, roughly

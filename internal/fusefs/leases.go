@@ -28,7 +28,8 @@ type kernelLeases struct {
 type kernelBucket struct {
 	names map[kernelName]struct{}
 	nodes map[uint64]struct{}
-	until time.Time // the longest timeout given
+	dirs  map[uint64]struct{} // directories whose listing the kernel may cache
+	until time.Time           // the longest timeout given
 }
 
 type kernelName struct {
@@ -43,14 +44,19 @@ func (k *kernelLeases) bucketLocked(b uint32, until time.Time) *kernelBucket {
 	now := time.Now()
 	if k.added++; k.added%4096 == 0 {
 		for id, kb := range k.buckets {
-			if kb.until.Before(now) {
+			if kb.until.Before(now) && len(kb.dirs) == 0 {
 				delete(k.buckets, id)
 			}
 		}
 	}
 	kb := k.buckets[b]
 	if kb == nil || kb.until.Before(now) {
-		kb = &kernelBucket{names: map[kernelName]struct{}{}, nodes: map[uint64]struct{}{}}
+		// Listings the kernel caches stay recorded: they do not expire.
+		dirs := map[uint64]struct{}{}
+		if kb != nil {
+			dirs = kb.dirs
+		}
+		kb = &kernelBucket{names: map[kernelName]struct{}{}, nodes: map[uint64]struct{}{}, dirs: dirs}
 		k.buckets[b] = kb
 	}
 	if until.After(kb.until) {
@@ -104,6 +110,28 @@ func (a *adapter) attrTTL(i uint64) time.Duration {
 	return ttl
 }
 
+// cacheListing lets the kernel keep directory i's listing in its page
+// cache (FOPEN_CACHE_DIR, and FOPEN_KEEP_CACHE so this open does not drop
+// what an earlier one filled) while the mount holds that listing under a
+// lease, so a warm readdir costs no request. The kernel drops the cache
+// itself when this mount changes the directory, and when the directory's
+// mtime has moved at the start of a later listing; a lease break drops it
+// here (kernelBreak). Without a lease the kernel reads every listing
+// through the mount, as before.
+func (a *adapter) cacheListing(i uint64, out *fuse.OpenOut) {
+	if a.cfg.AttrTTL <= 0 || a.server == nil {
+		return
+	}
+	d := a.fs.ListingLease(i)
+	if d <= 0 {
+		return
+	}
+	a.kern.mu.Lock()
+	a.kern.bucketLocked(namespace.Ino(i).Bucket(), time.Now().Add(d)).dirs[nodeID(i)] = struct{}{}
+	a.kern.mu.Unlock()
+	out.OpenFlags |= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+}
+
 // negativeEntry answers a lookup of a name known missing under a lease
 // with a negative entry the kernel keeps as long as the lease (a create
 // of that name then needs no LOOKUP); false when no lease covers it.
@@ -134,7 +162,7 @@ func (a *adapter) kernelBreak(buckets []uint32) {
 		return
 	}
 	var names []kernelName
-	var nodes []uint64
+	var nodes, dirs []uint64
 	a.kern.mu.Lock()
 	for _, b := range buckets {
 		kb := a.kern.buckets[b]
@@ -142,6 +170,9 @@ func (a *adapter) kernelBreak(buckets []uint32) {
 			continue
 		}
 		delete(a.kern.buckets, b)
+		for n := range kb.dirs {
+			dirs = append(dirs, n) // a cached listing does not expire
+		}
 		if kb.until.Before(time.Now()) {
 			continue // the kernel's copies expired already
 		}
@@ -153,7 +184,7 @@ func (a *adapter) kernelBreak(buckets []uint32) {
 		}
 	}
 	a.kern.mu.Unlock()
-	if len(names)+len(nodes) == 0 {
+	if len(names)+len(nodes)+len(dirs) == 0 {
 		return
 	}
 	done := make(chan struct{})
@@ -164,6 +195,11 @@ func (a *adapter) kernelBreak(buckets []uint32) {
 		for _, n := range nodes {
 			if st := a.server.InodeNotify(n, -1, 0); !st.Ok() && st != fuse.ENOENT {
 				a.log.Debug("fusefs: invalidating attributes after a lease break", "node", fmt.Sprintf("%x", n), "status", st)
+			}
+		}
+		for _, n := range dirs { // offset 0: the cached listing too
+			if st := a.server.InodeNotify(n, 0, 0); !st.Ok() && st != fuse.ENOENT {
+				a.log.Debug("fusefs: invalidating a listing after a lease break", "node", fmt.Sprintf("%x", n), "status", st)
 			}
 		}
 		for _, n := range names {

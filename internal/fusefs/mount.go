@@ -152,6 +152,10 @@ func New(cfg Config) (*Mount, error) {
 // Mountpoint returns the absolute mountpoint.
 func (m *Mount) Mountpoint() string { return m.mp }
 
+// Readdirs returns how many listing requests (READDIR, READDIRPLUS) the
+// kernel sent this mount: a listing the kernel caches costs none.
+func (m *Mount) Readdirs() uint64 { return m.ad.readdirs.Load() }
+
 // CheckFuseDevice reports a clear error when /dev/fuse is missing or
 // cannot be opened.
 func CheckFuseDevice() error {
