@@ -190,14 +190,14 @@ func (f *FS) LeasesHeld() int {
 	return n
 }
 
-// ListingLease returns how much longer this FS holds dir's whole listing
-// under a live lease (0: it does not). The FUSE mount lets the kernel
-// cache the listing meanwhile.
-func (f *FS) ListingLease(dir uint64) time.Duration {
+// DirLease returns how much longer this FS holds a live lease on dir's
+// names (0: it does not). The FUSE mount lets the kernel cache the
+// listing meanwhile: the lease's break tells it to drop it.
+func (f *FS) DirLease(dir uint64) time.Duration {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	now := time.Now()
-	if l := f.liveLeaseLocked(namespace.Ino(dir).Bucket(), now); l != nil && l.listing[dir] != nil {
+	if l := f.liveLeaseLocked(namespace.Ino(dir).Bucket(), now); l != nil {
 		return l.expires.Sub(now)
 	}
 	return 0

@@ -112,17 +112,17 @@ func (a *adapter) attrTTL(i uint64) time.Duration {
 
 // cacheListing lets the kernel keep directory i's listing in its page
 // cache (FOPEN_CACHE_DIR, and FOPEN_KEEP_CACHE so this open does not drop
-// what an earlier one filled) while the mount holds that listing under a
-// lease, so a warm readdir costs no request. The kernel drops the cache
-// itself when this mount changes the directory, and when the directory's
-// mtime has moved at the start of a later listing; a lease break drops it
-// here (kernelBreak). Without a lease the kernel reads every listing
-// through the mount, as before.
+// what an earlier one filled) while the mount holds a lease on the
+// directory's names, so a warm readdir costs no request. The kernel drops
+// the cache itself when this mount changes the directory, and when the
+// directory's attributes moved at the start of a later listing; a lease
+// break drops it here (kernelBreak). An open without a lease reads the
+// listing through the mount, as before.
 func (a *adapter) cacheListing(i uint64, out *fuse.OpenOut) {
 	if a.cfg.AttrTTL <= 0 || a.server == nil {
 		return
 	}
-	d := a.fs.ListingLease(i)
+	d := a.fs.DirLease(i)
 	if d <= 0 {
 		return
 	}
