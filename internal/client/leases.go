@@ -27,7 +27,7 @@ const leaseMargin = 10 // percent
 
 // pollWait is how long one poll waits at the island for a break while
 // this FS holds no lease renewed by polls there; with such leases a poll
-// answers within a third of their term (renewWait), since each poll
+// answers within a third of their term (renewByPoll), since each poll
 // renews them as it arrives.
 const pollWait = 20 * time.Second
 
@@ -301,8 +301,8 @@ func (f *FS) endChange(ch ownChange) {
 }
 
 // stampLocked is the lease generation a record of key (in bucket) read
-// with mark may carry: that of a live lease on bucket when no lease event
-// happened since mark and no own change of key began, ended or is in
+// with mark may carry: that of the live lease on bucket when that lease
+// was acquired before mark and no own change of key began, ended or is in
 // flight since (see cacheMark); 0 otherwise.
 func (f *FS) stampLocked(bucket uint32, key uint64, mark cacheMark, now time.Time) uint64 {
 	if f.cache.leases == nil || !mark.valid || now.Sub(mark.at) > touchKeep {
