@@ -81,14 +81,7 @@ func TestFUSETwoMountsSeeEachOtherUnderLeases(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(mb, "d", "renamed")); err != nil || string(b) != "moved" {
 			t.Fatalf("the new name of a file the other mount renamed: %q, %v", b, err)
 		}
-		ents, err := os.ReadDir(filepath.Join(mb, "d"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
+		names := dirNames(t, filepath.Join(mb, "d"))
 		slices.Sort(names)
 		if fmt.Sprint(names) != "[keep new renamed]" {
 			t.Fatalf("listing through the other mount: %v", names)
@@ -127,15 +120,7 @@ func TestFUSEListingCachedUntilAnotherMountChanges(t *testing.T) {
 	}
 	list := func() []string {
 		t.Helper()
-		ents, err := os.ReadDir(filepath.Join(mb, "d"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
-		return names
+		return dirNames(t, filepath.Join(mb, "d"))
 	}
 	for range 3 { // leased, then cached by the kernel
 		if n := len(list()); n != 40 {
@@ -173,4 +158,18 @@ func TestFUSEListingCachedUntilAnotherMountChanges(t *testing.T) {
 	if names := list(); len(names) != 41 || !slices.Contains(names, "late") {
 		t.Fatalf("after another mount's create, the listing has %d names (late listed: %v), want 41", len(names), slices.Contains(names, "late"))
 	}
+}
+
+// dirNames lists dir's names in the order readdir returns them.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }
