@@ -120,7 +120,7 @@
 // session within its hold (PollResp.HoldMs, a minute): on the answer, a
 // lease still live here and granted (sent) within the hold runs to the
 // poll's send time plus its term (renewByPoll). While it holds such
-// leases the poller asks every third of a term; a lease in use past half
+// leases the poller asks six times a term (renewPolls); a lease in use past half
 // the hold is granted again by a background read (hitLocked). A change this FS makes
 // carries its lease session in the request id, so it does not break its
 // own leases; its answer updates the cache instead.

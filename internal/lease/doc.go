@@ -36,7 +36,7 @@
 // session granted within Hold (DefaultHold, a minute) for one term from
 // then, and its answer says so (with the table's ID, so a client renews
 // only leases this table granted, not an earlier leader's). A client
-// holding leases polls about every third of a term; a poll waiting longer
+// holding leases polls about six times a term; a poll waiting longer
 // than a term answers at the session's next grant, so that a client that
 // held nothing here starts polling often. A lease unused for Hold ends
 // with its term; the client re-reads one it uses before that.
