@@ -167,6 +167,7 @@ func (f *FS) EnableLeases() {
 	f.cache.leases = map[uint32]*heldLease{}
 	f.cache.maxBreak = map[namespace.IslandID]uint64{}
 	f.cache.pollers = map[namespace.IslandID]bool{}
+	f.cache.hold = map[namespace.IslandID]time.Duration{}
 	f.cache.made = map[uint64]bool{}
 }
 
@@ -553,9 +554,6 @@ func (f *FS) renewByPoll(isl namespace.IslandID, resp *metawire.PollResp, sent t
 	hold := time.Duration(resp.HoldMs) * time.Millisecond
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	if f.cache.hold == nil {
-		f.cache.hold = map[namespace.IslandID]time.Duration{}
-	}
 	f.cache.hold[isl] = hold
 	if hold <= 0 || resp.Table == 0 {
 		return pollWait

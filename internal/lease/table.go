@@ -665,11 +665,8 @@ func (t *Table) Poll(ctx context.Context, sessionID, ack uint64, wait time.Durat
 func (t *Table) renewLocked(id uint64, s *session, now time.Time) {
 	end := now.Add(t.term)
 	for b, granted := range s.held {
-		var cur time.Time
-		held := false
 		if bk := t.mu.buckets[b]; bk != nil {
-			cur, held = bk.holders[id]
-			if held && cur.After(now) && now.Sub(granted) < t.hold {
+			if cur, ok := bk.holders[id]; ok && cur.After(now) && now.Sub(granted) < t.hold {
 				if end.After(cur) {
 					bk.holders[id] = end
 					t.mu.stats.Renewed++
