@@ -811,3 +811,122 @@ func TestManyKeptBackCreatesInOneFlush(t *testing.T) {
 		t.Fatalf("creates sent %d failed %d", sent, failed)
 	}
 }
+
+// TestUnlinksKeptBack: under an exclusive lease the holder answers the
+// unlink of a file whose name and attributes it knows, and sends it
+// later; its own lookups see the name gone, a create of the same name
+// reaches the island after the unlink, an rmdir sends the directory's
+// unlinks first, an unlink the cached directory attributes forbid is
+// sent and refused, and another client's listing recalls the lease and
+// sees every unlink.
+func TestUnlinksKeptBack(t *testing.T) {
+	fc, a, b, d := leasePair(t, "/ub")
+	a.EnableWriteBehind()
+	a.SetLazyCreate(true)
+	a.SetLazyClose(true)
+	ctx := context.Background()
+	root := metawire.Cred{}
+	sub, err := a.Mkdir(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: "sub", Mode: 0o755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	name := func(i int) string { return fmt.Sprintf("f%02d", i) }
+	dirOf := func(i int) uint64 {
+		if i%4 == 0 {
+			return sub.Attr.Ino
+		}
+		return d.Ino
+	}
+	// As the mount makes them (tar x): each name known missing under the
+	// lease, its create kept back, then sent.
+	for _, dir := range []uint64{d.Ino, sub.Attr.Ino} {
+		for _, miss := range []string{"x", "y"} { // the second miss lists it
+			if _, err := a.Lookup(ctx, root, dir, miss); !errors.Is(err, metawire.ErrNotFound) {
+				t.Fatalf("lookup: %v", err)
+			}
+		}
+		if _, err := a.GetAttr(ctx, root, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if _, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: dirOf(i), Name: name(i), Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.SyncLazy(ctx); err != nil { // every create on the island
+		t.Fatal(err)
+	}
+	if kept, sent, _ := a.CreatesBehind(); kept != n || sent != n {
+		t.Fatalf("creates kept %d sent %d, want %d", kept, sent, n)
+	}
+	since := fc.islandOpsSince(t, "unlink", "rmdir", "create", "lookup")
+	// Not allowed by the directory's attributes: sent, refused.
+	if err := a.Unlink(ctx, metawire.Cred{UID: 1000, GID: 1000}, d.Ino, name(1)); !errors.Is(err, metawire.ErrAccess) {
+		t.Fatalf("unlink by a user who may not write the directory: %v, want EACCES", err)
+	}
+	if got := since()["unlink"]; got != 1 {
+		t.Fatalf("%v island unlinks for a refused unlink, want 1", got)
+	}
+	// Forgotten with the refusal; read again (as the kernel would).
+	if _, err := a.GetAttr(ctx, root, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, root, d.Ino, name(1)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if err := a.Unlink(ctx, root, dirOf(i), name(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := since(); got["unlink"] != 1 || got["rmdir"] != 0 {
+		t.Fatalf("island requests while unlinks are kept back: %v", got)
+	}
+	if kept, sent, _ := a.UnlinksBehind(); kept != n || sent != 0 {
+		t.Fatalf("unlinks kept %d sent %d, want %d and 0", kept, sent, n)
+	}
+	if _, err := a.Lookup(ctx, root, d.Ino, name(3)); !errors.Is(err, metawire.ErrNotFound) {
+		t.Fatalf("the holder's lookup of a name it removed: %v", err)
+	}
+	// The same name again, kept back too: its create goes after the
+	// unlink.
+	again, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: name(3), Mode: 0o600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept, _, _ := a.CreatesBehind(); kept != n+1 {
+		t.Fatalf("the create of a name unlinked here was not kept back (%d kept)", kept)
+	}
+	// An rmdir sends the unlinks of the directory's files first.
+	if err := a.Rmdir(ctx, root, d.Ino, "sub"); err != nil {
+		t.Fatalf("rmdir of a directory whose unlinks were kept back: %v", err)
+	}
+	if got := since(); got["unlink"] != n+1 || got["rmdir"] != 1 || got["create"] != 1 || got["lookup"] != 0 {
+		t.Fatalf("island requests after the rmdir: %v, want %d unlinks", got, n+1)
+	}
+	// Another client sees every change.
+	list, err := b.Readdir(ctx, root, d.Ino, 0, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range list.Entries {
+		if e.Name != "." && e.Name != ".." {
+			names = append(names, e.Name)
+		}
+	}
+	if !slices.Equal(names, []string{name(3)}) {
+		t.Fatalf("the other client lists %q, want only %q", names, name(3))
+	}
+	if at, err := b.Lookup(ctx, root, d.Ino, name(3)); err != nil || at.Ino != again.Attr.Ino || at.Mode&metawire.ModePerm != 0o600 {
+		t.Fatalf("the name created again: %+v, %v", at, err)
+	}
+	if _, sent, failed := a.UnlinksBehind(); sent != n || failed != 0 {
+		t.Fatalf("unlinks sent %d failed %d", sent, failed)
+	}
+	if err := a.SyncLazy(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -76,12 +76,13 @@ func (f *FS) createBehind(ctx context.Context, req metawire.CreateReq) (metawire
 	return metawire.CreateResp{}, false
 }
 
-// Why createBehindOnce did not answer a create.
+// Why createBehindOnce did not answer a create (removeBehind an unlink).
 const (
 	behindOK      = iota
 	behindNo      // it must be sent
 	behindNoIDs   // no inode id reserved in the bucket
 	behindDirAttr // the directory's attributes are not cached under the lease
+	behindName    // the name, or the attributes of its inode, are not cached under a lease
 )
 
 // createBehindOnce is createBehind with what it needs in hand; why says
@@ -233,7 +234,7 @@ func (f *FS) dueOfLocked(now, t time.Time, ino uint64) time.Time {
 }
 
 // dueLocked is when the first thing kept back must be sent: an attribute
-// change wbMaxDelay after it was kept, a create wbMaxDelay after it was
+// change or unlink wbMaxDelay after it was kept, a create wbMaxDelay after it was
 // answered (SetPreborn: that long), each bounded by its lease
 // (dueOfLocked). any is false when nothing is kept back. f.cache and
 // f.wb.mu held.
@@ -249,6 +250,9 @@ func (f *FS) dueLocked(now time.Time) (due time.Time, any bool) {
 	keep := f.keepCreateLocked()
 	for ino, p := range f.wb.mu.creates {
 		consider(p.at.Add(keep), ino)
+	}
+	for _, p := range f.wb.mu.unlinks {
+		consider(p.at.Add(wbMaxDelay), p.req.Dir)
 	}
 	return due, any
 }
@@ -300,32 +304,43 @@ func (f *FS) Preborn() time.Duration {
 
 // removeBehind answers the unlink of dir/name here when the name is a
 // file whose create is kept back: the create is dropped and nothing is
-// ever sent. ok false: send the unlink. The caller (the mount) makes sure
-// no descriptor has the file open.
-func (f *FS) removeBehind(cred metawire.Cred, dir uint64, name string) (ok bool) {
+// ever sent; or else keeps the unlink back when it may
+// (unlinkBehindLocked). why says what is missing (behindOK: answered;
+// behindDirAttr, behindName: a fresh read of the directory's attributes
+// or of the name may let it). The caller (the mount) makes sure no
+// descriptor has the file open.
+func (f *FS) removeBehind(cred metawire.Cred, dir uint64, name string) (why int) {
 	if !f.wb.on.Load() {
-		return false
+		return behindNo
 	}
 	bucket := namespace.Ino(dir).Bucket()
 	now := time.Now()
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	l := f.liveLeaseLocked(bucket, now)
+	if l == nil || !l.exclusive {
+		return behindNo
+	}
 	d, found := f.cache.dentry[dentryKey{dir, name}]
 	da, haveDir := f.cache.attrs[dir]
-	if l == nil || !l.exclusive || !found || d.ino == 0 || d.lease != l.gen || !haveDir || da.lease != l.gen {
-		return false
+	switch {
+	case found && d.ino == 0 && d.lease == l.gen:
+		return behindNo // known missing: the island answers ENOENT
+	case !haveDir || da.lease != l.gen:
+		return behindDirAttr
+	case !found || d.ino == 0 || d.lease != l.gen:
+		return behindName
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
 	p := f.wb.mu.creates[d.ino]
 	if p == nil || p.req.Dir != dir || p.req.Name != name {
-		return false
+		return f.unlinkBehindLocked(cred, dir, name, d.ino, da, l, now)
 	}
 	// The island's unlink checks, on what the cache knows (the
 	// island's own rules: metawire.MayAccess, and the sticky bit).
 	if !metawire.MayAccess(&da.attr, &cred, 3) || metawire.StickyDenies(&da.attr, &cred, p.attr.UID) {
-		return false
+		return behindNo
 	}
 	f.dropCreateLocked(p)
 	f.wb.mu.cancelled++
@@ -336,7 +351,7 @@ func (f *FS) removeBehind(cred metawire.Cred, dir uint64, name string) (ok bool)
 	delete(f.cache.attrs, d.ino)
 	f.cache.dentry[dentryKey{dir, name}] = cachedDentry{0, time.Time{}, l.gen}
 	f.namesChangedLocked(dir)
-	return true
+	return behindOK
 }
 
 // CreatesCancelled returns how many kept-back creates were removed before
@@ -455,9 +470,10 @@ func (f *FS) sendAlone(ctx context.Context, ino uint64, keepErr bool) error {
 		}
 		return err
 	}
-	if f.wb.mu.m[p.req.Dir] != nil {
-		// A change of its directory is kept back, which the create may
-		// need first (a chmod that lets the creator write there).
+	if f.wb.mu.m[p.req.Dir] != nil || f.wb.mu.unlinkDirs[p.req.Dir] > 0 {
+		// A change of its directory is kept back or being sent, which
+		// the create may need first (a chmod that lets the creator
+		// write there, the unlink of an earlier file of that name).
 		f.wb.mu.Unlock()
 		f.wb.sending.RUnlock()
 		f.flushKept(ctx, nil)
@@ -502,19 +518,8 @@ func (f *FS) createDone(p *pendingCreate, err error, keepErr bool) {
 	if err != nil {
 		f.log.Warn("client: a kept-back create failed", "dir", fmt.Sprintf("%x", p.req.Dir), "name", p.req.Name, "err", err)
 		f.Invalidate(p.req.Ino)
-		// The kernel holds the name it was told exists: the mount drops
-		// its copies of the bucket (not from here: this may run inside a
-		// request on that directory).
-		f.cache.Lock()
-		fn := f.cache.onBreak
-		f.cache.Unlock()
-		if fn != nil {
-			f.wb.async.Add(1)
-			go func() {
-				defer f.wb.async.Done()
-				fn([]uint32{namespace.Ino(p.req.Dir).Bucket()})
-			}()
-		}
+		// The kernel holds the name it was told exists.
+		f.forgetKernelBucket(p.req.Dir)
 	}
 }
 

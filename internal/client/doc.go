@@ -168,7 +168,13 @@
 // turns out to be another file's) is dropped with the file's cache and
 // reported by SendCreate, the next Fsync, SyncDir or SyncLazy. The
 // unlink of a file whose create is still kept back drops the create
-// (removeBehind): neither reaches the island. With SetPreborn (the
+// (removeBehind): neither reaches the island. The unlink of another file
+// is kept back when the name, its inode's attributes and the directory's
+// attributes are cached under the lease and those let the caller remove
+// it (unlinkbehind.go; a fresh read of the directory, or of the name,
+// gets them first when missing); a flush sends kept-back unlinks after
+// the attribute changes and before the creates (a name removed and made
+// again), up to wbParallel in flight. With SetPreborn (the
 // mount's --write-cache preborn) the mount does not send a closed file's
 // create, so that holds for a file created, written, closed and removed
 // within the window (Sigma's preborn caching). One timer sends what is

@@ -70,7 +70,7 @@ func newClientDescs() clientDescs {
 		leases:          d("leases", "Directories (buckets) this client holds a live lease on."),
 		leaseBreaks:     d("lease_breaks_total", "Leases its islands broke before another client's change."),
 		writeBehind: prometheus.NewDesc("atoll_client_writebehind_total",
-			"Changes kept back under exclusive leases (what: attr, create) by outcome: kept (answered without a request), sent, failed, cancelled (a create removed before it was sent).",
+			"Changes kept back under exclusive leases (what: attr, create, unlink) by outcome: kept (answered without a request), sent, failed, cancelled (a create removed before it was sent).",
 			[]string{"what", "outcome"}, nil),
 	}
 }
@@ -126,5 +126,9 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		wb("create", "sent", sent)
 		wb("create", "failed", failed)
 		wb("create", "cancelled", k.fs.CreatesCancelled())
+		kept, sent, failed = k.fs.UnlinksBehind()
+		wb("unlink", "kept", kept)
+		wb("unlink", "sent", sent)
+		wb("unlink", "failed", failed)
 	}
 }

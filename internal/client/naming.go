@@ -533,6 +533,13 @@ func (f *FS) Lookup(ctx context.Context, cred metawire.Cred, dir uint64, name st
 	if complete && f.completeDir(ctx, cred, dir) {
 		return f.Lookup(ctx, cred, dir, name)
 	}
+	return f.lookupIsland(ctx, cred, dir, name)
+}
+
+// lookupIsland asks dir's island for name, under a lease, and caches the
+// answer.
+func (f *FS) lookupIsland(ctx context.Context, cred metawire.Cred, dir uint64, name string) (metawire.Attr, error) {
+	bucket := namespace.Ino(dir).Bucket()
 	var resp metawire.AttrResp
 	m, err := f.leasedCall(ctx, dir, metawire.OpLookup, &metawire.NameReq{Cred: cred, Dir: dir, Name: name}, &resp)
 	if err != nil {
@@ -1065,11 +1072,12 @@ func (f *FS) remove(ctx context.Context, op uint16, cred metawire.Cred, dir uint
 // Unlink removes a non-directory entry.
 //
 // Under write-behind the unlink of a file whose create is still kept back
-// drops that create instead (removeBehind): neither reaches the island.
+// drops that create instead (removeBehind): neither reaches the island;
+// another file's unlink may be kept back (unlinkBehind).
 // The file must not be open (the mount renames open files aside
 // instead); a File still held on it fails its next flush.
 func (f *FS) Unlink(ctx context.Context, cred metawire.Cred, dir uint64, name string) error {
-	if f.removeBehind(cred, dir, name) {
+	if f.unlinkBehind(ctx, cred, dir, name) {
 		return nil
 	}
 	return f.remove(ctx, metawire.OpUnlink, cred, dir, name)

@@ -70,13 +70,22 @@ type writeBehind struct {
 		createsFailed uint64
 		cancelled     uint64        // creates kept back and then removed: never sent
 		preborn       time.Duration // SetPreborn: how long a closed file's create may stay
+		// Unlinks kept back (unlinkbehind.go).
+		unlinks       map[dentryKey]*pendingUnlink
+		unlinkDirs    map[uint64]int // directories of unlinks kept back or being sent: how many
+		unlinkInos    map[uint64]int // their victims: how many
+		unlinksKept   uint64
+		unlinksSent   uint64
+		unlinksFailed uint64
 	}
 }
 
 type flushingKey struct{}
 
-// renewalKey marks a lease renewal's request (hitLocked): it does not
-// send what is kept back first.
+// renewalKey marks a read that does not send what is kept back first: a
+// lease renewal (hitLocked), an unlink's lookup of its name
+// (unlinkBehind). What they answer is cached only where nothing kept
+// back changes it.
 type renewalKey struct{}
 
 // keptIn reports whether ino has a change kept back or is a directory
@@ -87,7 +96,8 @@ func (f *FS) keptIn(ino uint64) bool {
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
-	return f.wb.mu.m[ino] != nil || f.wb.mu.creates[ino] != nil || f.wb.mu.createDirs[ino] > 0
+	return f.wb.mu.m[ino] != nil || f.wb.mu.creates[ino] != nil || f.wb.mu.createDirs[ino] > 0 ||
+		f.wb.mu.unlinkDirs[ino] > 0 || f.wb.mu.unlinkInos[ino] > 0
 }
 
 // EnableWriteBehind makes this FS ask for exclusive leases and keep
@@ -101,6 +111,9 @@ func (f *FS) EnableWriteBehind() {
 	f.wb.mu.alone = map[uint64]chan struct{}{}
 	f.wb.mu.inos = map[uint32]*inoRun{}
 	f.wb.mu.createErrs = map[uint64]error{}
+	f.wb.mu.unlinks = map[dentryKey]*pendingUnlink{}
+	f.wb.mu.unlinkDirs = map[uint64]int{}
+	f.wb.mu.unlinkInos = map[uint64]int{}
 	f.wb.on.Store(true)
 }
 
@@ -129,10 +142,10 @@ func (f *FS) keepBack(req metawire.SetAttrReq) (metawire.Attr, bool) {
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
-	if f.wb.mu.createDirs[req.Ino] > 0 {
-		// Creates kept back in this directory were allowed by its
-		// attributes as they are: the change goes after them (sent now,
-		// flushing them first).
+	if f.wb.mu.createDirs[req.Ino] > 0 || f.wb.mu.unlinkDirs[req.Ino] > 0 {
+		// Creates or unlinks kept back in this directory were allowed
+		// by its attributes as they are: the change goes after them
+		// (sent now, flushing them first).
 		return metawire.Attr{}, false
 	}
 	if pc := f.wb.mu.creates[req.Ino]; pc != nil {
@@ -259,7 +272,7 @@ func (f *FS) keptBackLocked(ino uint64) bool {
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
-	return f.wb.mu.m[ino] != nil || f.wb.mu.creates[ino] != nil
+	return f.wb.mu.m[ino] != nil || f.wb.mu.creates[ino] != nil || f.wb.mu.unlinkDirs[ino] > 0 || f.wb.mu.unlinkInos[ino] > 0
 }
 
 // keptBack reports whether changes are kept back or being sent (cheap:
@@ -271,7 +284,7 @@ func (f *FS) keptBack() bool {
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
-	return len(f.wb.mu.m) > 0 || len(f.wb.mu.creates) > 0 || f.wb.mu.inflight > 0
+	return len(f.wb.mu.m) > 0 || len(f.wb.mu.creates) > 0 || len(f.wb.mu.unlinks) > 0 || f.wb.mu.inflight > 0
 }
 
 // flushKept sends the kept-back changes of buckets (nil: all), one
@@ -298,6 +311,7 @@ func (f *FS) flushKeptOpt(ctx context.Context, buckets []uint32, attrsOnly bool)
 	if !attrsOnly {
 		creates = f.takeCreatesLocked(buckets)
 	}
+	unlinks := f.takeUnlinksLocked(buckets)
 	var batch []*pendingAttr
 	for ino, p := range f.wb.mu.m {
 		if buckets == nil || slices.Contains(buckets, namespace.Ino(ino).Bucket()) {
@@ -305,11 +319,11 @@ func (f *FS) flushKeptOpt(ctx context.Context, buckets []uint32, attrsOnly bool)
 			delete(f.wb.mu.m, ino)
 		}
 	}
-	if len(f.wb.mu.m) == 0 && len(f.wb.mu.creates) == 0 && f.wb.mu.timer != nil {
+	if len(f.wb.mu.m) == 0 && len(f.wb.mu.creates) == 0 && len(f.wb.mu.unlinks) == 0 && f.wb.mu.timer != nil {
 		f.wb.mu.timer.Stop()
 		f.wb.mu.timer = nil
 	}
-	f.wb.mu.inflight += len(batch) + len(creates)
+	f.wb.mu.inflight += len(batch) + len(creates) + len(unlinks)
 	f.wb.mu.Unlock()
 	sort.Slice(batch, func(i, j int) bool { return batch[i].req.Ino < batch[j].req.Ino })
 	// The changes were answered already: the request whose turn sent
@@ -341,6 +355,10 @@ func (f *FS) flushKeptOpt(ctx context.Context, buckets []uint32, attrsOnly bool)
 			f.Invalidate(p.req.Ino)
 		}
 	}
+	// Unlinks after the attribute changes (the kept-back chmod of a
+	// directory that let them), before the creates (of a name an unlink
+	// freed).
+	f.sendUnlinks(ctx, unlinks)
 	// Creates after the attribute changes: a create may depend on one
 	// (a chmod of its directory that lets the creator write there). No
 	// kept-back change is of a file whose create is kept back (it joins
@@ -413,7 +431,8 @@ func (f *FS) keptApart(keys []uint64) bool {
 		return false
 	}
 	for _, k := range keys {
-		if k == unknownKey || f.wb.mu.m[k] != nil || f.wb.mu.creates[k] != nil || f.wb.mu.createDirs[k] > 0 {
+		if k == unknownKey || f.wb.mu.m[k] != nil || f.wb.mu.creates[k] != nil || f.wb.mu.createDirs[k] > 0 ||
+			f.wb.mu.unlinkDirs[k] > 0 || f.wb.mu.unlinkInos[k] > 0 {
 			return false
 		}
 	}
