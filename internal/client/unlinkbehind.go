@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -136,25 +135,12 @@ func (f *FS) takeUnlinksLocked(buckets []uint32) []*pendingUnlink {
 // sendUnlinks sends kept-back unlinks, up to wbParallel at once: they
 // are of different names and do not depend on each other.
 func (f *FS) sendUnlinks(ctx context.Context, batch []*pendingUnlink) {
-	var wg sync.WaitGroup
-	next := make(chan *pendingUnlink)
-	for range min(wbParallel, len(batch)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range next {
-				ch := f.beginChange(ctx, p.req.Dir, p.victim)
-				err := f.call(ctx, p.req.Dir, metawire.OpUnlink, &p.req, nil)
-				f.endChange(ch)
-				f.unlinkDone(p, err)
-			}
-		}()
-	}
-	for _, p := range batch {
-		next <- p
-	}
-	close(next)
-	wg.Wait()
+	inParallel(batch, func(p *pendingUnlink) {
+		ch := f.beginChange(ctx, p.req.Dir, p.victim)
+		err := f.call(ctx, p.req.Dir, metawire.OpUnlink, &p.req, nil)
+		f.endChange(ch)
+		f.unlinkDone(p, err)
+	})
 }
 
 // unlinkDone accounts for a kept-back unlink sent with outcome err. A

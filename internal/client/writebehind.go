@@ -366,26 +366,33 @@ func (f *FS) flushKeptOpt(ctx context.Context, buckets []uint32, attrsOnly bool)
 	// flush began (wb.sending). They do not depend on each other (each
 	// its own name and inode), so up to wbParallel are in flight: their
 	// island commits them in shared rounds instead of one round each.
+	inParallel(creates, func(p *pendingCreate) { f.createDone(p, f.sendCreate(ctx, p), true) })
+}
+
+// wbParallel is how many kept-back creates (or unlinks) one flush has in
+// flight.
+const wbParallel = 16
+
+// inParallel calls send for each of items, up to wbParallel at once, and
+// returns when all have returned.
+func inParallel[T any](items []T, send func(T)) {
 	var wg sync.WaitGroup
-	next := make(chan *pendingCreate)
-	for range min(wbParallel, len(creates)) {
+	next := make(chan T)
+	for range min(wbParallel, len(items)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for p := range next {
-				f.createDone(p, f.sendCreate(ctx, p), true)
+			for it := range next {
+				send(it)
 			}
 		}()
 	}
-	for _, p := range creates {
-		next <- p
+	for _, it := range items {
+		next <- it
 	}
 	close(next)
 	wg.Wait()
 }
-
-// wbParallel is how many kept-back creates one flush has in flight.
-const wbParallel = 16
 
 // flushBeforeCall sends the kept-back changes before a request of op:
 // every request but a lease poll and the flush's own, so no answer an
