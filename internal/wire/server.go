@@ -226,8 +226,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		if len(s.mu.conns) >= s.cfg.MaxConns || s.mu.perPeer[peer] >= s.cfg.MaxConnsPerPeer {
 			n := len(s.mu.conns)
 			s.mu.Unlock()
-			c.Close()
+			// Counted before the peer can see the close.
 			s.refuse(ctx, c.RemoteAddr().String(), fmt.Errorf("too many connections (%d served, at most %d, %d from one address)", n, s.cfg.MaxConns, s.cfg.MaxConnsPerPeer))
+			c.Close()
 			continue
 		}
 		s.mu.conns[c] = struct{}{}
