@@ -181,6 +181,10 @@ func (s *Server) open(ctx context.Context, m *cluster.Map, k uint32, viewReady <
 	rc := replica.Config{
 		Observe: func(d time.Duration) { obs.Observe(d.Seconds()) },
 		Island:  k, Self: s.cfg.ID, Voters: voters, Join: join,
+		// The placement's first server is meant to lead: on a first start
+		// the others let it win the election instead of handing it the
+		// lead later (which gives the island's leases up).
+		Defer:  !join && len(set) > 1 && set[0] != s.cfg.ID,
 		Dir:    filepath.Join(s.cfg.Dir, "island-"+strconv.Itoa(int(k))),
 		Pebble: meta.PebbleOptions(vfs.Default, s.log.With("island", k)),
 		Mux:    s.mux, Log: s.logs, Faults: s.cfg.Faults, Logger: s.log,

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,13 @@ type Config struct {
 	// add it (a replica moved onto this server, or one whose placement
 	// changed since the group was formed); Voters need name only Self.
 	Join bool
+	// Defer: on the group's first start (it bootstraps), wait longer
+	// before a first election (deferFactor × HeartbeatTimeout), so that
+	// the replica meant to lead (the placement's first) is elected rather
+	// than handed the lead a few seconds later, which gives the island's
+	// leases up (every client's cache of it) in the middle of its first
+	// workload. The usual timeouts return once a leader is known.
+	Defer bool
 	// Dir holds db/ (pebble), raft.db (raft-boltdb: log and stable
 	// store) and snapshots/.
 	Dir string
@@ -110,7 +118,17 @@ type Replica struct {
 	// running is raft once started, for raft's own goroutines (the log
 	// store asks whether it leads).
 	running atomic.Pointer[raft.Raft]
+	// undefer restores the usual election timeouts of a deferred first
+	// start (Config.Defer) once a leader is known; closed stops it.
+	undefer sync.WaitGroup
+	closed  chan struct{}
 }
+
+// deferFactor lengthens a deferred replica's first election timeouts
+// (Config.Defer): a replica meant to lead campaigns within 1-2 ×
+// HeartbeatTimeout of its start, a deferred one after 4-8 ×, so the
+// first wins even when the servers start a second or so apart.
+const deferFactor = 4
 
 // syncedTransport tells followers of commits only up to what the leader
 // has durably in its own log (see groupLog.StoreLogs): a follower applies
@@ -169,7 +187,7 @@ func Open(cfg Config) (*Replica, error) {
 	if cfg.TrailingLogs == 0 {
 		cfg.TrailingLogs = 4096
 	}
-	r := &Replica{cfg: cfg, log: cfg.Logger.With("island", cfg.Island, "replica", cfg.Self)}
+	r := &Replica{cfg: cfg, log: cfg.Logger.With("island", cfg.Island, "replica", cfg.Self), closed: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {
@@ -239,6 +257,11 @@ func Open(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica: reading raft state in %s: %w", cfg.Dir, err)
 	}
+	deferred := !existing && !cfg.Join && cfg.Defer
+	if deferred {
+		rc.HeartbeatTimeout *= deferFactor
+		rc.ElectionTimeout *= deferFactor
+	}
 	if !existing && !cfg.Join {
 		boot := raft.Configuration{}
 		for _, id := range sortedIDs(cfg.Voters) {
@@ -259,8 +282,41 @@ func Open(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("replica: start raft: %w", err)
 	}
 	r.running.Store(r.raft)
+	if deferred {
+		r.undefer.Add(1)
+		go r.undeferWhenLed()
+	}
 	ok = true
 	return r, nil
+}
+
+// undeferWhenLed restores the usual election timeouts of a deferred first
+// start once the group has a leader (or after a while without one: the
+// replica meant to lead may never come).
+func (r *Replica) undeferWhenLed() {
+	defer r.undefer.Done()
+	give := time.NewTimer(10 * deferFactor * r.cfg.HeartbeatTimeout)
+	defer give.Stop()
+	tick := time.NewTicker(r.cfg.HeartbeatTimeout / 10)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.closed:
+			return
+		case <-give.C:
+		case <-tick.C:
+			if addr, _ := r.raft.LeaderWithID(); addr == "" {
+				continue
+			}
+		}
+		if err := r.raft.ReloadConfig(raft.ReloadableConfig{
+			TrailingLogs: r.cfg.TrailingLogs, SnapshotInterval: r.cfg.SnapshotInterval, SnapshotThreshold: r.cfg.SnapshotThreshold,
+			HeartbeatTimeout: r.cfg.HeartbeatTimeout, ElectionTimeout: r.cfg.ElectionTimeout,
+		}); err != nil {
+			r.log.Warn("replica: restoring the election timeouts", "err", err)
+		}
+		return
+	}
 }
 
 // restoreIfBehind restores the newest local snapshot when the database
@@ -535,6 +591,12 @@ func (r *Replica) Close() error {
 // database's memtable first (a clean stop: nothing to replay at the next
 // start). A crash is closeParts(false).
 func (r *Replica) closeParts(flush bool) error {
+	select {
+	case <-r.closed:
+	default:
+		close(r.closed)
+	}
+	r.undefer.Wait()
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {
