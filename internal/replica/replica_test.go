@@ -625,3 +625,28 @@ func containsID(ids []uint32, id uint32) bool {
 	}
 	return false
 }
+
+// TestDeferredFirstElection: on a group's first start the replicas given
+// Defer let the one meant to lead win the first election (without it
+// any of the three may), and take the usual timeouts back once it leads.
+func TestDeferredFirstElection(t *testing.T) {
+	for round := range 4 {
+		want := uint32(round%3 + 1)
+		g := newGroup(t, 3, func(c *Config) { c.Defer = c.Self != want })
+		if got := g.leader().cfg.Self; got != want {
+			t.Fatalf("round %d: replica %d leads, want %d (the one not deferred)", round, got, want)
+		}
+		for id, r := range g.reps {
+			deadline := time.Now().Add(5 * time.Second)
+			for r.raft.ReloadableConfig().HeartbeatTimeout != r.cfg.HeartbeatTimeout {
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: replica %d kept heartbeat timeout %v, want %v back", round, id, r.raft.ReloadableConfig().HeartbeatTimeout, r.cfg.HeartbeatTimeout)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		for id := range g.reps {
+			g.stop(id)
+		}
+	}
+}
