@@ -877,6 +877,9 @@ func TestUnlinksKeptBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {
+		if i == 3 {
+			continue // below
+		}
 		if err := a.Unlink(ctx, root, dirOf(i), name(i)); err != nil {
 			t.Fatal(err)
 		}
@@ -884,14 +887,25 @@ func TestUnlinksKeptBack(t *testing.T) {
 	if got := since(); got["unlink"] != 1 || got["rmdir"] != 0 {
 		t.Fatalf("island requests while unlinks are kept back: %v", got)
 	}
-	if kept, sent, _ := a.UnlinksBehind(); kept != n || sent != 0 {
-		t.Fatalf("unlinks kept %d sent %d, want %d and 0", kept, sent, n)
+	if kept, sent, _ := a.UnlinksBehind(); kept != n-1 || sent != 0 {
+		t.Fatalf("unlinks kept %d sent %d, want %d and 0", kept, sent, n-1)
 	}
-	if _, err := a.Lookup(ctx, root, d.Ino, name(3)); !errors.Is(err, metawire.ErrNotFound) {
+	if _, err := a.Lookup(ctx, root, d.Ino, name(5)); !errors.Is(err, metawire.ErrNotFound) {
 		t.Fatalf("the holder's lookup of a name it removed: %v", err)
 	}
-	// The same name again, kept back too: its create goes after the
-	// unlink.
+	// An rmdir sends the kept-back unlinks first (nothing else is kept
+	// back to make it flush).
+	if err := a.Rmdir(ctx, root, d.Ino, "sub"); err != nil {
+		t.Fatalf("rmdir of a directory whose unlinks were kept back: %v", err)
+	}
+	if got := since(); got["unlink"] != n || got["rmdir"] != 1 || got["lookup"] != 0 {
+		t.Fatalf("island requests after the rmdir: %v, want %d unlinks", got, n)
+	}
+	// A name removed and made again, both kept back: one flush sends the
+	// unlink first.
+	if err := a.Unlink(ctx, root, d.Ino, name(3)); err != nil {
+		t.Fatal(err)
+	}
 	again, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: name(3), Mode: 0o600})
 	if err != nil {
 		t.Fatal(err)
@@ -899,12 +913,8 @@ func TestUnlinksKeptBack(t *testing.T) {
 	if kept, _, _ := a.CreatesBehind(); kept != n+1 {
 		t.Fatalf("the create of a name unlinked here was not kept back (%d kept)", kept)
 	}
-	// An rmdir sends the unlinks of the directory's files first.
-	if err := a.Rmdir(ctx, root, d.Ino, "sub"); err != nil {
-		t.Fatalf("rmdir of a directory whose unlinks were kept back: %v", err)
-	}
-	if got := since(); got["unlink"] != n+1 || got["rmdir"] != 1 || got["create"] != 1 || got["lookup"] != 0 {
-		t.Fatalf("island requests after the rmdir: %v, want %d unlinks", got, n+1)
+	if kept, _, _ := a.UnlinksBehind(); kept != n {
+		t.Fatalf("unlinks kept %d, want %d", kept, n)
 	}
 	// Another client sees every change.
 	list, err := b.Readdir(ctx, root, d.Ino, 0, 0, false)
@@ -922,6 +932,9 @@ func TestUnlinksKeptBack(t *testing.T) {
 	}
 	if at, err := b.Lookup(ctx, root, d.Ino, name(3)); err != nil || at.Ino != again.Attr.Ino || at.Mode&metawire.ModePerm != 0o600 {
 		t.Fatalf("the name created again: %+v, %v", at, err)
+	}
+	if got := since(); got["unlink"] != n+1 || got["create"] != 1 {
+		t.Fatalf("island requests after the recall: %v, want %d unlinks and 1 create", got, n+1)
 	}
 	if _, sent, failed := a.UnlinksBehind(); sent != n || failed != 0 {
 		t.Fatalf("unlinks sent %d failed %d", sent, failed)
