@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -174,4 +175,64 @@ func dirNames(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// TestFUSERemovalsKeptBackSeenByAnotherMount: `rm -rf` and unlinks
+// through a mount holding its directories exclusively are answered by
+// the mount (kept back, client.FS.UnlinksBehind) and still seen by another
+// mount at once: its listing recalls the lease, which sends them first. A
+// name removed and written again reads back with its new bytes.
+func TestFUSERemovalsKeptBackSeenByAnotherMount(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	fsa, fsb := fc.newFS(t), fc.newFS(t)
+	_, ma := mountFS(t, fsa)
+	_, mb := mountFS(t, fsb)
+	d := filepath.Join(ma, "d")
+	for s := range 4 {
+		sub := filepath.Join(d, fmt.Sprintf("sub%d", s))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 30 {
+			if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%02d", k)), []byte{byte(s), byte(k)}, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if out, err := exec.Command("rm", "-rf", filepath.Join(d, "sub0"), filepath.Join(d, "sub1")).CombinedOutput(); err != nil {
+		t.Fatalf("rm -rf: %v: %s", err, out)
+	}
+	// Removed and written again: the close sends the unlink, then the
+	// create.
+	if err := os.Remove(filepath.Join(d, "sub3", "f07")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "sub3", "f07"), []byte("again"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 30 {
+		if err := os.Remove(filepath.Join(d, "sub2", fmt.Sprintf("f%02d", k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept, _, _ := fsa.UnlinksBehind(); kept < 60 {
+		t.Fatalf("%d unlinks kept back, want most of the 91", kept)
+	}
+	if names := dirNames(t, filepath.Join(mb, "d")); !slices.Equal(names, []string{"sub2", "sub3"}) {
+		t.Fatalf("the other mount lists %q, want sub2 and sub3", names)
+	}
+	// Only the recall of the lease on sub2 sends its unlinks.
+	if names := dirNames(t, filepath.Join(mb, "d", "sub2")); len(names) != 0 {
+		t.Fatalf("the other mount lists %q in sub2, want nothing", names)
+	}
+	if n := len(dirNames(t, filepath.Join(mb, "d", "sub3"))); n != 30 {
+		t.Fatalf("the other mount lists %d names in sub3, want 30", n)
+	}
+	if data, err := os.ReadFile(filepath.Join(mb, "d", "sub3", "f07")); err != nil || string(data) != "again" {
+		t.Fatalf("sub3/f07 through the other mount: %q, %v", data, err)
+	}
+	if _, _, failed := fsa.UnlinksBehind(); failed != 0 {
+		t.Fatalf("%d kept-back unlinks failed", failed)
+	}
 }
