@@ -82,7 +82,7 @@ func (f *FS) unlinkBehindLocked(cred metawire.Cred, dir uint64, name string, ino
 }
 
 // unlinkBehind is removeBehind, after fresh reads of what it lacked (the
-// directory's attributes and its lease, once per directory; the name):
+// directory's attributes, once per directory; the name):
 // one read costs its island less than the unlink, and the caller waits
 // for a read instead of a consensus round. It reports whether the unlink
 // was answered here.
