@@ -10,6 +10,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/fusefs"
 )
 
 // TestFUSETwoMountsSeeEachOtherUnderLeases: two mounts of one cluster,
@@ -19,11 +22,7 @@ import (
 // it returned: the island breaks the watcher's lease first, and its mount
 // invalidates what the kernel cached.
 func TestFUSETwoMountsSeeEachOtherUnderLeases(t *testing.T) {
-	fuseUsable(t)
-	fc := startFSCluster(t, 5, 1)
-	fsa, fsb := fc.newFS(t), fc.newFS(t)
-	_, ma := mountFS(t, fsa)
-	_, mb := mountFS(t, fsb)
+	fsa, fsb, _, ma, mb := twoMounts(t)
 	if err := os.Mkdir(filepath.Join(ma, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -107,11 +106,7 @@ func TestFUSETwoMountsSeeEachOtherUnderLeases(t *testing.T) {
 // seen to drop it by itself with only the attributes invalidated, so the
 // test does not single out that guard.
 func TestFUSEListingCachedUntilAnotherMountChanges(t *testing.T) {
-	fuseUsable(t)
-	fc := startFSCluster(t, 5, 1)
-	fsa, fsb := fc.newFS(t), fc.newFS(t)
-	_, ma := mountFS(t, fsa)
-	mountB, mb := mountFS(t, fsb)
+	_, _, mountB, ma, mb := twoMounts(t)
 	d := filepath.Join(ma, "d")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)
@@ -163,6 +158,18 @@ func TestFUSEListingCachedUntilAnotherMountChanges(t *testing.T) {
 	}
 }
 
+// twoMounts mounts two clients of one new cluster (5 storage servers, one
+// island): their FSs, the second Mount, and both mountpoints.
+func twoMounts(t *testing.T) (fsa, fsb *client.FS, mountB *fusefs.Mount, ma, mb string) {
+	t.Helper()
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	fsa, fsb = fc.newFS(t), fc.newFS(t)
+	_, ma = mountFS(t, fsa)
+	mountB, mb = mountFS(t, fsb)
+	return fsa, fsb, mountB, ma, mb
+}
+
 // dirNames lists dir's names in the order readdir returns them.
 func dirNames(t *testing.T, dir string) []string {
 	t.Helper()
@@ -183,11 +190,7 @@ func dirNames(t *testing.T, dir string) []string {
 // mount at once: its listing recalls the lease, which sends them first. A
 // name removed and written again reads back with its new bytes.
 func TestFUSERemovalsKeptBackSeenByAnotherMount(t *testing.T) {
-	fuseUsable(t)
-	fc := startFSCluster(t, 5, 1)
-	fsa, fsb := fc.newFS(t), fc.newFS(t)
-	_, ma := mountFS(t, fsa)
-	_, mb := mountFS(t, fsb)
+	fsa, _, _, ma, mb := twoMounts(t)
 	d := filepath.Join(ma, "d")
 	for s := range 4 {
 		sub := filepath.Join(d, fmt.Sprintf("sub%d", s))

@@ -344,13 +344,7 @@ func (f *FS) removeBehind(cred metawire.Cred, dir uint64, name string) (why int)
 	}
 	f.dropCreateLocked(p)
 	f.wb.mu.cancelled++
-	t := now.UnixNano()
-	da.attr.Mtime, da.attr.Ctime = t, t
-	f.touchLocked(now, dir, d.ino)
-	f.cache.attrs[dir] = da
-	delete(f.cache.attrs, d.ino)
-	f.cache.dentry[dentryKey{dir, name}] = cachedDentry{0, time.Time{}, l.gen}
-	f.namesChangedLocked(dir)
+	f.removedHereLocked(now, dir, name, d.ino, da, l)
 	return behindOK
 }
 

@@ -68,17 +68,24 @@ func (f *FS) unlinkBehindLocked(cred metawire.Cred, dir uint64, name string, ino
 	f.wb.mu.unlinkInos[ino]++
 	f.wb.mu.unlinksKept++
 	f.armFlushLocked(now, dir, false)
+	f.removedHereLocked(now, dir, name, ino, da, l)
+	return behindOK
+}
 
+// removedHereLocked updates the cache for the removal of dir/name (which
+// led to ino) answered here under the lease l (removeBehind): the name is
+// known missing, the directory's times are now, and ino's attributes are
+// dropped (its link count and ctime change; another name may still lead
+// to it). f.cache held; da is dir's cached attributes.
+func (f *FS) removedHereLocked(now time.Time, dir uint64, name string, ino uint64, da cachedAttr, l *heldLease) {
 	t := now.UnixNano()
 	da.attr.Mtime, da.attr.Ctime = t, t
 	f.touchLocked(now, dir, ino)
 	f.cache.attrs[dir] = da
-	// Its link count and ctime change; another name may still lead to it.
 	delete(f.cache.attrs, ino)
 	f.dropBlocksLocked(ino)
-	f.cache.dentry[key] = cachedDentry{0, time.Time{}, l.gen}
+	f.cache.dentry[dentryKey{dir, name}] = cachedDentry{0, time.Time{}, l.gen}
 	f.namesChangedLocked(dir)
-	return behindOK
 }
 
 // unlinkBehind is removeBehind, after fresh reads of what it lacked (the
@@ -147,7 +154,6 @@ func (f *FS) sendUnlinks(ctx context.Context, batch []*pendingUnlink) {
 // failure is kept for the next Fsync, SyncDir or SyncLazy, and the name
 // is forgotten here and in the kernel (it was told the name is gone).
 func (f *FS) unlinkDone(p *pendingUnlink, err error) {
-	f.cache.Lock()
 	f.wb.mu.Lock()
 	f.wb.mu.inflight--
 	if f.wb.mu.unlinkInos[p.victim]--; f.wb.mu.unlinkInos[p.victim] <= 0 {
@@ -165,7 +171,6 @@ func (f *FS) unlinkDone(p *pendingUnlink, err error) {
 		f.wb.mu.unlinksSent++
 	}
 	f.wb.mu.Unlock()
-	f.cache.Unlock()
 	if err != nil {
 		f.log.Warn("client: a kept-back unlink failed", "dir", fmt.Sprintf("%x", p.req.Dir), "name", p.req.Name, "err", err)
 		f.invalidateDentry(p.req.Dir, p.req.Name)

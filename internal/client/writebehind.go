@@ -96,6 +96,11 @@ func (f *FS) keptIn(ino uint64) bool {
 	}
 	f.wb.mu.Lock()
 	defer f.wb.mu.Unlock()
+	return f.keptInLocked(ino)
+}
+
+// keptInLocked is keptIn with f.wb.mu held.
+func (f *FS) keptInLocked(ino uint64) bool {
 	return f.wb.mu.m[ino] != nil || f.wb.mu.creates[ino] != nil || f.wb.mu.createDirs[ino] > 0 ||
 		f.wb.mu.unlinkDirs[ino] > 0 || f.wb.mu.unlinkInos[ino] > 0
 }
@@ -438,8 +443,7 @@ func (f *FS) keptApart(keys []uint64) bool {
 		return false
 	}
 	for _, k := range keys {
-		if k == unknownKey || f.wb.mu.m[k] != nil || f.wb.mu.creates[k] != nil || f.wb.mu.createDirs[k] > 0 ||
-			f.wb.mu.unlinkDirs[k] > 0 || f.wb.mu.unlinkInos[k] > 0 {
+		if k == unknownKey || f.keptInLocked(k) {
 			return false
 		}
 	}
