@@ -52,6 +52,25 @@
 // BenchmarkReplicate (16 proposers, same run of this VM): 11,031–11,247
 // entries/s against 5,714–7,194 with the leader's sync in series, and a
 // lone proposer's entry in 0.43–0.49 ms against 0.59 ms.
+//
+// # Merged appends
+//
+// A follower stores the append requests of its connection one at a
+// time, each with a synced write, and hashicorp/raft's leader pipelines
+// one request per group of entries as they come: under load a follower
+// synced once per small request and each request waited behind the
+// syncs of those before it. The leader's pipeline (mergingPipeline)
+// keeps one request on the connection and merges those raft hands it
+// meanwhile (contiguous entries of one term, at most 512 entries or
+// 4 MiB) into the next: one sync for all of them; a lone request goes at
+// once. Measured with `atoll bench meta --islands 3 --replicas 3
+// --files 40000` (builds alternating, one VM session): durable creates
+// 3,904–4,877/s over 8 runs against 3,441–4,420/s over 5 without it;
+// raft's own metrics showed about 2.9 entries per follower request
+// against 2.0. The leader's commit time under load stayed at 2.6–3.4 ms:
+// the gain is fewer syncs and requests on a machine whose two cores were
+// busy (vmstat: 6–9% idle), not latency.
+//
 // A replica that cannot apply a committed entry (a corrupt batch, a full
 // disk) stops applying and fails every later Replicate with ErrIO rather
 // than diverge; Status reports it.

@@ -149,17 +149,7 @@ func (t *syncedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.Se
 	if err != nil {
 		return nil, err
 	}
-	return &syncedPipeline{p, t.synced}, nil
-}
-
-type syncedPipeline struct {
-	raft.AppendPipeline
-	synced func() uint64
-}
-
-func (p *syncedPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
-	args.LeaderCommitIndex = min(args.LeaderCommitIndex, p.synced())
-	return p.AppendPipeline.AppendEntries(args, resp)
+	return newMergingPipeline(p, t.synced), nil
 }
 
 // Open opens (creating) the replica's database and raft state, and joins
