@@ -42,6 +42,7 @@ type mergingPipeline struct {
 		cond     sync.Cond
 		queue    []*appendFuture  // accepted, not sent
 		inFlight []*mergedRequest // sent, not answered, in order
+		sending  bool             // a request is being written (takeLocked)
 		sendErr  error            // a send failed: nothing more is sent
 		closed   bool
 	}
@@ -86,22 +87,31 @@ func newMergingPipeline(inner raft.AppendPipeline, synced func() uint64) *mergin
 }
 
 // AppendEntries accepts a request; it is sent (perhaps merged with
-// others) once fewer than pipelineInFlight are on the connection.
+// others) once fewer than pipelineInFlight are on the connection: at
+// once, from the caller, when the connection is idle.
 func (p *mergingPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
 	f := &appendFuture{start: time.Now(), args: args, resp: resp, done: make(chan struct{})}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for len(p.mu.queue) >= pipelineQueue && !p.mu.closed {
 		p.mu.cond.Wait()
 	}
 	switch {
 	case p.mu.closed:
+		p.mu.Unlock()
 		return nil, raft.ErrPipelineShutdown
 	case p.mu.sendErr != nil:
+		p.mu.Unlock()
 		return nil, p.mu.sendErr
 	}
 	p.mu.queue = append(p.mu.queue, f)
-	p.mu.cond.Broadcast()
+	m := p.takeLocked()
+	if m == nil {
+		p.mu.cond.Broadcast() // the send loop's
+	}
+	p.mu.Unlock()
+	if m != nil {
+		p.send(m)
+	}
 	return f, nil
 }
 
@@ -127,38 +137,57 @@ func (p *mergingPipeline) sendLoop() {
 	defer p.wg.Done()
 	for {
 		p.mu.Lock()
-		for !p.mu.closed && (len(p.mu.queue) == 0 || len(p.mu.inFlight) >= pipelineInFlight) {
+		var m *mergedRequest
+		for !p.mu.closed && p.mu.sendErr == nil {
+			if m = p.takeLocked(); m != nil {
+				break
+			}
 			p.mu.cond.Wait()
 		}
-		if p.mu.closed {
-			p.mu.Unlock()
+		p.mu.Unlock()
+		if m == nil {
 			return
 		}
-		n := mergeable(p.mu.queue)
-		m := &mergedRequest{parts: append([]*appendFuture(nil), p.mu.queue[:n]...)}
-		p.mu.queue = append(p.mu.queue[:0], p.mu.queue[n:]...)
-		p.mu.inFlight = append(p.mu.inFlight, m)
-		p.mu.cond.Broadcast()
-		p.mu.Unlock()
+		p.send(m)
+	}
+}
 
-		args := merge(m.parts)
-		args.LeaderCommitIndex = min(args.LeaderCommitIndex, p.synced())
-		if _, err := p.inner.AppendEntries(args, new(raft.AppendEntriesResponse)); err != nil {
-			// No inner answer will come for m: the receive loop answers
-			// it, and what is queued, with the error once the requests
-			// before it are answered; raft then stops this pipeline.
-			p.mu.Lock()
-			m.err = err
-			p.mu.sendErr = err
-			m.parts = append(m.parts, p.mu.queue...)
-			p.mu.queue = nil
-			p.mu.cond.Broadcast()
-			p.mu.Unlock()
-			select {
-			case p.failed <- struct{}{}:
-			default:
-			}
-			return
+// takeLocked takes what is queued for one request, if the connection has
+// room and nobody else is sending: the caller sends it (send).
+func (p *mergingPipeline) takeLocked() *mergedRequest {
+	if p.mu.sending || p.mu.closed || p.mu.sendErr != nil || len(p.mu.queue) == 0 || len(p.mu.inFlight) >= pipelineInFlight {
+		return nil
+	}
+	n := mergeable(p.mu.queue)
+	m := &mergedRequest{parts: append([]*appendFuture(nil), p.mu.queue[:n]...)}
+	p.mu.queue = append(p.mu.queue[:0], p.mu.queue[n:]...)
+	p.mu.inFlight = append(p.mu.inFlight, m)
+	p.mu.sending = true
+	return m
+}
+
+// send sends m (taken by takeLocked) on the connection.
+func (p *mergingPipeline) send(m *mergedRequest) {
+	args := merge(m.parts)
+	args.LeaderCommitIndex = min(args.LeaderCommitIndex, p.synced())
+	_, err := p.inner.AppendEntries(args, new(raft.AppendEntriesResponse))
+	p.mu.Lock()
+	p.mu.sending = false
+	if err != nil {
+		// No inner answer will come for m: the receive loop answers it,
+		// and what is queued, with the error once the requests before it
+		// are answered; raft then stops this pipeline.
+		m.err = err
+		p.mu.sendErr = err
+		m.parts = append(m.parts, p.mu.queue...)
+		p.mu.queue = nil
+	}
+	p.mu.cond.Broadcast()
+	p.mu.Unlock()
+	if err != nil {
+		select {
+		case p.failed <- struct{}{}:
+		default:
 		}
 	}
 }
