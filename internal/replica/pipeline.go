@@ -95,13 +95,12 @@ func (p *mergingPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *r
 	for len(p.mu.queue) >= pipelineQueue && !p.mu.closed {
 		p.mu.cond.Wait()
 	}
-	switch {
-	case p.mu.closed:
+	if err := p.mu.sendErr; p.mu.closed || err != nil {
+		if p.mu.closed {
+			err = raft.ErrPipelineShutdown
+		}
 		p.mu.Unlock()
-		return nil, raft.ErrPipelineShutdown
-	case p.mu.sendErr != nil:
-		p.mu.Unlock()
-		return nil, p.mu.sendErr
+		return nil, err
 	}
 	p.mu.queue = append(p.mu.queue, f)
 	m := p.takeLocked()
