@@ -48,7 +48,12 @@ type heldLease struct {
 	granted  time.Time
 	table    uint64
 	hold     time.Duration
-	renewing bool            // a renewal is on its way (renewLocked)
+	renewing bool // a renewal is on its way (renewLocked)
+	// polled: a poll sent after the grant renewed it, so the polls to its
+	// island now come often enough to keep it (renewByPoll); until then
+	// reads renew it (hitLocked). A poll parked for pollWait before the
+	// grant renews nothing in time.
+	polled   bool
 	complete map[uint64]bool // directories of the bucket whose every name is cached under the lease
 	misses   int             // names looked up and not found under the lease
 	// listing holds directories listed whole under the lease (pages
@@ -420,6 +425,15 @@ func (f *FS) leasedCall(ctx context.Context, route uint64, op uint16, req, resp 
 	return m, rerr
 }
 
+// renewsByRead reports whether a read of l's bucket should renew l now:
+// it is past half its term and the polls are not known to keep it (a
+// poll sent after the grant renewed it, within half the time they renew
+// for).
+func (l *heldLease) renewsByRead(now time.Time) bool {
+	byPolls := l.polled && l.hold > 0 && now.Sub(l.granted) < l.hold/2
+	return !byPolls && l.expires.Sub(now) <= l.term/2
+}
+
 // hitLocked counts an answer from the cache of a record of route's
 // bucket and, when the bucket's lease is in use and past half its term
 // (or half the time polls renew it), renews it in the background (a
@@ -433,7 +447,7 @@ func (f *FS) hitLocked(route uint64, now time.Time) {
 	if l == nil || l.renewing || !now.Before(l.expires) || f.closing.Load() {
 		return
 	}
-	if byPolls := l.hold > 0 && now.Sub(l.granted) < l.hold/2; byPolls || l.expires.Sub(now) > l.term/2 {
+	if !l.renewsByRead(now) {
 		return
 	}
 	l.renewing = true
@@ -570,6 +584,9 @@ func (f *FS) renewByPoll(isl namespace.IslandID, resp *metawire.PollResp, sent t
 		}
 		if end := sent.Add(l.term); end.After(l.expires) {
 			l.expires = end
+		}
+		if l.granted.Before(sent) {
+			l.polled = true
 		}
 		wait = min(wait, l.term/renewPolls)
 	}
