@@ -203,3 +203,44 @@ func TestParticipantWaitsForCoordinator(t *testing.T) {
 	}
 	w.mustFsck()
 }
+
+// TestCoordinatorWritesNothingBeforeDecision: a coordinator writes no
+// intent before its decision (presumed abort), and while it runs it
+// answers a participant's OpOutcome "pending" from memory; once it has
+// returned without a decision (here: an error after the prepares), the
+// answer is "aborted" and the participant drops its prepared change.
+func TestCoordinatorWritesNothingBeforeDecision(t *testing.T) {
+	w := newThreeWay(t)
+	a, b := w.ids[0], w.ids[1]
+	name := w.nameOn(w.paths[a], "m", b)
+	var txid metawire.TxID
+	var parked bool
+	w.fp[a].Enable(FailTxAfterPrepare, faults.Action{Kind: faults.Call, Call: func(string) error {
+		parked = true
+		w.isl[b].tx.Lock()
+		for id := range w.isl[b].tx.prepared {
+			txid = id
+		}
+		w.isl[b].tx.Unlock()
+		if _, ok, err := get(w.isl[a].db, intentKey(txid)); err != nil || ok {
+			t.Errorf("coordinator's intent before its decision: found %v, err %v", ok, err)
+		}
+		if st, err := w.isl[a].outcome(txid); err != nil || st != metawire.TxPending {
+			t.Errorf("outcome while coordinating = %d, %v; want pending (%d)", st, err, metawire.TxPending)
+		}
+		return faults.ErrInjected
+	}})
+	_, err := w.r.mkdir(w.dirs[a].Ino, name, 0o755)
+	wantErr(t, err, faults.ErrInjected, "mkdir failing after its prepares")
+	if !parked {
+		t.Fatal("failpoint never hit")
+	}
+	if st, err := w.isl[a].outcome(txid); err != nil || st != metawire.TxAborted {
+		t.Fatalf("outcome after the abort = %d, %v; want aborted (%d)", st, err, metawire.TxAborted)
+	}
+	w.settle()
+	if lookupState(t, w.r, w.dirs[a].Ino, name) {
+		t.Fatal("aborted mkdir happened")
+	}
+	w.mustFsck()
+}

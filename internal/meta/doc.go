@@ -194,8 +194,12 @@
 // When actions fall on several islands, the island that received the
 // request coordinates a two-phase commit with presumed abort:
 //
-//  1. It locks and validates its own actions (not yet committed) and
-//     writes the intent (participants and their actions) with Sync.
+//  1. It locks and validates its own actions (not yet committed). It
+//     writes nothing yet: while it runs, OpOutcome answers pending from
+//     memory, and a coordinator that crashes before its decision has no
+//     record, which presumed abort reads as aborted. (Earlier versions
+//     wrote a pending intent here with Sync, a consensus round per
+//     operation on a replicated island; one found at open is aborted.)
 //  2. It sends OpPrepare to every participant in parallel. A participant
 //     checks the actions are on its inodes, takes their locks (waiting at
 //     most a short while; ErrBusy otherwise), validates them, writes a
@@ -203,9 +207,9 @@
 //     readers of the locked inodes wait for the decision (ErrBusy after a
 //     bound), so no client sees half an operation.
 //  3. If every participant prepared, the coordinator writes the commit
-//     decision (the intent marked committed) in the same synced batch as
-//     its own actions and releases its locks; otherwise it deletes the
-//     intent (abort) and tells the participants.
+//     decision (the intent: participants and their actions, marked
+//     committed) in the same synced batch as its own actions and
+//     releases its locks; otherwise it tells the participants (abort).
 //  4. It sends OpDecide; a participant applies (or drops) the actions
 //     and deletes its prepared record in one synced batch and releases
 //     its locks; deciding an unknown transaction succeeds.
@@ -213,9 +217,10 @@
 //     unacknowledged decisions are redelivered in the background.
 //
 // Presumed abort: OpOutcome answers committed (intent committed),
-// pending (intent undecided and being run) or aborted (no intent). A
-// prepared participant asks its coordinator after a while, and at every
-// restart. At open, before serving, an island resolves every open intent:
+// pending (being run: checked before the intent is read, since a
+// coordinator stops running only after its decision is written) or
+// aborted (no intent, not running). A prepared participant asks its
+// coordinator after a while, and at every restart. At open, before serving, an island resolves every open intent:
 // undecided ones are aborted (deleted, participants told in the
 // background) and committed ones are queued for redelivery; prepared
 // records take their locks again. One synchronous resolution pass runs
@@ -333,7 +338,7 @@
 //
 // # Failpoints
 //
-//	meta.tx.afterIntent            coordinator: intent durable, nothing prepared
+//	meta.tx.afterIntent            coordinator: own actions locked, nothing prepared or written
 //	meta.tx.afterPrepare           coordinator: all prepared, no decision
 //	meta.tx.afterDecision          coordinator: decision and own actions durable, no Decide sent
 //	meta.tx.afterDecide            coordinator: Decide acknowledged, intent not cleared
