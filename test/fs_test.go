@@ -25,6 +25,7 @@ type fsCluster struct {
 	storage []*server
 	islands []*meta.Island
 	regs    []*prometheus.Registry // each island's metrics
+	faults  []*faults.Set          // each island's failpoints
 	smap    *meta.StaticMap
 	view    *client.StaticMapView
 }
@@ -45,7 +46,8 @@ func startFSCluster(t testing.TB, nStorage, nIslands int) *fsCluster {
 	addrs := map[namespace.IslandID]string{}
 	for _, id := range ids {
 		reg := prometheus.NewRegistry()
-		is, err := meta.New(meta.Config{Key: testKey, Dir: t.TempDir(), Listen: "127.0.0.1:0", ID: uint32(id), Map: fc.smap, Logger: quietLogger(), Registerer: reg})
+		fp := faults.New()
+		is, err := meta.New(meta.Config{Key: testKey, Dir: t.TempDir(), Listen: "127.0.0.1:0", ID: uint32(id), Map: fc.smap, Logger: quietLogger(), Registerer: reg, Faults: fp})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,6 +64,7 @@ func startFSCluster(t testing.TB, nStorage, nIslands int) *fsCluster {
 		})
 		fc.islands = append(fc.islands, is)
 		fc.regs = append(fc.regs, reg)
+		fc.faults = append(fc.faults, fp)
 	}
 	fc.view = &client.StaticMapView{MapEpoch: 1, Table: tab, Addrs: addrs, Policy: "ec:4+1"}
 	return fc

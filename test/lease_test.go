@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/lease"
+	"github.com/atoll-fs/atoll/internal/meta"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
@@ -861,7 +863,7 @@ func TestUnlinksKeptBack(t *testing.T) {
 	if kept, sent, _ := a.CreatesBehind(); kept != n || sent != n {
 		t.Fatalf("creates kept %d sent %d, want %d", kept, sent, n)
 	}
-	since := fc.islandOpsSince(t, "unlink", "rmdir", "create", "lookup")
+	since := fc.islandOpsSince(t, "unlink", "unlinkmany", "rmdir", "create", "lookup")
 	// Not allowed by the directory's attributes: sent, refused.
 	if err := a.Unlink(ctx, metawire.Cred{UID: 1000, GID: 1000}, d.Ino, name(1)); !errors.Is(err, metawire.ErrAccess) {
 		t.Fatalf("unlink by a user who may not write the directory: %v, want EACCES", err)
@@ -884,7 +886,7 @@ func TestUnlinksKeptBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := since(); got["unlink"] != 1 || got["rmdir"] != 0 {
+	if got := since(); got["unlink"] != 1 || got["unlinkmany"] != 0 || got["rmdir"] != 0 {
 		t.Fatalf("island requests while unlinks are kept back: %v", got)
 	}
 	if kept, sent, _ := a.UnlinksBehind(); kept != n-1 || sent != 0 {
@@ -898,9 +900,11 @@ func TestUnlinksKeptBack(t *testing.T) {
 	if err := a.Rmdir(ctx, root, d.Ino, "sub"); err != nil {
 		t.Fatalf("rmdir of a directory whose unlinks were kept back: %v", err)
 	}
-	if got := since(); got["unlink"] != n || got["rmdir"] != 1 || got["lookup"] != 0 {
-		t.Fatalf("island requests after the rmdir: %v, want %d unlinks", got, n)
+	// One request per directory: 29 names in d, 10 in sub.
+	if got := since(); got["unlink"] != 1 || got["unlinkmany"] != 2 || got["rmdir"] != 1 || got["lookup"] != 0 {
+		t.Fatalf("island requests after the rmdir: %v, want the refused unlink and 2 of several names", got)
 	}
+
 	// A name removed and made again, both kept back: one flush sends the
 	// unlink first.
 	if err := a.Unlink(ctx, root, d.Ino, name(3)); err != nil {
@@ -933,13 +937,66 @@ func TestUnlinksKeptBack(t *testing.T) {
 	if at, err := b.Lookup(ctx, root, d.Ino, name(3)); err != nil || at.Ino != again.Attr.Ino || at.Mode&metawire.ModePerm != 0o600 {
 		t.Fatalf("the name created again: %+v, %v", at, err)
 	}
-	if got := since(); got["unlink"] != n+1 || got["create"] != 1 {
-		t.Fatalf("island requests after the recall: %v, want %d unlinks and 1 create", got, n+1)
+	if got := since(); got["unlink"] != 2 || got["unlinkmany"] != 2 || got["create"] != 1 {
+		t.Fatalf("island requests after the recall: %v, want 2 unlinks, 2 of several names and 1 create", got)
 	}
 	if _, sent, failed := a.UnlinksBehind(); sent != n || failed != 0 {
 		t.Fatalf("unlinks sent %d failed %d", sent, failed)
 	}
 	if err := a.SyncLazy(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnlinksKeptBackSentAgainOneByOne: kept-back unlinks of one
+// directory go to the island in one request; when the island refuses that
+// request as a whole, each is sent again alone and gets its own answer.
+func TestUnlinksKeptBackSentAgainOneByOne(t *testing.T) {
+	fc, a, b, d := leasePair(t, "/ua")
+	a.EnableWriteBehind()
+	ctx := context.Background()
+	root := metawire.Cred{}
+	const n = 6
+	name := func(i int) string { return fmt.Sprintf("g%d", i) }
+	for i := 0; i < n; i++ {
+		if _, err := a.Create(ctx, metawire.CreateReq{Cred: root, Dir: d.Ino, Name: name(i), Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.SyncLazy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Under the lease with the names and attributes at hand (a listing).
+	if _, err := a.Readdir(ctx, root, d.Ino, 0, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.GetAttr(ctx, root, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if err := a.Unlink(ctx, root, d.Ino, name(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept, _, _ := a.UnlinksBehind(); kept != n {
+		t.Fatalf("%d unlinks kept back, want %d", kept, n)
+	}
+	since := fc.islandOpsSince(t, "unlink", "unlinkmany")
+	// The first change the island is about to commit fails: the request
+	// of all six.
+	fc.faults[0].Enable(meta.FailLocalBeforeCommit, faults.Action{Kind: faults.Error, Nth: 1})
+	if err := a.SyncLazy(ctx); err != nil {
+		t.Fatalf("sync after the unlinks were sent again: %v", err)
+	}
+	if got := since(); got["unlinkmany"] != 1 || got["unlink"] != n {
+		t.Fatalf("island requests %v, want 1 of several names, then %d alone", got, n)
+	}
+	if _, sent, failed := a.UnlinksBehind(); sent != n || failed != 0 {
+		t.Fatalf("unlinks sent %d failed %d, want %d and 0", sent, failed, n)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := b.Lookup(ctx, root, d.Ino, name(i)); !errors.Is(err, metawire.ErrNotFound) {
+			t.Fatalf("another client's lookup of %s: %v, want ENOENT", name(i), err)
+		}
 	}
 }

@@ -174,7 +174,10 @@
 // it (unlinkbehind.go; a fresh read of the directory, or of the name,
 // gets them first when missing); a flush sends kept-back unlinks after
 // the attribute changes and before the creates (a name removed and made
-// again), up to wbParallel in flight. With SetPreborn (the
+// again): those of one directory and caller in one OpUnlinkMany of up to
+// wbUnlinkMany names (sent again one by one if refused as a whole, or
+// always after an island answered it as unknown), up to wbParallel
+// requests in flight. With SetPreborn (the
 // mount's --write-cache preborn) the mount does not send a closed file's
 // create, so that holds for a file created, written, closed and removed
 // within the window (Sigma's preborn caching). One timer sends what is

@@ -130,7 +130,10 @@ type FS struct {
 	dirtyTotal atomic.Int64   // dirty bytes of all files (FSConfig.DirtyTotalMax)
 	lazyCreate atomic.Bool
 	lazyClose  atomic.Bool
-	lazy       struct {
+	// noUnlinkMany: an island refused metawire.OpUnlinkMany as unknown
+	// (an older version); kept-back unlinks go one per request.
+	noUnlinkMany atomic.Bool
+	lazy         struct {
 		lockcheck.Mutex
 		m   map[uint64]lazyChange // by ino: its last unsettled change
 		gen uint64

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -15,9 +16,9 @@ import (
 // FS holds a directory's bucket exclusively, knows the name's inode under
 // that lease and its attributes, and the cached directory attributes let
 // the caller remove it, the unlink of a file there is answered here and
-// sent later; a flush sends the kept-back unlinks up to wbParallel at a
-// time, so their island commits them in shared rounds. `rm -rf` then
-// waits for its island once per directory (the rmdir, which sends its
+// sent later; a flush sends the kept-back unlinks of a directory in one
+// request (OpUnlinkMany: one change on the island). `rm -rf` then waits
+// for its island once per directory (the rmdir, which sends its
 // entries' unlinks first) instead of once per file.
 //
 // Nobody else can tell: another session's request on the bucket recalls
@@ -139,15 +140,77 @@ func (f *FS) takeUnlinksLocked(buckets []uint32) []*pendingUnlink {
 	return batch
 }
 
-// sendUnlinks sends kept-back unlinks, up to wbParallel at once: they
-// are of different names and do not depend on each other.
+// wbUnlinkMany is how many kept-back unlinks of one directory go in one
+// request (metawire.OpUnlinkMany).
+const wbUnlinkMany = 256
+
+// sendUnlinks sends kept-back unlinks, up to wbParallel requests at
+// once: they are of different names and do not depend on each other.
+// Those of one directory by the same caller go together in requests of
+// up to wbUnlinkMany (the island removes them in one change, where one
+// request each would take the directory's lock one after another); a
+// request refused as a whole is sent again name by name, so each name
+// gets its own answer.
 func (f *FS) sendUnlinks(ctx context.Context, batch []*pendingUnlink) {
-	inParallel(batch, func(p *pendingUnlink) {
-		ch := f.beginChange(ctx, p.req.Dir, p.victim)
-		err := f.call(ctx, p.req.Dir, metawire.OpUnlink, &p.req, nil)
-		f.endChange(ch)
-		f.unlinkDone(p, err)
+	inParallel(groupUnlinks(batch, !f.noUnlinkMany.Load()), func(g []*pendingUnlink) {
+		if len(g) > 1 {
+			req := metawire.UnlinkManyReq{Cred: g[0].req.Cred, Dir: g[0].req.Dir, Names: make([]string, len(g))}
+			keys := make([]uint64, 0, len(g)+1)
+			keys = append(keys, req.Dir)
+			for k, p := range g {
+				req.Names[k] = p.req.Name
+				keys = append(keys, p.victim)
+			}
+			ch := f.beginChange(ctx, keys...)
+			err := f.call(ctx, req.Dir, metawire.OpUnlinkMany, &req, nil)
+			f.endChange(ch)
+			if err == nil {
+				for _, p := range g {
+					f.unlinkDone(p, nil)
+				}
+				return
+			}
+			if errors.Is(err, metawire.ErrBadRequest) {
+				f.noUnlinkMany.Store(true) // an island from before OpUnlinkMany
+			}
+			f.log.Debug("client: kept-back unlinks sent together were refused; sending them one by one",
+				"dir", fmt.Sprintf("%x", req.Dir), "names", len(g), "err", err)
+		}
+		for _, p := range g {
+			ch := f.beginChange(ctx, p.req.Dir, p.victim)
+			err := f.call(ctx, p.req.Dir, metawire.OpUnlink, &p.req, nil)
+			f.endChange(ch)
+			f.unlinkDone(p, err)
+		}
 	})
+}
+
+// groupUnlinks splits batch into requests: with together, the unlinks
+// of one directory by one caller (in order) in groups of up to
+// wbUnlinkMany; otherwise one each.
+func groupUnlinks(batch []*pendingUnlink, together bool) [][]*pendingUnlink {
+	var out [][]*pendingUnlink
+	if !together {
+		for _, p := range batch {
+			out = append(out, []*pendingUnlink{p})
+		}
+		return out
+	}
+	type key struct {
+		dir  uint64
+		cred string
+	}
+	at := map[key]int{} // the group of key still taking unlinks
+	for _, p := range batch {
+		k := key{p.req.Dir, fmt.Sprint(p.req.Cred)}
+		if i, ok := at[k]; ok && len(out[i]) < wbUnlinkMany {
+			out[i] = append(out[i], p)
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, []*pendingUnlink{p})
+	}
+	return out
 }
 
 // unlinkDone accounts for a kept-back unlink sent with outcome err. A

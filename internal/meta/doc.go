@@ -169,7 +169,9 @@
 // concurrent rename can make a directory its own ancestor). Actions
 // re-verify the facts the operation read; a fact that changed is a
 // conflict, and the operation starts over (ErrBusy to the client only
-// after many attempts). A create with CreateReq.Data (a regular file, at
+// after many attempts). OpUnlinkMany is the unlinks of several names of
+// one directory as one action list: one set of locks and one commit for
+// all (the mount's kept-back unlinks), all or none. A create with CreateReq.Data (a regular file, at
 // most InlineMax bytes) writes the data into the new inode inside its
 // CreateInode (execOpts.data, never through an intent: a file is always
 // created on its directory's island), so the file exists whole or not at

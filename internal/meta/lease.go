@@ -272,6 +272,9 @@ func routeInos(op uint16, msg []byte) ([]uint64, error) {
 	case metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink:
 		var r metawire.CreateReq
 		return one(&r, func() uint64 { return r.Dir })
+	case metawire.OpUnlinkMany:
+		var r metawire.UnlinkManyReq
+		return one(&r, func() uint64 { return r.Dir })
 	case metawire.OpReaddir:
 		var r metawire.ReaddirReq
 		return one(&r, func() uint64 { return r.Dir })

@@ -57,7 +57,7 @@ var metaOps = []struct {
 	{metawire.OpRemoveXattr, "removexattr"}, {metawire.OpReadMap, "readmap"}, {metawire.OpCommit, "commit"},
 	{metawire.OpClean, "clean"}, {metawire.OpStatFS, "statfs"}, {metawire.OpAccess, "access"},
 	{metawire.OpLiveBytes, "livebytes"}, {metawire.OpStripeRefs, "striperefs"}, {metawire.OpSync, "sync"}, {metawire.OpForget, "forget"},
-	{metawire.OpLease, "lease"}, {metawire.OpLeasePoll, "leasepoll"},
+	{metawire.OpLease, "lease"}, {metawire.OpLeasePoll, "leasepoll"}, {metawire.OpUnlinkMany, "unlinkmany"},
 	{metawire.OpPrepare, "prepare"}, {metawire.OpDecide, "decide"}, {metawire.OpOutcome, "outcome"},
 	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"}, {metawire.OpImportEntry, "importentry"}, {metawire.OpEntryLoad, "entryload"},
 }

@@ -505,16 +505,99 @@ func (i *Island) removeOnce(ctx context.Context, rmdir bool, r *metawire.NameReq
 		return metawire.ErrIsDir
 	}
 	now := i.now()
-	as := []metawire.Action{{Kind: metawire.ActRemoveEntry, Ino: uint64(dirIno), Name: r.Name, Target: uint64(de.ino), Time: now}}
-	if rmdir {
-		as = append(as,
-			metawire.Action{Kind: metawire.ActDeleteInode, Ino: uint64(de.ino), Type: metawire.ModeDir, Flags: metawire.ActRequireEmpty},
-			metawire.Action{Kind: metawire.ActTouch, Ino: uint64(dirIno), Delta: -1, Time: now})
-	} else {
-		as = append(as, metawire.Action{Kind: metawire.ActAdjustNlink, Ino: uint64(de.ino), Type: de.typ, Delta: -1,
-			Flags: metawire.ActDeleteAtZero, Time: now})
+	if !rmdir {
+		return i.execute(ctx, unlinkActions(dirIno, r.Name, de, now))
 	}
-	return i.execute(ctx, as)
+	return i.execute(ctx, []metawire.Action{
+		{Kind: metawire.ActRemoveEntry, Ino: uint64(dirIno), Name: r.Name, Target: uint64(de.ino), Time: now},
+		{Kind: metawire.ActDeleteInode, Ino: uint64(de.ino), Type: metawire.ModeDir, Flags: metawire.ActRequireEmpty},
+		{Kind: metawire.ActTouch, Ino: uint64(dirIno), Delta: -1, Time: now},
+	})
+}
+
+// unlinkActions removes the entry name of dir, leading to de, and drops
+// a link of its inode.
+func unlinkActions(dir namespace.Ino, name string, de dirent, now int64) []metawire.Action {
+	return []metawire.Action{
+		{Kind: metawire.ActRemoveEntry, Ino: uint64(dir), Name: name, Target: uint64(de.ino), Time: now},
+		{Kind: metawire.ActAdjustNlink, Ino: uint64(de.ino), Type: de.typ, Delta: -1, Flags: metawire.ActDeleteAtZero, Time: now},
+	}
+}
+
+// removeMany serves OpUnlinkMany: every name goes, or none.
+func (i *Island) removeMany(ctx context.Context, r *metawire.UnlinkManyReq) error {
+	dir := namespace.Ino(r.Dir)
+	if err := i.checkIno("unlink", dir); err != nil {
+		return err
+	}
+	switch {
+	case len(r.Names) == 0:
+		return nil
+	case len(r.Names) > metawire.MaxUnlinkMany:
+		return fmt.Errorf("unlink of %d names in %v (at most %d): %w", len(r.Names), dir, metawire.MaxUnlinkMany, metawire.ErrInvalid)
+	}
+	var bad string
+	err := i.retry(ctx, func() error {
+		var err error
+		bad, err = i.removeManyOnce(ctx, r)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("unlink %q (with %d more) in %v: %w", bad, len(r.Names)-1, dir, err)
+	}
+	return nil
+}
+
+// removeManyOnce checks each name as removeOnce would and removes them
+// all in one change; bad is the name an error is about.
+func (i *Island) removeManyOnce(ctx context.Context, r *metawire.UnlinkManyReq) (bad string, _ error) {
+	dirIno := namespace.Ino(r.Dir)
+	c := &r.Cred
+	_, dirAttr, err := i.dirFor(ctx, dirIno, c)
+	if err != nil {
+		return r.Names[0], err
+	}
+	if !mayAccess(&dirAttr, c, accW|accX) {
+		return r.Names[0], metawire.ErrAccess
+	}
+	now := i.now()
+	seen := make(map[string]bool, len(r.Names))
+	as := make([]metawire.Action, 0, 2*len(r.Names))
+	for _, name := range r.Names {
+		if isDots(name) {
+			return name, metawire.ErrIsDir
+		}
+		if err := checkName(name); err != nil {
+			return name, err
+		}
+		if seen[name] {
+			return name, fmt.Errorf("named twice: %w", metawire.ErrInvalid)
+		}
+		seen[name] = true
+		de, ok, err := readDirent(i.db, dirIno, name)
+		switch {
+		case err != nil:
+			return name, err
+		case !ok:
+			return name, metawire.ErrNotFound
+		case de.typ == metawire.ModeDir:
+			return name, metawire.ErrIsDir
+		}
+		if stickyApplies(&dirAttr, c) {
+			a, err := i.attrOf(ctx, de.ino)
+			if errors.Is(err, metawire.ErrStale) {
+				return name, conflict("entry %q points at a vanishing inode", name)
+			}
+			if err != nil {
+				return name, err
+			}
+			if stickyDenies(&dirAttr, c, a.UID) {
+				return name, fmt.Errorf("sticky directory: %w", metawire.ErrPerm)
+			}
+		}
+		as = append(as, unlinkActions(dirIno, name, de, now)...)
+	}
+	return r.Names[0], i.execute(ctx, as)
 }
 
 // link serves OpLink. The island owning the directory or the inode may

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -396,6 +397,62 @@ func TestRenameKeepsDirectoryIsland(t *testing.T) {
 	wantErr(t, err, nil, "file in the renamed directory")
 	if g.Ino != f.Ino || c.owner(g.Ino) != home {
 		t.Fatalf("file after rename: %v on island %d, want %v on %d", namespace.Ino(g.Ino), c.owner(g.Ino), namespace.Ino(f.Ino), home)
+	}
+	c.mustFsck()
+}
+
+// TestUnlinkMany: OpUnlinkMany removes every name of one directory in one
+// change, or none of them with the error of the first that cannot go;
+// links and the statistics come out as for one unlink each.
+func TestUnlinkMany(t *testing.T) {
+	c := newCluster(t, 1)
+	r := c.root()
+	d := must(r.mkdir(rootIno(), "d", 0o777))
+	must(r.mkdir(d.Ino, "sub", 0o755))
+	var names []string
+	for k := range 6 {
+		names = append(names, fmt.Sprintf("f%d", k))
+		must(r.create(d.Ino, names[k], 0o644))
+	}
+	kept := must(r.link(must(r.lookup(d.Ino, "f5")).Ino, rootIno(), "f5-link"))
+	many := func(k *client, names ...string) error {
+		return c.call(metawire.OpUnlinkMany, d.Ino, &metawire.UnlinkManyReq{Cred: k.cred, Dir: d.Ino, Names: names}, nil)
+	}
+	before := must(r.names(d.Ino))
+	stats0 := must(c.isl[1].statFS())
+	// None goes when one cannot: missing, a directory, named twice, dots.
+	for _, tc := range []struct {
+		names []string
+		want  error
+	}{
+		{[]string{"f0", "nope", "f1"}, metawire.ErrNotFound},
+		{[]string{"f0", "sub"}, metawire.ErrIsDir},
+		{[]string{"f0", "f1", "f0"}, metawire.ErrInvalid},
+		{[]string{"f0", ".."}, metawire.ErrIsDir},
+		{[]string{"f0", "a/b"}, metawire.ErrInvalid},
+	} {
+		wantErr(t, many(r, tc.names...), tc.want, fmt.Sprintf("unlink of %q", tc.names))
+		if got := must(r.names(d.Ino)); !maps.Equal(got, before) {
+			t.Fatalf("after a refused unlink of %q the directory holds %v, want %v", tc.names, got, before)
+		}
+	}
+	// A user the sticky bit keeps out of others' files removes none.
+	must(r.setattr(metawire.SetAttrReq{Ino: d.Ino, Valid: metawire.SetMode, Mode: 0o1777}))
+	wantErr(t, many(c.as(1000, 1000), "f0", "f1"), metawire.ErrPerm, "unlink of root's files in a sticky directory")
+	wantErr(t, c.call(metawire.OpUnlinkMany, d.Ino, &metawire.UnlinkManyReq{Cred: r.cred, Dir: d.Ino, Names: make([]string, metawire.MaxUnlinkMany+1)}, nil),
+		metawire.ErrInvalid, "unlink of too many names")
+	if got := must(r.names(d.Ino)); !maps.Equal(got, before) {
+		t.Fatalf("after refused unlinks the directory holds %v, want %v", got, before)
+	}
+	wantErr(t, many(r, names...), nil, "unlink of every file")
+	if got := must(r.names(d.Ino)); len(got) != 1 || got["sub"] == 0 {
+		t.Fatalf("after the unlink the directory holds %v, want only sub", got)
+	}
+	if a := must(r.getattr(kept.Ino)); a.Nlink != 1 {
+		t.Fatalf("a file with another link has nlink %d after the unlink, want 1", a.Nlink)
+	}
+	if stats := must(c.isl[1].statFS()); stats.Inodes != stats0.Inodes-5 {
+		t.Fatalf("inodes %d after removing 5 files (one more is still linked), want %d", stats.Inodes, stats0.Inodes-5)
 	}
 	c.mustFsck()
 }

@@ -22,7 +22,7 @@ func needs(op uint16) auth.Caps {
 		metawire.OpListXattr, metawire.OpReadMap, metawire.OpStatFS, metawire.OpAccess, metawire.OpStripeRefs,
 		metawire.OpLease, metawire.OpLeasePoll:
 		return auth.CapRead
-	case metawire.OpSetAttr, metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink, metawire.OpUnlink,
+	case metawire.OpSetAttr, metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink, metawire.OpUnlink, metawire.OpUnlinkMany,
 		metawire.OpRmdir, metawire.OpRename, metawire.OpLink, metawire.OpSetXattr, metawire.OpRemoveXattr,
 		metawire.OpCommit, metawire.OpSync:
 		return auth.CapWrite
@@ -130,6 +130,10 @@ func (i *Island) dispatch(ctx context.Context, op uint16, msg []byte) ([]byte, e
 	case metawire.OpUnlink, metawire.OpRmdir:
 		return serve(msg, &metawire.NameReq{}, func(r *metawire.NameReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.remove(ctx, op == metawire.OpRmdir, r)
+		})
+	case metawire.OpUnlinkMany:
+		return serve(msg, &metawire.UnlinkManyReq{}, func(r *metawire.UnlinkManyReq) (metawire.Message, error) {
+			return metawire.Empty{}, i.removeMany(ctx, r)
 		})
 	case metawire.OpRename:
 		return serve(msg, &metawire.RenameReq{}, func(r *metawire.RenameReq) (metawire.Message, error) {

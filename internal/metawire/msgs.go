@@ -36,6 +36,7 @@ const (
 	OpForget      uint16 = 25 // ForgetReq -> ForgetResp (drop the zero live counters of deleted stripes)
 	OpLease       uint16 = 26 // LeaseReq -> LeaseResp (a lookup, getattr or readdir answered with a lease on its bucket)
 	OpLeasePoll   uint16 = 27 // PollReq -> PollResp (the breaks of a session's leases; a long poll)
+	OpUnlinkMany  uint16 = 28 // UnlinkManyReq -> Empty (several unlinks in one directory, all or none)
 
 	OpPrepare uint16 = 64 // PrepareReq -> Empty (participant prepared)
 	OpDecide  uint16 = 65 // DecideReq -> Empty (commit or abort a prepared tx)
@@ -81,6 +82,41 @@ type NameReq struct {
 
 func (r *NameReq) Encode(e *wire.Enc) { r.Cred.Encode(e); e.U64(r.Dir); e.String(r.Name) }
 func (r *NameReq) Decode(d *wire.Dec) { r.Cred.Decode(d); r.Dir = d.U64(); r.Name = d.Str() }
+
+// UnlinkManyReq removes several names of one directory (none a
+// directory) in one change: all of them or, on the first that cannot go
+// (its error names it), none. The mount sends its kept-back unlinks this
+// way: one round, one set of locks and one commit on the island for a
+// whole directory's files instead of one each, which a replicated island
+// would otherwise run one consensus round after another under the
+// directory's lock.
+type UnlinkManyReq struct {
+	Cred  Cred
+	Dir   uint64
+	Names []string
+}
+
+// MaxUnlinkMany bounds UnlinkManyReq.Names.
+const MaxUnlinkMany = 1024
+
+func (r *UnlinkManyReq) Encode(e *wire.Enc) {
+	r.Cred.Encode(e)
+	e.U64(r.Dir)
+	e.Uvarint(uint64(len(r.Names)))
+	for _, n := range r.Names {
+		e.String(n)
+	}
+}
+
+func (r *UnlinkManyReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	r.Dir = d.U64()
+	n := d.Count(1)
+	r.Names = make([]string, 0, n)
+	for range n {
+		r.Names = append(r.Names, d.Str())
+	}
+}
 
 // AttrResp returns attributes.
 type AttrResp struct{ Attr Attr }
@@ -788,7 +824,7 @@ func (r *RefsResp) Decode(d *wire.Dec) {
 // or data, which a client retries after a lost answer.
 func Deduplicated(op uint16) bool {
 	switch op {
-	case OpCreate, OpMkdir, OpSymlink, OpUnlink, OpRmdir, OpRename, OpLink,
+	case OpCreate, OpMkdir, OpSymlink, OpUnlink, OpUnlinkMany, OpRmdir, OpRename, OpLink,
 		OpSetAttr, OpSetXattr, OpRemoveXattr, OpCommit:
 		return true
 	}
