@@ -102,6 +102,17 @@
 // moved on, e.g. after a restart of the group's leader, or accept the
 // small window in which two leaders of one term could be elected.)
 //
+// A snapshot writes the whole database, so a fixed entry count between
+// snapshots (raft's SnapshotThreshold, 8192 here) would make their cost
+// grow with the island: at a gigabyte of metadata, a full copy every few
+// seconds of writes. After each snapshot the threshold becomes the
+// snapshot's size divided by the mean entry size (snapshotThresholdFor):
+// the log takes about as many bytes as the snapshot before the next one,
+// so snapshots cost about what the log itself does, whatever the size.
+// It stays at least Config.SnapshotThreshold and at most 1<<20 entries
+// (what a replica rebuilt from the snapshot replays; the raft log holds
+// them until the next snapshot).
+//
 // # First election
 //
 // On a group's first start (it bootstraps) the replicas given

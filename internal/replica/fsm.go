@@ -44,6 +44,8 @@ type fsm struct {
 	// synced waits until the local raft log holds an index durably (a
 	// leader's appends are synced in the background); nil: no wait.
 	synced func(index uint64) error
+	// persisted, when set, is told the size of each snapshot written.
+	persisted func(bytes int64)
 	// replayTo is the log's last index when the replica opened: entries
 	// up to it are replayed at start (the database lost them with its
 	// memtable), and the apply failpoints fire only after it, where a
@@ -221,7 +223,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot{snap: f.db.NewSnapshot(), flushed: flushed}, nil
+	return &snapshot{snap: f.db.NewSnapshot(), flushed: flushed, persisted: f.persisted}, nil
 }
 
 // Snapshot stream format: records of u32 key length, key, u32 value
@@ -230,18 +232,38 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 const snapEnd = 0xFFFFFFFF
 
 type snapshot struct {
-	snap    *pebble.Snapshot
-	flushed <-chan struct{}
+	snap      *pebble.Snapshot
+	flushed   <-chan struct{}
+	persisted func(bytes int64)
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	<-s.flushed
-	err := s.write(sink)
+	w := &countingWriter{w: sink}
+	err := s.write(w)
 	if err != nil {
 		_ = sink.Cancel()
 		return err
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	if s.persisted != nil {
+		s.persisted(w.n)
+	}
+	return nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func (s *snapshot) write(w io.Writer) error {

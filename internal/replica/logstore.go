@@ -239,6 +239,19 @@ type groupLog struct {
 	// first and last index stored (0, 0: empty), kept in memory.
 	first, last atomic.Uint64
 	boundsMu    sync.Mutex // orders bound updates of appends and deletions
+	// appendedBytes and appendedEntries count the entry data this
+	// process appended (avgEntryBytes).
+	appendedBytes, appendedEntries atomic.Uint64
+}
+
+// avgEntryBytes is the mean data size of the entries appended since the
+// log was opened (0: none yet).
+func (g *groupLog) avgEntryBytes() uint64 {
+	n := g.appendedEntries.Load()
+	if n == 0 {
+		return 0
+	}
+	return g.appendedBytes.Load() / n
 }
 
 func (g *groupLog) prefix(tag byte) []byte {
@@ -291,7 +304,9 @@ func (g *groupLog) StoreLogs(logs []*raft.Log) error {
 	b := g.db.NewBatch()
 	defer b.Close()
 	var buf []byte
+	var data uint64
 	for _, l := range logs {
+		data += uint64(len(l.Data))
 		buf = encodeLog(buf[:0], l)
 		if err := b.Set(g.logKey(l.Index), buf, nil); err != nil {
 			return err
@@ -318,6 +333,8 @@ func (g *groupLog) StoreLogs(logs []*raft.Log) error {
 	if err := b.Commit(opt); err != nil {
 		return err
 	}
+	g.appendedBytes.Add(data)
+	g.appendedEntries.Add(uint64(len(logs)))
 	if async {
 		g.ldb.written(g.id, last)
 	} else {

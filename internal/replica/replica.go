@@ -122,6 +122,10 @@ type Replica struct {
 	// start (Config.Defer) once a leader is known; closed stops it.
 	undefer sync.WaitGroup
 	closed  chan struct{}
+	// reload orders raft.ReloadConfig calls (each changes some fields of
+	// the current reloadable config: the election timeouts, the snapshot
+	// threshold).
+	reload sync.Mutex
 }
 
 // deferFactor lengthens a deferred replica's first election timeouts
@@ -229,6 +233,7 @@ func Open(cfg Config) (*Replica, error) {
 	// (groupLog.StoreLogs); its state machine waits for them.
 	r.store.leading = func() bool { rf := r.running.Load(); return rf != nil && rf.State() == raft.Leader }
 	r.fsm.synced = r.store.waitSynced
+	r.fsm.persisted = r.snapshotPersisted
 	rc := raft.DefaultConfig()
 	rc.LocalID = serverID(cfg.Self)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
@@ -299,14 +304,58 @@ func (r *Replica) undeferWhenLed() {
 				continue
 			}
 		}
-		if err := r.raft.ReloadConfig(raft.ReloadableConfig{
-			TrailingLogs: r.cfg.TrailingLogs, SnapshotInterval: r.cfg.SnapshotInterval, SnapshotThreshold: r.cfg.SnapshotThreshold,
-			HeartbeatTimeout: r.cfg.HeartbeatTimeout, ElectionTimeout: r.cfg.ElectionTimeout,
+		if err := r.reloadConfig(func(c *raft.ReloadableConfig) {
+			c.HeartbeatTimeout, c.ElectionTimeout = r.cfg.HeartbeatTimeout, r.cfg.ElectionTimeout
 		}); err != nil {
 			r.log.Warn("replica: restoring the election timeouts", "err", err)
 		}
 		return
 	}
+}
+
+// reloadConfig changes raft's reloadable config with change, keeping the
+// other fields as they are.
+func (r *Replica) reloadConfig(change func(*raft.ReloadableConfig)) error {
+	rf := r.running.Load() // raft's own goroutines call this too
+	if rf == nil {
+		return raft.ErrRaftShutdown
+	}
+	r.reload.Lock()
+	defer r.reload.Unlock()
+	c := rf.ReloadableConfig()
+	change(&c)
+	return rf.ReloadConfig(c)
+}
+
+// maxSnapshotThreshold caps the adaptive snapshot threshold (entries).
+const maxSnapshotThreshold = 1 << 20
+
+// snapshotThresholdFor is how many entries the log takes before the next
+// snapshot, given the last snapshot's size and the mean entry size
+// (0: unknown): at least base, and enough that the entries hold about as
+// many bytes as the snapshot, so writing snapshots costs about as much
+// as writing the log whatever the database's size; capped so a replica
+// rebuilt from a snapshot never replays more than maxSnapshotThreshold
+// entries.
+func snapshotThresholdFor(snapBytes int64, avgEntry, base uint64) uint64 {
+	if avgEntry == 0 {
+		avgEntry = 256
+	}
+	return min(max(uint64(max(snapBytes, 0))/avgEntry, base), max(base, maxSnapshotThreshold))
+}
+
+// snapshotPersisted adapts the snapshot threshold to the size of the
+// snapshot just written (see "# Snapshots" in the package doc).
+func (r *Replica) snapshotPersisted(bytes int64) {
+	want := snapshotThresholdFor(bytes, r.store.avgEntryBytes(), r.cfg.SnapshotThreshold)
+	if rf := r.running.Load(); rf == nil || rf.ReloadableConfig().SnapshotThreshold == want {
+		return
+	}
+	if err := r.reloadConfig(func(c *raft.ReloadableConfig) { c.SnapshotThreshold = want }); err != nil {
+		r.log.Warn("replica: adapting the snapshot threshold", "err", err)
+		return
+	}
+	r.log.Debug("replica: snapshot threshold", "island", r.cfg.Island, "snapshot_bytes", bytes, "entries", want)
 }
 
 // restoreIfBehind restores the newest local snapshot when the database

@@ -650,3 +650,52 @@ func TestDeferredFirstElection(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotThresholdFollowsTheDatabase: after a snapshot, the number
+// of entries raft takes before the next one grows with the snapshot's
+// size (a snapshot writes the whole database), never below the
+// configured threshold and never above maxSnapshotThreshold.
+func TestSnapshotThresholdFollowsTheDatabase(t *testing.T) {
+	for _, tc := range []struct {
+		snap      int64
+		avg, base uint64
+		want      uint64
+	}{
+		{0, 0, 8192, 8192},
+		{100 << 20, 256, 8192, 100 << 20 / 256},
+		{100 << 20, 0, 8192, 100 << 20 / 256}, // mean unknown: 256 bytes
+		{1 << 40, 256, 8192, maxSnapshotThreshold},
+		{1 << 20, 1 << 20, 8192, 8192},
+		{1 << 40, 256, 2 << 20, 2 << 20}, // a configured threshold above the cap stands
+	} {
+		if got := snapshotThresholdFor(tc.snap, tc.avg, tc.base); got != tc.want {
+			t.Errorf("snapshotThresholdFor(%d, %d, %d) = %d, want %d", tc.snap, tc.avg, tc.base, got, tc.want)
+		}
+	}
+	g := newGroup(t, 1, func(c *Config) {
+		c.SnapshotThreshold, c.TrailingLogs, c.SnapshotInterval = 64, 16, 200*time.Millisecond
+	})
+	l := g.leader()
+	// Each entry sets a new key: the database holds about every byte
+	// the log took, so the next snapshot waits for about as many entries
+	// as there are now.
+	for k := range 400 {
+		if err := put(t, l, fmt.Sprintf("k%03d", k), strings.Repeat("v", 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for l.raft.ReloadableConfig().SnapshotThreshold <= 64 {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot changed the threshold")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := l.raft.ReloadableConfig().SnapshotThreshold; got < 200 || got > 1000 {
+		t.Fatalf("threshold %d after a snapshot of about 400 entries' data, want 200-1000", got)
+	}
+	// The election timeouts were left alone.
+	if c := l.raft.ReloadableConfig(); c.HeartbeatTimeout != l.cfg.HeartbeatTimeout || c.ElectionTimeout != l.cfg.ElectionTimeout {
+		t.Fatalf("timeouts %v/%v after the change, want %v/%v", c.HeartbeatTimeout, c.ElectionTimeout, l.cfg.HeartbeatTimeout, l.cfg.ElectionTimeout)
+	}
+}
