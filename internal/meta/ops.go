@@ -548,7 +548,8 @@ func (i *Island) removeMany(ctx context.Context, r *metawire.UnlinkManyReq) erro
 	return nil
 }
 
-// removeManyOnce checks each name as removeOnce would and removes them
+// removeManyOnce checks each name as removeOnce would, in Linux's order
+// (missing, no write permission, sticky, a directory), and removes them
 // all in one change; bad is the name an error is about.
 func (i *Island) removeManyOnce(ctx context.Context, r *metawire.UnlinkManyReq) (bad string, _ error) {
 	dirIno := namespace.Ino(r.Dir)
@@ -556,9 +557,6 @@ func (i *Island) removeManyOnce(ctx context.Context, r *metawire.UnlinkManyReq) 
 	_, dirAttr, err := i.dirFor(ctx, dirIno, c)
 	if err != nil {
 		return r.Names[0], err
-	}
-	if !mayAccess(&dirAttr, c, accW|accX) {
-		return r.Names[0], metawire.ErrAccess
 	}
 	now := i.now()
 	seen := make(map[string]bool, len(r.Names))
@@ -580,8 +578,8 @@ func (i *Island) removeManyOnce(ctx context.Context, r *metawire.UnlinkManyReq) 
 			return name, err
 		case !ok:
 			return name, metawire.ErrNotFound
-		case de.typ == metawire.ModeDir:
-			return name, metawire.ErrIsDir
+		case !mayAccess(&dirAttr, c, accW|accX):
+			return name, metawire.ErrAccess // after the name's lookup, as Linux
 		}
 		if stickyApplies(&dirAttr, c) {
 			a, err := i.attrOf(ctx, de.ino)
@@ -594,6 +592,9 @@ func (i *Island) removeManyOnce(ctx context.Context, r *metawire.UnlinkManyReq) 
 			if stickyDenies(&dirAttr, c, a.UID) {
 				return name, fmt.Errorf("sticky directory: %w", metawire.ErrPerm)
 			}
+		}
+		if de.typ == metawire.ModeDir {
+			return name, metawire.ErrIsDir
 		}
 		as = append(as, unlinkActions(dirIno, name, de, now)...)
 	}
