@@ -485,17 +485,8 @@ func (i *Island) removeOnce(ctx context.Context, rmdir bool, r *metawire.NameReq
 	if !mayAccess(&dirAttr, c, accW|accX) {
 		return metawire.ErrAccess
 	}
-	if stickyApplies(&dirAttr, c) {
-		a, err := i.attrOf(ctx, de.ino)
-		if errors.Is(err, metawire.ErrStale) {
-			return conflict("entry %q points at a vanishing inode", r.Name)
-		}
-		if err != nil {
-			return err
-		}
-		if stickyDenies(&dirAttr, c, a.UID) {
-			return fmt.Errorf("sticky directory: %w", metawire.ErrPerm)
-		}
+	if err := i.checkSticky(ctx, &dirAttr, c, r.Name, de.ino); err != nil {
+		return err
 	}
 	isDir := de.typ == metawire.ModeDir
 	switch {
@@ -513,6 +504,25 @@ func (i *Island) removeOnce(ctx context.Context, rmdir bool, r *metawire.NameReq
 		{Kind: metawire.ActDeleteInode, Ino: uint64(de.ino), Type: metawire.ModeDir, Flags: metawire.ActRequireEmpty},
 		{Kind: metawire.ActTouch, Ino: uint64(dirIno), Delta: -1, Time: now},
 	})
+}
+
+// checkSticky refuses c the removal of entry name (leading to ino) from a
+// directory with attributes dir when its sticky bit keeps c out.
+func (i *Island) checkSticky(ctx context.Context, dir *metawire.Attr, c *metawire.Cred, name string, ino namespace.Ino) error {
+	if !stickyApplies(dir, c) {
+		return nil
+	}
+	a, err := i.attrOf(ctx, ino)
+	if errors.Is(err, metawire.ErrStale) {
+		return conflict("entry %q points at a vanishing inode", name)
+	}
+	if err != nil {
+		return err
+	}
+	if stickyDenies(dir, c, a.UID) {
+		return fmt.Errorf("sticky directory: %w", metawire.ErrPerm)
+	}
+	return nil
 }
 
 // unlinkActions removes the entry name of dir, leading to de, and drops
@@ -581,17 +591,8 @@ func (i *Island) removeManyOnce(ctx context.Context, r *metawire.UnlinkManyReq) 
 		case !mayAccess(&dirAttr, c, accW|accX):
 			return name, metawire.ErrAccess // after the name's lookup, as Linux
 		}
-		if stickyApplies(&dirAttr, c) {
-			a, err := i.attrOf(ctx, de.ino)
-			if errors.Is(err, metawire.ErrStale) {
-				return name, conflict("entry %q points at a vanishing inode", name)
-			}
-			if err != nil {
-				return name, err
-			}
-			if stickyDenies(&dirAttr, c, a.UID) {
-				return name, fmt.Errorf("sticky directory: %w", metawire.ErrPerm)
-			}
+		if err := i.checkSticky(ctx, &dirAttr, c, name, de.ino); err != nil {
+			return name, err
 		}
 		if de.typ == metawire.ModeDir {
 			return name, metawire.ErrIsDir
