@@ -86,11 +86,13 @@ bench-fs: build
 # local directory as object store), both installed from PyPI into a venv
 # kept at $BENCH_PEERS_CACHE, and a local directory as the reference. On
 # each: `atoll bench fs` and a source tree (Go's src/: tar x, diff, find,
-# ls -lR, du, grep, tar c, git clone/status, rm -rf). One table, a column
-# per system and "atoll vs best peer" (>1: Atoll ahead); the raw figures
-# go to a JSON file it names. Root and /dev/fuse. Knobs (defaults):
-# BENCH_PEERS_SIZE (1GiB) BENCH_PEERS_FILES (10000) ROUNDS (1)
-# BENCH_PEERS_SYSTEMS ("local atoll seaweedfs juicefs") BENCH_PEERS_CACHE.
+# ls -lR, du, grep, tar c, git clone/status, rm -rf); on Atoll also its
+# NFS gateway through nfs-cp (libnfs-utils), beside the mount's write and
+# cold read. One table, a column per system and "atoll vs best peer" (>1:
+# Atoll ahead); the raw figures go to a JSON file it names. Root and
+# /dev/fuse. Knobs (defaults): BENCH_PEERS_SIZE (1GiB) BENCH_PEERS_FILES
+# (10000) ROUNDS (1) BENCH_PEERS_SYSTEMS ("local atoll seaweedfs juicefs")
+# BENCH_PEERS_NFS (1) BENCH_PEERS_CACHE.
 # Not part of `make test`.
 .PHONY: bench-peers
 bench-peers: build

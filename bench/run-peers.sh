@@ -14,12 +14,16 @@
 # each system in turn: `atoll bench fs` (sequential write+fsync, cold and
 # warm read, small files, stat cold and warm), then a source tree (the Go
 # toolchain's src/: tar x, diff -r, find, ls -lR, du, grep over every byte,
-# tar c, git clone + git status, rm -rf). ROUNDS repeats it all.
+# tar c, git clone + git status, rm -rf). ROUNDS repeats it all. On
+# Atoll also its NFS gateway: libnfs's nfs-cp (a user-space NFS client)
+# copies a file of the same size in and, caches dropped, out again; the
+# table's last lines put those beside the mount's write and cold read.
 # Needs root (FUSE mounts; dropping the page cache for the cold figures).
 #
 # Knobs: BENCH_PEERS_SIZE (1GiB) BENCH_PEERS_FILES (10000) ROUNDS (1)
 # BENCH_PEERS_ATOLL_ARGS (more flags for atoll dev, e.g. --island-replicas 1)
-# BENCH_PEERS_SYSTEMS ("local atoll seaweedfs juicefs") BENCH_PEERS_CACHE
+# BENCH_PEERS_SYSTEMS ("local atoll seaweedfs juicefs") BENCH_PEERS_NFS
+# (1: the NFS gateway rows, needs nfs-cp; 0: none) BENCH_PEERS_CACHE
 # (/tmp/atoll-bench-peers-cache) BENCH_PEERS_PORT (29700: ports from there
 # to +300) BENCH_PEERS_OUT (the JSON of every figure) ATOLL (./bin/atoll).
 set -euo pipefail
@@ -32,6 +36,7 @@ cache=${BENCH_PEERS_CACHE:-/tmp/atoll-bench-peers-cache}
 port=${BENCH_PEERS_PORT:-29700} # below the ephemeral port range
 out=${BENCH_PEERS_OUT:-/tmp/atoll-bench-peers-$(date +%Y%m%d-%H%M%S).json}
 timeout=${BENCH_PEERS_MOUNT_TIMEOUT:-120} # seconds for a server or mount to come up
+nfs=${BENCH_PEERS_NFS:-1}
 
 die() { echo "bench-peers: $*" >&2; exit 1; }
 [ -x "$atoll" ] || die "no atoll binary at $atoll (make build)"
@@ -40,6 +45,13 @@ for s in $systems; do
 	case $s in local | atoll | seaweedfs | juicefs) ;; *) die "BENCH_PEERS_SYSTEMS: unknown system $s (local atoll seaweedfs juicefs)" ;; esac
 done
 want() { [[ " $systems " == *" $1 "* ]]; }
+case $nfs in 0 | 1) ;; *) die "BENCH_PEERS_NFS=$nfs: want 1 or 0" ;; esac
+want atoll || nfs=0
+if [ "$nfs" = 1 ]; then
+	command -v nfs-cp >/dev/null || die "nfs-cp is needed for the NFS gateway rows (apt install libnfs-utils, or BENCH_PEERS_NFS=0)"
+	command -v numfmt >/dev/null || die "numfmt is needed (coreutils)"
+	nfs_bytes=$(numfmt --from=iec-i "${size%B}") || die "BENCH_PEERS_SIZE=$size: not a size"
+fi
 for t in tar git diff grep find du python3; do command -v $t >/dev/null || die "$t is needed"; done
 if want atoll || want seaweedfs || want juicefs; then
 	[ -e /dev/fuse ] || die "no /dev/fuse: FUSE mounts are needed"
@@ -156,7 +168,9 @@ fi
 if want atoll; then
 	echo "== starting atoll dev (ports $port..$((port + 210)))"
 	# shellcheck disable=SC2086 # BENCH_PEERS_ATOLL_ARGS is a list of flags
-	"$atoll" dev --data "$scratch/atoll" --log-level warn --nfs-listen "" --web-listen "" --metrics-listen "" \
+	nfs_listen=""
+	[ "$nfs" = 1 ] && nfs_listen=127.0.0.1:$((port + 290)) # above weed's and juicefs's ports
+	"$atoll" dev --data "$scratch/atoll" --log-level warn --nfs-listen "$nfs_listen" --web-listen "" --metrics-listen "" \
 		--manager-listen "127.0.0.1:$port" --storage-listen "127.0.0.1:$((port + 100))" \
 		--island-listen "127.0.0.1:$((port + 200))" ${BENCH_PEERS_ATOLL_ARGS:-} >"$scratch/atoll-dev.log" 2>&1 &
 	pids+=($!)
@@ -242,6 +256,29 @@ tarc() { tar -C "$tree" -cf - . | cat >/dev/null; }
 gitclone() { git clone -q "file://$small" "$clone"; }
 gitstatus() { [ -z "$(git -c safe.directory='*' -C "$clone" status --porcelain)" ]; }
 rmtree() { rm -rf "$tree"; }
+# The NFS gateway of the Atoll cluster, through nfs-cp: one file of
+# $size in from local disk, then (caches dropped) out to local disk.
+nfs_url() { echo "nfs://127.0.0.1//$1?nfsport=$((port + 290))&mountport=$((port + 290))"; }
+nfscp() { # key from to: records MB/s (1e6 bytes)
+	local key=$1 s e
+	s=$EPOCHREALTIME
+	nfs-cp "$2" "$3" >"$scratch/nfs-cp.out" 2>&1 || { cat "$scratch/nfs-cp.out" >&2; die "nfs-cp $2 $3 failed (round $round)"; }
+	e=$EPOCHREALTIME
+	awk -v s="$s" -v e="$e" -v n="$nfs_bytes" -v sys="$sys" -v r="$round" -v k="$key" \
+		'BEGIN { printf "%s\t%s\t%s\t%.1f\n", sys, r, k, n / 1e6 / (e - s) }' >>"$raw"
+	printf '  %-26s %9.1f MB/s\n' "$key" "$(tail -1 "$raw" | cut -f4)"
+}
+nfsphase() {
+	local src=$scratch/nfs-src.bin back=$scratch/nfs-back.bin name=bench-peers-nfs-$round.bin
+	[ -f "$src" ] || head -c "$nfs_bytes" /dev/urandom >"$src" || die "could not write $src"
+	drop
+	cat "$src" >/dev/null # the source in the page cache, as bench fs's writer has its bytes in memory
+	nfscp nfs_write_mbps "$src" "$(nfs_url "$name")"
+	drop
+	nfscp nfs_read_cold_mbps "$(nfs_url "$name")" "$back"
+	cmp -s "$src" "$back" || die "nfs-cp: the copy read back differs from what was written (round $round)"
+	rm -f "$back" "${dir[atoll]}/$name"
+}
 
 echo "== source tree: \$GOROOT/src of $(go version | awk '{print $3}'): $tree_files files, $tree_dirs directories, $((tree_bytes / 1048576)) MiB; git repository: src/net, $small_files files"
 echo "== caches for the cold figures: $cold"
@@ -250,6 +287,7 @@ for round in $(seq "$rounds"); do
 		echo "== round $round/$rounds: $sys (${dir[$sys]})"
 		"$atoll" bench fs --dir "${dir[$sys]}" --size "$size" --small-files "$files" --json \
 			>"$scratch/fs-$sys-$round.json" 2> >(sed 's/^/ /' >&2) || die "$sys: atoll bench fs failed (round $round)"
+		if [ "$sys" = atoll ] && [ "$nfs" = 1 ]; then nfsphase; fi
 		tree=${dir[$sys]}/bench-peers-tree
 		clone=${dir[$sys]}/bench-peers-git
 		mkdir "$tree"
@@ -276,7 +314,7 @@ done
 meta=$(python3 -c 'import json, sys; print(json.dumps(dict(zip(sys.argv[1::2], sys.argv[2::2]))))' \
 	size "$size" small_files "$files" rounds "$rounds" systems "$systems" caches "$cold" local_fstype "$fstype" \
 	tree "\$GOROOT/src of $(go version | awk '{print $3}')" tree_files "$tree_files" tree_dirs "$tree_dirs" tree_bytes "$tree_bytes" \
-	git_repo_files "$small_files" atoll_redundancy "${redundancy[atoll]:-}" seaweedfs_redundancy "${redundancy[seaweedfs]:-}" \
+	git_repo_files "$small_files" nfs "$nfs" atoll_redundancy "${redundancy[atoll]:-}" seaweedfs_redundancy "${redundancy[seaweedfs]:-}" \
 	juicefs_redundancy "${redundancy[juicefs]:-}" local_redundancy "${redundancy[local]:-}" \
 	seaweedfs_version "$([ -n "${weed:-}" ] && "$weed" version 2>/dev/null | head -1)" \
 	juicefs_version "$([ -n "${juicefs:-}" ] && "$juicefs" version 2>/dev/null | head -1)" \
@@ -315,6 +353,8 @@ rows = [
     ("tree", "git_clone_s", "git clone (local repo)", "s", False),
     ("tree", "git_status_s", "git status", "s", False),
     ("tree", "rm_rf_s", "tree: rm -rf", "s", False),
+    ("tree", "nfs_write_mbps", f"NFS gateway: nfs-cp {meta['size']} in", "MB/s", True),
+    ("tree", "nfs_read_cold_mbps", f"NFS gateway: nfs-cp it out, {c}", "MB/s", True),
 ]
 peers = [s for s in systems if s in ("seaweedfs", "juicefs")]
 fmt = lambda v, unit: f"{v:.1f}" if unit == "MB/s" else (f"{v:.0f}" if unit == "files/s" else f"{v:.2f}")
@@ -364,6 +404,17 @@ notcold = [s for s in systems for r in range(rounds)
            if not (raw[s][r]["fs"].get("cold_cache") and raw[s][r]["fs"].get("stat_cold_cache"))]
 if notcold:
     print(f"note: atoll bench fs could not drop the caches on: {' '.join(sorted(set(notcold)))}")
+if "atoll" in systems and any("nfs_write_mbps" in raw["atoll"][r]["tree"] for r in range(rounds)):
+    # The gateway beside the mount of the same cluster, round by round.
+    for r in range(rounds):
+        t, f = raw["atoll"][r]["tree"], raw["atoll"][r]["fs"]
+        w, rd = t.get("nfs_write_mbps"), t.get("nfs_read_cold_mbps")
+        if w and rd and f.get("seq_write_mbps") and f.get("cold_read_mbps"):
+            x = {"write": w / f["seq_write_mbps"], "cold_read": rd / f["cold_read_mbps"]}
+            summary.setdefault("nfs_vs_mount", []).append(x)
+            print(f"atoll NFS gateway vs its FUSE mount, round {r + 1}: write {w:.1f} vs {f['seq_write_mbps']:.1f} MB/s "
+                  f"({x['write']:.0%}), cold read {rd:.1f} vs {f['cold_read_mbps']:.1f} MB/s ({x['cold_read']:.0%}); "
+                  "nfs-cp keeps one request in flight; the mount is read through the kernel's read-ahead")
 print("redundancy:")
 for s in systems:
     print(f"  {s:10s} {meta[s + '_redundancy']}")
