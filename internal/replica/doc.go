@@ -149,6 +149,20 @@
 // clocks that run at the same rate). A new leader waits for a barrier
 // (every committed entry applied) before it serves.
 //
+// # Idle cost
+//
+// hashicorp/raft's leader sends each follower a heartbeat every
+// HeartbeatTimeout/10 and, in pipeline mode, an empty append every
+// CommitTimeout (default 50ms) so followers learn the commit index when
+// no new entries carry it. Nine replicas of an idle `atoll dev` spent
+// 1.28 CPU-s per 10 s on this; CommitTimeout is 500ms here (0.96 CPU-s
+// per 10 s, same VM minutes): under load every new entry carries the
+// commit index anyway, and at rest a follower applies the last entries
+// within a second (the leader serves reads; a new leader applies its log
+// before it serves). `atoll bench meta --replicas 3`, builds
+// alternating, 3 runs each (23:59-00:01): durable creates 3,611-4,785/s
+// against 4,017-4,230, stat 38.6k-43.2k/s against 30.2k-41.1k.
+//
 // # Raft port
 //
 // A server's replicas share one raft port (Mux): a connection runs the

@@ -69,6 +69,7 @@ type Config struct {
 	HeartbeatTimeout   time.Duration // 500ms
 	ElectionTimeout    time.Duration // 500ms
 	LeaderLeaseTimeout time.Duration // 250ms
+	CommitTimeout      time.Duration // 500ms
 	SnapshotThreshold  uint64        // 8192 entries
 	SnapshotInterval   time.Duration // 30s
 	TrailingLogs       uint64        // 4096 entries
@@ -174,6 +175,7 @@ func Open(cfg Config) (*Replica, error) {
 	def(&cfg.HeartbeatTimeout, 500*time.Millisecond)
 	def(&cfg.ElectionTimeout, 500*time.Millisecond)
 	def(&cfg.LeaderLeaseTimeout, 250*time.Millisecond)
+	def(&cfg.CommitTimeout, 500*time.Millisecond)
 	def(&cfg.SnapshotInterval, 30*time.Second)
 	if cfg.SnapshotThreshold == 0 {
 		cfg.SnapshotThreshold = 8192
@@ -239,6 +241,7 @@ func Open(cfg Config) (*Replica, error) {
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
