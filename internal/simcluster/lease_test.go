@@ -1,0 +1,222 @@
+package simcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/simnet"
+	"github.com/atoll-fs/atoll/internal/testenv"
+)
+
+// TestPartitionedMountServesNoStaleName: a FUSE mount holds a lease on a
+// directory (its kernel caches the names there), then is cut from the
+// island; another client replaces a name in that directory, which the
+// island applies only once the mount's lease ended unbroken. From then
+// on, looking the name up through the partitioned mount must never give
+// the replaced file (an error while it cannot reach the island is
+// right); after the heal it gives the new one.
+func TestPartitionedMountServesNoStaleName(t *testing.T) {
+	if why := simnet.Available(); why != "" {
+		testenv.Missing(t, "simulated hosts: %s", why)
+	}
+	if ok, why := devcluster.FuseUsable(); !ok {
+		testenv.Missing(t, "FUSE: %s", why)
+	}
+	exe := buildAtoll(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	cfg := Config{
+		Exe: exe, Dir: filepath.Join(root, "data"),
+		Storage: 3, Islands: 1, Mount: filepath.Join(root, "mnt"),
+		Out: &logBuf{},
+	}
+	sn, err := simnet.New(ctx, simnet.Config{Name: fmt.Sprintf("sl%d", os.Getpid()%10000), Hosts: HostNames(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sn.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if !sn.Isolated() {
+		testenv.Missing(t, "simulated hosts fell back to loopback: %s", sn.Reason())
+	}
+	cfg.Net = sn
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("roles' output:\n%s", cfg.Out.(*logBuf).String())
+		}
+	})
+	cl, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+
+	dir := filepath.Join(cfg.Mount, "leased")
+	name := filepath.Join(dir, "x")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inoOf := func(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
+	fi, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldIno := inoOf(fi)
+
+	// The other client: the library in this process, on the caller's host.
+	key, err := cl.Key()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := connect.Dial(ctx, []string{cl.Manager}, key, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	d, err := other.FS.Resolve(ctx, metawire.Root, "/leased")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.FS.WriteFile(ctx, metawire.Root, "/leased/y", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The mount reads the directory under its lease: the kernel keeps the
+	// name for as long as the lease lasts (longer than --entry-timeout).
+	for range 3 {
+		if _, err := os.Stat(name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.ReadDir(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Otherwise the test proves nothing: the mount must hold leases.
+	resp, err := http.Get("http://" + cl.Role("mount").Metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if m := regexp.MustCompile(`(?m)^atoll_client_leases ([0-9]+)$`).FindSubmatch(body); m == nil || string(m[1]) == "0" {
+		t.Fatalf("the mount holds no lease before the partition (atoll_client_leases: %q)", m)
+	}
+
+	if err := sn.Partition(ctx, "cl", "i1", simnet.Both); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	heal := func() {
+		if !healed {
+			healed = true
+			if err := sn.Heal(ctx, "cl", "i1"); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer heal()
+
+	// Replace x; the island waits for the mount's lease (its break cannot
+	// reach the mount) and then applies the rename.
+	start := time.Now()
+	if err := other.FS.Rename(ctx, metawire.RenameReq{Cred: metawire.Root, SrcDir: d.Ino, SrcName: "y", DstDir: d.Ino, DstName: "x"}); err != nil {
+		t.Fatalf("rename over x while the mount holding the lease is cut off: %v", err)
+	}
+	replaced := time.Now()
+	t.Logf("the rename waited %v for the cut-off mount's lease", replaced.Sub(start).Round(time.Millisecond))
+	newAttr, err := other.FS.Resolve(ctx, metawire.Root, "/leased/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Look x up through the partitioned mount, several times, each in
+	// its own goroutine (a lookup that needs the island may wait for it).
+	type result struct {
+		start time.Time
+		ino   uint64
+		err   error
+	}
+	var pending []chan result
+	for range 5 {
+		ch := make(chan result, 1)
+		pending = append(pending, ch)
+		go func() {
+			r := result{start: time.Now()}
+			fi, err := os.Stat(name)
+			if r.err = err; err == nil {
+				r.ino = inoOf(fi)
+			}
+			ch <- r
+		}()
+		time.Sleep(300 * time.Millisecond) // spread over the partition: not a synchronisation
+	}
+	check := func(r result, when string) {
+		t.Helper()
+		switch {
+		case r.err != nil && errors.Is(r.err, os.ErrNotExist):
+			t.Errorf("%s: stat x: %v (x exists: it was replaced, not removed)", when, r.err)
+		case r.err != nil:
+			t.Logf("%s: stat x through the cut-off mount: %v (allowed)", when, r.err)
+		case r.ino == oldIno:
+			t.Errorf("%s: stat x gave inode %d, the file replaced %v before the lookup started: a stale name", when, r.ino, r.start.Sub(replaced).Round(time.Millisecond))
+		case r.ino != newAttr.Ino:
+			t.Errorf("%s: stat x gave inode %d, neither the old (%d) nor the new (%d)", when, r.ino, oldIno, newAttr.Ino)
+		default:
+			t.Logf("%s: stat x gave the new file", when)
+		}
+	}
+	// Those answered while cut off are checked now; the others after the
+	// heal (they may have waited for the island).
+	var late []chan result
+	for _, ch := range pending {
+		select {
+		case r := <-ch:
+			check(r, "partitioned")
+		case <-time.After(2 * time.Second):
+			late = append(late, ch)
+		}
+	}
+	heal()
+	for _, ch := range late {
+		select {
+		case r := <-ch:
+			check(r, "answered after the heal")
+		case <-ctx.Done():
+			t.Fatal("a lookup through the mount never returned after the heal")
+		}
+	}
+
+	// Healed: the mount serves the new x (retrying while it reconnects).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, err := os.ReadFile(name)
+		if err == nil && string(b) == "new" {
+			break
+		}
+		if err == nil || time.Now().After(deadline) {
+			t.Fatalf("after the heal, x through the mount: %q, %v; want \"new\"", b, err)
+		}
+		time.Sleep(200 * time.Millisecond) // polling for the reconnect, not synchronising
+	}
+}
