@@ -268,13 +268,21 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	backoff := 5 * time.Millisecond
 	var last error
 	// Busy and stale answers are retried 12 times; an unavailable island
-	// for up to IslandWait from the first "unavailable" answer in a row.
-	// Time an island spent serving an attempt does not count: a new
-	// leader holding changes back for a lease term is not unavailable.
-	// Whatever happens, a request gives up after 4 × IslandWait.
+	// for up to IslandWait from the first "unavailable" answer in a row,
+	// however few attempts that allowed (each may wait for a dial or a
+	// silent connection: wire's PeerTimeout). Time an island spent
+	// serving an attempt does not count: a new leader holding changes
+	// back for a lease term is not unavailable. Whatever happens, a
+	// request gives up after 4 × IslandWait of unavailable answers.
 	var unavailSince time.Time
 	start := time.Now()
-	for attempt := 0; attempt < 12 || (errors.Is(last, metawire.ErrUnavailable) && time.Since(unavailSince) < f.cfg.IslandWait && time.Since(start) < 4*f.cfg.IslandWait); attempt++ {
+	retry := func(attempt int) bool {
+		if !errors.Is(last, metawire.ErrUnavailable) {
+			return attempt < 12
+		}
+		return time.Since(unavailSince) < f.cfg.IslandWait && time.Since(start) < 4*f.cfg.IslandWait
+	}
+	for attempt := 0; attempt == 0 || retry(attempt); attempt++ {
 		id, addr, ok := f.cfg.Map.IslandFor(namespace.Ino(route).Bucket())
 		if !ok {
 			last = fmt.Errorf("client: no island for inode %s: %w", namespace.Ino(route), metawire.ErrUnavailable)

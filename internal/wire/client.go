@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/auth"
@@ -46,7 +47,19 @@ type ClientConfig struct {
 	// before the first request. Servers of a cluster refuse connections
 	// without one.
 	Key *auth.Key
+	// PeerTimeout is how long the server's host may stay silent before the
+	// connection is given up (default DefaultPeerTimeout; negative: the
+	// kernel's defaults): a dial gets no answer (a third of it), data sent stays
+	// unacknowledged (TCP_USER_TIMEOUT), or keepalive probes sent while a
+	// call waits go unanswered. A partitioned or vanished host then fails
+	// its calls with ErrConnClosed instead of hanging them for the many
+	// minutes TCP retransmits. A server that is merely slow (or stopped:
+	// its kernel still acknowledges) is not affected.
+	PeerTimeout time.Duration
 }
+
+// DefaultPeerTimeout is ClientConfig.PeerTimeout's default.
+const DefaultPeerTimeout = 15 * time.Second
 
 type call struct {
 	op      uint16
@@ -92,8 +105,7 @@ func (c *Client) idleLongerThan(now time.Time, d time.Duration) bool {
 
 // Dial connects to addr.
 func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := peerDialer(cfg.PeerTimeout).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s: %w", addr, err)
 	}
@@ -108,6 +120,31 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 		}
 	}
 	return NewClient(c, cfg), nil
+}
+
+// peerDialer dials with timeout as ClientConfig.PeerTimeout says: a
+// third of it for the dial (an answer to a SYN takes milliseconds; the
+// kernel's retries would take two minutes), then keepalive probes from a
+// third of it on (every sixth) and TCP_USER_TIMEOUT, so a silent host is
+// noticed in about the timeout and a third while a call waits, and in
+// about the timeout when data was sent.
+func peerDialer(timeout time.Duration) *net.Dialer {
+	if timeout == 0 {
+		timeout = DefaultPeerTimeout
+	}
+	if timeout < 0 {
+		return &net.Dialer{}
+	}
+	ms := int(timeout / time.Millisecond)
+	return &net.Dialer{
+		Timeout: timeout / 3,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: timeout / 3, Interval: timeout / 6, Count: 6,
+		},
+		ControlContext: func(_ context.Context, _, _ string, rc syscall.RawConn) error {
+			return setUserTimeout(rc, ms)
+		},
+	}
 }
 
 // NewClient wraps an established connection and starts its reader.

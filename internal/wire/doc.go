@@ -65,4 +65,14 @@
 // buffered request payloads are capped across connections
 // (MaxInflightBytes); an accept that fails for want of file descriptors
 // is retried with a back-off instead of stopping the server.
+//
+// A client gives up on a silent server host (ClientConfig.PeerTimeout,
+// 15 s): a dial unanswered for a third of it, request bytes left
+// unacknowledged for all of it (TCP_USER_TIMEOUT), or keepalive probes
+// unanswered while a call waits fail the connection and its calls with
+// ErrConnClosed. Without it a partitioned host held calls for the quarter
+// of an hour TCP retransmits, and a dial for the two minutes of SYN
+// retries: a lookup through a FUSE mount cut from its island had not
+// failed after 5 minutes, and fails after about a minute with it
+// (internal/simcluster's TestPartitionedMountServesNoStaleName).
 package wire
