@@ -3,7 +3,6 @@ package simcluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,10 +14,8 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/connect"
-	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/simnet"
-	"github.com/atoll-fs/atoll/internal/testenv"
 )
 
 // TestPartitionedMountServesNoStaleName: a FUSE mount holds a lease on a
@@ -34,12 +31,7 @@ func TestPartitionedMountServesNoStaleName(t *testing.T) {
 	// connection and the same for a dial; the kernel sends a stat two or
 	// three): a liveness bound, not a timing.
 	const lookupBound = 5 * time.Minute
-	if why := simnet.Available(); why != "" {
-		testenv.Missing(t, "simulated hosts: %s", why)
-	}
-	if ok, why := devcluster.FuseUsable(); !ok {
-		testenv.Missing(t, "FUSE: %s", why)
-	}
+	needSimHostsAndFUSE(t)
 	exe := buildAtoll(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -47,31 +39,8 @@ func TestPartitionedMountServesNoStaleName(t *testing.T) {
 	cfg := Config{
 		Exe: exe, Dir: filepath.Join(root, "data"),
 		Storage: 3, Islands: 1, Mount: filepath.Join(root, "mnt"),
-		Out: &logBuf{},
 	}
-	sn, err := simnet.New(ctx, simnet.Config{Name: fmt.Sprintf("sl%d", os.Getpid()%10000), Hosts: HostNames(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := sn.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	if !sn.Isolated() {
-		testenv.Missing(t, "simulated hosts fell back to loopback: %s", sn.Reason())
-	}
-	cfg.Net = sn
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("roles' output:\n%s", cfg.Out.(*logBuf).String())
-		}
-	})
-	cl, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl, sn := startOnSimHosts(ctx, t, "sl", &cfg)
 
 	dir := filepath.Join(cfg.Mount, "leased")
 	name := filepath.Join(dir, "x")

@@ -175,12 +175,7 @@ type statusJSON struct {
 // member, island, manager and metrics address is its own host's 10.99
 // address; `atoll format` is idempotent and says what it waits for.
 func TestClusterOnSimulatedHosts(t *testing.T) {
-	if why := simnet.Available(); why != "" {
-		testenv.Missing(t, "simulated hosts: %s", why)
-	}
-	if ok, why := devcluster.FuseUsable(); !ok {
-		testenv.Missing(t, "FUSE: %s", why)
-	}
+	needSimHostsAndFUSE(t)
 	exe := buildAtoll(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -192,29 +187,7 @@ func TestClusterOnSimulatedHosts(t *testing.T) {
 		ManagerArgs: []string{"--down-after", "2s"},
 		Out:         &logBuf{},
 	}
-	sn, err := simnet.New(ctx, simnet.Config{Name: fmt.Sprintf("sc%d", os.Getpid()%10000), Hosts: HostNames(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := sn.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	if !sn.Isolated() {
-		testenv.Missing(t, "simulated hosts fell back to loopback: %s", sn.Reason())
-	}
-	cfg.Net = sn
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("roles' output:\n%s", cfg.Out.(*logBuf).String())
-		}
-	})
-	cl, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop) // before the temporary directories go (LIFO)
+	cl, sn := startOnSimHosts(ctx, t, "sc", &cfg)
 
 	subnet := netip.PrefixFrom(sn.Local(), 24).Masked()
 	onOwnHost := func(what, addr string, r *Role) {
@@ -381,6 +354,53 @@ func TestClusterOnSimulatedHosts(t *testing.T) {
 	if procState(t, s1.PID(), "T") {
 		t.Errorf("storage1 resumed, but still stopped")
 	}
+}
+
+// needSimHostsAndFUSE stops a test that needs simulated hosts and a FUSE
+// mount where they are missing (testenv.Missing: a failure under CI).
+func needSimHostsAndFUSE(t *testing.T) {
+	t.Helper()
+	if why := simnet.Available(); why != "" {
+		testenv.Missing(t, "simulated hosts: %s", why)
+	}
+	if ok, why := devcluster.FuseUsable(); !ok {
+		testenv.Missing(t, "FUSE: %s", why)
+	}
+}
+
+// startOnSimHosts starts cfg's cluster on simulated hosts of a net named
+// prefix plus this process's id, torn down with the test; cfg.Out (a
+// *logBuf, set here when nil) is logged when the test fails.
+func startOnSimHosts(ctx context.Context, t *testing.T, prefix string, cfg *Config) (*Cluster, *simnet.Net) {
+	t.Helper()
+	if cfg.Out == nil {
+		cfg.Out = &logBuf{}
+	}
+	sn, err := simnet.New(ctx, simnet.Config{Name: fmt.Sprintf("%s%d", prefix, os.Getpid()%10000), Hosts: HostNames(*cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sn.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if !sn.Isolated() {
+		testenv.Missing(t, "simulated hosts fell back to loopback: %s", sn.Reason())
+	}
+	cfg.Net = sn
+	out := cfg.Out.(*logBuf)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("roles' output:\n%s", out.String())
+		}
+	})
+	cl, err := Start(ctx, *cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop) // before the temporary directories go (LIFO)
+	return cl, sn
 }
 
 // procState reports whether pid's state letter (/proc/PID/stat) is want.
