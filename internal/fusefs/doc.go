@@ -34,6 +34,18 @@
 //     credentials, so the islands, not the kernel, check permissions
 //     (the mount uses allow_other and no default_permissions).
 //
+// # Extended attributes
+//
+// The islands store the "user." namespace only. getxattr of any other
+// name (security.selinux, system.posix_acl_access, security.capability,
+// trusted.*) is answered EOPNOTSUPP by the mount itself, as setxattr is
+// by the islands: the namespace is not supported, not merely empty. That
+// lets ls -l, cp -a and tar stop asking for SELinux labels and ACLs on
+// this file system (coreutils remembers an unsupported device), where
+// ENODATA had cost two or three FUSE round trips per file listed (about
+// 75 us each on this VM): a warm ls -lR of 11,478 files took 1.2-1.7 s,
+// now 0.17-0.24 s (one run each, 03:02).
+//
 // # Caller credentials
 //
 // uid and gid come from the FUSE request header; supplementary groups
