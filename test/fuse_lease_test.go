@@ -13,6 +13,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/fusefs"
+	"github.com/atoll-fs/atoll/internal/lease"
 )
 
 // TestFUSETwoMountsSeeEachOtherUnderLeases: two mounts of one cluster,
@@ -155,6 +156,60 @@ func TestFUSEListingCachedUntilAnotherMountChanges(t *testing.T) {
 	}
 	if names := list(); len(names) != 41 || !slices.Contains(names, "late") {
 		t.Fatalf("after another mount's create, the listing has %d names (late listed: %v), want 41", len(names), slices.Contains(names, "late"))
+	}
+}
+
+// TestFUSEKernelKeepsLeasedNamesPastTheTerm: names and attributes a
+// mount holds under leases that its polls renew stay in the kernel past
+// the lease's term (client.FS.EntryHold), so a tree stat-ed again after
+// twice the term costs the mount no LOOKUP or GETATTR, where before the
+// kernel asked again for every name once its copy outlived the term.
+// Another mount's change is still seen at once: the break invalidates.
+// (That the kernel's copies go when the lease ends unrenewed is
+// internal/simcluster's TestPartitionedMountServesNoStaleName.)
+func TestFUSEKernelKeepsLeasedNamesPastTheTerm(t *testing.T) {
+	_, _, mountB, ma, mb := twoMounts(t)
+	if err := os.Mkdir(filepath.Join(ma, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for k := range 30 {
+		names = append(names, fmt.Sprintf("f%02d", k))
+		if err := os.WriteFile(filepath.Join(ma, "d", names[k]), []byte{byte(k)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	walk := func() {
+		t.Helper()
+		for _, n := range names {
+			if _, err := os.Lstat(filepath.Join(mb, "d", n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The first walk takes the leases (the island's hold is learnt from
+	// the polls that follow); after a term the kernel asks again and
+	// keeps the answers as long as the polls renew the leases.
+	walk()
+	time.Sleep(lease.DefaultTerm + 500*time.Millisecond)
+	walk()
+	time.Sleep(2*lease.DefaultTerm + 500*time.Millisecond)
+	before := mountB.Lookups()
+	walk()
+	if n := mountB.Lookups() - before; n != 0 {
+		t.Fatalf("stat of %d leased names %v after their first term cost %d lookups: the kernel did not keep them", len(names), 2*lease.DefaultTerm, n)
+	}
+	if err := os.Chmod(filepath.Join(ma, "d", "f00"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(filepath.Join(mb, "d", "f00")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode through the other mount right after chmod: %v, %v", st.Mode(), err)
+	}
+	if err := os.Rename(filepath.Join(ma, "d", "f01"), filepath.Join(ma, "d", "f01x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(mb, "d", "f01")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the old name of a file the other mount renamed: %v", err)
 	}
 }
 

@@ -668,30 +668,78 @@ func (f *FS) LeaseBreaks() uint64 {
 	return f.cache.breaks
 }
 
-// EntryLease returns how much longer the cached name dir/name (ino 0:
-// known missing) stays valid under a lease: 0 when it is not cached under
-// a live one. The FUSE mount gives the kernel that long.
-func (f *FS) EntryLease(dir uint64, name string, ino uint64) time.Duration {
+// KernelHoldMax bounds how long past its lease's current end the FUSE
+// mount lets the kernel keep a record (EntryHold, AttrHold).
+const KernelHoldMax = 30 * time.Second
+
+// A lease with less than holdMinLeft left is not counted on to be
+// renewed (its polls are late): EntryHold and AttrHold give the kernel
+// only what is left. HoldEndMargin is how long before a lease's end its
+// holder drops what the kernel keeps past that end when the lease was not
+// renewed (LeaseEnds); it is below holdMinLeft, so nothing is given a
+// long hold once the drop may have begun.
+const (
+	holdMinLeft   = 1500 * time.Millisecond
+	HoldEndMargin = time.Second
+)
+
+// EntryHold returns how long the kernel may keep the cached name
+// dir/name (ino 0: known missing): 0 when no live lease covers it, else
+// until the polls that renew the lease stop renewing it (its grant plus
+// the island's hold), at most KernelHoldMax, or only the lease left when
+// that is short or the island's hold is not known yet. Past the lease's
+// current end the kernel's copy is only as good as the caller's watch:
+// it must drop it when LeaseEnds shows the lease within HoldEndMargin of
+// its end (the FUSE mount's watch, kernelLeasesEnding), as it does when a lease
+// breaks. A kernel that kept names only while the lease ran (seconds)
+// asked the mount again for every name of a tree listed a few seconds
+// later.
+func (f *FS) EntryHold(dir uint64, name string, ino uint64) time.Duration {
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	now := time.Now()
 	d, ok := f.cache.dentry[dentryKey{dir, name}]
 	if !ok || d.ino != ino {
 		return 0
 	}
-	return f.leaseLeftLocked(namespace.Ino(dir).Bucket(), d.lease, now)
+	return f.holdLocked(namespace.Ino(dir).Bucket(), d.lease, time.Now())
 }
 
-// AttrLease returns how much longer ino's cached attributes stay valid
-// under a lease (0: not cached under a live one).
-func (f *FS) AttrLease(ino uint64) time.Duration {
+// AttrHold returns how long the kernel may keep ino's cached attributes
+// (see EntryHold; 0: not cached under a live lease).
+func (f *FS) AttrHold(ino uint64) time.Duration {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	a, ok := f.cache.attrs[ino]
 	if !ok {
 		return 0
 	}
-	return f.leaseLeftLocked(namespace.Ino(ino).Bucket(), a.lease, time.Now())
+	return f.holdLocked(namespace.Ino(ino).Bucket(), a.lease, time.Now())
+}
+
+// holdLocked is EntryHold's answer for a record of bucket read under the
+// lease of generation stamp.
+func (f *FS) holdLocked(bucket uint32, stamp uint64, now time.Time) time.Duration {
+	left := f.leaseLeftLocked(bucket, stamp, now)
+	l := f.cache.leases[bucket]
+	if left < holdMinLeft || l.hold <= 0 {
+		return left
+	}
+	return max(left, min(l.granted.Add(l.hold).Sub(now), KernelHoldMax))
+}
+
+// LeaseEnds returns when this FS's lease on each of buckets ends unless
+// renewed (the zero time: no live lease).
+func (f *FS) LeaseEnds(buckets []uint32) []time.Time {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	now := time.Now()
+	ends := make([]time.Time, len(buckets))
+	for k, b := range buckets {
+		if l := f.cache.leases[b]; l != nil && now.Before(l.expires) {
+			ends[k] = l.expires
+		}
+	}
+	return ends
 }
 
 // leaseLeftLocked is how long the lease of generation stamp on bucket

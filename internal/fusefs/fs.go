@@ -40,8 +40,9 @@ type adapter struct {
 	server *fuse.Server
 	silly  atomic.Uint64
 	killed atomic.Bool // Mount.Kill: write nothing back any more
-	// readdirs counts the listing requests the kernel sent (Readdirs).
-	readdirs atomic.Uint64
+	// readdirs counts the listing requests the kernel sent (Readdirs),
+	// lookups its LOOKUP and GETATTR requests (Lookups).
+	readdirs, lookups atomic.Uint64
 
 	muts struct { // changing requests in flight (mutCtx)
 		lockcheck.Mutex
@@ -156,35 +157,48 @@ type mutation struct {
 	interrupted time.Time // when the watcher first saw cancel closed
 }
 
-// watchInterrupts gives up the changing requests interrupted more than
-// Config.InterruptGrace ago, until done is closed. One goroutine polling a
-// few times a second costs less than one per request.
-func (a *adapter) watchInterrupts(done <-chan struct{}) {
-	if a.cfg.InterruptGrace < 0 {
-		return
+// watch runs the mount's periodic checks until done is closed: the
+// interrupted requests (checkInterrupts) and the kernel's copies under
+// leases about to end (leases.go). One goroutine polling a few times a
+// second costs less than one per request.
+func (a *adapter) watch(done <-chan struct{}) {
+	every := kernelWatchEvery
+	if g := a.cfg.InterruptGrace; g >= 0 {
+		every = max(min(g/4, every), time.Millisecond)
 	}
-	tick := time.NewTicker(max(min(a.cfg.InterruptGrace/4, 250*time.Millisecond), time.Millisecond))
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-done:
 			return
 		case now := <-tick.C:
-			a.muts.Lock()
-			for m := range a.muts.m {
-				select {
-				case <-m.cancel:
-				default:
-					continue
-				}
-				if m.interrupted.IsZero() {
-					m.interrupted = now
-				} else if now.Sub(m.interrupted) >= a.cfg.InterruptGrace {
-					m.stop()
-					delete(a.muts.m, m)
-				}
+			if a.cfg.InterruptGrace >= 0 {
+				a.checkInterrupts(now)
 			}
-			a.muts.Unlock()
+			if ending := a.kernelLeasesEnding(now); len(ending) > 0 {
+				a.kernelBreak(ending)
+			}
+		}
+	}
+}
+
+// checkInterrupts gives up the changing requests interrupted more than
+// Config.InterruptGrace ago.
+func (a *adapter) checkInterrupts(now time.Time) {
+	a.muts.Lock()
+	defer a.muts.Unlock()
+	for m := range a.muts.m {
+		select {
+		case <-m.cancel:
+		default:
+			continue
+		}
+		if m.interrupted.IsZero() {
+			m.interrupted = now
+		} else if now.Sub(m.interrupted) >= a.cfg.InterruptGrace {
+			m.stop()
+			delete(a.muts.m, m)
 		}
 	}
 }
@@ -258,6 +272,7 @@ func (a *adapter) fillAttrOut(out *fuse.AttrOut, at metawire.Attr) {
 // ---- names and attributes
 
 func (a *adapter) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	a.lookups.Add(1)
 	at, err := a.fs.Lookup(reqCtx(cancel, h), a.cred(h), ino(h.NodeId), name)
 	if err != nil {
 		if errors.Is(err, metawire.ErrNotFound) && a.negativeEntry(h.NodeId, name, out) {
@@ -272,6 +287,7 @@ func (a *adapter) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, 
 func (a *adapter) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	// The kernel asks only when its own copy expired or was invalidated:
 	// answer from the island, not from client.FS's cache.
+	a.lookups.Add(1)
 	at, err := a.fs.GetAttrFresh(reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId))
 	if err != nil {
 		return status(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -67,17 +68,20 @@ func (k *kernelLeases) bucketLocked(b uint32, until time.Time) *kernelBucket {
 
 // entryTTLs returns the kernel's timeouts for name in parent (FUSE node
 // ids) naming at: the configured ones, or as long as the leases covering
-// the cached name and attributes last if that is longer. The attributes
-// of a file open here keep the configured timeout (they follow its
-// unflushed writes). Whatever a lease covers is recorded for kernelBreak,
-// so that another client's change is seen at once, not after a timeout.
+// the cached name and attributes may be held (client.FS.EntryHold: while
+// polls renew them, up to client.KernelHoldMax) if that is longer. The
+// attributes of a file open here keep the configured timeout (they follow
+// its unflushed writes). Whatever a lease covers is recorded for
+// kernelBreak, so that another client's change is seen at once, not after
+// a timeout, and so that the mount's watch drops it if the lease is about
+// to end unrenewed.
 func (a *adapter) entryTTLs(parent uint64, name string, at metawire.Attr) (entry, attr time.Duration) {
 	entry, attr = a.cfg.EntryTTL, a.cfg.AttrTTL
 	if a.cfg.EntryTTL <= 0 && a.cfg.AttrTTL <= 0 {
 		return // the kernel caches nothing
 	}
 	dir := ino(parent)
-	if d := a.fs.EntryLease(dir, name, at.Ino); d > 0 && a.cfg.EntryTTL > 0 {
+	if d := a.fs.EntryHold(dir, name, at.Ino); d > 0 && a.cfg.EntryTTL > 0 {
 		entry = max(entry, d)
 		a.kern.mu.Lock()
 		a.kern.bucketLocked(namespace.Ino(dir).Bucket(), time.Now().Add(entry)).names[kernelName{parent, name}] = struct{}{}
@@ -101,7 +105,7 @@ func (a *adapter) attrTTL(i uint64) time.Duration {
 	if open {
 		return ttl
 	}
-	if d := a.fs.AttrLease(i); d > 0 {
+	if d := a.fs.AttrHold(i); d > 0 {
 		ttl = max(ttl, d)
 		a.kern.mu.Lock()
 		a.kern.bucketLocked(namespace.Ino(i).Bucket(), time.Now().Add(ttl)).nodes[nodeID(i)] = struct{}{}
@@ -213,4 +217,41 @@ func (a *adapter) kernelBreak(buckets []uint32) {
 	case <-time.After(notifyWait):
 		a.log.Debug("fusefs: kernel invalidation still waiting after a lease break", "names", len(names), "nodes", len(nodes))
 	}
+}
+
+// kernelWatchEvery is how often the mount's watch looks for leases about
+// to end (kernelLeasesEnding).
+const kernelWatchEvery = 200 * time.Millisecond
+
+// kernelLeasesEnding returns, for the mount's watch, the buckets whose
+// records the kernel must drop now: it may keep them past the current end
+// of a lease that is about to end unrenewed (within client.HoldEndMargin
+// of it), because its island's polls stopped answering (a partition, a
+// dead or deposed leader) or the table the polls renew did not grant it.
+// The island lets another client change the bucket once the lease ended
+// there, which is after its end here; the kernel must not answer from its
+// copy by then. A lease renewed later is taken up again at the next
+// lookup.
+func (a *adapter) kernelLeasesEnding(now time.Time) []uint32 {
+	var ids []uint32
+	var until []time.Time
+	a.kern.mu.Lock()
+	for b, kb := range a.kern.buckets {
+		if kb.until.After(now) { // a listing alone is dropped as before (cacheListing)
+			ids = append(ids, b)
+			until = append(until, kb.until)
+		}
+	}
+	a.kern.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	ends := a.fs.LeaseEnds(ids)
+	var ending []uint32
+	for k, b := range ids {
+		if until[k].After(ends[k]) && ends[k].Sub(now) < client.HoldEndMargin {
+			ending = append(ending, b)
+		}
+	}
+	return ending
 }

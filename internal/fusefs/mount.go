@@ -106,8 +106,8 @@ type Mount struct {
 	mu     lockcheck.Mutex
 	server *fuse.Server
 	done   chan struct{}
-	// watched is closed when the interrupt watcher (started by Mount)
-	// has returned, after the server stopped.
+	// watched is closed when the watcher (adapter.watch, started by
+	// Mount) has returned, after the server stopped.
 	watched chan struct{}
 }
 
@@ -155,6 +155,10 @@ func (m *Mount) Mountpoint() string { return m.mp }
 // Readdirs returns how many listing requests (READDIR, READDIRPLUS) the
 // kernel sent this mount: a listing the kernel caches costs none.
 func (m *Mount) Readdirs() uint64 { return m.ad.readdirs.Load() }
+
+// Lookups returns how many LOOKUP and GETATTR requests the kernel sent
+// this mount: names and attributes the kernel keeps cost none.
+func (m *Mount) Lookups() uint64 { return m.ad.lookups.Load() }
 
 // CheckFuseDevice reports a clear error when /dev/fuse is missing or
 // cannot be opened.
@@ -278,7 +282,7 @@ func (m *Mount) Mount() error {
 	}()
 	go func() {
 		defer close(m.watched)
-		m.ad.watchInterrupts(m.done)
+		m.ad.watch(m.done)
 	}()
 	if err := srv.WaitMount(); err != nil {
 		_ = srv.Unmount()
