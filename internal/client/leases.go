@@ -684,47 +684,49 @@ const (
 )
 
 // EntryHold returns how long the kernel may keep the cached name
-// dir/name (ino 0: known missing): 0 when no live lease covers it, else
-// until the polls that renew the lease stop renewing it (its grant plus
-// the island's hold), at most KernelHoldMax, or only the lease left when
-// that is short or the island's hold is not known yet. Past the lease's
-// current end the kernel's copy is only as good as the caller's watch:
-// it must drop it when LeaseEnds shows the lease within HoldEndMargin of
-// its end (the FUSE mount's watch, kernelLeasesEnding), as it does when a lease
+// dir/name (ino 0: known missing), and how long its lease has left: 0, 0
+// when no live lease covers it; else hold runs until the polls that renew
+// the lease stop renewing it (its grant plus the island's hold), at most
+// KernelHoldMax, or is only what is left when that is short or the
+// island's hold is not known yet. Past the lease's current end (hold >
+// left) the kernel's copy is only as good as the caller's watch: it must
+// drop it when LeaseEnds shows the lease within HoldEndMargin of its end
+// (the FUSE mount's watch, kernelLeasesEnding), as it does when a lease
 // breaks. A kernel that kept names only while the lease ran (seconds)
 // asked the mount again for every name of a tree listed a few seconds
 // later.
-func (f *FS) EntryHold(dir uint64, name string, ino uint64) time.Duration {
+func (f *FS) EntryHold(dir uint64, name string, ino uint64) (hold, left time.Duration) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	d, ok := f.cache.dentry[dentryKey{dir, name}]
 	if !ok || d.ino != ino {
-		return 0
+		return 0, 0
 	}
 	return f.holdLocked(namespace.Ino(dir).Bucket(), d.lease, time.Now())
 }
 
 // AttrHold returns how long the kernel may keep ino's cached attributes
-// (see EntryHold; 0: not cached under a live lease).
-func (f *FS) AttrHold(ino uint64) time.Duration {
+// and how long their lease has left (see EntryHold; 0, 0: not cached
+// under a live lease).
+func (f *FS) AttrHold(ino uint64) (hold, left time.Duration) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
 	a, ok := f.cache.attrs[ino]
 	if !ok {
-		return 0
+		return 0, 0
 	}
 	return f.holdLocked(namespace.Ino(ino).Bucket(), a.lease, time.Now())
 }
 
 // holdLocked is EntryHold's answer for a record of bucket read under the
 // lease of generation stamp.
-func (f *FS) holdLocked(bucket uint32, stamp uint64, now time.Time) time.Duration {
-	left := f.leaseLeftLocked(bucket, stamp, now)
+func (f *FS) holdLocked(bucket uint32, stamp uint64, now time.Time) (hold, left time.Duration) {
+	left = f.leaseLeftLocked(bucket, stamp, now)
 	l := f.cache.leases[bucket]
 	if left < holdMinLeft || l.hold <= 0 {
-		return left
+		return left, left
 	}
-	return max(left, min(l.granted.Add(l.hold).Sub(now), KernelHoldMax))
+	return max(left, min(l.granted.Add(l.hold).Sub(now), KernelHoldMax)), left
 }
 
 // LeaseEnds returns when this FS's lease on each of buckets ends unless
