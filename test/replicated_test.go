@@ -348,6 +348,14 @@ func TestReplicatedIslandQuorumLoss(t *testing.T) {
 		t.Fatalf("the refusal took %v", took)
 	}
 	t.Logf("island 1 without a quorum refused a create with EIO after %v", took.Round(time.Millisecond))
+	// Given up on: the next request there fails at once, counted
+	// (client: unreachable.go), instead of waiting as long again.
+	fast := conn.FS.FastFails()
+	_, err = os.Stat(filepath.Join(lost, "never"))
+	wantErrno(t, "stat on the island given up on", err, syscall.EIO)
+	if conn.FS.FastFails() == fast {
+		t.Fatalf("the stat after the refusal did not fail at once (FastFails %d): island 1 was not given up on", fast)
+	}
 
 	// One replica back: island 1 (servers 2 and 3) serves again, with
 	// everything it had.

@@ -186,6 +186,19 @@
 // anything half a second before its lease could end; a renewal of the
 // lease moves that end, and does not send anything itself.
 //
+// # Unavailable islands
+//
+// FS.call retries a request its island answers "unavailable" (down,
+// electing a leader, cut off: wire's PeerTimeout ends a silent
+// connection) for up to FSConfig.IslandWait, then fails it with
+// ErrUnavailable (EIO). The island is then given up on (unreachable.go):
+// further requests to it fail at once, where each had waited as long
+// again (a stat through a mount cut from its island took about a minute:
+// the kernel sends several requests), and one goroutine probes it every
+// second (OpStatFS) until it answers, which ends that. A failover is
+// answered within IslandWait and gives nothing up. Requests failed at
+// once are counted (FS.FastFails, atoll_client_unreachable_fails_total).
+//
 // # Small files in one request
 //
 // FS.CreateWithData sends a new file's contents (at most InlineMax bytes)

@@ -23,6 +23,7 @@ import (
 //	atoll_client_cache_misses_total            counter
 //	atoll_client_leases                        gauge    buckets this client holds a live lease on
 //	atoll_client_lease_breaks_total            counter
+//	atoll_client_unreachable_fails_total       counter  island requests failed at once: their island was given up on (unreachable.go)
 //	atoll_client_writebehind_total{what,outcome} counter changes kept back under exclusive leases:
 //	                                                    what attr|create, outcome kept|sent|failed|cancelled
 //	                                                    (a create removed before it was sent: no island request)
@@ -45,7 +46,7 @@ func RegisterMetrics(reg prometheus.Registerer, c *Client, fs *FS) error {
 type clientDescs struct {
 	readBytes, writtenBytes, stripes, degradedWritten, blocksRead, degradedReads,
 	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead, dirty,
-	leases, leaseBreaks, writeBehind *prometheus.Desc
+	leases, leaseBreaks, fastFails, writeBehind *prometheus.Desc
 }
 
 func newClientDescs() clientDescs {
@@ -69,6 +70,7 @@ func newClientDescs() clientDescs {
 		dirty:           d("dirty_bytes", "Bytes of written data buffered and not yet committed, all files together."),
 		leases:          d("leases", "Directories (buckets) this client holds a live lease on."),
 		leaseBreaks:     d("lease_breaks_total", "Leases its islands broke before another client's change."),
+		fastFails:       d("unreachable_fails_total", "Island requests failed at once: a request had given up on their island and no probe reached it since."),
 		writeBehind: prometheus.NewDesc("atoll_client_writebehind_total",
 			"Changes kept back under exclusive leases (what: attr, create, unlink) by outcome: kept (answered without a request), sent, failed, cancelled (a create removed before it was sent).",
 			[]string{"what", "outcome"}, nil),
@@ -85,7 +87,7 @@ func (k *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &k.descs
 	for _, x := range []*prometheus.Desc{d.readBytes, d.writtenBytes, d.stripes, d.degradedWritten, d.blocksRead,
 		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead, d.dirty,
-		d.leases, d.leaseBreaks, d.writeBehind} {
+		d.leases, d.leaseBreaks, d.fastFails, d.writeBehind} {
 		ch <- x
 	}
 }
@@ -114,6 +116,7 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.dirty, prometheus.GaugeValue, float64(k.fs.DirtyBytes()))
 		ch <- prometheus.MustNewConstMetric(d.leases, prometheus.GaugeValue, float64(k.fs.LeasesHeld()))
 		counter(d.leaseBreaks, k.fs.LeaseBreaks())
+		counter(d.fastFails, k.fs.FastFails())
 		wb := func(what, outcome string, v uint64) {
 			ch <- prometheus.MustNewConstMetric(d.writeBehind, prometheus.CounterValue, float64(v), what, outcome)
 		}

@@ -162,7 +162,8 @@ type FS struct {
 		touched  map[uint64]touch // per key, its last own change
 		made     map[uint64]bool  // directories made here, not yet looked in (Mkdir)
 	}
-	wb writeBehind // writebehind.go
+	wb   writeBehind // writebehind.go
+	down unreachable // unreachable.go: islands given up on
 	// pollers listen for lease breaks (leases.go); Close ends them.
 	pollers    sync.WaitGroup
 	renewals   sync.WaitGroup // leases.go: hitLocked
@@ -235,6 +236,7 @@ func (f *FS) Close() error {
 	f.closing.Store(true)
 	f.pollCancel()
 	f.pollers.Wait()
+	f.stopProbing()
 	f.renewals.Wait()
 	f.prefetches.Wait()
 	f.pool.Close()
@@ -282,14 +284,21 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 		}
 		return time.Since(unavailSince) < f.cfg.IslandWait && time.Since(start) < 4*f.cfg.IslandWait
 	}
+	var island namespace.IslandID // the one last asked
 	for attempt := 0; attempt == 0 || retry(attempt); attempt++ {
 		id, addr, ok := f.cfg.Map.IslandFor(namespace.Ino(route).Bucket())
+		if ok && attempt == 0 {
+			if err := f.givenUp(id); err != nil {
+				return err
+			}
+		}
 		if !ok {
 			last = fmt.Errorf("client: no island for inode %s: %w", namespace.Ino(route), metawire.ErrUnavailable)
 			if unavailSince.IsZero() {
 				unavailSince = time.Now()
 			}
 		} else {
+			island = id
 			rep, err := f.pool.CallRoute(ctx, addr, uint32(id), reqID, op, f.cfg.Map.Epoch(), msg, nil, nil)
 			if err == nil {
 				if resp == nil {
@@ -325,6 +334,9 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+	if island != 0 && errors.Is(last, metawire.ErrUnavailable) {
+		f.giveUp(island, namespace.Ino(route).Bucket())
 	}
 	return last
 }

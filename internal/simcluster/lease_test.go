@@ -87,14 +87,22 @@ func TestPartitionedMountServesNoStaleName(t *testing.T) {
 	}
 
 	// Otherwise the test proves nothing: the mount must hold leases.
-	resp, err := http.Get("http://" + cl.Role("mount").Metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	mountMetric := func(name string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + cl.Role("mount").Metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if m := regexp.MustCompile(`(?m)^` + name + ` ([0-9.e+]+)$`).FindSubmatch(body); m != nil {
+			return string(m[1])
+		}
+		t.Fatalf("the mount's metrics have no %s", name)
+		return ""
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if m := regexp.MustCompile(`(?m)^atoll_client_leases ([0-9]+)$`).FindSubmatch(body); m == nil || string(m[1]) == "0" {
-		t.Fatalf("the mount holds no lease before the partition (atoll_client_leases: %q)", m)
+	if n := mountMetric("atoll_client_leases"); n == "0" {
+		t.Fatalf("the mount holds no lease before the partition (atoll_client_leases %s)", n)
 	}
 
 	if err := sn.Partition(ctx, "cl", "i1", simnet.Both); err != nil {
@@ -170,6 +178,16 @@ func TestPartitionedMountServesNoStaleName(t *testing.T) {
 		check(r, "partitioned")
 	case <-time.After(lookupBound):
 		t.Fatalf("a lookup through the cut-off mount still waits after %v: want an error once the island is given up", lookupBound)
+	}
+	// The island is given up on now (client: unreachable.go): a lookup
+	// of a name the mount never saw fails at once, counted, instead of
+	// waiting as long again.
+	before := mountMetric("atoll_client_unreachable_fails_total")
+	if _, err := os.Stat(filepath.Join(dir, "never")); err == nil || errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat of a name never seen, through the cut-off mount: %v, want an I/O error", err)
+	}
+	if after := mountMetric("atoll_client_unreachable_fails_total"); after == before {
+		t.Errorf("no request of the cut-off mount failed at once (atoll_client_unreachable_fails_total %s): its island was not given up on", after)
 	}
 	heal()
 	for _, ch := range pending[1:] {
