@@ -672,14 +672,14 @@ func (f *FS) LeaseBreaks() uint64 {
 // mount lets the kernel keep a record (EntryHold, AttrHold).
 const KernelHoldMax = 30 * time.Second
 
-// A lease with less than holdMinLeft left is not counted on to be
+// A lease with less than HoldMinLeft left is not counted on to be
 // renewed (its polls are late): EntryHold and AttrHold give the kernel
 // only what is left. HoldEndMargin is how long before a lease's end its
 // holder drops what the kernel keeps past that end when the lease was not
-// renewed (LeaseEnds); it is below holdMinLeft, so nothing is given a
+// renewed (LeaseEnds); it is below HoldMinLeft, so nothing is given a
 // long hold once the drop may have begun.
 const (
-	holdMinLeft   = 1500 * time.Millisecond
+	HoldMinLeft   = 1500 * time.Millisecond
 	HoldEndMargin = time.Second
 )
 
@@ -723,7 +723,7 @@ func (f *FS) AttrHold(ino uint64) (hold, left time.Duration) {
 func (f *FS) holdLocked(bucket uint32, stamp uint64, now time.Time) (hold, left time.Duration) {
 	left = f.leaseLeftLocked(bucket, stamp, now)
 	l := f.cache.leases[bucket]
-	if left < holdMinLeft || l.hold <= 0 {
+	if left < HoldMinLeft || l.hold <= 0 {
 		return left, left
 	}
 	return max(left, min(l.granted.Add(l.hold).Sub(now), KernelHoldMax)), left

@@ -287,7 +287,8 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	var island namespace.IslandID // the one last asked
 	for attempt := 0; attempt == 0 || retry(attempt); attempt++ {
 		id, addr, ok := f.cfg.Map.IslandFor(namespace.Ino(route).Bucket())
-		if ok && attempt == 0 {
+		if ok && attempt == 0 && op != metawire.OpLeasePoll {
+			// (A lease poll keeps trying on its own, with a backoff.)
 			if err := f.givenUp(id); err != nil {
 				return err
 			}

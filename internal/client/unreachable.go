@@ -20,7 +20,9 @@ import (
 // marked unreachable: requests to it fail at once, and one goroutine
 // probes it (OpStatFS, every probeEvery, each given probeWait) until it
 // answers, which clears the mark. A failover does not mark: its requests
-// are answered within IslandWait.
+// are answered within IslandWait. Lease polls are not failed at once:
+// they retry on their own with a backoff, and FastFails counts only the
+// requests someone waits for.
 
 const (
 	probeEvery = time.Second

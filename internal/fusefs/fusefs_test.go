@@ -5,6 +5,7 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -92,6 +93,44 @@ func TestAccessMask(t *testing.T) {
 	}{{syscall.O_RDONLY, 4}, {syscall.O_WRONLY, 2}, {syscall.O_RDWR, 6}, {syscall.O_RDONLY | syscall.O_TRUNC, 6}} {
 		if got := accessMask(c.flags); got != c.want {
 			t.Errorf("%#x: %d", c.flags, got)
+		}
+	}
+}
+
+// TestHoldNotedInTime: a record given past its lease's end is noted for
+// the watch (kernelBucket.beyond); one noted too late after its lease was
+// read is given only what the lease has left; one no longer than the
+// lease's left or the configured timeout is not noted (the watch would
+// drop it at every lookup in the lease's last second).
+func TestHoldNotedInTime(t *testing.T) {
+	const ttl = time.Second
+	now := time.Now()
+	for _, c := range []struct {
+		name        string
+		hold, left  time.Duration
+		asked       time.Time
+		want        time.Duration
+		wantNoted   bool
+		wantAtLeast time.Duration // for a late one: given no more than left
+	}{
+		{"within the lease", 2 * time.Second, 2 * time.Second, now, 2 * time.Second, false, 0},
+		{"configured timeout", 800 * time.Millisecond, 800 * time.Millisecond, now, ttl, false, 0},
+		{"held past the lease", 20 * time.Second, 2 * time.Second, now, 20 * time.Second, true, 0},
+		{"held, noted late", 20 * time.Second, 2 * time.Second, now.Add(-400 * time.Millisecond), 0, false, 1500 * time.Millisecond},
+	} {
+		kb := &kernelBucket{}
+		got := kb.holdLocked(c.hold, c.left, ttl, c.asked)
+		if c.wantAtLeast == 0 && got != c.want {
+			t.Errorf("%s: gave %v, want %v", c.name, got, c.want)
+		}
+		if c.wantAtLeast > 0 && (got > c.left-400*time.Millisecond || got < ttl) {
+			t.Errorf("%s: gave %v, want at most what the lease had left then (%v) and at least %v", c.name, got, c.left-400*time.Millisecond, ttl)
+		}
+		if noted := !kb.beyond.IsZero(); noted != c.wantNoted {
+			t.Errorf("%s: noted %v, want %v", c.name, noted, c.wantNoted)
+		}
+		if c.wantNoted && kb.beyond.Before(now.Add(c.hold)) {
+			t.Errorf("%s: noted until %v, before the hold's end", c.name, kb.beyond)
 		}
 	}
 }

@@ -70,19 +70,34 @@ func (k *kernelLeases) bucketLocked(b uint32, until time.Time) *kernelBucket {
 	return kb
 }
 
-// holdLocked notes a record given to the kernel for hold, beyond the
-// lease's left and the configured timeout ttl (which the kernel may keep
-// anyway), for the watch (kernelLeasesEnding). A record given no longer
-// than its lease has left, or than ttl, is safe as before: noting it
-// would make the watch drop the bucket at every lookup in its lease's
-// last second (a measured 2x slower cold grep -r of a tree).
-func (kb *kernelBucket) holdLocked(hold, left, ttl time.Duration) {
+// holdNoteBound is how late after its lease was read a hold may still be
+// noted for the watch: half the time between the latest a hold is given
+// (client.HoldMinLeft before the lease's end) and the earliest the watch
+// drops it (client.HoldEndMargin before), so a hold noted in time is
+// never missed by a drop.
+const holdNoteBound = (client.HoldMinLeft - client.HoldEndMargin) / 2
+
+// holdLocked returns the timeout to give the kernel for a record of kb
+// whose lease was read at asked (hold and left from client.FS.EntryHold,
+// ttl the configured timeout) and notes a hold past the lease's end for
+// the watch (kernelLeasesEnding). A record given no longer than its lease
+// has left, or than ttl, is safe as before: noting it would make the
+// watch drop the bucket at every lookup in its lease's last second (a
+// measured 2x slower cold grep -r of a tree). A hold noted later than
+// holdNoteBound (this goroutine was not run meanwhile) is not given: the
+// watch may have dropped the bucket in between.
+func (kb *kernelBucket) holdLocked(hold, left, ttl time.Duration, asked time.Time) time.Duration {
 	if hold <= left || hold <= ttl {
-		return
+		return max(hold, ttl)
 	}
-	if t := time.Now().Add(hold); t.After(kb.beyond) {
+	now := time.Now()
+	if late := now.Sub(asked); late > holdNoteBound {
+		return max(left-late, ttl)
+	}
+	if t := now.Add(hold); t.After(kb.beyond) {
 		kb.beyond = t
 	}
+	return hold
 }
 
 // entryTTLs returns the kernel's timeouts for name in parent (FUSE node
@@ -100,12 +115,12 @@ func (a *adapter) entryTTLs(parent uint64, name string, at metawire.Attr) (entry
 		return // the kernel caches nothing
 	}
 	dir := ino(parent)
+	asked := time.Now()
 	if d, left := a.fs.EntryHold(dir, name, at.Ino); d > 0 && a.cfg.EntryTTL > 0 {
-		entry = max(entry, d)
 		a.kern.mu.Lock()
-		kb := a.kern.bucketLocked(namespace.Ino(dir).Bucket(), time.Now().Add(entry))
+		kb := a.kern.bucketLocked(namespace.Ino(dir).Bucket(), time.Now().Add(max(entry, d)))
 		kb.names[kernelName{parent, name}] = struct{}{}
-		kb.holdLocked(d, left, a.cfg.EntryTTL)
+		entry = kb.holdLocked(d, left, a.cfg.EntryTTL, asked)
 		a.kern.mu.Unlock()
 	}
 	if at.Ino != 0 {
@@ -126,12 +141,12 @@ func (a *adapter) attrTTL(i uint64) time.Duration {
 	if open {
 		return ttl
 	}
+	asked := time.Now()
 	if d, left := a.fs.AttrHold(i); d > 0 {
-		ttl = max(ttl, d)
 		a.kern.mu.Lock()
-		kb := a.kern.bucketLocked(namespace.Ino(i).Bucket(), time.Now().Add(ttl))
+		kb := a.kern.bucketLocked(namespace.Ino(i).Bucket(), time.Now().Add(max(ttl, d)))
 		kb.nodes[nodeID(i)] = struct{}{}
-		kb.holdLocked(d, left, a.cfg.AttrTTL)
+		ttl = kb.holdLocked(d, left, a.cfg.AttrTTL, asked)
 		a.kern.mu.Unlock()
 	}
 	return ttl
