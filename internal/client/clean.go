@@ -52,17 +52,13 @@ func (f *FS) callIsland(ctx context.Context, id namespace.IslandID, op uint16, r
 		var rep wire.Reply
 		if addr == "" {
 			err = fmt.Errorf("%w: island %d has no address in the map", metawire.ErrUnavailable, id)
-		} else if rep, err = f.pool.CallRoute(ctx, addr, uint32(id), wire.ReqID{}, op, f.cfg.Map.Epoch(), msg, nil, nil); err == nil {
+		} else if rep, err = f.callOnce(ctx, addr, id, wire.ReqID{}, op, msg); err == nil {
 			return metawire.Unmarshal(rep.Msg, resp)
-		} else if err = metawire.RemoteErr(err); !errors.As(err, new(*metawire.StatusError)) {
-			err = fmt.Errorf("%w: %v", metawire.ErrUnavailable, err)
 		}
 		if !errors.Is(err, metawire.ErrStaleEpoch) && !errors.Is(err, metawire.ErrUnavailable) {
 			break
 		}
-		if rerr := f.cfg.Map.Refresh(ctx); rerr != nil {
-			f.log.Debug("client: map refresh failed", "err", rerr)
-		}
+		f.refreshMap(ctx)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

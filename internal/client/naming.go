@@ -300,18 +300,12 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 			}
 		} else {
 			island = id
-			rep, err := f.pool.CallRoute(ctx, addr, uint32(id), reqID, op, f.cfg.Map.Epoch(), msg, nil, nil)
+			rep, err := f.callOnce(ctx, addr, id, reqID, op, msg)
 			if err == nil {
 				if resp == nil {
 					return nil
 				}
 				return metawire.Unmarshal(rep.Msg, resp)
-			}
-			err = metawire.RemoteErr(err)
-			var re *metawire.StatusError
-			if !errors.As(err, &re) {
-				// Transport failure: the island may be restarting or moved.
-				err = fmt.Errorf("%w: island %s: %v", metawire.ErrUnavailable, addr, err)
 			}
 			switch {
 			case errors.Is(err, metawire.ErrStaleEpoch), errors.Is(err, metawire.ErrWrongIsland), errors.Is(err, metawire.ErrUnavailable):
@@ -320,9 +314,7 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 				} else if unavailSince.IsZero() {
 					unavailSince = time.Now()
 				}
-				if rerr := f.cfg.Map.Refresh(ctx); rerr != nil {
-					f.log.Debug("client: map refresh failed", "err", rerr)
-				}
+				f.refreshMap(ctx)
 			case errors.Is(err, metawire.ErrBusy):
 			default:
 				return err
@@ -340,6 +332,29 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 		f.giveUp(island, namespace.Ino(route).Bucket())
 	}
 	return last
+}
+
+// callOnce sends one request to island id at addr. An island's answer
+// comes back as its status error (metawire.RemoteErr); any transport
+// failure as ErrUnavailable (the island may be restarting or moved).
+func (f *FS) callOnce(ctx context.Context, addr string, id namespace.IslandID, reqID wire.ReqID, op uint16, msg []byte) (wire.Reply, error) {
+	rep, err := f.pool.CallRoute(ctx, addr, uint32(id), reqID, op, f.cfg.Map.Epoch(), msg, nil, nil)
+	if err == nil {
+		return rep, nil
+	}
+	if err = metawire.RemoteErr(err); !errors.As(err, new(*metawire.StatusError)) {
+		err = fmt.Errorf("%w: island %s: %v", metawire.ErrUnavailable, addr, err)
+	}
+	return rep, err
+}
+
+// refreshMap fetches a newer map after an answer that says this one is
+// out of date (or an island that did not answer); a failure is only
+// logged: the next attempt uses the map there is.
+func (f *FS) refreshMap(ctx context.Context) {
+	if err := f.cfg.Map.Refresh(ctx); err != nil {
+		f.log.Debug("client: map refresh failed", "err", err)
+	}
 }
 
 // noMark stamps nothing: records cached with it live AttrTTL.

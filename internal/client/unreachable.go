@@ -122,17 +122,10 @@ func (f *FS) reachable(id namespace.IslandID, bucket uint32) bool {
 	}
 	ctx, cancel := context.WithTimeout(f.pollCtx, probeWait)
 	defer cancel()
-	_, err := f.pool.CallRoute(ctx, addr, uint32(id), wire.ReqID{}, metawire.OpStatFS, f.cfg.Map.Epoch(), metawire.Marshal(&metawire.Empty{}), nil, nil)
-	if err == nil {
-		return true
-	}
-	err = metawire.RemoteErr(err)
-	var se *metawire.StatusError
-	if errors.As(err, &se) && !errors.Is(err, metawire.ErrUnavailable) {
+	_, err := f.callOnce(ctx, addr, id, wire.ReqID{}, metawire.OpStatFS, metawire.Marshal(&metawire.Empty{}))
+	if !errors.Is(err, metawire.ErrUnavailable) {
 		return true // it answered (a stale epoch, say: requests refresh the map)
 	}
-	if rerr := f.cfg.Map.Refresh(ctx); rerr != nil {
-		f.log.Debug("client: map refresh failed", "err", rerr)
-	}
+	f.refreshMap(ctx)
 	return false
 }
