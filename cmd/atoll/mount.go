@@ -23,7 +23,7 @@ import (
 
 func newMountCmd(g *globalFlags) *cobra.Command {
 	var addr, metricsListen string
-	var leases, writeBehind bool
+	var leases, writeBehind, abort bool
 	var prebornDelay time.Duration
 	var cfg fusefs.Config
 	cmd := &cobra.Command{
@@ -36,6 +36,10 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 The mount uses allow_other; permissions are checked by the metadata islands
 with each caller's uid, gid and groups. If the process is killed, the
 mountpoint stays "stale": run fusermount3 -u MOUNTPOINT (or umount -l).
+A killed mount process that does not exit (it stays a zombie, and the
+mountpoint hangs: one of its threads waits in the kernel for the mount
+itself) ends with atoll mount --abort MOUNTPOINT, which aborts its FUSE
+connection (/sys/fs/fuse/connections/N/abort); then unmount it.
 
 With --metrics-listen the mount serves its client's Prometheus metrics and
 registers with the managers as a gateway (its metrics address as its
@@ -48,6 +52,9 @@ and repairs its reads found.`,
 				return err
 			}
 			cfg.Mountpoint, cfg.Logger = args[0], log
+			if abort {
+				return fusefs.Abort(cfg.Mountpoint)
+			}
 			// Environment problems first: they need no cluster.
 			if err := fusefs.CheckFuseDevice(); err != nil {
 				return err
@@ -141,6 +148,7 @@ and repairs its reads found.`,
 	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
 	f.BoolVar(&leases, "leases", true, "hold leases on directories: names and attributes stay cached until another client changes them (false: cached for the timeouts only)")
 	f.BoolVar(&writeBehind, "write-behind", true, "with --leases: while no other client uses a directory, keep chown/chmod/utimes of its files back (up to 1 s) and send each file's as one change; another client's access, fsync and unmount send them first")
+	f.BoolVar(&abort, "abort", false, "abort the FUSE connection of the mount at MOUNTPOINT (its process killed but still there, the mountpoint hanging), then exit")
 	f.StringVar(&cfg.WriteCache, "write-cache", fusefs.WriteClose, "when a file's changes reach the cluster: close (at close(2); a mount killed with -9 loses only files still open), sync (every write durable before it returns), preborn (with --write-behind: a closed file's create and data stay in the mount up to --preborn-delay, so a file removed by then never reaches the cluster; fsync, another client's access and unmount send them first; a mount killed with -9 loses what it holds)")
 	f.DurationVar(&prebornDelay, "preborn-delay", 10*time.Second, "with --write-cache preborn: how long a closed file may stay in the mount (the directory's lease bounds it too)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here and register with the managers, e.g. 127.0.0.1:7609 (empty: off)")

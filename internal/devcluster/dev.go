@@ -454,9 +454,10 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		}
 		c, err := Start(ctx, ChildSpec{
 			Name: "mount", Exe: d.cfg.Exe,
-			Args:   append(args, abs),
-			Output: d.cfg.Out,
-			Ready:  func() bool { return isMountpoint(abs) },
+			Args:      append(args, abs),
+			Output:    d.cfg.Out,
+			Ready:     func() bool { return isMountpoint(abs) },
+			FUSEMount: abs,
 		})
 		if err != nil {
 			return nil, err

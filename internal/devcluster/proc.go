@@ -12,8 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/fusefs"
 )
 
 // Child is one role running as a child process of this one.
@@ -26,6 +29,7 @@ type Child struct {
 	exitErr     error
 	mu          sync.Mutex
 	peakRSS     int64 // bytes, sampled from /proc/PID/status VmHWM
+	aborts      atomic.Int32
 	spec        ChildSpec
 }
 
@@ -48,6 +52,10 @@ type ChildSpec struct {
 	// Ready, when set, replaces the addr file as the readiness check (for
 	// roles that do not listen, like a FUSE mount); AddrFile is then unused.
 	Ready func() bool
+	// FUSEMount is the mountpoint of a FUSE mount role: Kill aborts its
+	// FUSE connection when the killed process does not exit (see
+	// fusefs.Abort).
+	FUSEMount string
 	// Command, when set, builds the process instead of exec.Command(exe,
 	// args...), e.g. to run it inside a simulated host's network namespace
 	// (simnet.Host.Command). Start still sets its environment, process
@@ -189,12 +197,34 @@ func (c *Child) Respawn(ctx context.Context) (*Child, error) {
 // mount namespace (a FUSE mount made by a child is one once it serves).
 func IsMountpoint(path string) bool { return isMountpoint(path) }
 
-// Kill sends SIGKILL and waits for the exit.
+// KillAbortAfter is how long Kill waits for a killed FUSE mount to exit
+// before it aborts the mount's FUSE connection.
+const KillAbortAfter = 3 * time.Second
+
+// Kill sends SIGKILL and waits for the exit. A FUSE mount that has not
+// exited after KillAbortAfter has a thread waiting in the kernel for its
+// own mount and never would: its connection is aborted (fusefs.Abort).
 func (c *Child) Kill() {
 	c.SampleRSS()
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	if c.spec.FUSEMount == "" {
+		<-c.done
+		return
+	}
+	select {
+	case <-c.done:
+		return
+	case <-time.After(KillAbortAfter):
+	}
+	c.aborts.Add(1)
+	if err := fusefs.Abort(c.spec.FUSEMount); err != nil {
+		fmt.Fprintf(os.Stderr, "devcluster: %s killed but still running, and its FUSE connection was not aborted: %v\n", c.Name, err)
+	}
 	<-c.done
 }
+
+// Aborts counts the FUSE connections Kill aborted for this child.
+func (c *Child) Aborts() int { return int(c.aborts.Load()) }
 
 // Stop sends SIGTERM and waits up to grace for a clean exit, then kills.
 func (c *Child) Stop(grace time.Duration) error {

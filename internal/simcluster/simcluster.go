@@ -483,6 +483,7 @@ func (c *Cluster) start(ctx context.Context, st step) (*Role, error) {
 		mnt := c.cfg.Mount
 		r.Mountpoint = mnt
 		spec.Ready = func() bool { return devcluster.IsMountpoint(mnt) }
+		spec.FUSEMount = mnt
 	}
 	ch, err := devcluster.Start(ctx, spec)
 	if err != nil {
