@@ -145,7 +145,11 @@
 // while its kernel holds such copies no longer drops them, so for up to
 // 30 s the kernel may answer a name another client changed after the
 // lease ended at the island; a mount that dies (kill -9) takes its kernel
-// copies with it (ENOTCONN).
+// copies with it (ENOTCONN). A drop (a FUSE entry notification) waits in
+// the kernel for its directory's lock; if a request to this mount holds
+// that lock when the process is killed, the notifying thread never gets
+// it and the process never exits: Abort (atoll mount --abort) ends it,
+// and internal/devcluster does so for the roles it kills.
 //
 // # Mounting
 //
