@@ -219,6 +219,8 @@ func (c *Child) Kill() {
 	c.aborts.Add(1)
 	if err := fusefs.Abort(c.spec.FUSEMount); err != nil {
 		fmt.Fprintf(os.Stderr, "devcluster: %s killed but still running, and its FUSE connection was not aborted: %v\n", c.Name, err)
+	} else {
+		fmt.Fprintf(os.Stderr, "devcluster: %s killed but still running after %v: aborted its FUSE connection\n", c.Name, KillAbortAfter)
 	}
 	<-c.done
 }
