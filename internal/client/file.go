@@ -108,6 +108,13 @@ type File struct {
 	mu struct {
 		lockcheck.Mutex
 		attr     metawire.Attr // as of open or the last commit
+		// wroteAt is when the last write since the last commit was
+		// made (ns): the file's mtime and ctime from then on, reported
+		// before the commit and committed with it (a stat between a
+		// write and close, as git's checkout does, saw the open's
+		// mtime and a stat after close the close's, so git took every
+		// file checked out as changed and read it again).
+		wroteAt  int64
 		pol      layout.Policy
 		bs       int
 		size     uint64
@@ -223,7 +230,21 @@ func (h *File) Attr() metawire.Attr {
 	defer h.mu.Unlock()
 	a := h.mu.attr
 	a.Size = h.mu.size
+	if h.mu.modified && h.mu.wroteAt != 0 {
+		a.Mtime, a.Ctime = h.mu.wroteAt, h.mu.wroteAt
+	}
 	return a
+}
+
+// WroteAt returns when the last write since the last commit was made
+// (ns), 0 if none: the mtime and ctime the commit will give the file.
+func (h *File) WroteAt() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.mu.modified {
+		return 0
+	}
+	return h.mu.wroteAt
 }
 
 // WriteAt writes p at off into the cache.
@@ -238,6 +259,7 @@ func (h *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	defer h.mu.Unlock()
 	end := uint64(off) + uint64(len(p))
 	h.mu.modified = true
+	h.mu.wroteAt = time.Now().UnixNano()
 	h.dropReadAheadLocked()
 	if h.mu.inline {
 		if end <= uint64(h.fs.cfg.InlineMax) {
@@ -773,7 +795,11 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 	if !h.mu.modified {
 		return nil
 	}
-	w := metawire.FileWrite{Ino: h.ino, Size: h.mu.size, Mtime: time.Now().UnixNano()}
+	wrote := h.mu.wroteAt
+	if wrote == 0 {
+		wrote = time.Now().UnixNano()
+	}
+	w := metawire.FileWrite{Ino: h.ino, Size: h.mu.size, Mtime: wrote}
 	// Blocks must be committed within MaxCommitDelay of being written, or
 	// the cleaner may take their (still unreferenced) stripes: past it the
 	// commit is not sent and the dirty blocks stay for the next flush.
@@ -791,7 +817,7 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 		// A kept-back create (createbehind.go) carries the data, sent
 		// by SendCreate or the next flush, when it holds the whole file.
 		if uint64(len(h.mu.inl)) == h.mu.size {
-			if a, ok := h.fs.absorbData(h.ino, h.cred, h.mu.inl, time.Now()); ok {
+			if a, ok := h.fs.absorbData(h.ino, h.cred, h.mu.inl, time.Unix(0, wrote)); ok {
 				h.mu.attr = a
 				h.mu.modified = false
 				h.dropReadAheadLocked()

@@ -884,9 +884,15 @@ func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 	of := h.of
 	of.mu.RLock()
 	f := of.file.Load()
-	of.mtime.Store(time.Now().UnixNano())
 	ctx, done := a.mutCtx(cancel)
 	n, err := f.WriteAt(ctx, data, int64(in.Offset))
+	// The File's time of the write, which its commit gives the file:
+	// the kernel gets the same mtime now as every stat after close.
+	if t := f.WroteAt(); t != 0 {
+		of.mtime.Store(t)
+	} else {
+		of.mtime.Store(time.Now().UnixNano())
+	}
 	// Counted after the File has the data: a flush that read the count
 	// before cannot mark this write as committed.
 	of.writes.Add(1)

@@ -208,7 +208,13 @@ func (i *Island) applyWrite(b *pebble.Batch, c *metawire.Cred, w *metawire.FileW
 	if n.mtime == 0 {
 		n.mtime = now
 	}
-	n.ctime = now
+	// The change time of a write is the writer's, as its mtime: the
+	// client reported both between the write and this commit
+	// (client.File.Attr). A later change of the inode keeps its own.
+	n.ctime = max(n.ctime, n.mtime)
+	if w.Mtime == 0 {
+		n.ctime = now
+	}
 	n.version++
 	if !isRoot(c) {
 		killSUID(n)
