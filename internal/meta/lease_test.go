@@ -96,7 +96,29 @@ func TestHandOverUnfencesTheNextLeader(t *testing.T) {
 		t.Fatalf("lease: %+v", lr)
 	}
 	// The holder acknowledges breaks as a mount does.
-	stopPolling := ackBreaks(c.isl[1], 9)
+	stop, polled := make(chan struct{}), make(chan struct{})
+	isl := c.isl[1]
+	go func() {
+		defer close(polled)
+		var ack uint64
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			out, err := isl.Handle(bg, metawire.OpLeasePoll, 1, metawire.Marshal(&metawire.PollReq{Session: 9, Ack: ack, WaitMs: 50}))
+			if err != nil {
+				continue
+			}
+			var pr metawire.PollResp
+			if metawire.Unmarshal(out, &pr) == nil {
+				for _, b := range pr.Breaks {
+					ack = max(ack, b.Seq)
+				}
+			}
+		}
+	}()
 	start := time.Now()
 	resume, err := c.isl[1].HandOver(bg)
 	if err != nil {
@@ -122,7 +144,8 @@ func TestHandOverUnfencesTheNextLeader(t *testing.T) {
 	if _, err := c.isl[1].HandOver(bg); err != nil {
 		t.Fatal(err)
 	}
-	stopPolling()
+	close(stop)
+	<-polled
 	c.restart(1, c.fs[1])
 	if c.isl[1].leases.Fenced() || c.isl[1].leases.ReadFenced() {
 		t.Fatal("the next incarnation after a hand-over is fenced")
@@ -149,7 +172,29 @@ func TestCrossIslandChangeBreaksLeasesBeforeItsAnswer(t *testing.T) {
 		t.Fatalf("leased lookup of a missing name: %+v", lr)
 	}
 	// The holder acknowledges breaks as a mount does.
-	defer ackBreaks(dst, 9)()
+	stop, polled := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-polled }()
+	go func() {
+		defer close(polled)
+		var ack uint64
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			out, err := dst.Handle(bg, metawire.OpLeasePoll, 1, metawire.Marshal(&metawire.PollReq{Session: 9, Ack: ack, WaitMs: 50}))
+			if err != nil {
+				continue
+			}
+			var pr metawire.PollResp
+			if metawire.Unmarshal(out, &pr) == nil {
+				for _, x := range pr.Breaks {
+					ack = max(ack, x.Seq)
+				}
+			}
+		}
+	}()
 	var applied atomic.Bool
 	w.fp[b].Enable(FailParticipantBeforeApply, faults.Action{Kind: faults.Call, Nth: 1, Call: func(string) error {
 		time.Sleep(500 * time.Millisecond)
@@ -171,32 +216,4 @@ func TestCrossIslandChangeBreaksLeasesBeforeItsAnswer(t *testing.T) {
 		t.Fatalf("lookup of the new name: %v (applied %v), want %v", g.Ino, applied.Load(), f.Ino)
 	}
 	w.mustFsck()
-}
-
-// ackBreaks polls isl for session's lease breaks and acknowledges them,
-// as a mount does, until the returned function is called.
-func ackBreaks(isl *Island, session uint64) (stop func()) {
-	done, polled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(polled)
-		var ack uint64
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			out, err := isl.Handle(bg, metawire.OpLeasePoll, 1, metawire.Marshal(&metawire.PollReq{Session: session, Ack: ack, WaitMs: 50}))
-			if err != nil {
-				continue
-			}
-			var pr metawire.PollResp
-			if metawire.Unmarshal(out, &pr) == nil {
-				for _, b := range pr.Breaks {
-					ack = max(ack, b.Seq)
-				}
-			}
-		}
-	}()
-	return func() { close(done); <-polled }
 }
