@@ -204,10 +204,8 @@
 //     operation on a replicated island; one found at open is aborted.)
 //  2. It sends OpPrepare to every participant in parallel. A participant
 //     checks the actions are on its inodes, takes their locks (waiting at
-//     most a short while; ErrBusy otherwise), validates them, breaks
-//     the leases on the buckets they change (the decision arrives after
-//     the client's answer, step 4), writes a prepared record with Sync
-//     and keeps the locks. While prepared,
+//     most a short while; ErrBusy otherwise), validates them, writes a
+//     prepared record with Sync and keeps the locks. While prepared,
 //     readers of the locked inodes wait for the decision (ErrBusy after a
 //     bound), so no client sees half an operation.
 //  3. If every participant prepared, the coordinator writes the commit

@@ -163,13 +163,6 @@ func (i *Island) leasedRead(ctx context.Context, r *metawire.LeaseReq) (*metawir
 		return nil, err
 	}
 	bucket := namespace.Ino(route).Bucket()
-	// Wait for an undecided transaction on the route first (the read
-	// would wait for it anyway): its decision, which a coordinator
-	// delivers after answering its client, is a change of the bucket,
-	// and one applied after the mark refuses the lease.
-	if err := i.locks.waitReadable(ctx, namespace.Ino(route), i.timing.readWait); err != nil {
-		return nil, err
-	}
 	mark := i.leases.Begin(bucket)
 	out, err := i.dispatch(ctx, r.Op, r.Msg)
 	resp := &metawire.LeaseResp{Msg: out}

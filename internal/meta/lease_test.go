@@ -2,13 +2,11 @@ package meta
 
 import (
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
@@ -150,70 +148,4 @@ func TestHandOverUnfencesTheNextLeader(t *testing.T) {
 	if c.isl[1].leases.Fenced() || c.isl[1].leases.ReadFenced() {
 		t.Fatal("the next incarnation after a hand-over is fenced")
 	}
-}
-
-// TestCrossIslandChangeBreaksLeasesBeforeItsAnswer: a coordinator answers
-// before its decision reaches the participants (deliverLater), so a
-// participant breaks the leases on what it will change when it prepares.
-// A session holding a lease on the destination directory of a
-// cross-island rename has had it broken by the time the rename returns,
-// even with the participant's apply held back: it cannot answer a lookup
-// of the new name from its cache as missing.
-func TestCrossIslandChangeBreaksLeasesBeforeItsAnswer(t *testing.T) {
-	w := newThreeWay(t)
-	a, b := w.ids[0], w.ids[1]
-	must(w.r.create(w.dirs[a].Ino, "f", 0o644))
-	dst := w.isl[b]
-	var lr metawire.LeaseResp
-	w.mustHandle(b, metawire.OpLeasePoll, &metawire.PollReq{Session: 9}, &metawire.PollResp{})
-	w.mustHandle(b, metawire.OpLease, &metawire.LeaseReq{Session: 9, Op: metawire.OpLookup,
-		Msg: metawire.Marshal(&metawire.NameReq{Dir: w.dirs[b].Ino, Name: "g"})}, &lr)
-	if !lr.Granted || lr.Status != metawire.StatusOf(metawire.ErrNotFound) {
-		t.Fatalf("leased lookup of a missing name: %+v", lr)
-	}
-	// The holder acknowledges breaks as a mount does.
-	stop, polled := make(chan struct{}), make(chan struct{})
-	defer func() { close(stop); <-polled }()
-	go func() {
-		defer close(polled)
-		var ack uint64
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			out, err := dst.Handle(bg, metawire.OpLeasePoll, 1, metawire.Marshal(&metawire.PollReq{Session: 9, Ack: ack, WaitMs: 50}))
-			if err != nil {
-				continue
-			}
-			var pr metawire.PollResp
-			if metawire.Unmarshal(out, &pr) == nil {
-				for _, x := range pr.Breaks {
-					ack = max(ack, x.Seq)
-				}
-			}
-		}
-	}()
-	var applied atomic.Bool
-	w.fp[b].Enable(FailParticipantBeforeApply, faults.Action{Kind: faults.Call, Nth: 1, Call: func(string) error {
-		time.Sleep(500 * time.Millisecond)
-		applied.Store(true)
-		return nil
-	}})
-	f := must(w.r.lookup(w.dirs[a].Ino, "f"))
-	if err := w.r.rename(w.dirs[a].Ino, "f", w.dirs[b].Ino, "g", 0); err != nil {
-		t.Fatal(err)
-	}
-	if st := dst.leases.Stats(); st.Broken+st.Expired == 0 {
-		t.Fatalf("the rename returned with the destination's lease unbroken: %+v", st)
-	}
-	if applied.Load() {
-		t.Fatal("the participant applied the rename before it returned: the case is not tested")
-	}
-	// A lookup at the participant waits for the decision.
-	if g := must(w.r.lookup(w.dirs[b].Ino, "g")); g.Ino != f.Ino || !applied.Load() {
-		t.Fatalf("lookup of the new name: %v (applied %v), want %v", g.Ino, applied.Load(), f.Ino)
-	}
-	w.mustFsck()
 }

@@ -416,20 +416,10 @@ func (i *Island) prepare(ctx context.Context, req *metawire.PrepareReq) error {
 	}
 	b := i.db.NewIndexedBatch()
 	err := i.applyActions(b, req.Actions)
-	if err == nil {
-		// The leases on what the actions change are broken now, not when
-		// the decision applies them: the coordinator answers before it
-		// delivers the decision (deliverLater), and no holder may answer
-		// from its cache after that. Its reads come here and wait for the
-		// locks, which the decision releases.
-		var done func()
-		done, err = i.breakLeases(withSession(ctx, req.Session), b)
-		if err == nil {
-			err = i.put(ctx, preparedKey(req.TxID), encodePrepared(coord, i.now(), req.Actions))
-			done()
-		}
-	}
 	b.Close()
+	if err == nil {
+		err = i.put(ctx, preparedKey(req.TxID), encodePrepared(coord, i.now(), req.Actions))
+	}
 	if err != nil {
 		i.locks.release(req.TxID)
 		return err
