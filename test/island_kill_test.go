@@ -170,16 +170,6 @@ func killIslandCase(t *testing.T, op, name, point string, target int) {
 			t.Fatal(err)
 		}
 	}
-	// Islands deliver a decision after answering (meta's deliverLater):
-	// let the preconditions' deliveries end (a first fsck page waits for
-	// them) before the kill, or the restarted island would resolve them
-	// at its start and die there.
-	pool := wire.NewPool(wire.ClientConfig{Key: testKey}, 1)
-	defer pool.Close()
-	srcs := []meta.FsckSource{meta.WireFsckSource(pool, 1, addrs[1]), meta.WireFsckSource(pool, 2, addrs[2])}
-	if rep, err := meta.Fsck(bg, srcs); err != nil || !rep.Clean() {
-		t.Fatalf("fsck after the preconditions: err=%v problems=%v", err, rep.Problems)
-	}
 	procs[tc.island].Kill()
 	procs[tc.island] = start(tc.island, "ATOLL_FAILPOINTS="+tc.point+"=crash")
 
@@ -218,10 +208,12 @@ func killIslandCase(t *testing.T, op, name, point string, target int) {
 
 	// Fsck until the restarted island and its peer have resolved
 	// the transaction.
+	pool := wire.NewPool(wire.ClientConfig{Key: testKey}, 1)
+	defer pool.Close()
 	var rep meta.Report
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		rep, err = meta.Fsck(context.Background(), srcs)
+		rep, err = meta.Fsck(context.Background(), []meta.FsckSource{meta.WireFsckSource(pool, 1, addrs[1]), meta.WireFsckSource(pool, 2, addrs[2])})
 		if err == nil && rep.Clean() {
 			break
 		}

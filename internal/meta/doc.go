@@ -212,17 +212,11 @@
 //     decision (the intent: participants and their actions, marked
 //     committed) in the same synced batch as its own actions and
 //     releases its locks; otherwise it tells the participants (abort).
-//  4. It answers the client, and sends OpDecide in the background
-//     (deliverLater): the operation is decided and durable, and readers
-//     of the participants' locked inodes wait for the decision, so the
-//     client's next request cannot see it half done; waiting would add
-//     a request and a synced write per cross-island operation (rm -rf of
-//     the Go source tree, 864 cross-island rmdirs: 4.7 s before). A
-//     participant applies (or drops) the actions and deletes its
-//     prepared record in one synced batch and releases its locks;
-//     deciding an unknown transaction succeeds.
+//  4. It sends OpDecide; a participant applies (or drops) the actions
+//     and deletes its prepared record in one synced batch and releases
+//     its locks; deciding an unknown transaction succeeds.
 //  5. When every participant acknowledged, the intent is deleted;
-//     unacknowledged decisions are redelivered by the resolver.
+//     unacknowledged decisions are redelivered in the background.
 //
 // Presumed abort: OpOutcome answers committed (intent committed),
 // pending (being run: checked before the intent is read, since a

@@ -34,9 +34,6 @@ func (i *Island) fsckPage(r *metawire.FsckReq) (*metawire.FsckResp, error) {
 		limit = defaultFsckPage
 	}
 	limit = min(limit, maxFsckPage)
-	if len(r.Cursor) == 0 {
-		i.settle()
-	}
 	snap := i.db.NewSnapshot()
 	defer snap.Close()
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: r.Cursor})
@@ -340,16 +337,6 @@ type fsckEntry struct {
 // record per inode and entry in memory.
 func Fsck(ctx context.Context, islands []FsckSource) (Report, error) {
 	var rep Report
-	// A first page makes its island wait for the decisions and intent
-	// deletions it runs after answering (settle). Ask every island for
-	// one before reading any: an operation that ended just before the
-	// check would otherwise show as an open intent or a participant's
-	// prepared transaction.
-	for _, src := range islands {
-		if _, err := src.FsckPage(ctx, nil); err != nil {
-			return rep, fmt.Errorf("meta: fsck: %w", err)
-		}
-	}
 	inodes := map[namespace.Ino]*fsckInode{}
 	var entries []fsckEntry
 	stripes := map[fragment.StripeID]bool{}

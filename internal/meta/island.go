@@ -88,12 +88,6 @@ type Island struct {
 	// lazyDels are background deletions of a replicated island (del),
 	// waited for by Close.
 	lazyDels sync.WaitGroup
-	// deliveries are decisions being delivered after their answer
-	// (deliverLater), waited for by Close.
-	deliveries sync.WaitGroup
-	// inflight counts deliveries and background deletions running (fsck
-	// waits for none: settle).
-	inflight atomic.Int64
 
 	bgCancel context.CancelFunc
 	bgCtx    context.Context // ends when Close begins
@@ -447,10 +441,7 @@ func (i *Island) Close() error {
 	if i.ln != nil {
 		i.ln.Close()
 	}
-	// No request runs now (each holds state shared): no delivery or
-	// deletion starts. The deliveries end soon (bgCtx is done) and may
-	// start deletions.
-	i.deliveries.Wait()
+	// No request runs now (each holds state shared): no deletion starts.
 	i.lazyDels.Wait()
 	i.closePool()
 	// Lazy records committed since the syncer's last sync become durable,
@@ -788,10 +779,8 @@ func (i *Island) del(ctx context.Context, key []byte, lazy bool) error {
 		repr := append([]byte(nil), b.Repr()...)
 		b.Close()
 		i.lazyDels.Add(1)
-		i.inflight.Add(1)
 		go func() {
 			defer i.lazyDels.Done()
-			defer i.inflight.Add(-1)
 			if err := i.repl.Replicate(context.Background(), repr); err != nil {
 				i.log.Debug("meta: background deletion", "err", err)
 			}

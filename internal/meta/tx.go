@@ -21,7 +21,7 @@ const (
 	FailTxAfterIntent           = "meta.tx.afterIntent"           // coordinator: own actions validated and locked, nothing prepared (no intent is written before the decision)
 	FailTxAfterPrepare          = "meta.tx.afterPrepare"          // coordinator: every participant prepared, no decision
 	FailTxAfterDecision         = "meta.tx.afterDecision"         // coordinator: commit decision and own actions durable, no Decide sent
-	FailTxAfterDecide           = "meta.tx.afterDecide"           // coordinator, after the answer: participants acknowledged, intent not cleared
+	FailTxAfterDecide           = "meta.tx.afterDecide"           // coordinator: participants acknowledged, intent not cleared
 	FailParticipantAfterPrepare = "meta.participant.afterPrepare" // participant: prepared record durable, not answered
 	FailParticipantBeforeApply  = "meta.participant.beforeApply"  // participant: commit decision received, not applied
 	FailParticipantAfterApply   = "meta.participant.afterApply"   // participant: applied, not answered
@@ -273,42 +273,21 @@ func (i *Island) coordinate(ctx context.Context, txid metawire.TxID, b *pebble.B
 		return err
 	}
 
-	// Phase two runs after the answer (deliverLater): the operation is
-	// decided and durable here, and the participants' readers of its
-	// inodes wait for their locks, which the decision releases, so
-	// nobody can see it half done. Waiting for the participants would
-	// add a request and a synced write (a consensus round on a
-	// replicated island) to every cross-island mkdir, rmdir and rename.
-	i.deliverLater(txid, n)
-	return nil
-}
-
-// deliverLater delivers a committed decision in the background at once,
-// then clears the intent; what is not acknowledged goes to the resolver
-// (queueNotify), which redelivers it. An island closing meanwhile
-// leaves the intent on disk: its next start redelivers it. Close waits
-// for these goroutines, and fsck for them to end (settle).
-func (i *Island) deliverLater(txid metawire.TxID, n *notifyTx) {
-	i.deliveries.Add(1)
-	i.inflight.Add(1)
-	go func() {
-		defer i.deliveries.Done()
-		defer i.inflight.Add(-1)
-		ctx, cancel := context.WithTimeout(i.bgCtx, i.timing.callTimeout)
-		defer cancel()
-		i.deliver(ctx, txid, n)
-		if err := i.fp(FailTxAfterDecide); err != nil {
-			i.queueNotify(txid, n)
-			return
-		}
-		if len(n.pending) == 0 {
-			if err := i.del(ctx, intentKey(txid), true); err != nil {
-				i.log.Warn("meta: clearing intent", "tx", txHex(txid), "err", err)
-			}
-			return
-		}
+	// Phase two: deliver the decision; whatever is not acknowledged now
+	// is redelivered in the background.
+	i.deliver(ctx, txid, n)
+	if err := i.fp(FailTxAfterDecide); err != nil {
 		i.queueNotify(txid, n)
-	}()
+		return err
+	}
+	if len(n.pending) == 0 {
+		if err := i.del(ctx, key, true); err != nil {
+			i.log.Warn("meta: clearing intent", "tx", txHex(txid), "err", err)
+		}
+		return nil
+	}
+	i.queueNotify(txid, n)
+	return nil
 }
 
 // prepareError picks the error to report from failed prepares: a final
@@ -691,13 +670,4 @@ func (i *Island) resolveOnce(ctx context.Context, force bool) int {
 	i.tx.Lock()
 	defer i.tx.Unlock()
 	return len(i.tx.notify) + len(i.tx.prepared)
-}
-
-// settle waits (at most callTimeout) until no decision is being
-// delivered after its answer and no intent deletion runs: an fsck then
-// sees what the operations answered so far left, not their tail.
-func (i *Island) settle() {
-	for end := time.Now().Add(i.timing.callTimeout); i.inflight.Load() > 0 && time.Now().Before(end); {
-		time.Sleep(time.Millisecond)
-	}
 }
