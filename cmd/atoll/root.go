@@ -73,12 +73,15 @@ func newRootCmd() *cobra.Command {
 		g.profFile = f
 		return pprof.StartCPUProfile(f)
 	}
-	root.PersistentPostRun = func(*cobra.Command, []string) {
+	// Not PersistentPostRun: cobra skips it when a command returns an
+	// error, and a role stopped by SIGTERM may return one.
+	cobra.OnFinalize(func() {
 		if g.profFile != nil {
 			pprof.StopCPUProfile()
 			g.profFile.Close()
+			g.profFile = nil
 		}
-	}
+	})
 	root.AddCommand(newStorageCmd(g), newDevCmd(g), newBenchCmd(g))
 	root.AddCommand(newMetaCmd(g), newTortureCmd(g))
 	root.AddCommand(newManagerCmd(g), newStatusCmd(g), newFormatCmd(g))
