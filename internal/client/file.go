@@ -107,7 +107,7 @@ type File struct {
 
 	mu struct {
 		lockcheck.Mutex
-		attr     metawire.Attr // as of open or the last commit
+		attr metawire.Attr // as of open or the last commit
 		// wroteAt is when the last write since the last commit was
 		// made (ns): the file's mtime and ctime from then on, reported
 		// before the commit and committed with it (a stat between a
