@@ -16,6 +16,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/fusefs"
 )
 
 // Config configures a local development cluster.
@@ -456,7 +457,7 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 			Name: "mount", Exe: d.cfg.Exe,
 			Args:      append(args, abs),
 			Output:    d.cfg.Out,
-			Ready:     func() bool { return isMountpoint(abs) },
+			Ready:     func() bool { return fusefs.IsMountpoint(abs) },
 			FUSEMount: abs,
 		})
 		if err != nil {
@@ -547,21 +548,6 @@ func (d *Dev) Run(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// isMountpoint reports whether path is a mountpoint (listed in
-// /proc/self/mountinfo).
-func isMountpoint(path string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			return true
-		}
-	}
-	return false
 }
 
 // FuseUsable reports whether a FUSE mount can be attempted here, and why not.

@@ -195,7 +195,7 @@ func (c *Child) Respawn(ctx context.Context) (*Child, error) {
 
 // IsMountpoint reports whether path is a mountpoint of this process's
 // mount namespace (a FUSE mount made by a child is one once it serves).
-func IsMountpoint(path string) bool { return isMountpoint(path) }
+func IsMountpoint(path string) bool { return fusefs.IsMountpoint(path) }
 
 // KillAbortAfter is how long Kill waits for a killed FUSE mount to exit
 // before it aborts the mount's FUSE connection.

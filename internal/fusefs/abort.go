@@ -59,13 +59,11 @@ func fuseMinor(mountpoint string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// mountinfo escapes space, tab, newline and backslash in octal.
-	esc := strings.NewReplacer(`\`, `\134`, " ", `\040`, "\t", `\011`, "\n", `\012`).Replace(mountpoint)
 	minor := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		// id parent major:minor root mountpoint options... - fstype source options
 		f := strings.Fields(line)
-		if len(f) < 5 || f[4] != esc {
+		if len(f) < 5 || unescapeMountinfo(f[4]) != mountpoint {
 			continue
 		}
 		sep := strings.Index(line, " - ")

@@ -190,14 +190,15 @@ func CheckMountpoint(mp string) error {
 	if !st.IsDir() {
 		return fmt.Errorf("fusefs: mountpoint %s is not a directory", mp)
 	}
-	if isMountpoint(mp) {
+	if IsMountpoint(mp) {
 		return fmt.Errorf("fusefs: %s is already a mountpoint (busy): unmount it first (`fusermount3 -u %s` or `umount %s`; `umount -l %s` if it is stale)", mp, mp, mp, mp)
 	}
 	return nil
 }
 
-// isMountpoint reports whether mp is listed in /proc/self/mountinfo.
-func isMountpoint(mp string) bool {
+// IsMountpoint reports whether mp is listed in /proc/self/mountinfo
+// (a mountpoint of this process's mount namespace).
+func IsMountpoint(mp string) bool {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return false
