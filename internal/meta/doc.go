@@ -63,6 +63,7 @@
 //	FF FF FF FF FF 'W' move(8)     moved entry received: u32 first, u32 last bucket, u32 from island
 //	FF FF FF FF FF 'X' boot(8)     incarnation adopted with a moved entry: u64 ns until when (raw)
 //	FF FF FF FF FF 'Y' move(8)     moving entry's base copy received: u32 first, u32 last bucket, u32 from island
+//	FF FF FF FF FF 'Z' move(8)     part of a base or whole copy received (from its first chunk to its last): same
 //
 // Every value is u8 version (1), a payload, and u32 CRC32C (Castagnoli)
 // of the version and payload; a value failing either is ErrIO. In
@@ -320,9 +321,10 @@
 // there, so changes get ErrUnavailable and clients retry; reads go on),
 // sends the noted keys as they are now (the delta), asks the manager to
 // flip the entry, and a grace period after its own map has the flip
-// drops its copy in bounded writes. Markers ('V' at the source, 'Y' and
-// 'W' at the destination) make every step resumable and the import
-// idempotent; a source that restarted frozen, or whose destination lost
+// drops its copy in bounded writes. Markers ('V' at the source, 'Z', 'Y'
+// and 'W' at the destination) make every step resumable and the import
+// idempotent, and let a destination drop what it received of a move that
+// ended without it, even a copy cut off halfway; a source that restarted frozen, or whose destination lost
 // the base, copies the whole entry frozen; one that cannot reach the
 // destination for 30 s cancels the move and thaws. fsck skips the other island's
 // copy of a moving entry. The destination adopts the source's
@@ -353,6 +355,7 @@
 //	meta.move.afterCopy            move source: destination applied the records, no flip
 //	meta.move.afterFlip            move source: map flipped, records not dropped
 //	meta.move.afterImport          move destination: records applied, not answered
+//	meta.move.afterChunk           move destination: a chunk before the last applied, not answered
 //
 // An error at a failpoint is handled as a failure of that step (abort
 // before the decision, redelivery after it); crash tests take the

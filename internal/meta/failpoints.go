@@ -7,5 +7,6 @@ import "github.com/atoll-fs/atoll/internal/faults"
 func init() {
 	faults.Register(FailTxAfterIntent, FailTxAfterPrepare, FailTxAfterDecision, FailTxAfterDecide,
 		FailParticipantAfterPrepare, FailParticipantBeforeApply, FailParticipantAfterApply, FailLocalBeforeCommit,
-		FailMoveAfterBase, FailMoveAfterFreeze, FailMoveAfterCopy, FailMoveAfterFlip, FailMoveAfterImport)
+		FailMoveAfterBase, FailMoveAfterFreeze, FailMoveAfterCopy, FailMoveAfterFlip, FailMoveAfterImport,
+		FailMoveAfterChunk)
 }

@@ -57,7 +57,7 @@ func (i *Island) fsckPage(r *metawire.FsckReq) (*metawire.FsckResp, error) {
 	// before the flip, the source's until it drops them), not a problem,
 	// and counted once, where the table says.
 	var moving []bucketRange
-	for _, tag := range []byte{gMoving, gImported, gBase} {
+	for _, tag := range append([]byte{gMoving}, importTags...) {
 		m, err := i.marks(tag)
 		if err != nil {
 			return nil, err
@@ -145,7 +145,7 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 			if len(k) != len(globalKey(gAdopted))+8 || len(v) != 8 {
 				problem(k, "adopted incarnation record: key %d, value %d bytes", len(k), len(v))
 			}
-		case gMoving, gImported, gBase:
+		case gMoving, gImported, gBase, gPartial:
 			// A move in progress (move.go).
 			if _, err := decodeMoveMark(v); err != nil || len(k) != len(globalKey(gMoving))+8 {
 				problem(k, "entry move record: key %d bytes, %v", len(k), err)

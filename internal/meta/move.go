@@ -66,6 +66,7 @@ const (
 	FailMoveAfterFlip   = "meta.move.afterFlip"   // map flipped, records not dropped
 	// destination island
 	FailMoveAfterImport = "meta.move.afterImport" // the entry's records applied, not answered
+	FailMoveAfterChunk  = "meta.move.afterChunk"  // a chunk before the final one applied, not answered
 )
 
 const (
@@ -73,7 +74,12 @@ const (
 	gImported = 'W' // move id(8) -> first, last, from: this island holds a moved entry's records
 	gAdopted  = 'X' // boot(8) -> u64 ns until when: an incarnation whose records this island took over
 	gBase     = 'Y' // move id(8) -> first, last, from: this island holds a moving entry's base copy
+	gPartial  = 'Z' // move id(8) -> first, last, from: this island holds part of a base or whole copy
 )
+
+// importTags are the markers of records a move brought into this island;
+// one left after its move ended names records to forget (moveOnce).
+var importTags = []byte{gImported, gBase, gPartial}
 
 // maxNoted bounds the keys noted for a move's delta; past it the delta
 // is a whole copy.
@@ -485,7 +491,7 @@ func (i *Island) moveOnce(ctx context.Context) error {
 	}
 	// Moves into this island that ended: forget their markers (and, for a
 	// cancelled one, the records it would have received).
-	for _, tag := range []byte{gImported, gBase} {
+	for _, tag := range importTags {
 		imported, err := i.marks(tag)
 		if err != nil {
 			return err
@@ -964,6 +970,14 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 	}
 	b := i.db.NewIndexedBatch()
 	defer b.Close()
+	if r.Chunk == 0 && r.Phase != metawire.ImportDelta {
+		// The chunks applied before the final one are part of a copy that
+		// may never end (the move is cancelled meanwhile): the marker lets
+		// moveOnce drop them, and fsck know them.
+		if err := b.Set(moveKey(gPartial, r.MoveID), mark, nil); err != nil {
+			return err
+		}
+	}
 	var d deltas
 	for _, k := range r.Deleted {
 		if err := replaceRecord(b, k, nil, &d); err != nil {
@@ -979,6 +993,9 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 		return err
 	}
 	if r.Final {
+		if err := b.Delete(moveKey(gPartial, r.MoveID), nil); err != nil {
+			return err
+		}
 		if r.Phase == metawire.ImportBase {
 			if err := b.Set(moveKey(gBase, r.MoveID), mark, nil); err != nil {
 				return err
@@ -1007,7 +1024,7 @@ func (i *Island) importEntry(ctx context.Context, r *metawire.ImportReq) error {
 	}
 	applied = true
 	if !r.Final {
-		return nil
+		return i.fp(FailMoveAfterChunk)
 	}
 	i.seq.Lock()
 	i.forgetSeqLocked(br)
@@ -1088,6 +1105,10 @@ func (i *Island) checkImport(ctx context.Context, r *metawire.ImportReq) error {
 // drop also deletes the records it brought (the move was cancelled: the
 // entry is not this island's).
 func (i *Island) forgetImport(ctx context.Context, tag byte, id uint64, m moveMark, drop bool) error {
+	// A chunk that passed checkImport before the move ended is applied
+	// before this, so it is dropped with the rest (a later one is refused).
+	i.moves.importMu.Lock()
+	defer i.moves.importMu.Unlock()
 	mark := func(b *pebble.Batch) error { return b.Delete(moveKey(tag, id), nil) }
 	if drop {
 		return i.clearSpan(ctx, m.r, mark)

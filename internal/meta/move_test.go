@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -103,7 +104,8 @@ func (c *cluster) startMove(id uint64, entry uint32, to namespace.IslandID) {
 	c.m.Set(tab)
 }
 
-// waitMoved waits until entry is to's and no island holds a move record.
+// waitMoved waits until entry is to's and no island holds a move record
+// (records a move brought are dropped by then).
 func (c *cluster) waitMoved(entry uint32, to namespace.IslandID) {
 	c.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -111,7 +113,7 @@ func (c *cluster) waitMoved(entry uint32, to namespace.IslandID) {
 		tab := c.m.Table()
 		left := 0
 		for _, id := range c.ids {
-			for _, tag := range []byte{gMoving, gImported} {
+			for _, tag := range append([]byte{gMoving}, importTags...) {
 				m, err := c.isl[id].marks(tag)
 				if err != nil {
 					c.t.Fatal(err)
@@ -484,6 +486,36 @@ func TestMoveEntryGivenBack(t *testing.T) {
 		if namespace.Ino(d.Ino).Bucket()>>(32-uint(c.m.Table().Depth)) == entry {
 			must(c.root().create(d.Ino, "after", 0o644))
 		}
+	}
+	c.mustFsck()
+}
+
+// TestMoveEntryCancelledDuringBaseCopy: the destination is lost after it
+// applied part of the base copy and the operator cancels the move: once
+// it is back it drops what it received (no marker of a finished copy
+// names those records), and counters and fsck agree.
+func TestMoveEntryCancelledDuringBaseCopy(t *testing.T) {
+	c, entry, dirs, live := moveSetup(t)
+	lost := make(chan struct{})
+	c.fp[2].Enable(FailMoveAfterChunk, faults.Action{Kind: faults.Call, Nth: 2, Call: func(string) error {
+		c.net.SetDown(2, true)
+		close(lost)
+		return errors.New("the destination is lost")
+	}})
+	c.startMove(1, entry, 2)
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("failpoint %s never fired", FailMoveAfterChunk)
+	}
+	tab := c.m.Table().Clone()
+	tab.Moves, tab.Epoch = nil, tab.Epoch+1
+	c.m.Set(tab)
+	c.net.SetDown(2, false)
+	c.waitMoved(entry, 1)
+	checkTree(t, c, dirs)
+	if got := c.liveSum(); !maps.Equal(got, live) {
+		t.Fatalf("live bytes: %v, before %v", got, live)
 	}
 	c.mustFsck()
 }
