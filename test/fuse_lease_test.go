@@ -334,3 +334,66 @@ func TestFUSEWriteTimesAgreeBeforeAndAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// TestFUSESecondWalkOfATreeCostsNoRequest: a tree walked once through a
+// mount (ls -lR: every listing, every name's attributes) is walked again
+// without a request to an island and without a listing request to the
+// mount: the kernel lists every directory from its cache. Each
+// subdirectory's names sit in a bucket of their own, on which the mount
+// held no lease when the first walk opened it: that open reads the
+// listing (leased) so the kernel caches it as well. (The kernel still
+// asks the mount for each directory's attributes once: a listing it read
+// from the mount marks the directory's atime stale. The mount answers
+// from its cache.)
+func TestFUSESecondWalkOfATreeCostsNoRequest(t *testing.T) {
+	_, fsb, mountB, ma, mb := twoMounts(t)
+	want, dirs := 0, 1
+	for d := range 4 {
+		for s := range 3 {
+			dir := filepath.Join(ma, "t", fmt.Sprintf("d%d", d), fmt.Sprintf("s%d", s))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if s == 0 {
+				dirs++
+			}
+			dirs++
+			for f := range 8 {
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d", f)), []byte{byte(f)}, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				want++
+			}
+		}
+	}
+	walk := func() {
+		t.Helper()
+		files := 0
+		err := filepath.WalkDir(filepath.Join(mb, "t"), func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			st, err := os.Lstat(p)
+			if err != nil {
+				return err
+			}
+			if st.Mode().IsRegular() {
+				files++
+			}
+			return nil
+		})
+		if err != nil || files != want {
+			t.Fatalf("walk: %d files, %v; want %d", files, err, want)
+		}
+	}
+	walk()
+	readdirs, lookups := mountB.Readdirs(), mountB.Lookups()
+	_, misses := fsb.CacheStats()
+	walk()
+	_, misses2 := fsb.CacheStats()
+	r, l := mountB.Readdirs()-readdirs, mountB.Lookups()-lookups
+	if r != 0 || misses2 != misses || l > uint64(dirs) {
+		t.Fatalf("the second walk of a tree of %d directories cost %d listing requests, %d lookups and %d island requests (cache misses): the kernel or the mount did not keep what the first one read",
+			dirs, r, l, misses2-misses)
+	}
+}

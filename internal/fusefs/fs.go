@@ -1006,12 +1006,13 @@ func (a *adapter) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 			return status(err)
 		}
 	}
+	ds := &dirStream{}
 	a.mu.Lock()
 	a.nextFh++
 	out.Fh = a.nextFh
-	a.dirs[out.Fh] = &dirStream{}
+	a.dirs[out.Fh] = ds
 	a.mu.Unlock()
-	a.cacheListing(i, out)
+	a.cacheListing(ctx, cred, i, ds, out)
 	return fuse.OK
 }
 

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -158,20 +159,39 @@ func (a *adapter) attrTTL(i uint64) time.Duration {
 // directory's names, so a warm readdir costs no request. The kernel drops
 // the cache itself when this mount changes the directory, and when the
 // directory's attributes moved at the start of a later listing; a lease
-// break drops it here (kernelBreak). An open without a lease reads the
-// listing through the mount, as before.
-func (a *adapter) cacheListing(i uint64, out *fuse.OpenOut) {
+// break drops it here (kernelBreak).
+//
+// Without a lease, the listing's first page is read now (leased) into
+// the open's stream ds, where the first READDIR finds it: the same one
+// request, made before the open's answer, so that the kernel caches this
+// listing too (FOPEN_CACHE_DIR without FOPEN_KEEP_CACHE: what it held
+// from before the lease is dropped). Otherwise the first listing of a
+// directory in a bucket the mount held no lease on (each subdirectory of
+// a tree walked for the first time) was never cached, and a second walk
+// read every listing through the mount again.
+func (a *adapter) cacheListing(ctx context.Context, cred metawire.Cred, i uint64, ds *dirStream, out *fuse.OpenOut) {
 	if a.cfg.AttrTTL <= 0 || a.server == nil {
 		return
 	}
+	keep := uint32(fuse.FOPEN_KEEP_CACHE)
 	d := a.fs.DirLease(i)
+	if d <= 0 && a.fs.LeasesOn() {
+		resp, err := a.fs.Readdir(ctx, cred, i, 0, dirPage, true)
+		if err != nil {
+			return // the READDIR answers the error
+		}
+		ds.mu.Lock()
+		ds.plus, ds.at, ds.next, ds.entries, ds.eof, ds.valid = true, time.Now(), 0, resp.Entries, resp.EOF, true
+		ds.mu.Unlock()
+		d, keep = a.fs.DirLease(i), 0
+	}
 	if d <= 0 {
 		return
 	}
 	a.kern.mu.Lock()
 	a.kern.bucketLocked(namespace.Ino(i).Bucket(), time.Now().Add(d)).dirs[nodeID(i)] = struct{}{}
 	a.kern.mu.Unlock()
-	out.OpenFlags |= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	out.OpenFlags |= fuse.FOPEN_CACHE_DIR | keep
 }
 
 // negativeEntry answers a lookup of a name known missing under a lease
