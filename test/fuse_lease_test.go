@@ -397,3 +397,50 @@ func TestFUSESecondWalkOfATreeCostsNoRequest(t *testing.T) {
 			dirs, r, l, misses2-misses)
 	}
 }
+
+// TestFUSEOpenOfALeasedFileKeepsItsAttributes: opening a file whose
+// attributes the kernel holds under a live lease does not make the kernel
+// ask for them again (an OPEN used to invalidate them every time: git
+// status re-reading a fresh checkout asked for every file's attributes
+// at each open). Another mount growing the file breaks the lease, so the
+// next open still reads all of it (close-to-open).
+func TestFUSEOpenOfALeasedFileKeepsItsAttributes(t *testing.T) {
+	_, _, mountB, ma, mb := twoMounts(t)
+	if err := os.Mkdir(filepath.Join(ma, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := []byte("first version\n")
+	if err := os.WriteFile(filepath.Join(ma, "d", "f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	read := func() {
+		t.Helper()
+		if b, err := os.ReadFile(filepath.Join(mb, "d", "f")); err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("read through the other mount: %q, %v; want %q", b, err, want)
+		}
+	}
+	read()
+	if _, err := os.Stat(filepath.Join(mb, "d", "f")); err != nil { // after the open: leased
+		t.Fatal(err)
+	}
+	before := mountB.Lookups()
+	for range 10 {
+		read()
+	}
+	if n := mountB.Lookups() - before; n != 0 {
+		t.Fatalf("10 opens and reads of a file held under a lease cost %d lookups or getattrs", n)
+	}
+	f, err := os.OpenFile(filepath.Join(ma, "d", "f"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := bytes.Repeat([]byte("grown by the other mount\n"), 200)
+	if _, err := f.Write(more); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, more...)
+	read()
+}

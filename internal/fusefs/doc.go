@@ -65,7 +65,10 @@
 // cannot carry them, and the kernel reads only up to the size it has
 // cached), so a file opened after another client closed it shows that
 // client's data, all of it: the kernel asks again (GETATTR, from the
-// island) before it reads past its old size or answers fstat. OPEN keeps
+// island) before it reads past its old size or answers fstat. Attributes
+// the kernel was given under a lease the mount still holds are kept
+// (another client's change breaks the lease first, and the break
+// invalidates them), so opening a file again costs no GETATTR. OPEN keeps
 // the kernel's page cache (FOPEN_KEEP_CACHE) only when the pages hold the
 // data version the island has now (pages.go: a version is recorded when
 // an open drops the pages and moved by this mount's own commits), so a
