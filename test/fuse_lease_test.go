@@ -444,3 +444,43 @@ func TestFUSEOpenOfALeasedFileKeepsItsAttributes(t *testing.T) {
 	want = append(want, more...)
 	read()
 }
+
+// TestFUSEMissingNamesOfAListedDirectoryStayInTheKernel: a name missing
+// from a directory the mount knows whole under a lease is answered as a
+// negative entry the kernel keeps (git looks up .gitattributes in every
+// directory at every status: each was a LOOKUP), and another mount's
+// create of that name is still seen at once.
+func TestFUSEMissingNamesOfAListedDirectoryStayInTheKernel(t *testing.T) {
+	_, _, mountB, ma, mb := twoMounts(t)
+	if err := os.Mkdir(filepath.Join(ma, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 5 {
+		if err := os.WriteFile(filepath.Join(ma, "d", fmt.Sprintf("f%d", k)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := func(n string) {
+		t.Helper()
+		if _, err := os.Lstat(filepath.Join(mb, "d", n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s: %v, want it missing", n, err)
+		}
+	}
+	// Two missing names under one lease: the mount lists d whole.
+	missing("nope1")
+	missing("nope2")
+	missing(".gitattributes")
+	before := mountB.Lookups()
+	for range 5 {
+		missing(".gitattributes")
+	}
+	if n := mountB.Lookups() - before; n != 0 {
+		t.Fatalf("5 lookups of a name missing from a directory known whole under a lease reached the mount %d times", n)
+	}
+	if err := os.WriteFile(filepath.Join(ma, "d", ".gitattributes"), []byte("* text\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mb, "d", ".gitattributes")); err != nil || string(b) != "* text\n" {
+		t.Fatalf("a name another mount created after it was missing here: %q, %v", b, err)
+	}
+}

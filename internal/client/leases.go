@@ -698,11 +698,19 @@ const (
 func (f *FS) EntryHold(dir uint64, name string, ino uint64) (hold, left time.Duration) {
 	f.cache.Lock()
 	defer f.cache.Unlock()
+	bucket, now := namespace.Ino(dir).Bucket(), time.Now()
 	d, ok := f.cache.dentry[dentryKey{dir, name}]
+	if !ok && ino == 0 && namespace.ValidName(name) == nil {
+		// Missing from a directory listed whole under the live lease (as
+		// Lookup answers it): as good as a leased negative answer.
+		if l := f.liveLeaseLocked(bucket, now); l != nil && l.complete[dir] {
+			return f.holdLocked(bucket, l.gen, now)
+		}
+	}
 	if !ok || d.ino != ino {
 		return 0, 0
 	}
-	return f.holdLocked(namespace.Ino(dir).Bucket(), d.lease, time.Now())
+	return f.holdLocked(bucket, d.lease, now)
 }
 
 // AttrHold returns how long the kernel may keep ino's cached attributes
