@@ -324,8 +324,8 @@
 // drops its copy in bounded writes. Markers ('V' at the source, 'Z', 'Y'
 // and 'W' at the destination) make every step resumable and the import
 // idempotent, and let a destination drop what it received of a move that
-// ended without it, even a copy cut off halfway; a source that restarted frozen, or whose destination lost
-// the base, copies the whole entry frozen; one that cannot reach the
+// ended without it, even a copy cut off halfway; a source that restarted
+// frozen, or whose destination lost the base, copies the whole entry frozen; one that cannot reach the
 // destination for 30 s cancels the move and thaws. fsck skips the other island's
 // copy of a moving entry. The destination adopts the source's
 // incarnations ('X'): its sync answers list them, so a client's lazy
