@@ -55,23 +55,14 @@ func Abort(mountpoint string) error {
 // the FUSE mount at the absolute path mountpoint, from mountinfo: the
 // last mount there, as later mounts hide earlier ones.
 func fuseMinor(mountpoint string) (string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := mountsAt(mountpoint)
 	if err != nil {
 		return "", err
 	}
 	minor := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		// id parent major:minor root mountpoint options... - fstype source options
-		f := strings.Fields(line)
-		if len(f) < 5 || unescapeMountinfo(f[4]) != mountpoint {
-			continue
-		}
-		sep := strings.Index(line, " - ")
-		if sep < 0 || !strings.HasPrefix(strings.TrimSpace(line[sep+3:]), "fuse") {
-			continue
-		}
-		if _, m, ok := strings.Cut(f[2], ":"); ok {
-			minor = m
+	for _, m := range ms {
+		if _, mi, ok := strings.Cut(m.dev, ":"); ok && strings.HasPrefix(m.fstype, "fuse") {
+			minor = mi
 		}
 	}
 	if minor == "" {

@@ -760,30 +760,6 @@ func (a *adapter) dropKernelAttr(node uint64) {
 	}
 }
 
-// kernelAttrLeased reports whether the attributes the kernel holds of
-// inode i, if any, were given under a lease this mount still holds (they
-// are recorded for kernelBreak, and the mount's own copy is stamped with
-// the live lease). Then nobody else changed the inode since: its island
-// breaks the lease before it applies another client's change, and the
-// break invalidates them. An OPEN need not drop them (dropKernelAttr);
-// it did for every open, so a tool opening many files it had just
-// stat-ed (git status re-reading the files of a fresh checkout) made the
-// kernel ask for each file's attributes again.
-func (a *adapter) kernelAttrLeased(i uint64) bool {
-	a.kern.mu.Lock()
-	kb := a.kern.buckets[namespace.Ino(i).Bucket()]
-	recorded := false
-	if kb != nil && kb.until.After(time.Now()) {
-		_, recorded = kb.nodes[nodeID(i)]
-	}
-	a.kern.mu.Unlock()
-	if !recorded {
-		return false
-	}
-	_, left := a.fs.AttrHold(i)
-	return left > 0
-}
-
 // openHandle opens ino for a new handle (O_TRUNC truncates).
 // openHandle opens a handle on i; created holds the attributes of a file
 // this request just created (nil otherwise).

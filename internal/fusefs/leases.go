@@ -153,6 +153,30 @@ func (a *adapter) attrTTL(i uint64) time.Duration {
 	return ttl
 }
 
+// kernelAttrLeased reports whether the attributes the kernel holds of
+// inode i, if any, were given under a lease this mount still holds (they
+// are recorded for kernelBreak, and the mount's own copy is stamped with
+// the live lease). Then nobody else changed the inode since: its island
+// breaks the lease before it applies another client's change, and the
+// break invalidates them. An OPEN need not drop them (dropKernelAttr);
+// it did for every open, so a tool opening many files it had just
+// stat-ed (git status re-reading the files of a fresh checkout) made the
+// kernel ask for each file's attributes again.
+func (a *adapter) kernelAttrLeased(i uint64) bool {
+	a.kern.mu.Lock()
+	kb := a.kern.buckets[namespace.Ino(i).Bucket()]
+	recorded := false
+	if kb != nil && kb.until.After(time.Now()) {
+		_, recorded = kb.nodes[nodeID(i)]
+	}
+	a.kern.mu.Unlock()
+	if !recorded {
+		return false
+	}
+	_, left := a.fs.AttrHold(i)
+	return left > 0
+}
+
 // cacheListing lets the kernel keep directory i's listing in its page
 // cache (FOPEN_CACHE_DIR, and FOPEN_KEEP_CACHE so this open does not drop
 // what an earlier one filled) while the mount holds a lease on the

@@ -199,20 +199,43 @@ func CheckMountpoint(mp string) error {
 // IsMountpoint reports whether mp is listed in /proc/self/mountinfo
 // (a mountpoint of this process's mount namespace).
 func IsMountpoint(mp string) bool {
+	ms, err := mountsAt(mp)
+	return err == nil && len(ms) > 0
+}
+
+// mountAt is one mount listed in /proc/self/mountinfo.
+type mountAt struct {
+	dev    string // major:minor
+	fstype string
+}
+
+// mountsAt returns the mounts at the absolute path mp, in the order
+// mountinfo lists them (a later one hides an earlier one).
+func mountsAt(mp string) ([]mountAt, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return false
+		return nil, err
 	}
 	defer f.Close()
+	var out []mountAt
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == mp {
-			return true
+		// id parent major:minor root mountpoint options... - fstype source options
+		line := sc.Text()
+		fields := strings.Fields(line)
+		if len(fields) <= 4 || unescapeMountinfo(fields[4]) != mp {
+			continue
 		}
+		m := mountAt{dev: fields[2]}
+		if _, rest, ok := strings.Cut(line, " - "); ok {
+			if ft := strings.Fields(rest); len(ft) > 0 {
+				m.fstype = ft[0]
+			}
+		}
+		out = append(out, m)
 	}
-	return false
+	return out, sc.Err()
 }
 
 // unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.
