@@ -1,12 +1,16 @@
 package test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fsck"
 	"github.com/atoll-fs/atoll/internal/layout"
 )
@@ -77,3 +81,69 @@ func TestClusterFsck(t *testing.T) {
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
+
+// fsck on a serving cluster: the cleaner moves a file's blocks to a new
+// stripe and deletes the old one between fsck's namespace pass (which saw
+// the old stripe referenced) and its storage listing (which no longer
+// finds it). Nothing is wrong, and fsck must not say otherwise; a stripe
+// deleted while still referenced is still reported (TestClusterFsck).
+// The re-check asks the islands of the current map: with a map that is
+// out of date it refreshes it, and without a way to it says it could not
+// ask rather than call the stripe gone.
+func TestClusterFsckWhileTheCleanerMovesBlocks(t *testing.T) {
+	fc := startFSCluster(t, 5, 3)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	for round, tc := range []struct {
+		name    string
+		epoch   uint64 // of the map fsck starts with (the islands have 1)
+		refresh bool
+		clean   bool
+	}{
+		{"current map", 1, false, true},
+		{"stale map, refreshed", 0, true, true},
+		{"stale map, no refresh", 0, false, false},
+	} {
+		name := fmt.Sprintf("/moved%d", round)
+		data := randBytes(newRand(31+uint64(round)), 900<<10)
+		if err := fs.WriteFile(ctx, root, name, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		set := faults.New()
+		var moved cleaner.Report
+		set.Enable(fsck.FailAfterNamespace, faults.Action{Kind: faults.Call, Call: func(string) error {
+			c := newCleaner(t, fs, func(c *cleaner.Config) { c.MaxLive = 1 })
+			var err error
+			moved, err = c.Pass(ctx, cleaner.PassOptions{Copy: true})
+			return err
+		}})
+		m := fc.clusterMap()
+		m.Epoch = tc.epoch
+		refreshed := 0
+		ck := fsck.Checker{Key: testKey, Faults: set}
+		if tc.refresh {
+			ck.Refresh = func(context.Context) (*cluster.Map, error) { refreshed++; return fc.clusterMap(), nil }
+		}
+		rep, err := ck.Run(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if moved.MovedBlocks == 0 || moved.DeletedStripes == 0 {
+			t.Fatalf("%s: the cleaner moved nothing between the passes: %+v", tc.name, moved)
+		}
+		switch {
+		case tc.clean && (!rep.Clean() || rep.GoneDuringCheck != moved.DeletedStripes):
+			t.Fatalf("%s: fsck while the cleaner moved %d blocks and deleted %d stripes: clean %v, gone during check %d, problems %v",
+				tc.name, moved.MovedBlocks, moved.DeletedStripes, rep.Clean(), rep.GoneDuringCheck, rep.Problems())
+		case !tc.clean && (rep.Clean() || len(rep.Unreachable) == 0 || rep.GoneDuringCheck != 0):
+			t.Fatalf("%s: a stripe no island could be asked about counted as gone: clean %v, unreachable %v, gone %d",
+				tc.name, rep.Clean(), rep.Unreachable, rep.GoneDuringCheck)
+		case tc.refresh && refreshed == 0:
+			t.Fatalf("%s: the map was never refreshed", tc.name)
+		}
+		got, err := fc.newFS(t).ReadFile(ctx, root, name)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: read after the move: %v, equal %v", tc.name, err, bytes.Equal(got, data))
+		}
+	}
+}

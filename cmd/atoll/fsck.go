@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,7 +36,8 @@ func newFsckCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return unreachable(addrs, err)
 			}
-			rep, err := fsck.Run(cmd.Context(), m, key)
+			refresh := func(ctx context.Context) (*cluster.Map, error) { return mc.Map(ctx, 0) }
+			rep, err := fsck.Checker{Key: key, Refresh: refresh}.Run(cmd.Context(), m)
 			if err != nil {
 				return err
 			}
@@ -43,12 +45,15 @@ func newFsckCmd(g *globalFlags) *cobra.Command {
 				b, _ := json.Marshal(map[string]any{
 					"clean": rep.Clean(), "islands": rep.Namespace.Islands, "inodes": rep.Namespace.Inodes,
 					"dirents": rep.Namespace.Dirents, "blocks": rep.Namespace.Blocks, "stripes": rep.StripesChecked,
-					"problems": rep.Problems(),
+					"stripes_gone_during_check": rep.GoneDuringCheck, "problems": rep.Problems(),
 				})
 				fmt.Println(string(b))
 			} else {
 				fmt.Printf("checked %d islands: %d inodes, %d entries, %d block pointers, %d stripes\n",
 					len(rep.Namespace.Islands), rep.Namespace.Inodes, rep.Namespace.Dirents, rep.Namespace.Blocks, rep.StripesChecked)
+				if rep.GoneDuringCheck > 0 {
+					fmt.Printf("%d referenced stripes were deleted during the check and are no longer referenced (the cleaner moved their blocks)\n", rep.GoneDuringCheck)
+				}
 				for _, p := range rep.Problems() {
 					fmt.Println("  PROBLEM:", p)
 				}

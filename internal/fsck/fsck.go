@@ -2,20 +2,41 @@
 // island (meta.Fsck: no dangling entries, no orphan inodes, link counts,
 // open intents) and, on the storage servers, that every stripe a block
 // pointer references still has fragments.
+//
+// The cluster keeps serving while it is checked, and its cleaner keeps
+// moving live blocks out of sparse stripes and deleting stripes nothing
+// points into. The namespace pass comes first and the storage listing
+// after it, so a stripe the pass saw referenced may be gone by the
+// listing without anything being wrong: its blocks moved (or its file was
+// removed) and the cleaner deleted it in between. A stripe the listing
+// did not find is therefore reported only if some island still has a
+// block pointing into it once the listing is done (metawire.OpStripeRefs);
+// one that no island references any more is counted in
+// Report.GoneDuringCheck.
 package fsck
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"sort"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/meta"
+	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
+
+// FailAfterNamespace fires between the namespace pass and the storage
+// listing (tests change the cluster there).
+const FailAfterNamespace = "fsck.afterNamespace"
+
+func init() { faults.Register(FailAfterNamespace) }
 
 // Report is a cluster check's result.
 type Report struct {
@@ -24,6 +45,11 @@ type Report struct {
 	// MissingStripes are referenced stripes with no fragment on any
 	// reachable storage server.
 	MissingStripes []fragment.StripeID
+	// GoneDuringCheck counts the stripes the namespace pass saw
+	// referenced that were deleted before the listing and that no island
+	// references any more (the cleaner moved their blocks, or their files
+	// went): not a problem.
+	GoneDuringCheck int
 	// Unreachable lists members that could not be asked.
 	Unreachable []string
 }
@@ -48,6 +74,28 @@ func (r *Report) Problems() []string {
 // Run checks the cluster described by m, authenticating with key (an
 // admin key; nil only for in-process tests).
 func Run(ctx context.Context, m *cluster.Map, key *auth.Key) (*Report, error) {
+	return Checker{Key: key}.Run(ctx, m)
+}
+
+// Checker checks clusters.
+type Checker struct {
+	// Key authenticates the checker (an admin key; nil only for
+	// in-process tests).
+	Key *auth.Key
+	// Faults arms the package's failpoints (tests); nil in production.
+	Faults *faults.Set
+	// Refresh, when set, fetches the current cluster map. The re-check of
+	// a stripe the listing did not find must ask every island of the
+	// current map (islands refuse requests with an older epoch, so that
+	// a new island is never left out); without Refresh a map that moved
+	// on during the check makes the stripe count as missing and the
+	// islands as unreachable.
+	Refresh func(ctx context.Context) (*cluster.Map, error)
+}
+
+// Run checks the cluster described by m.
+func (c Checker) Run(ctx context.Context, m *cluster.Map) (*Report, error) {
+	key := c.Key
 	if !m.Formatted {
 		return nil, fmt.Errorf("fsck: the namespace is not formatted yet")
 	}
@@ -77,6 +125,9 @@ func Run(ctx context.Context, m *cluster.Map, key *auth.Key) (*Report, error) {
 		}
 	}
 	rep.StripesChecked = len(want)
+	if err := c.Faults.Hit(FailAfterNamespace); err != nil {
+		return nil, fmt.Errorf("fsck: %w", err)
+	}
 	for _, st := range m.Storage {
 		if st.State == cluster.StateOut {
 			continue
@@ -90,7 +141,16 @@ func Run(ctx context.Context, m *cluster.Map, key *auth.Key) (*Report, error) {
 	}
 	for s, found := range want {
 		if !found {
-			rep.MissingStripes = append(rep.MissingStripes, s)
+			referenced, err := c.stillReferenced(ctx, pool, &m, s)
+			switch {
+			case err != nil:
+				rep.Unreachable = append(rep.Unreachable, err.Error())
+				rep.MissingStripes = append(rep.MissingStripes, s)
+			case referenced:
+				rep.MissingStripes = append(rep.MissingStripes, s)
+			default:
+				rep.GoneDuringCheck++
+			}
 		}
 	}
 	sort.Slice(rep.MissingStripes, func(i, j int) bool {
@@ -98,6 +158,49 @@ func Run(ctx context.Context, m *cluster.Map, key *auth.Key) (*Report, error) {
 		return a.Log < b.Log || a.Log == b.Log && a.Seq < b.Seq
 	})
 	return rep, nil
+}
+
+// stillReferenced reports whether some island has a block pointing into
+// stripe s now (after the listing that did not find it), asking the
+// islands of *m, or of a newer map (which it stores in *m) when an island
+// says *m is out of date.
+func (c Checker) stillReferenced(ctx context.Context, pool *wire.Pool, m **cluster.Map, s fragment.StripeID) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		referenced, err := stillReferencedIn(ctx, pool, *m, s)
+		if err == nil || !errors.Is(err, metawire.ErrStaleEpoch) || c.Refresh == nil || attempt == 2 {
+			return referenced, err
+		}
+		nm, rerr := c.Refresh(ctx)
+		if rerr != nil {
+			return false, fmt.Errorf("%w (refreshing the cluster map: %v)", err, rerr)
+		}
+		*m = nm
+	}
+}
+
+func stillReferencedIn(ctx context.Context, pool *wire.Pool, m *cluster.Map, s fragment.StripeID) (bool, error) {
+	for _, is := range m.Islands {
+		if is.State == cluster.StateOut {
+			continue
+		}
+		reply, err := pool.CallRoute(ctx, is.Addr, is.ID, wire.ReqID{}, metawire.OpStripeRefs, m.Epoch, metawire.Marshal(&metawire.RefsReq{Log: s.Log, Seq: s.Seq}), nil, nil)
+		if err != nil {
+			return false, fmt.Errorf("island %d (%s): blocks of stripe %s: %w", is.ID, is.Addr, s, metawire.RemoteErr(err))
+		}
+		var resp metawire.RefsResp
+		if err := metawire.Unmarshal(reply.Msg, &resp); err != nil {
+			return false, fmt.Errorf("island %d (%s): blocks of stripe %s: %v", is.ID, is.Addr, s, err)
+		}
+		for _, r := range resp.Refs {
+			// The reverse index is written with the pointers it
+			// describes; the pointer itself decides.
+			p, _, err := layout.DecodePointer(r.Ptr)
+			if err != nil || p.Stripe == s {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // listLog pages through one log's fragments on one server, marking the
