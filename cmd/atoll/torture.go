@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,6 +94,10 @@ func writeTortureReport(w io.Writer, rep *torture.Report) {
 	}
 	for _, p := range rep.FsckProblems {
 		fmt.Fprintln(w, "fsck:", p)
+	}
+	// Many unknown outcomes make the history check time out: say why.
+	for _, k := range slices.Sorted(maps.Keys(rep.UnknownWhy)) {
+		fmt.Fprintf(w, "unknown outcomes: %d %s (first: %s)\n", rep.UnknownWhy[k], k, rep.UnknownExample[k])
 	}
 	if rep.Passed {
 		return

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -94,21 +95,26 @@ func (c *Config) Validate() error {
 // lost, every history was linearizable, every corruption was detected and
 // the cluster ended clean and fully redundant.
 type Report struct {
-	Seed                uint64  `json:"seed"`
-	Seconds             float64 `json:"seconds"`
-	Isolated            bool    `json:"isolated"`
-	Fallback            string  `json:"fallback,omitempty"`
-	Operations          int64   `json:"operations"`
-	NamespaceOps        int64   `json:"namespace_operations"`
-	DataOps             int64   `json:"data_operations"`
-	UnknownOutcomes     int64   `json:"unknown_outcomes"`
-	FilesCreated        int64   `json:"files_created"`
-	Kills               int     `json:"kills"`
-	Partitions          int     `json:"partitions"`
-	Hangs               int     `json:"hangs"`
-	Corruptions         int     `json:"corruptions"`
-	CorruptionsDetected int     `json:"corruptions_detected"`
-	CorruptionsMoot     int     `json:"corruptions_moot"` // their stripes died before anyone looked
+	Seed            uint64  `json:"seed"`
+	Seconds         float64 `json:"seconds"`
+	Isolated        bool    `json:"isolated"`
+	Fallback        string  `json:"fallback,omitempty"`
+	Operations      int64   `json:"operations"`
+	NamespaceOps    int64   `json:"namespace_operations"`
+	DataOps         int64   `json:"data_operations"`
+	UnknownOutcomes int64   `json:"unknown_outcomes"`
+	// UnknownWhy counts the unknown outcomes by client and errno (or
+	// "timeout": abandoned after opTimeout).
+	UnknownWhy map[string]int64 `json:"unknown_why,omitempty"`
+	// UnknownExample is the first error of each UnknownWhy key.
+	UnknownExample      map[string]string `json:"unknown_example,omitempty"`
+	FilesCreated        int64             `json:"files_created"`
+	Kills               int               `json:"kills"`
+	Partitions          int               `json:"partitions"`
+	Hangs               int               `json:"hangs"`
+	Corruptions         int               `json:"corruptions"`
+	CorruptionsDetected int               `json:"corruptions_detected"`
+	CorruptionsMoot     int               `json:"corruptions_moot"` // their stripes died before anyone looked
 	// CorruptionsProbed counts corruptions the engine asked the storage
 	// server about soon after injecting them (its scrubber's verdict, not
 	// waiting for the end of the run, by when most stripes have died);
@@ -424,6 +430,9 @@ func (e *engine) run(ctx context.Context) error {
 	}
 	e.rep.Operations, e.rep.NamespaceOps, e.rep.DataOps = w.ops.Load(), w.nsOps.Load(), w.dataOp.Load()
 	e.rep.UnknownOutcomes, e.rep.FilesCreated = w.unknown.Load(), w.createdFiles.Load()
+	w.unknownMu.Lock()
+	e.rep.UnknownWhy, e.rep.UnknownExample = maps.Clone(w.unknownWhy), maps.Clone(w.unknownExample)
+	w.unknownMu.Unlock()
 	e.rep.AckedBytes, e.rep.ReadChecks, e.rep.ReadMismatches = w.ackedBytes.Load(), w.readChecks.Load(), w.mismatches.Load()
 	e.rep.Violations = append(e.rep.Violations, w.violations...)
 	if n := w.lostFiles.Load(); n > 0 {

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/anishathalye/porcupine"
+	"golang.org/x/sys/unix"
 )
 
 // The namespace model. The checked keyspace is split into groups; group g
@@ -108,17 +109,8 @@ func (out NsOutput) String() string {
 }
 
 func errnoName(e syscall.Errno) string {
-	switch e {
-	case syscall.ENOENT:
-		return "ENOENT"
-	case syscall.EEXIST:
-		return "EEXIST"
-	case syscall.ENOTDIR:
-		return "ENOTDIR"
-	case syscall.EISDIR:
-		return "EISDIR"
-	case syscall.ENOTEMPTY:
-		return "ENOTEMPTY"
+	if n := unix.ErrnoName(e); n != "" {
+		return n
 	}
 	return e.Error()
 }

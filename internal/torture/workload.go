@@ -45,8 +45,11 @@ type workload struct {
 		files []*dataFile
 	}
 	ops, unknown, readChecks     atomic.Int64
-	mismatches                   atomic.Int64 // reads that returned other bytes than acknowledged
-	lostFiles                    atomic.Int64 // acknowledged files found missing during the run
+	unknownMu                    sync.Mutex
+	unknownWhy                   map[string]int64  // "client N (kind): errno or timeout" -> unknown outcomes
+	unknownExample               map[string]string // the first error of each
+	mismatches                   atomic.Int64      // reads that returned other bytes than acknowledged
+	lostFiles                    atomic.Int64      // acknowledged files found missing during the run
 	ackedBytes                   atomic.Int64
 	liveBytes                    atomic.Int64 // acknowledged bytes of files not unlinked
 	violationsMu                 sync.Mutex
@@ -67,6 +70,35 @@ func (w *workload) violation(format string, args ...any) {
 func groupDir(g int, dir uint8) string { return fmt.Sprintf("/ns/g%d/%c", g, "xy"[dir]) }
 
 func slotPath(g int, s Slot) string { return fmt.Sprintf("%s/f%d", groupDir(g, s.Dir), s.Name) }
+
+// noteUnknown counts an operation of client whose outcome is unknown,
+// and why: the errno (or "timeout") by client, with the first error of
+// each as an example, so that a report with many says where they came
+// from.
+func (w *workload) noteUnknown(client int, c fsOps, why, example string) {
+	w.unknown.Add(1)
+	w.unknownMu.Lock()
+	defer w.unknownMu.Unlock()
+	if w.unknownWhy == nil {
+		w.unknownWhy, w.unknownExample = map[string]int64{}, map[string]string{}
+	}
+	k := fmt.Sprintf("client %d (%s): %s", client, c.name(), why)
+	w.unknownWhy[k]++
+	if _, ok := w.unknownExample[k]; !ok && example != "" {
+		w.unknownExample[k] = example
+	}
+}
+
+// unknownReason names errno e, or says err carried none.
+func unknownReason(e syscall.Errno, err error) string {
+	switch {
+	case e != 0:
+		return errnoName(e)
+	case err == nil:
+		return "no error"
+	}
+	return "no errno"
+}
 
 // run is one client's loop until ctx ends.
 func (w *workload) run(ctx context.Context, id int, c fsOps, r *rand.Rand) {
@@ -148,15 +180,17 @@ func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand
 		return nil
 	})
 	out := NsOutput{Unknown: true} // unfinished: it may still land
+	why, example := "timeout", fmt.Sprintf("not finished within %v", opTimeout)
 	if finished {
 		out = res
 		out.Errno = errnoOf(err)
 		if !definite(out.Errno) {
+			why, example = unknownReason(out.Errno, err), fmt.Sprint(err)
 			out = NsOutput{Unknown: true}
 		}
 	}
 	if out.Unknown {
-		w.unknown.Add(1)
+		w.noteUnknown(client, c, why, example)
 	}
 	w.hist.add(client, in, call, out)
 	if !finished {
@@ -170,7 +204,11 @@ func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand
 		fout := NsOutput{}
 		if err != nil || !finished {
 			fout = NsOutput{Unknown: true}
-			w.unknown.Add(1)
+			why, example := "timeout", fmt.Sprintf("not finished within %v", opTimeout)
+			if finished {
+				why, example = unknownReason(errnoOf(err), err), fmt.Sprint(err)
+			}
+			w.noteUnknown(client, c, "fill "+why, example)
 		}
 		w.hist.add(client, fin, call, fout)
 	} else if fill != nil {
