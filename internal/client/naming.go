@@ -269,7 +269,10 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	}
 	backoff := 5 * time.Millisecond
 	var last error
-	// Busy and stale answers are retried 12 times; an unavailable island
+	// Busy and stale answers are retried 12 times and for at least
+	// IslandWait (a table entry's move that lost an island to a crash
+	// takes a few seconds to reach the map, and 12 quick attempts, 3 s,
+	// surfaced EAGAIN to a user during it); an unavailable island
 	// for up to IslandWait from the first "unavailable" answer in a row,
 	// however few attempts that allowed (each may wait for a dial or a
 	// silent connection: wire's PeerTimeout). Time an island spent
@@ -280,7 +283,7 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	start := time.Now()
 	retry := func(attempt int) bool {
 		if !errors.Is(last, metawire.ErrUnavailable) {
-			return attempt < 12
+			return attempt < 12 || time.Since(start) < f.cfg.IslandWait
 		}
 		return time.Since(unavailSince) < f.cfg.IslandWait && time.Since(start) < 4*f.cfg.IslandWait
 	}
