@@ -71,33 +71,29 @@ func groupDir(g int, dir uint8) string { return fmt.Sprintf("/ns/g%d/%c", g, "xy
 
 func slotPath(g int, s Slot) string { return fmt.Sprintf("%s/f%d", groupDir(g, s.Dir), s.Name) }
 
-// noteUnknown counts an operation of client whose outcome is unknown,
-// and why: the errno (or "timeout") by client, with the first error of
-// each as an example, so that a report with many says where they came
-// from.
-func (w *workload) noteUnknown(client int, c fsOps, why, example string) {
+// noteUnknown counts an operation of client whose outcome is unknown
+// (what, "" or "fill ", names the step): by client and errno, or
+// "timeout" when it did not finish, with the first error of each as an
+// example, so that a report with many says where they came from.
+func (w *workload) noteUnknown(client int, c fsOps, what string, err error, finished bool) {
+	why, example := "timeout", fmt.Sprintf("not finished within %v", opTimeout)
+	if finished {
+		why, example = "no errno", fmt.Sprint(err)
+		if e := errnoOf(err); e != 0 {
+			why = errnoName(e)
+		}
+	}
 	w.unknown.Add(1)
 	w.unknownMu.Lock()
 	defer w.unknownMu.Unlock()
 	if w.unknownWhy == nil {
 		w.unknownWhy, w.unknownExample = map[string]int64{}, map[string]string{}
 	}
-	k := fmt.Sprintf("client %d (%s): %s", client, c.name(), why)
+	k := fmt.Sprintf("client %d (%s): %s%s", client, c.name(), what, why)
 	w.unknownWhy[k]++
-	if _, ok := w.unknownExample[k]; !ok && example != "" {
+	if _, ok := w.unknownExample[k]; !ok {
 		w.unknownExample[k] = example
 	}
-}
-
-// unknownReason names errno e, or says err carried none.
-func unknownReason(e syscall.Errno, err error) string {
-	switch {
-	case e != 0:
-		return errnoName(e)
-	case err == nil:
-		return "no error"
-	}
-	return "no errno"
 }
 
 // run is one client's loop until ctx ends.
@@ -180,17 +176,15 @@ func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand
 		return nil
 	})
 	out := NsOutput{Unknown: true} // unfinished: it may still land
-	why, example := "timeout", fmt.Sprintf("not finished within %v", opTimeout)
 	if finished {
 		out = res
 		out.Errno = errnoOf(err)
 		if !definite(out.Errno) {
-			why, example = unknownReason(out.Errno, err), fmt.Sprint(err)
 			out = NsOutput{Unknown: true}
 		}
 	}
 	if out.Unknown {
-		w.noteUnknown(client, c, why, example)
+		w.noteUnknown(client, c, "", err, finished)
 	}
 	w.hist.add(client, in, call, out)
 	if !finished {
@@ -204,11 +198,7 @@ func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand
 		fout := NsOutput{}
 		if err != nil || !finished {
 			fout = NsOutput{Unknown: true}
-			why, example := "timeout", fmt.Sprintf("not finished within %v", opTimeout)
-			if finished {
-				why, example = unknownReason(errnoOf(err), err), fmt.Sprint(err)
-			}
-			w.noteUnknown(client, c, "fill "+why, example)
+			w.noteUnknown(client, c, "fill ", err, finished)
 		}
 		w.hist.add(client, fin, call, fout)
 	} else if fill != nil {
