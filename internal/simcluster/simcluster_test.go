@@ -66,6 +66,13 @@ func TestFormat(t *testing.T) {
 		return string(b), err
 	}
 	mgr := start("manager", "manager", "--dir", filepath.Join(dir, "manager"), "--listen", "127.0.0.1:0", "--raft-listen", "127.0.0.1:0", "--down-after", "2s")
+	mc := cluster.NewClient([]string{mgr.Addr}, testKey, slog.New(slog.DiscardHandler))
+	defer mc.Close()
+	// The manager listens before it has elected itself (up to a second on a
+	// busy machine); the 1 s waits below are for the roles, not for that.
+	if _, err := mc.Map(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
 
 	// Nothing registered: it gives up, exit 1, naming what it waited for.
 	got, err := format("--cluster", mgr.Addr, "--islands", "1", "--timeout", "1s")
@@ -93,8 +100,6 @@ func TestFormat(t *testing.T) {
 	// An island waiting for the namespace heartbeats: it stays up however
 	// long the operator takes to format (here three times --down-after,
 	// long enough to have been marked down twice over without heartbeats).
-	mc := cluster.NewClient([]string{mgr.Addr}, testKey, slog.New(slog.DiscardHandler))
-	defer mc.Close()
 	var since time.Time
 	for since.IsZero() || time.Since(since) < 6*time.Second {
 		m, err := mc.Map(ctx, 0)
