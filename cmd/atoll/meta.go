@@ -168,6 +168,7 @@ starts; from then on the map decides. A server added later starts with
 	f.StringVar(&servers, "island-servers", "", "island server: every island server as id=raft-address, comma-separated")
 	f.IntVar(&srv.Islands, "islands", 3, "island server: number of islands (ids 1..N)")
 	f.IntVar(&srv.Replicas, "replicas", 3, "island server: replicas of each island (1, 3 or 5)")
+	f.DurationVar(&srv.LeadBackAfter, "lead-back-after", metaserver.DefaultLeadBackAfter, "island server: how long another replica leads an island before offering its preferred server the lead back")
 	f.BoolVar(&srv.Join, "join", false, "island server: join a running cluster; replicas come from the map (`atoll island server add`)")
 	return cmd
 }

@@ -50,6 +50,9 @@ type Config struct {
 	LazySync time.Duration
 	// MoveDuty is the islands' --move-duty (zero: their default).
 	MoveDuty float64
+	// LeadBackAfter is the island servers' --lead-back-after (zero:
+	// their default).
+	LeadBackAfter time.Duration
 	// IslandReplicas is the number of replicas of each island (1, 3 or
 	// 5; 0 means 1). Above 1 the island processes are island servers
 	// (atoll meta --server-id i, as many as Islands, at the same
@@ -409,6 +412,9 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 			args = []string{"meta", "--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--server-id", strconv.Itoa(i),
 				"--raft-listen", d.cfg.islandRaftAddr(i), "--island-servers", strings.Join(servers, ","),
 				"--islands", strconv.Itoa(d.cfg.Islands), "--replicas", strconv.Itoa(d.cfg.IslandReplicas), "--manager", mgr.Addr}
+			if d.cfg.LeadBackAfter > 0 {
+				args = append(args, "--lead-back-after", d.cfg.LeadBackAfter.String())
+			}
 			if err := portFree(d.cfg.islandRaftAddr(i)); err != nil {
 				return nil, fmt.Errorf("dev: island server %d: raft address %s in use: %w", i, d.cfg.islandRaftAddr(i), err)
 			}

@@ -43,9 +43,15 @@
 // server (below), which then removes it.
 //
 // A replica leading an island whose preferred server (the set's first)
-// is another voter offers that server the lead after 5 s, and every 10 s
-// after that, so that leaders spread over the servers and return to
-// their place after a failover.
+// is another voter offers that server the lead after LeadBackAfter (5 s,
+// --lead-back-after), and every 10 s after that, so that leaders spread
+// over the servers and return to their place after a failover. An offer
+// is made only when the preferred server answers a probe saying it has
+// the formatted cluster map and the managers answer this server: the new
+// leader serves only with the map, and clients find it only once it has
+// registered the island with the managers. Handed over while the
+// managers were away, an island would be served by nobody clients can
+// find until they return.
 //
 // # Requests
 //

@@ -52,7 +52,37 @@ func (s *Server) probe(island uint32) (replica.Probe, bool) {
 	if h == nil {
 		return replica.Probe{}, false
 	}
-	return replica.Probe{Leader: h.rep.IsLeader(), Applied: h.rep.Applied(), Members: h.rep.Members()}, true
+	ready := s.viewSet.Load() && s.view.Map().Formatted
+	return replica.Probe{Leader: h.rep.IsLeader(), Applied: h.rep.Applied(), Members: h.rep.Members(), Ready: ready}, true
+}
+
+// handOverBlocked says why island h's lead must not go to its preferred
+// server pref now ("" if it may). The new leader serves only once it has
+// the cluster map, and clients find it only once it has registered with
+// the managers: a server restarted while the managers were away had
+// neither, and handing it the lead left its island unserved until they
+// came back (a fault run's island answered nothing for 12 s).
+func (s *Server) handOverBlocked(ctx context.Context, h *hosted, pref uint32) string {
+	members := h.rep.Members()
+	i := slices.IndexFunc(members, func(m replica.Member) bool { return m.ID == pref })
+	if i < 0 {
+		return "not a member"
+	}
+	p, ok, err := replica.ProbeReplica(members[i].Addr, s.cfg.Key, h.id, probeTimeout)
+	switch {
+	case err != nil:
+		return err.Error()
+	case !ok:
+		return "it holds no replica"
+	case !p.Ready:
+		return "it has no cluster map yet"
+	}
+	mctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if _, err := s.mc.Map(mctx, 0); err != nil {
+		return fmt.Sprintf("the managers do not answer: %v", err)
+	}
+	return ""
 }
 
 // register records this server (and, unless it joins, the static list of

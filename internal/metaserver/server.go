@@ -62,6 +62,11 @@ type Config struct {
 	InlineMax int
 	// MoveDuty is the islands' meta.Config.MoveDuty.
 	MoveDuty float64
+	// LeadBackAfter is how long a replica leads an island whose
+	// preferred leader is another server before offering it the lead
+	// back (default DefaultLeadBackAfter; the preferred server may have
+	// just restarted: give it time to catch up).
+	LeadBackAfter time.Duration
 	// Faults, Logger and Registerer as for meta.Config.
 	Faults     *faults.Set
 	Logger     *slog.Logger
@@ -89,6 +94,8 @@ func (c *Config) Validate() error {
 		return errors.New("metaserver: config: Dir is empty")
 	case len(c.Managers) == 0:
 		return errors.New("metaserver: config: no manager address")
+	case c.LeadBackAfter < 0:
+		return fmt.Errorf("metaserver: config: negative LeadBackAfter %v", c.LeadBackAfter)
 	}
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "0" {
 		return fmt.Errorf("metaserver: config: listen %q: a fixed host:port is needed (it is registered)", c.Listen)
@@ -122,7 +129,10 @@ type Server struct {
 	ln   net.Listener
 	srv  *wire.Server
 	view *cluster.View
-	mc   *cluster.Client
+	// viewSet is stored once view is (before viewReady closes), for
+	// readers that do not wait for viewReady: probes.
+	viewSet atomic.Bool
+	mc      *cluster.Client
 	// hosts are the hosted replicas by island id: an immutable map,
 	// replaced whole (under hostsMu) when the placement opens or drops
 	// one, so that every request reads it without a lock.
@@ -260,6 +270,7 @@ func (s *Server) Run(ctx context.Context) error {
 			return
 		}
 		s.view = v
+		s.viewSet.Store(true)
 		close(viewReady)
 		s.place(ctx, viewReady)
 	}()
@@ -411,11 +422,15 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 		case <-time.After(time.Second):
 		}
 		pref := s.preferred(h.id)
-		if pref == s.cfg.ID || pref == 0 || time.Since(led) < preferredAfter || time.Since(tried) < preferredRetry ||
+		if pref == s.cfg.ID || pref == 0 || time.Since(led) < s.leadBackAfter() || time.Since(tried) < preferredRetry ||
 			!slices.ContainsFunc(h.rep.Members(), func(m replica.Member) bool { return m.ID == pref && m.Voter }) {
 			continue
 		}
 		tried = time.Now()
+		if why := s.handOverBlocked(ctx, h, pref); why != "" {
+			log.Info("metaserver: keeping the lead from the preferred server", "preferred", pref, "why", why)
+			continue
+		}
 		if resume != nil {
 			// Still leading after a transfer that said it went: grants
 			// come back until the next try.
@@ -441,14 +456,20 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 	}
 }
 
-// preferredAfter is how long a replica leads an island whose preferred
-// leader is elsewhere before offering it the lead (the preferred server
-// may have just restarted: give it time to catch up); preferredRetry is
-// the pause between later offers while the preferred server is away.
+// DefaultLeadBackAfter is Config.LeadBackAfter's default; preferredRetry
+// is the pause between later offers while the preferred server is away
+// or not ready.
 const (
-	preferredAfter = 5 * time.Second
-	preferredRetry = 10 * time.Second
+	DefaultLeadBackAfter = 5 * time.Second
+	preferredRetry       = 10 * time.Second
 )
+
+func (s *Server) leadBackAfter() time.Duration {
+	if s.cfg.LeadBackAfter > 0 {
+		return s.cfg.LeadBackAfter
+	}
+	return DefaultLeadBackAfter
+}
 
 // Status returns the state of every hosted replica, by island.
 func (s *Server) Status() []replica.Status {

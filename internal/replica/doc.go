@@ -136,7 +136,9 @@
 // The raft port also answers probes (ProbeReplica): a connection that
 // names group 0 (islands are numbered from 1) sends u32 island and gets
 // u8 found, u8 leader, u64 applied index, u8 n, n × (u32 server, u8
-// voter) of the replica's configuration, then the connection closes.
+// voter) of the replica's configuration, u8 ready (the server could serve
+// the island: absent from older servers, read as ready), then the
+// connection closes.
 // Probes need a member key like raft traffic.
 //
 // # Reads

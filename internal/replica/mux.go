@@ -44,6 +44,11 @@ type Probe struct {
 	Leader  bool
 	Applied uint64
 	Members []Member // the replica's raft configuration (addresses omitted)
+	// Ready: the server could serve the island if it led it (it has the
+	// formatted cluster map). A leader hands its island to a preferred
+	// server only when it is ready. Servers that predate the field send
+	// none and are taken as ready.
+	Ready bool
 }
 
 // probeGroup is the group id a probe connection names (islands are
@@ -58,7 +63,7 @@ func (m *Mux) SetProbe(f func(island uint32) (Probe, bool)) {
 }
 
 // answerProbe reads the island a probe asks about and answers: u8 found,
-// u8 leader, u64 applied, u8 n, n × (u32 server, u8 voter).
+// u8 leader, u64 applied, u8 n, n × (u32 server, u8 voter), u8 ready.
 func (m *Mux) answerProbe(c net.Conn) {
 	defer c.Close()
 	var q [4]byte
@@ -92,6 +97,10 @@ func (m *Mux) answerProbe(c net.Conn) {
 		}
 		b = append(b, v)
 	}
+	b = append(b, 0)
+	if p.Ready {
+		b[len(b)-1] = 1
+	}
 	_, _ = c.Write(b)
 }
 
@@ -121,6 +130,17 @@ func ProbeReplica(addr string, key *auth.Key, island uint32, timeout time.Durati
 	}
 	for k := 0; k < len(body); k += 5 {
 		p.Members = append(p.Members, Member{ID: binary.BigEndian.Uint32(body[k:]), Voter: body[k+4] == 1})
+	}
+	// The ready byte came later: an older server closes the connection
+	// after the members.
+	var ready [1]byte
+	switch _, err := io.ReadFull(c, ready[:]); {
+	case err == io.EOF:
+		p.Ready = true
+	case err != nil:
+		return Probe{}, false, fmt.Errorf("replica: probing island %d at %s: %w", island, addr, err)
+	default:
+		p.Ready = ready[0] == 1
 	}
 	return p, h[0] == 1, nil
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -697,5 +699,63 @@ func TestSnapshotThresholdFollowsTheDatabase(t *testing.T) {
 	// The election timeouts were left alone.
 	if c := l.raft.ReloadableConfig(); c.HeartbeatTimeout != l.cfg.HeartbeatTimeout || c.ElectionTimeout != l.cfg.ElectionTimeout {
 		t.Fatalf("timeouts %v/%v after the change, want %v/%v", c.HeartbeatTimeout, c.ElectionTimeout, l.cfg.HeartbeatTimeout, l.cfg.ElectionTimeout)
+	}
+}
+
+// A probe carries the server's readiness to serve; an older server that
+// sends no ready byte is read as ready, and a reply cut short is an
+// error, not an answer.
+func TestProbeReady(t *testing.T) {
+	m, err := NewMux("127.0.0.1:0", nil, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	var ready atomic.Bool
+	m.SetProbe(func(island uint32) (Probe, bool) {
+		return Probe{Leader: true, Applied: 7, Members: []Member{{ID: 2, Voter: true}}, Ready: ready.Load()}, island == 1
+	})
+	for _, want := range []bool{false, true} {
+		ready.Store(want)
+		p, ok, err := ProbeReplica(m.Addr(), nil, 1, time.Second)
+		if err != nil || !ok || p.Ready != want || !p.Leader || p.Applied != 7 || len(p.Members) != 1 {
+			t.Fatalf("probe with ready %v: %+v %v %v", want, p, ok, err)
+		}
+	}
+	// Servers that predate the ready byte, and one that stops mid-reply.
+	for _, tc := range []struct {
+		reply   []byte
+		ready   bool
+		wantErr bool
+	}{
+		{reply: []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 9, 1, 0, 0, 0, 3, 1}, ready: true},
+		{reply: []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 9, 1, 0, 0}, wantErr: true},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			var q [8]byte
+			if _, err := io.ReadFull(c, q[:]); err == nil {
+				_, _ = c.Write(tc.reply)
+			}
+		}()
+		p, ok, err := ProbeReplica(ln.Addr().String(), nil, 1, time.Second)
+		ln.Close()
+		if tc.wantErr {
+			if err == nil {
+				t.Fatalf("a reply cut short was taken: %+v %v", p, ok)
+			}
+			continue
+		}
+		if err != nil || !ok || p.Ready != tc.ready || p.Applied != 9 || len(p.Members) != 1 || p.Members[0].ID != 3 {
+			t.Fatalf("an older server's reply: %+v %v %v", p, ok, err)
+		}
 	}
 }
