@@ -39,7 +39,7 @@ test: setup fmt-check vet go-test
 # The output is kept in test-output.log; on failure the hung or failed
 # tests are summarised last, where a truncated CI log still shows them.
 go-test:
-	@bash -c 'set -o pipefail; $(GO) test -race -timeout 20m $(PKGS) 2>&1 | tee test-output.log; rc=$$?; \
+	@bash -c 'set -o pipefail; $(GO) test -race -timeout 30m $(PKGS) 2>&1 | tee test-output.log; rc=$$?; \
 	if [ $$rc -ne 0 ]; then echo "==== make test failed (rc=$$rc); summary ===="; \
 	grep -E -A6 "^panic: test timed out|running tests:" test-output.log | head -30; \
 	grep -E "^(--- FAIL|FAIL|ok |panic:)" test-output.log | head -60; fi; exit $$rc'
