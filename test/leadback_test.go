@@ -95,3 +95,63 @@ func TestLeadNotHandedBackWhileManagersAway(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverWhileManagersAway: with the managers down, island 2's
+// leader is killed. Its new leader cannot register the island's address
+// (the map keeps naming the dead server), and clients find it by asking
+// the other island servers (internal/client/leaderhint.go): every
+// operation on island 2 through the mount succeeds across the failover,
+// with the managers away throughout; the files read back once they and
+// the killed server return.
+func TestFailoverWhileManagersAway(t *testing.T) {
+	fuseUsable(t)
+	cl := startReplicated(t, 5, 3, 3, nil)
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	waitPreferredLeaders(t, cl, conn, 3)
+	_, mnt := mountFS(t, conn.FS)
+	dir := dirOnIsland(t, conn, mnt, 2)
+
+	n := 0
+	write := func(during string) {
+		t.Helper()
+		p := filepath.Join(dir, fmt.Sprintf("f%04d", n))
+		data := bytes.Repeat([]byte{byte(n)}, 100+n)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatalf("write %d %s: %v", n, during, err)
+		}
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("read %d back %s: %d bytes, %v", n, during, len(got), err)
+		}
+		n++
+	}
+	cl.Child("manager").Kill()
+	for range 20 {
+		write("with the managers away")
+	}
+	cl.Child("island2").Kill()
+	killed := time.Now()
+	for time.Since(killed) < 15*time.Second {
+		write("after island 2's leader was killed, the managers away")
+		time.Sleep(20 * time.Millisecond)
+	}
+	if conn.FS.LeaderHints() == 0 {
+		t.Fatal("no island leader found beside the map, yet island 2 served after its leader died with the managers away")
+	}
+	t.Logf("%d files written and read on island 2; %d unregistered leaders found", n, conn.FS.LeaderHints())
+
+	if _, err := cl.Restart(ctx, "manager"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Restart(ctx, "island2"); err != nil {
+		t.Fatal(err)
+	}
+	waitPreferredLeaders(t, cl, conn, 3)
+	for k := range n {
+		p := filepath.Join(dir, fmt.Sprintf("f%04d", k))
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(k)}, 100+k)) {
+			t.Fatalf("%s after the managers and island server 2 returned: %d bytes, %v", p, len(got), err)
+		}
+	}
+	fsckClean(t, conn)
+}

@@ -199,6 +199,12 @@
 // answered within IslandWait and gives nothing up. Requests failed at
 // once are counted (FS.FastFails, atoll_client_unreachable_fails_total).
 //
+// A replicated island's new leader that cannot register with the
+// managers (they are away) is found by asking the other island servers
+// the map names (leaderhint.go): the island's requests go there until
+// the map names another address (FS.LeaderHints,
+// atoll_client_unregistered_leaders_found_total).
+//
 // # Small files in one request
 //
 // FS.CreateWithData sends a new file's contents (at most InlineMax bytes)

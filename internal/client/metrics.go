@@ -46,7 +46,7 @@ func RegisterMetrics(reg prometheus.Registerer, c *Client, fs *FS) error {
 type clientDescs struct {
 	readBytes, writtenBytes, stripes, degradedWritten, blocksRead, degradedReads,
 	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead, dirty,
-	leases, leaseBreaks, fastFails, writeBehind *prometheus.Desc
+	leases, leaseBreaks, fastFails, leaderHints, writeBehind *prometheus.Desc
 }
 
 func newClientDescs() clientDescs {
@@ -71,6 +71,7 @@ func newClientDescs() clientDescs {
 		leases:          d("leases", "Directories (buckets) this client holds a live lease on."),
 		leaseBreaks:     d("lease_breaks_total", "Leases its islands broke before another client's change."),
 		fastFails:       d("unreachable_fails_total", "Island requests failed at once: a request had given up on their island and no probe reached it since."),
+		leaderHints:     d("unregistered_leaders_found_total", "Islands found led at an address the cluster map does not name (the leader could not register: managers away)."),
 		writeBehind: prometheus.NewDesc("atoll_client_writebehind_total",
 			"Changes kept back under exclusive leases (what: attr, create, unlink) by outcome: kept (answered without a request), sent, failed, cancelled (a create removed before it was sent).",
 			[]string{"what", "outcome"}, nil),
@@ -87,7 +88,7 @@ func (k *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &k.descs
 	for _, x := range []*prometheus.Desc{d.readBytes, d.writtenBytes, d.stripes, d.degradedWritten, d.blocksRead,
 		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead, d.dirty,
-		d.leases, d.leaseBreaks, d.fastFails, d.writeBehind} {
+		d.leases, d.leaseBreaks, d.fastFails, d.leaderHints, d.writeBehind} {
 		ch <- x
 	}
 }
@@ -117,6 +118,7 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.leases, prometheus.GaugeValue, float64(k.fs.LeasesHeld()))
 		counter(d.leaseBreaks, k.fs.LeaseBreaks())
 		counter(d.fastFails, k.fs.FastFails())
+		counter(d.leaderHints, k.fs.LeaderHints())
 		wb := func(what, outcome string, v uint64) {
 			ch <- prometheus.MustNewConstMetric(d.writeBehind, prometheus.CounterValue, float64(v), what, outcome)
 		}

@@ -162,8 +162,9 @@ type FS struct {
 		touched  map[uint64]touch // per key, its last own change
 		made     map[uint64]bool  // directories made here, not yet looked in (Mkdir)
 	}
-	wb   writeBehind // writebehind.go
-	down unreachable // unreachable.go: islands given up on
+	wb    writeBehind // writebehind.go
+	down  unreachable // unreachable.go: islands given up on
+	hints leaderHints // leaderhint.go: leaders the map does not name
 	// pollers listen for lease breaks (leases.go); Close ends them.
 	pollers    sync.WaitGroup
 	renewals   sync.WaitGroup // leases.go: hitLocked
@@ -289,7 +290,7 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	}
 	var island namespace.IslandID // the one last asked
 	for attempt := 0; attempt == 0 || retry(attempt); attempt++ {
-		id, addr, ok := f.cfg.Map.IslandFor(namespace.Ino(route).Bucket())
+		id, addr, ok := f.islandFor(namespace.Ino(route).Bucket())
 		if ok && attempt == 0 && op != metawire.OpLeasePoll {
 			// (A lease poll keeps trying on its own, with a backoff.)
 			if err := f.givenUp(id); err != nil {
@@ -311,12 +312,13 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 				return metawire.Unmarshal(rep.Msg, resp)
 			}
 			switch {
-			case errors.Is(err, metawire.ErrStaleEpoch), errors.Is(err, metawire.ErrWrongIsland), errors.Is(err, metawire.ErrUnavailable):
-				if !errors.Is(err, metawire.ErrUnavailable) {
-					unavailSince = time.Time{}
-				} else if unavailSince.IsZero() {
+			case errors.Is(err, metawire.ErrUnavailable):
+				if unavailSince.IsZero() {
 					unavailSince = time.Now()
 				}
+				f.unavailableAt(ctx, id, addr, namespace.Ino(route).Bucket())
+			case errors.Is(err, metawire.ErrStaleEpoch), errors.Is(err, metawire.ErrWrongIsland):
+				unavailSince = time.Time{}
 				f.refreshMap(ctx)
 			case errors.Is(err, metawire.ErrBusy):
 			default:

@@ -113,7 +113,7 @@ func (f *FS) probe(id namespace.IslandID, bucket uint32) {
 // answer but "unavailable"), or the map gave bucket to another island
 // (requests go there now).
 func (f *FS) reachable(id namespace.IslandID, bucket uint32) bool {
-	now, addr, ok := f.cfg.Map.IslandFor(bucket)
+	now, addr, ok := f.islandFor(bucket)
 	if !ok {
 		return false
 	}
@@ -126,6 +126,7 @@ func (f *FS) reachable(id namespace.IslandID, bucket uint32) bool {
 	if !errors.Is(err, metawire.ErrUnavailable) {
 		return true // it answered (a stale epoch, say: requests refresh the map)
 	}
-	f.refreshMap(ctx)
-	return false
+	// A leader the map does not name (leaderhint.go) counts: requests
+	// go to it.
+	return f.unavailableAt(ctx, id, addr, bucket)
 }
