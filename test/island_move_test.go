@@ -51,11 +51,8 @@ func entryCounts(m *cluster.Map) map[uint32]int {
 func TestIslandsShrinkAndGrowWhileServing(t *testing.T) {
 	fuseUsable(t)
 	// Moves as fast as they go (the duty cycle is TestIslandsGrowWhileServing's).
-	cl := startReplicated(t, 5, 3, 3, func(c *devcluster.Config) { c.MoveDuty = 1 })
+	cl, conn, mnt := mountReplicated(t, func(c *devcluster.Config) { c.MoveDuty = 1 })
 	ctx := context.Background()
-	conn := dialDev(t, cl)
-	waitPreferredLeaders(t, cl, conn, 3)
-	_, mnt := mountFS(t, conn.FS)
 	dirs := []string{dirOnIsland(t, conn, mnt, 1), dirOnIsland(t, conn, mnt, 1), dirOnIsland(t, conn, mnt, 2), dirOnIsland(t, conn, mnt, 3)}
 	s := startStorm(t, mnt, 6, dirs...)
 	time.Sleep(time.Second)
@@ -126,11 +123,8 @@ func (a managerAddr) ManagerAddr() string { return string(a) }
 // clean.
 func TestIslandMoveKill9(t *testing.T) {
 	fuseUsable(t)
-	cl := startReplicated(t, 5, 3, 3, func(c *devcluster.Config) { c.MoveDuty = 1 })
+	cl, conn, mnt := mountReplicated(t, func(c *devcluster.Config) { c.MoveDuty = 1 })
 	ctx := context.Background()
-	conn := dialDev(t, cl)
-	waitPreferredLeaders(t, cl, conn, 3)
-	_, mnt := mountFS(t, conn.FS)
 	s := startStorm(t, mnt, 4, dirOnIsland(t, conn, mnt, 1), dirOnIsland(t, conn, mnt, 1), dirOnIsland(t, conn, mnt, 2))
 	// moveOne records a move of island 1's entry holding the most of the
 	// storm's directories' buckets... any entry of island 1 will do: the

@@ -28,11 +28,8 @@ func TestLeadNotHandedBackWhileManagersAway(t *testing.T) {
 	// Long enough for the killed server to restart and catch up before
 	// its lead is offered back, with a margin for a slow machine.
 	const leadBack = 15 * time.Second
-	cl := startReplicated(t, 5, 3, 3, func(c *devcluster.Config) { c.LeadBackAfter = leadBack })
+	cl, conn, mnt := mountReplicated(t, func(c *devcluster.Config) { c.LeadBackAfter = leadBack })
 	ctx := context.Background()
-	conn := dialDev(t, cl)
-	waitPreferredLeaders(t, cl, conn, 3)
-	_, mnt := mountFS(t, conn.FS)
 	dir := dirOnIsland(t, conn, mnt, 2)
 	sv2, ok := conn.View.Map().IslandServer(2)
 	if !ok {
@@ -98,30 +95,51 @@ func TestLeadNotHandedBackWhileManagersAway(t *testing.T) {
 
 // TestFailoverWhileManagersAway: with the managers down, island 2's
 // leader is killed. Its new leader cannot register the island's address
-// (the map keeps naming the dead server), and clients find it by asking
-// the other island servers (internal/client/leaderhint.go): every
-// operation on island 2 through the mount succeeds across the failover,
-// with the managers away throughout; the files read back once they and
-// the killed server return.
+// (the map keeps naming the dead server), and clients and the other
+// islands find it by asking the island servers (internal/leaderhint):
+// every operation on island 2 through the mount succeeds across the
+// failover, with the managers away throughout: writes and reads, mkdirs
+// in island 2's directory and in one on island 1 (new directories mostly
+// live on other islands than their parent's, so the islands call each
+// other) and renames from island 1 to island 2; everything reads back
+// once the managers and the killed server return.
 func TestFailoverWhileManagersAway(t *testing.T) {
 	fuseUsable(t)
-	cl := startReplicated(t, 5, 3, 3, nil)
+	cl, conn, mnt := mountReplicated(t, nil)
 	ctx := context.Background()
-	conn := dialDev(t, cl)
-	waitPreferredLeaders(t, cl, conn, 3)
-	_, mnt := mountFS(t, conn.FS)
 	dir := dirOnIsland(t, conn, mnt, 2)
+	other := dirOnIsland(t, conn, mnt, 1)
 
 	n := 0
 	write := func(during string) {
 		t.Helper()
 		p := filepath.Join(dir, fmt.Sprintf("f%04d", n))
 		data := bytes.Repeat([]byte{byte(n)}, 100+n)
-		if err := os.WriteFile(p, data, 0o644); err != nil {
+		if n%10 == 9 {
+			// Written on island 1, then renamed to island 2: island 1
+			// calls island 2.
+			q := filepath.Join(other, fmt.Sprintf("f%04d", n))
+			if err := os.WriteFile(q, data, 0o644); err != nil {
+				t.Fatalf("write %d on island 1 %s: %v", n, during, err)
+			}
+			if err := os.Rename(q, p); err != nil {
+				t.Fatalf("rename %d to island 2 %s: %v", n, during, err)
+			}
+		} else if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatalf("write %d %s: %v", n, during, err)
 		}
 		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("read %d back %s: %d bytes, %v", n, during, len(got), err)
+		}
+		if n%5 == 4 {
+			// New directories on island 2 and in island 2's directory:
+			// some live on other islands, which call island 2 or are
+			// called by it.
+			for _, d := range []string{dir, other} {
+				if err := os.Mkdir(filepath.Join(d, fmt.Sprintf("d%04d", n)), 0o755); err != nil {
+					t.Fatalf("mkdir %d in %s %s: %v", n, d, during, err)
+				}
+			}
 		}
 		n++
 	}
@@ -151,6 +169,13 @@ func TestFailoverWhileManagersAway(t *testing.T) {
 		p := filepath.Join(dir, fmt.Sprintf("f%04d", k))
 		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(k)}, 100+k)) {
 			t.Fatalf("%s after the managers and island server 2 returned: %d bytes, %v", p, len(got), err)
+		}
+		for _, d := range []string{dir, other} {
+			if k%5 == 4 {
+				if fi, err := os.Stat(filepath.Join(d, fmt.Sprintf("d%04d", k))); err != nil || !fi.IsDir() {
+					t.Fatalf("directory %d in %s after the managers and island server 2 returned: %v", k, d, err)
+				}
+			}
 		}
 	}
 	fsckClean(t, conn)

@@ -62,6 +62,18 @@ func startReplicated(t *testing.T, storage, servers, replicas int, tune func(*de
 	return cl
 }
 
+// mountReplicated starts a cluster of 5 storage servers and 3 island
+// servers, each island replicated on all three (startReplicated), waits
+// until every island is led by its preferred server, and mounts it.
+func mountReplicated(t *testing.T, tune func(*devcluster.Config)) (*devcluster.Cluster, *connect.Conn, string) {
+	t.Helper()
+	cl := startReplicated(t, 5, 3, 3, tune)
+	conn := dialDev(t, cl)
+	waitPreferredLeaders(t, cl, conn, 3)
+	_, mnt := mountFS(t, conn.FS)
+	return cl, conn, mnt
+}
+
 // islandLeaders returns, by island id, the child process serving it now
 // (the map's registration of its leader).
 func islandLeaders(t *testing.T, cl *devcluster.Cluster, conn *connect.Conn) map[uint32]*devcluster.Child {
@@ -223,11 +235,8 @@ func (s *storm) check(t *testing.T) {
 // killed server catches up when it returns.
 func TestReplicatedIslandLeaderKill9(t *testing.T) {
 	fuseUsable(t)
-	cl := startReplicated(t, 5, 3, 3, nil)
+	cl, conn, mnt := mountReplicated(t, nil)
 	ctx := context.Background()
-	conn := dialDev(t, cl)
-	waitPreferredLeaders(t, cl, conn, 3)
-	_, mnt := mountFS(t, conn.FS)
 
 	s := startStorm(t, mnt, 6)
 	time.Sleep(2 * time.Second)
@@ -384,11 +393,8 @@ func TestReplicatedIslandQuorumLoss(t *testing.T) {
 func TestReplicatedIslandLostDisk(t *testing.T) {
 	fuseUsable(t)
 	var dataDir string
-	cl := startReplicated(t, 5, 3, 3, func(c *devcluster.Config) { dataDir = c.DataDir })
+	cl, conn, mnt := mountReplicated(t, func(c *devcluster.Config) { dataDir = c.DataDir })
 	ctx := context.Background()
-	conn := dialDev(t, cl)
-	waitPreferredLeaders(t, cl, conn, 3)
-	_, mnt := mountFS(t, conn.FS)
 
 	s := startStorm(t, mnt, 4)
 	time.Sleep(1500 * time.Millisecond)
@@ -436,11 +442,8 @@ func TestReplicatedIslandLostDisk(t *testing.T) {
 // ids), every acknowledged one is there, fsck is clean.
 func TestReplicationFailpoints(t *testing.T) {
 	fuseUsable(t)
-	cl := startReplicated(t, 5, 3, 3, nil)
+	cl, conn, mnt := mountReplicated(t, nil)
 	ctx := context.Background()
-	conn := dialDev(t, cl)
-	waitPreferredLeaders(t, cl, conn, 3)
-	_, mnt := mountFS(t, conn.FS)
 	// Two workers on island 1, which island server 1 leads.
 	s := startStorm(t, mnt, 4, dirOnIsland(t, conn, mnt, 1), dirOnIsland(t, conn, mnt, 1))
 	for _, fp := range []struct{ name, action string }{

@@ -201,8 +201,8 @@
 //
 // A replicated island's new leader that cannot register with the
 // managers (they are away) is found by asking the other island servers
-// the map names (leaderhint.go): the island's requests go there until
-// the map names another address (FS.LeaderHints,
+// the map names (internal/leaderhint): the island's requests go there
+// until the map names another address (FS.LeaderHints,
 // atoll_client_unregistered_leaders_found_total).
 //
 // # Small files in one request

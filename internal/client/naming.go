@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/leaderhint"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -162,9 +163,9 @@ type FS struct {
 		touched  map[uint64]touch // per key, its last own change
 		made     map[uint64]bool  // directories made here, not yet looked in (Mkdir)
 	}
-	wb    writeBehind // writebehind.go
-	down  unreachable // unreachable.go: islands given up on
-	hints leaderHints // leaderhint.go: leaders the map does not name
+	wb    writeBehind       // writebehind.go
+	down  unreachable       // unreachable.go: islands given up on
+	hints *leaderhint.Hints // leaderhint.go: leaders the map does not name (nil: none)
 	// pollers listen for lease breaks (leases.go); Close ends them.
 	pollers    sync.WaitGroup
 	renewals   sync.WaitGroup // leases.go: hitLocked
@@ -222,6 +223,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	f.cache.blocks = map[uint64]*blockMap{}
 	f.cache.touched = map[uint64]touch{}
 	f.pollCtx, f.pollCancel = context.WithCancel(context.Background())
+	f.hints = f.newHints()
 	return f, nil
 }
 

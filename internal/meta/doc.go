@@ -13,8 +13,10 @@
 // RootIno's bucket. Run serves Config.Listen over internal/wire; Handle
 // serves a request in-process. The cluster map comes from a MapSource
 // (StaticMap in tests and for the CLI). Other islands are reached through
-// Config.Peer: WirePeer (the default, addresses from the map) or LocalNet
-// (in-process islands, for tests).
+// Config.Peer: WirePeer (the default, addresses from the map; with a map
+// that lists the islands, an island whose new leader could not register
+// is found by asking the island servers, internal/leaderhint) or
+// LocalNet (in-process islands, for tests).
 //
 // # Requests
 //

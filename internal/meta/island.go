@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/leaderhint"
 	"github.com/atoll-fs/atoll/internal/lease"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -181,7 +182,11 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 	i.peer = cfg.Peer
 	if i.peer == nil {
 		i.pool = wire.NewPool(wire.ClientConfig{Key: cfg.Key}, 1)
-		i.peer = &WirePeer{Pool: i.pool, Map: cfg.Map}
+		wp := &WirePeer{Pool: i.pool, Map: cfg.Map}
+		if _, ok := cfg.Map.(leaderhint.Map); ok {
+			wp.Hints = leaderhint.New(wp.askIsland, i.log)
+		}
+		i.peer = wp
 	}
 	if err := makeDirDurable(i.fs, cfg.Dir); err != nil {
 		i.closePool()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/atoll-fs/atoll/internal/leaderhint"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -23,13 +24,41 @@ type Peer interface {
 type WirePeer struct {
 	Pool *wire.Pool
 	Map  MapSource
+	// Hints, when set, finds an island's leader that could not register
+	// its address (internal/leaderhint): a call the mapped address
+	// answers "unavailable" is sent once more to the leader a scan found.
+	Hints *leaderhint.Hints
 }
 
 func (p *WirePeer) Call(ctx context.Context, island namespace.IslandID, op uint16, epoch uint64, msg []byte) ([]byte, error) {
-	addr, ok := p.Map.IslandAddr(island)
+	mapAddr, ok := p.Map.IslandAddr(island)
 	if !ok {
 		return nil, fmt.Errorf("%w: no address for island %d", metawire.ErrUnavailable, island)
 	}
+	for try := 0; ; try++ {
+		addr := mapAddr
+		if p.Hints != nil {
+			addr = p.Hints.Addr(island, mapAddr)
+		}
+		reply, err := p.callAt(ctx, addr, island, op, epoch, msg)
+		if err == nil || !errors.Is(err, metawire.ErrUnavailable) || p.Hints == nil || try > 0 {
+			return reply, err
+		}
+		lm, ok := p.Map.(leaderhint.Map)
+		if !ok || !p.Hints.Unavailable(ctx, lm, island, addr, func() (string, bool) { return p.Map.IslandAddr(island) }) {
+			return nil, err
+		}
+	}
+}
+
+// askIsland is a leaderhint.Asker: whether the server at addr serves
+// island (a statfs routed to it).
+func (p *WirePeer) askIsland(ctx context.Context, addr string, island namespace.IslandID) error {
+	_, err := p.callAt(ctx, addr, island, metawire.OpStatFS, p.Map.Epoch(), metawire.Marshal(&metawire.Empty{}))
+	return err
+}
+
+func (p *WirePeer) callAt(ctx context.Context, addr string, island namespace.IslandID, op uint16, epoch uint64, msg []byte) ([]byte, error) {
 	reply, err := p.Pool.CallRoute(ctx, addr, uint32(island), wire.ReqID{}, op, epoch, msg, nil, nil)
 	if err != nil {
 		var re *wire.RemoteError

@@ -1,0 +1,26 @@
+// Package leaderhint finds a replicated island's leader at an address
+// the cluster map does not name.
+//
+// A replicated island's new leader registers the island at its own
+// address with the managers, and clients and other islands find it
+// through the map. While the managers are away (a lost quorum, a
+// restart) it cannot register: the map keeps naming the former leader,
+// which answers "unavailable" or nothing, and every request to the
+// island would fail until the managers return.
+//
+// So when the address the map names for an island answers "unavailable"
+// and a refreshed map names the same one, the caller asks the other
+// island servers it knows (the addresses the map gives the other
+// islands: a server serves every island it leads on one address) whether
+// they lead the island, and sends the island's requests to the one that
+// answers, until the map names another address or that one answers
+// "unavailable" in turn. An island server answers for an island only
+// while it leads it, in the term it opened it in (internal/metaserver),
+// so a hint may go stale but never sends a request to a server that
+// would serve it wrongly; an unreplicated island answers a request for
+// another island "wrong island", which is no answer either. Scans are
+// bounded: one per island per Every, each server given Wait.
+//
+// internal/client uses it for its requests, internal/meta for calls
+// between islands (cross-island operations).
+package leaderhint
