@@ -12,8 +12,8 @@ import (
 )
 
 type fakeMap struct {
-	mu       sync.Mutex
-	islands  map[namespace.IslandID]string
+	mu        sync.Mutex
+	islands   map[namespace.IslandID]string
 	refreshed int
 }
 
