@@ -24,8 +24,12 @@ type MemberConfig struct {
 	// OnMap, when set, is called (from RunMember's goroutine) with every
 	// newer map: after registering and whenever a heartbeat reply shows a
 	// newer epoch.
-	OnMap  func(*Map)
-	Logger *slog.Logger
+	OnMap func(*Map)
+	// OnContact, when set, is called (from RunMember's goroutine) after
+	// every registration or heartbeat the managers' leader answered: a
+	// member knows from it that the managers can take changes now.
+	OnContact func()
+	Logger    *slog.Logger
 	// Key is the cluster key the member registers with (nil: none, for
 	// in-process tests).
 	Key *auth.Key
@@ -109,6 +113,9 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 				deliver(m)
 				registered = true
 				bo.reset()
+				if cfg.OnContact != nil {
+					cfg.OnContact()
+				}
 				log.Info("cluster: registered with the manager", "epoch", m.Epoch, "leader", cl.Leader())
 			case ctx.Err() != nil:
 				return nil
@@ -127,6 +134,9 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 			switch {
 			case err == nil:
 				bo.reset()
+				if cfg.OnContact != nil {
+					cfg.OnContact()
+				}
 				if r.Epoch > epoch {
 					m, err := cl.Map(ctx, r.Epoch)
 					if err != nil {

@@ -11,8 +11,10 @@
 // So when the address the map names for an island answers "unavailable"
 // and a refreshed map names the same one, the caller asks the other
 // island servers it knows (the addresses the map gives the other
-// islands: a server serves every island it leads on one address) whether
-// they lead the island, and sends the island's requests to the one that
+// islands, and those it named for any island before: a server serves
+// every island it leads on one address, and one that came back from a
+// crash may lead nothing the map shows) whether they lead the island,
+// and sends the island's requests to the one that
 // answers, until the map names another address or that one answers
 // "unavailable" in turn. An island server answers for an island only
 // while it leads it, in the term it opened it in (internal/metaserver),

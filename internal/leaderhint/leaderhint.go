@@ -40,8 +40,15 @@ type Hints struct {
 		sync.Mutex
 		m     map[namespace.IslandID]*hint
 		found uint64
+		// seen are the addresses the map named for any island since
+		// (at most maxSeen): a server that lost all its islands to a
+		// crash is in no map entry when it leads again.
+		seen map[string]bool
 	}
 }
+
+// maxSeen bounds Hints' memory of addresses (past it, it starts over).
+const maxSeen = 256
 
 type hint struct {
 	mapAddr  string // the address the map named when addr was found
@@ -57,6 +64,7 @@ func New(ask Asker, log *slog.Logger) *Hints {
 	}
 	h := &Hints{ask: ask, log: log, Every: DefaultEvery, Wait: DefaultWait}
 	h.mu.m = map[namespace.IslandID]*hint{}
+	h.mu.seen = map[string]bool{}
 	return h
 }
 
@@ -73,10 +81,21 @@ func (h *Hints) Found() uint64 {
 func (h *Hints) Addr(id namespace.IslandID, mapAddr string) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.seeLocked(mapAddr)
 	if x := h.mu.m[id]; x != nil && x.addr != "" && x.mapAddr == mapAddr {
 		return x.addr
 	}
 	return mapAddr
+}
+
+func (h *Hints) seeLocked(addr string) {
+	if addr == "" || h.mu.seen[addr] {
+		return
+	}
+	if len(h.mu.seen) >= maxSeen {
+		clear(h.mu.seen)
+	}
+	h.mu.seen[addr] = true
 }
 
 // Unavailable handles an "unavailable" answer (or none) from island id
@@ -119,16 +138,17 @@ func (h *Hints) find(ctx context.Context, m Map, id namespace.IslandID, mapAddr 
 		return known
 	}
 	x.scanning = true
-	h.mu.Unlock()
-
-	seen := map[string]bool{mapAddr: true}
-	var addrs []string
 	for _, a := range m.Islands() {
-		if a != "" && !seen[a] {
-			seen[a] = true
+		h.seeLocked(a)
+	}
+	var addrs []string
+	for a := range h.mu.seen {
+		if a != mapAddr {
 			addrs = append(addrs, a)
 		}
 	}
+	h.mu.Unlock()
+
 	found := ""
 	if len(addrs) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, h.Wait)

@@ -132,3 +132,22 @@ func TestHints(t *testing.T) {
 		t.Fatalf("a leader found where none answers: %q", h.Addr(2, "x"))
 	}
 }
+
+// A server that came back from a crash leads an island while leading
+// nothing the map shows: the scan asks the addresses the map named
+// before too.
+func TestHintsAskServersTheMapNoLongerNames(t *testing.T) {
+	m := &fakeMap{islands: map[namespace.IslandID]string{1: "a", 2: "x"}}
+	h := New(func(ctx context.Context, addr string, id namespace.IslandID) error {
+		if addr == "d" {
+			return nil
+		}
+		return errNotLeader
+	}, nil)
+	if got := h.Addr(3, "d"); got != "d" { // island 3 was at d once
+		t.Fatalf("addr %q", got)
+	}
+	if !h.Unavailable(context.Background(), m, 2, "x", m.current(2)) || h.Addr(2, "x") != "d" {
+		t.Fatalf("the leader at an address the map no longer names not found: %q", h.Addr(2, "x"))
+	}
+}

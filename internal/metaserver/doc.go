@@ -47,11 +47,11 @@
 // --lead-back-after), and every 10 s after that, so that leaders spread
 // over the servers and return to their place after a failover. An offer
 // is made only when the preferred server answers a probe saying it has
-// the formatted cluster map and the managers answer this server: the new
-// leader serves only with the map, and clients find it only once it has
-// registered the island with the managers. Handed over while the
-// managers were away, an island would be served by nobody clients can
-// find until they return.
+// the formatted cluster map and the managers' leader answered a
+// heartbeat of this server within 3 s: the new leader serves only with
+// the map, and is found most easily once it has registered the island
+// with the managers (without them, clients and islands must look for it:
+// internal/leaderhint).
 //
 // # Requests
 //

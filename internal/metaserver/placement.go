@@ -62,7 +62,7 @@ func (s *Server) probe(island uint32) (replica.Probe, bool) {
 // the managers: a server restarted while the managers were away had
 // neither, and handing it the lead left its island unserved until they
 // came back (a fault run's island answered nothing for 12 s).
-func (s *Server) handOverBlocked(ctx context.Context, h *hosted, pref uint32) string {
+func (s *Server) handOverBlocked(h *hosted, pref uint32) string {
 	members := h.rep.Members()
 	i := slices.IndexFunc(members, func(m replica.Member) bool { return m.ID == pref })
 	if i < 0 {
@@ -77,13 +77,17 @@ func (s *Server) handOverBlocked(ctx context.Context, h *hosted, pref uint32) st
 	case !p.Ready:
 		return "it has no cluster map yet"
 	}
-	mctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	if _, err := s.mc.Map(mctx, 0); err != nil {
-		return fmt.Sprintf("the managers do not answer: %v", err)
+	// A heartbeat needs the managers' leader (any manager answers a map
+	// request, even one cut off from the others).
+	if seen := s.managersSeen.Load(); seen == 0 || time.Since(time.Unix(0, seen)) > managersFresh {
+		return "the managers' leader has not answered a heartbeat lately"
 	}
 	return ""
 }
+
+// managersFresh is how recently the managers' leader must have answered
+// a heartbeat (sent every second) for a lead to be handed over.
+const managersFresh = 3 * time.Second
 
 // register records this server (and, unless it joins, the static list of
 // servers and placement, which seeds the map's placement on a cluster's

@@ -132,7 +132,10 @@ type Server struct {
 	// viewSet is stored once view is (before viewReady closes), for
 	// readers that do not wait for viewReady: probes.
 	viewSet atomic.Bool
-	mc      *cluster.Client
+	// managersSeen is when (unix ns) the managers' leader last answered
+	// a registration or heartbeat of an island led here.
+	managersSeen atomic.Int64
+	mc           *cluster.Client
 	// hosts are the hosted replicas by island id: an immutable map,
 	// replaced whole (under hostsMu) when the placement opens or drops
 	// one, so that every request reads it without a lock.
@@ -352,6 +355,7 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 		err := cluster.RunMember(mctx, cluster.MemberConfig{
 			Managers: s.cfg.Managers, Kind: cluster.KindIsland, ID: h.id, Addr: s.addr, PID: os.Getpid(),
 			Logger: log, OnMap: s.view.Update, Key: s.cfg.Key, Reclaim: true,
+			OnContact: func() { s.managersSeen.Store(time.Now().UnixNano()) },
 			Stats: func() cluster.MemberStats {
 				var ops uint64
 				var leases *cluster.LeaseStats
@@ -427,7 +431,7 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 			continue
 		}
 		tried = time.Now()
-		if why := s.handOverBlocked(ctx, h, pref); why != "" {
+		if why := s.handOverBlocked(h, pref); why != "" {
 			log.Info("metaserver: keeping the lead from the preferred server", "preferred", pref, "why", why)
 			continue
 		}
