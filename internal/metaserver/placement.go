@@ -58,10 +58,11 @@ func (s *Server) probe(island uint32) (replica.Probe, bool) {
 
 // handOverBlocked says why island h's lead must not go to its preferred
 // server pref now ("" if it may). The new leader serves only once it has
-// the cluster map, and clients find it only once it has registered with
-// the managers: a server restarted while the managers were away had
-// neither, and handing it the lead left its island unserved until they
-// came back (a fault run's island answered nothing for 12 s).
+// the cluster map, and clients find it through the map once it has
+// registered with the managers (otherwise only by asking around,
+// internal/leaderhint): handed the lead while the managers were away, a
+// server could not register, and its island answered nobody for 12 s in
+// a fault run (before leaderhint).
 func (s *Server) handOverBlocked(h *hosted, pref uint32) string {
 	members := h.rep.Members()
 	i := slices.IndexFunc(members, func(m replica.Member) bool { return m.ID == pref })
