@@ -61,8 +61,8 @@ func (s *Server) probe(island uint32) (replica.Probe, bool) {
 // the cluster map, and clients find it through the map once it has
 // registered with the managers (otherwise only by asking around,
 // internal/leaderhint): handed the lead while the managers were away, a
-// server could not register, and its island answered nobody for 12 s in
-// a fault run (before leaderhint).
+// server could not register, and in a fault run (before leaderhint) its
+// island answered nobody until the managers were back.
 func (s *Server) handOverBlocked(h *hosted, pref uint32) string {
 	members := h.rep.Members()
 	i := slices.IndexFunc(members, func(m replica.Member) bool { return m.ID == pref })
