@@ -65,8 +65,7 @@ func TestLeadNotHandedBackWhileManagersAway(t *testing.T) {
 	// island (IslandWait, 6 s), every operation succeeds.
 	n := 0
 	for time.Since(led) < leadBack+10*time.Second {
-		p := filepath.Join(dir, fmt.Sprintf("f%04d", n))
-		data := bytes.Repeat([]byte{byte(n)}, 100+n)
+		p, data := numbered(dir, n)
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatalf("write %d, %v after the failover, managers away: %v", n, time.Since(led).Round(time.Millisecond), err)
 		}
@@ -85,12 +84,7 @@ func TestLeadNotHandedBackWhileManagersAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPreferredLeaders(t, cl, conn, 3)
-	for k := range n {
-		p := filepath.Join(dir, fmt.Sprintf("f%04d", k))
-		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(k)}, 100+k)) {
-			t.Fatalf("%s after the lead went back: %d bytes, %v", p, len(got), err)
-		}
-	}
+	checkNumbered(t, dir, n, "after the lead went back")
 }
 
 // TestFailoverWhileManagersAway: with the managers down, island 2's
@@ -113,8 +107,7 @@ func TestFailoverWhileManagersAway(t *testing.T) {
 	n := 0
 	write := func(during string) {
 		t.Helper()
-		p := filepath.Join(dir, fmt.Sprintf("f%04d", n))
-		data := bytes.Repeat([]byte{byte(n)}, 100+n)
+		p, data := numbered(dir, n)
 		if n%10 == 9 {
 			// Written on island 1, then renamed to island 2: island 1
 			// calls island 2.
@@ -165,18 +158,30 @@ func TestFailoverWhileManagersAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPreferredLeaders(t, cl, conn, 3)
-	for k := range n {
-		p := filepath.Join(dir, fmt.Sprintf("f%04d", k))
-		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(k)}, 100+k)) {
-			t.Fatalf("%s after the managers and island server 2 returned: %d bytes, %v", p, len(got), err)
-		}
+	checkNumbered(t, dir, n, "after the managers and island server 2 returned")
+	for k := 4; k < n; k += 5 { // the mkdirs
 		for _, d := range []string{dir, other} {
-			if k%5 == 4 {
-				if fi, err := os.Stat(filepath.Join(d, fmt.Sprintf("d%04d", k))); err != nil || !fi.IsDir() {
-					t.Fatalf("directory %d in %s after the managers and island server 2 returned: %v", k, d, err)
-				}
+			if fi, err := os.Stat(filepath.Join(d, fmt.Sprintf("d%04d", k))); err != nil || !fi.IsDir() {
+				t.Fatalf("directory %d in %s after the managers and island server 2 returned: %v", k, d, err)
 			}
 		}
 	}
 	fsckClean(t, conn)
+}
+
+// numbered is file k of a test's series in dir: its path and contents.
+func numbered(dir string, k int) (string, []byte) {
+	return filepath.Join(dir, fmt.Sprintf("f%04d", k)), bytes.Repeat([]byte{byte(k)}, 100+k)
+}
+
+// checkNumbered fails the test unless files 0..n-1 of dir's series read
+// back whole.
+func checkNumbered(t *testing.T, dir string, n int, when string) {
+	t.Helper()
+	for k := range n {
+		p, data := numbered(dir, k)
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s %s: %d bytes, %v", p, when, len(got), err)
+		}
+	}
 }
