@@ -5,6 +5,7 @@
 #   - chromium: the dashboard's end-to-end test
 #   - fuse3 (fusermount3), pjdfstest and fsx (crates.io), user `tests`: FUSE suites
 #   - iproute2 and nftables: simulated hosts (network namespaces, partitions)
+#   - sqlite3 and util-linux's flock: lock tests across mounts
 # `make test` runs this first; `make setup` runs it alone. Idempotent: a
 # machine that has everything installs nothing. Run by a user who cannot
 # install (not root, no passwordless sudo) with something missing, it
@@ -22,6 +23,8 @@ have chromium || have chromium-browser || missing_apt+=(chromium)
 have fusermount3 || missing_apt+=(fuse3)
 have ip || missing_apt+=(iproute2)
 have nft || missing_apt+=(nftables)
+have sqlite3 || missing_apt+=(sqlite3)
+have flock || missing_apt+=(util-linux)
 missing_crates=()
 have pjdfstest || missing_crates+=(pjdfstest)
 have fsx || missing_crates+=(fsx)
@@ -61,7 +64,7 @@ getent passwd tests >/dev/null || "${sudo[@]}" useradd -M -g tests tests
 getent passwd nobody >/dev/null || "${sudo[@]}" useradd -M nobody
 getent group nogroup >/dev/null || getent group nobody >/dev/null || "${sudo[@]}" groupadd nogroup
 
-for t in nfs-cp jq fusermount3 pjdfstest fsx ip nft; do
+for t in nfs-cp jq fusermount3 pjdfstest fsx ip nft sqlite3 flock; do
 	have "$t" || { echo "setup: $t still missing after installing" >&2; exit 1; }
 done
 have chromium || have chromium-browser || { echo "setup: chromium still missing after installing" >&2; exit 1; }

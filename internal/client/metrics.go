@@ -30,7 +30,9 @@ import (
 
 // fsCounters are the FS's own counters (the data client keeps the rest).
 type fsCounters struct {
-	bytesRead atomic.Uint64
+	bytesRead        atomic.Uint64
+	lockRequests     atomic.Uint64 // locks asked for (SetLock)
+	lockSessionsLost atomic.Uint64 // lock sessions an island ended
 }
 
 // BytesRead returns the file bytes handed to readers since the FS was made.
@@ -46,7 +48,8 @@ func RegisterMetrics(reg prometheus.Registerer, c *Client, fs *FS) error {
 type clientDescs struct {
 	readBytes, writtenBytes, stripes, degradedWritten, blocksRead, degradedReads,
 	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead, dirty,
-	leases, leaseBreaks, fastFails, leaderHints, writeBehind *prometheus.Desc
+	leases, leaseBreaks, fastFails, leaderHints, writeBehind,
+	lockRequests, lockedInodes, lockSessionsLost *prometheus.Desc
 }
 
 func newClientDescs() clientDescs {
@@ -72,6 +75,9 @@ func newClientDescs() clientDescs {
 		leaseBreaks:     d("lease_breaks_total", "Leases its islands broke before another client's change."),
 		fastFails:       d("unreachable_fails_total", "Island requests failed at once: a request had given up on their island and no probe reached it since."),
 		leaderHints:     d("unregistered_leaders_found_total", "Islands found led at an address the cluster map does not name (the leader could not register: managers away)."),
+		lockRequests:     d("lock_requests_total", "File locks asked for (fcntl, OFD, flock), granted or not."),
+		lockedInodes:     d("locked_inodes", "Files this client holds locks on."),
+		lockSessionsLost: d("lock_sessions_lost_total", "Lock sessions an island ended (not renewed within its term): their locks were lost."),
 		writeBehind: prometheus.NewDesc("atoll_client_writebehind_total",
 			"Changes kept back under exclusive leases (what: attr, create, unlink) by outcome: kept (answered without a request), sent, failed, cancelled (a create removed before it was sent).",
 			[]string{"what", "outcome"}, nil),
@@ -88,7 +94,7 @@ func (k *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &k.descs
 	for _, x := range []*prometheus.Desc{d.readBytes, d.writtenBytes, d.stripes, d.degradedWritten, d.blocksRead,
 		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead, d.dirty,
-		d.leases, d.leaseBreaks, d.fastFails, d.leaderHints, d.writeBehind} {
+		d.leases, d.leaseBreaks, d.fastFails, d.leaderHints, d.writeBehind, d.lockRequests, d.lockedInodes, d.lockSessionsLost} {
 		ch <- x
 	}
 }
@@ -119,6 +125,9 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.leaseBreaks, k.fs.LeaseBreaks())
 		counter(d.fastFails, k.fs.FastFails())
 		counter(d.leaderHints, k.fs.LeaderHints())
+		counter(d.lockRequests, k.fs.ctr.lockRequests.Load())
+		counter(d.lockSessionsLost, k.fs.ctr.lockSessionsLost.Load())
+		ch <- prometheus.MustNewConstMetric(d.lockedInodes, prometheus.GaugeValue, float64(k.fs.LockedInodes()))
 		wb := func(what, outcome string, v uint64) {
 			ch <- prometheus.MustNewConstMetric(d.writeBehind, prometheus.CounterValue, float64(v), what, outcome)
 		}

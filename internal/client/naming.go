@@ -164,6 +164,7 @@ type FS struct {
 		made     map[uint64]bool  // directories made here, not yet looked in (Mkdir)
 	}
 	wb    writeBehind       // writebehind.go
+	locks lockState         // locks.go
 	down  unreachable       // unreachable.go: islands given up on
 	hints *leaderhint.Hints // leaderhint.go: leaders the map does not name (nil: none)
 	// pollers listen for lease breaks (leases.go); Close ends them.

@@ -27,6 +27,7 @@ type openFile struct {
 	err  error // set (under mu) when the first open failed
 
 	pages *pageVersions // the adapter's: commits move the kernel's page version
+	fs    *client.FS    // the adapter's: lock checks
 
 	writes  atomic.Uint64 // writes accepted
 	flushed atomic.Uint64 // writes known to be committed
@@ -60,6 +61,11 @@ func (of *openFile) flushShared(ctx context.Context, durable bool) error {
 	if f == nil {
 		return nil
 	}
+	// Writes made under a lock this mount may no longer hold never
+	// reach the cluster (client.FS.LockCheck).
+	if err := of.lockCheck(); err != nil {
+		return err
+	}
 	w := of.writes.Load()
 	flush := f.Flush
 	if durable {
@@ -81,11 +87,22 @@ func (of *openFile) flushShared(ctx context.Context, durable bool) error {
 	}
 }
 
+// lockCheck is the File's FS's LockCheck of the inode.
+func (of *openFile) lockCheck() error {
+	if of.fs == nil {
+		return nil
+	}
+	return of.fs.LockCheck(of.ino)
+}
+
 // handle is one FUSE file handle (one open(2)).
 type handle struct {
 	of    *openFile
 	flags uint32
 	cred  metawire.Cred
+	// lockOwners are the owners that locked through this handle
+	// (guarded by adapter.mu): its release drops their locks.
+	lockOwners map[uint64]bool
 }
 
 func (h *handle) writable() bool {
@@ -114,7 +131,7 @@ func (a *adapter) acquire(ctx context.Context, cred metawire.Cred, ino uint64, c
 		}
 		return of, nil
 	}
-	of = &openFile{ino: ino, cred: cred, refs: 1, pages: a.pages}
+	of = &openFile{ino: ino, cred: cred, refs: 1, pages: a.pages, fs: a.fs}
 	of.mu.Lock()
 	a.files[ino] = of
 	a.mu.Unlock()
@@ -215,10 +232,16 @@ func (a *adapter) release(of *openFile) {
 		cancel()
 	}
 	a.mu.Lock()
-	if of.refs == 0 && a.files[of.ino] == of {
+	last := of.refs == 0 && a.files[of.ino] == of
+	if last {
 		delete(a.files, of.ino)
 	}
 	a.mu.Unlock()
+	if last {
+		// Locks lost under an ended session stop failing writes once
+		// nobody has the file open here.
+		a.fs.ForgetLost(of.ino)
+	}
 }
 
 // keepPages reports whether an open of of, revalidated just now, may keep

@@ -884,6 +884,10 @@ func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 		return 0, fuse.EIO
 	}
 	of := h.of
+	if err := of.lockCheck(); err != nil {
+		a.ioError("write", of.ino, err)
+		return 0, status(err)
+	}
 	of.mu.RLock()
 	f := of.file.Load()
 	ctx, done := a.mutCtx(cancel)
@@ -924,7 +928,8 @@ func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	}
 	pending := a.fs.CreatePending(h.of.ino)
 	if !h.of.dirty() && !pending {
-		return fuse.OK
+		// close(2) drops the closing process's POSIX locks on the file.
+		return a.closeLocks(cancel, h, in.LockOwner, nil)
 	}
 	if a.killed.Load() {
 		return fuse.EIO
@@ -942,7 +947,22 @@ func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 		err = a.fs.SendCreate(ctx, h.of.ino)
 	}
 	a.ioError("fsync", h.of.ino, err)
-	return status(err)
+	return a.closeLocks(cancel, h, in.LockOwner, err)
+}
+
+// closeLocks drops owner's POSIX locks on h's file at a close (after
+// its write-back, whose error flushErr is answered first).
+func (a *adapter) closeLocks(cancel <-chan struct{}, h *handle, owner uint64, flushErr error) fuse.Status {
+	if !a.fs.Locked(h.of.ino) || a.killed.Load() {
+		return status(flushErr)
+	}
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	if err := a.unlockOwners(ctx, h.of, owner); err != nil && flushErr == nil {
+		a.ioError("unlock at close", h.of.ino, err)
+		return status(err)
+	}
+	return status(flushErr)
 }
 
 func (a *adapter) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
@@ -966,7 +986,38 @@ func (a *adapter) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 
 func (a *adapter) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if h := a.dropHandle(in.Fh); h != nil {
+		a.releaseLocks(h, in)
 		a.release(h.of)
+	}
+}
+
+// releaseLocks drops, at the last close of an open file description,
+// the locks of every owner that locked through it (OFD locks belong to
+// the description; POSIX owners that used it dropped theirs at their
+// close already) and its flock lock, after writing back what they wrote.
+func (a *adapter) releaseLocks(h *handle, in *fuse.ReleaseIn) {
+	a.mu.Lock()
+	owners := make([]uint64, 0, len(h.lockOwners)+1)
+	for o := range h.lockOwners {
+		owners = append(owners, o)
+	}
+	a.mu.Unlock()
+	if in.ReleaseFlags&fuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
+		owners = append(owners, in.LockOwner)
+	}
+	if len(owners) == 0 || !a.fs.Locked(h.of.ino) || a.killed.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*a.fs.IslandWait())
+	defer cancel()
+	if h.of.dirty() {
+		if err := h.of.flush(ctx, false); err != nil {
+			a.ioError("write-back before unlock", h.of.ino, err)
+		}
+	}
+	if err := a.unlockOwners(ctx, h.of, owners...); err != nil {
+		// The island releases them when this mount's session ends.
+		a.log.Warn("fusefs: releasing the locks of a closed file", "ino", fmt.Sprintf("%x", h.of.ino), "err", err)
 	}
 }
 

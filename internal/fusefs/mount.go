@@ -291,6 +291,9 @@ func (m *Mount) Mount() error {
 		// itself, and getxattr(security.capability) before a first
 		// write.
 		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+		// fcntl, OFD and flock locks come here and go to the islands,
+		// so they conflict across mounts (locks.go).
+		EnableLocks: true,
 	}
 	srv, err := fuse.NewServer(m.ad, m.mp, opts)
 	if err != nil {

@@ -390,6 +390,11 @@ func deleteInode(b *pebble.Batch, n *inode, d *deltas) error {
 			return err
 		}
 	}
+	// Locks end with their inode (an open file's hold keeps it alive
+	// while anyone has it open).
+	if err := writeLocks(b, n.ino, nil); err != nil {
+		return err
+	}
 	d.inodes--
 	if n.isReg() {
 		d.bytes -= int64(n.size)

@@ -91,6 +91,10 @@ type Config struct {
 	// (lease.DefaultTerm). A restarted island, or a new leader, delays
 	// changes by one term once leases were ever granted.
 	LeaseTerm time.Duration
+	// LockTerm is how long a client's lock session lives without a
+	// renewal (DefaultLockTerm): then its locks are released. Never
+	// earlier: a new leader counts it from when it first sees them.
+	LockTerm time.Duration
 	// MoveDuty is the share of time this island spends moving table
 	// entries away (their copies, freezes and drops) while others wait:
 	// after a move that took d, the next starts (1/MoveDuty - 1)·d

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"github.com/atoll-fs/atoll/internal/filelock"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -150,6 +151,14 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 			if _, err := decodeMoveMark(v); err != nil || len(k) != len(globalKey(gMoving))+8 {
 				problem(k, "entry move record: key %d bytes, %v", len(k), err)
 			}
+		case gLockIndex:
+			if len(k) != len(globalKey(gLockIndex))+8 || len(v) != 0 {
+				problem(k, "lock index record: key %d, value %d bytes", len(k), len(v))
+			}
+		case gLockEnded:
+			if len(k) != len(globalKey(gLockEnded))+8 || len(v) != 8 {
+				problem(k, "ended lock session record: key %d, value %d bytes", len(k), len(v))
+			}
 		case gMeta:
 		default:
 			problem(k, "unknown island record")
@@ -235,6 +244,17 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 		}
 		if n, err := readInode(snap, ino); err != nil || n == nil {
 			problem(k, "xattr of missing inode %v", ino)
+		}
+	case tagLock:
+		p, err := decodeBytes(v)
+		if err == nil {
+			_, err = filelock.Decode(p)
+		}
+		if err != nil || len(rest) != 0 {
+			problem(k, "locks of %v: undecodable", ino)
+		}
+		if n, err := readInode(snap, ino); err != nil || n == nil {
+			problem(k, "locks of missing inode %v", ino)
 		}
 	default:
 		problem(k, "unknown record tag %q", k[4])

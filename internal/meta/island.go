@@ -76,6 +76,9 @@ type Island struct {
 	load bucketCounts
 	// loadBytes counts the file bytes commits bring, the same way.
 	loadBytes bucketCounts
+	// flocks are the clients' file locks' waiters and sessions
+	// (filelocks.go; the locks themselves are records).
+	flocks fileLocks
 	// leases are the clients' leases on buckets (lease.go).
 	leases      *lease.Table
 	leaseMarked atomic.Int32    // leaseMarkShared, leaseMarkExclusive: what the lease record says
@@ -175,6 +178,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 		met:    newIslandMetrics(cfg.Registerer, cfg.ID),
 	}
 	i.seq.last = map[uint32]uint32{}
+	i.flocks.init()
 	i.seq.high = map[uint32]uint32{}
 	i.tx.prepared = map[metawire.TxID]*preparedTx{}
 	i.tx.notify = map[metawire.TxID]*notifyTx{}

@@ -110,10 +110,11 @@ func (i *Island) breakLeases(ctx context.Context, b *pebble.Batch) (done func(),
 		if !ok {
 			break
 		}
-		if len(key) < 5 || key[4] >= 0x80 || key[4] == tagSeq {
-			// Island-wide records, and a bucket's id counter, which no
-			// lease covers (no read answers with it): reserving ids
-			// (OpAllocIno) breaks nobody's lease.
+		if len(key) < 5 || key[4] >= 0x80 || key[4] == tagSeq || key[4] == tagLock {
+			// Island-wide records, a bucket's id counter and file locks,
+			// which no lease covers (no read answers with them):
+			// reserving ids (OpAllocIno) or taking a lock breaks nobody's
+			// lease.
 			continue
 		}
 		bk := binary.BigEndian.Uint32(key)
@@ -286,6 +287,11 @@ func routeInos(op uint16, msg []byte) ([]uint64, error) {
 		return one(&r, func() uint64 { return r.Ino })
 	case metawire.OpAccess:
 		var r metawire.AccessReq
+		return one(&r, func() uint64 { return r.Ino })
+	case metawire.OpLock:
+		// A lock on a file another session holds exclusively (created
+		// there and kept back) waits for it to be sent.
+		var r metawire.LockReq
 		return one(&r, func() uint64 { return r.Ino })
 	case metawire.OpRename:
 		var r metawire.RenameReq

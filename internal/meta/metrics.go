@@ -58,6 +58,7 @@ var metaOps = []struct {
 	{metawire.OpClean, "clean"}, {metawire.OpStatFS, "statfs"}, {metawire.OpAccess, "access"},
 	{metawire.OpLiveBytes, "livebytes"}, {metawire.OpStripeRefs, "striperefs"}, {metawire.OpSync, "sync"}, {metawire.OpForget, "forget"},
 	{metawire.OpLease, "lease"}, {metawire.OpLeasePoll, "leasepoll"}, {metawire.OpUnlinkMany, "unlinkmany"},
+	{metawire.OpLock, "lock"}, {metawire.OpLockSession, "locksession"},
 	{metawire.OpPrepare, "prepare"}, {metawire.OpDecide, "decide"}, {metawire.OpOutcome, "outcome"},
 	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"}, {metawire.OpImportEntry, "importentry"}, {metawire.OpEntryLoad, "entryload"},
 }
@@ -77,6 +78,8 @@ func resultLabel(e error, errno syscall.Errno) string {
 		return "wrong_island"
 	case metawire.ErrBusy:
 		return "busy"
+	case metawire.ErrWouldBlock:
+		return "would_block"
 	case metawire.ErrUnavailable:
 		return "unavailable"
 	case metawire.ErrInternal:
@@ -96,6 +99,7 @@ var errnoNames = map[syscall.Errno]string{
 	syscall.ENAMETOOLONG: "ENAMETOOLONG", syscall.ESTALE: "ESTALE", syscall.ENOSPC: "ENOSPC", syscall.EIO: "EIO",
 	syscall.ELOOP: "ELOOP", syscall.EMLINK: "EMLINK", syscall.ENODATA: "ENODATA", syscall.ERANGE: "ERANGE",
 	syscall.EROFS: "EROFS", syscall.ENOTSUP: "ENOTSUP", syscall.EFBIG: "EFBIG",
+	syscall.EDEADLK: "EDEADLK", syscall.ENOLCK: "ENOLCK", syscall.EINTR: "EINTR",
 }
 
 // islandMetrics counts an island's work. With a nil Registerer the
@@ -113,6 +117,9 @@ type islandMetrics struct {
 	txStarted, txCommitted, txAborted prometheus.Counter
 	replayed                          prometheus.Counter
 	leaseGrants                       prometheus.Counter
+	locksHeld, lockWaiters            prometheus.Gauge
+	lockSessions                      prometheus.Gauge
+	lockSessionsEnded                 prometheus.Counter
 	islands                           [4]prometheus.Counter // client requests involving 1, 2, 3, 4+ islands
 	movedAway, movedIn                prometheus.Counter
 	frozen                            prometheus.Observer
@@ -149,6 +156,13 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 	m.txAborted = counter("atoll_meta_tx_aborted_total", "Coordinated transactions aborted.")
 	m.replayed = counter("atoll_meta_replayed_total", "Retried changes answered without applying them again (their request id was recorded).")
 	m.leaseGrants = counter("atoll_meta_lease_grants_total", "Leases granted or renewed on buckets (leased lookups, getattrs and readdirs).")
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
+	}
+	m.locksHeld = gauge("atoll_meta_locks_held", "File locks (byte ranges and flocks) held on this island's inodes, at the last session sweep.")
+	m.lockWaiters = gauge("atoll_meta_lock_waiters", "Blocking lock requests waiting on this island.")
+	m.lockSessions = gauge("atoll_meta_lock_sessions", "Client lock sessions holding locks on this island.")
+	m.lockSessionsEnded = counter("atoll_meta_lock_sessions_ended_total", "Lock sessions this island ended (not renewed for a term, or by an operator), releasing their locks.")
 	islands := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "atoll_meta_op_islands_total", Help: "Client requests by how many islands their work involved (this one and every other it called).",
 		ConstLabels: labels,
@@ -166,7 +180,8 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 		ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(1e-3, 4, 9), // 1ms .. 65s
 	})
 	m.frozen = frozen
-	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed, m.leaseGrants, islands, moves, frozen}
+	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed, m.leaseGrants, islands, moves, frozen,
+		m.locksHeld, m.lockWaiters, m.lockSessions, m.lockSessionsEnded}
 	return m
 }
 

@@ -867,6 +867,9 @@ func account(k, v []byte, d *deltas, sign int64) ([][]byte, error) {
 	}
 	ino := namespace.Ino(binary.BigEndian.Uint64(k[5:13]))
 	switch k[4] {
+	case tagLock:
+		// The island-wide index of locked inodes follows the record.
+		return [][]byte{lockIndexKey(ino)}, nil
 	case tagBlock:
 		p, err := decodeBytes(v)
 		if err != nil {

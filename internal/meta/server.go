@@ -22,6 +22,12 @@ func needs(op uint16) auth.Caps {
 		metawire.OpListXattr, metawire.OpReadMap, metawire.OpStatFS, metawire.OpAccess, metawire.OpStripeRefs,
 		metawire.OpLease, metawire.OpLeasePoll:
 		return auth.CapRead
+	case metawire.OpLock, metawire.OpLockSession:
+		// Locks are advisory and change no file: a read-only key may
+		// lock what it reads (Linux lets a read-only descriptor flock).
+		return auth.CapRead
+	case metawire.OpLockEnd:
+		return auth.CapAdmin
 	case metawire.OpSetAttr, metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink, metawire.OpUnlink, metawire.OpUnlinkMany,
 		metawire.OpRmdir, metawire.OpRename, metawire.OpLink, metawire.OpSetXattr, metawire.OpRemoveXattr,
 		metawire.OpCommit, metawire.OpSync:
@@ -173,6 +179,12 @@ func (i *Island) dispatch(ctx context.Context, op uint16, msg []byte) ([]byte, e
 		return serve(msg, &metawire.LeaseReq{}, func(r *metawire.LeaseReq) (metawire.Message, error) { return i.leasedRead(ctx, r) })
 	case metawire.OpLeasePoll:
 		return serve(msg, &metawire.PollReq{}, func(r *metawire.PollReq) (metawire.Message, error) { return i.pollLeases(ctx, r) })
+	case metawire.OpLock:
+		return serve(msg, &metawire.LockReq{}, func(r *metawire.LockReq) (metawire.Message, error) { return i.lock(ctx, r) })
+	case metawire.OpLockSession, metawire.OpLockEnd:
+		return serve(msg, &metawire.LockSessionReq{}, func(r *metawire.LockSessionReq) (metawire.Message, error) {
+			return i.lockSession(ctx, r, op == metawire.OpLockEnd)
+		})
 	case metawire.OpSync:
 		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) {
 			adopted, err := i.adopted()

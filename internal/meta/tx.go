@@ -598,6 +598,7 @@ func (i *Island) background(ctx context.Context) {
 			i.resolveOnce(ctx, false)
 			i.sweepDedup(ctx)
 			i.sweepAdopted(ctx)
+			i.sweepLocks(ctx)
 		}
 	}
 }

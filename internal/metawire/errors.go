@@ -38,6 +38,16 @@ var (
 	ErrBusy = errors.New("operation in progress, retry")
 	// ErrUnavailable: the island (or a participant) cannot be reached.
 	ErrUnavailable = errors.New("metadata island unavailable")
+	// Lock errors (lock.go). ErrWouldBlock: a lock another owner holds
+	// (EAGAIN, as F_SETLK answers); ErrDeadlock: a wait that would close
+	// a cycle of waiting owners; ErrSessionEnded: the island ended the
+	// lock session after its term without renewal, its locks are gone
+	// (ENOLCK; writes under them fail EIO); ErrInterrupted: a wait the
+	// client cancelled.
+	ErrWouldBlock   = errors.New("resource temporarily unavailable: lock held by another owner")
+	ErrDeadlock     = errors.New("resource deadlock avoided")
+	ErrSessionEnded = errors.New("lock session ended")
+	ErrInterrupted  = errors.New("interrupted")
 	// ErrInternal: anything else; the message says what.
 	ErrInternal = errors.New("metadata island internal error")
 )
@@ -73,6 +83,10 @@ var Table = []struct {
 	{ErrWrongIsland, 23, syscall.EAGAIN},
 	{ErrBusy, 24, syscall.EAGAIN},
 	{ErrUnavailable, 25, syscall.EIO},
+	{ErrWouldBlock, 26, syscall.EAGAIN},
+	{ErrDeadlock, 27, syscall.EDEADLK},
+	{ErrSessionEnded, 28, syscall.ENOLCK},
+	{ErrInterrupted, 29, syscall.EINTR},
 }
 
 // StatusOf maps an island error to its status code (ErrInternal's for

@@ -76,6 +76,12 @@ var StatusTable = []struct {
 	{metawire.ErrBusy, nfs3ErrJukebox},
 	{metawire.ErrUnavailable, nfs3ErrJukebox},
 	{metawire.ErrInternal, nfs3ErrServerFault},
+	// Lock errors: NFSv3 itself has no lock calls (NLM does, with its
+	// own statuses); a data call under a lock session that ended is EIO.
+	{metawire.ErrWouldBlock, nfs3ErrJukebox},
+	{metawire.ErrDeadlock, nfs3ErrIO},
+	{metawire.ErrSessionEnded, nfs3ErrIO},
+	{metawire.ErrInterrupted, nfs3ErrIO},
 	// Gateway-side conditions.
 	{namespace.ErrBadHandle, nfs3ErrBadHandle},
 	{errNotSync, nfs3ErrNotSync},

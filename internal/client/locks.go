@@ -1,0 +1,484 @@
+package client
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/filelock"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+)
+
+// File locks (DESIGN.md "Sessions, locks and open files"). The islands
+// hold every lock, so a lock taken through one client conflicts with
+// every other client's; this FS holds a lock session (one random id for
+// all islands) and renews it about four times a term at each island
+// where it holds locks. It remembers which owners hold locks on which
+// inodes (what the island answered), so a close asks the island only
+// when the closing owner holds something.
+//
+// A session the island may have ended (no renewal answered for 90% of
+// its term, counted from when the renewal was sent) or did end puts the
+// inodes locked under it in doubt: writes and flushes of them fail with
+// ErrIO (LockCheck), so a client cut off from its island never lands a
+// change it made under a lock someone else may hold by now. An ended
+// session is replaced by a new one; its inodes stay "lost" (ErrIO) until
+// they are locked again or their last handle goes (ForgetLost).
+
+// lockWaitMs is how long one blocking request waits at the island
+// before asking again.
+const lockWaitMs = 5000
+
+// maxLockWaiters bounds this FS's blocking requests waiting at islands
+// at once: each holds one of a connection's handlers there.
+const maxLockWaiters = 16
+
+type lockState struct {
+	mu struct {
+		lockcheck.Mutex
+		session uint64
+		held    map[uint64]*heldLocks // by inode
+		islands map[namespace.IslandID]*lockIsland
+		renewer bool
+	}
+	waiters chan struct{}
+}
+
+// heldLocks is what this FS holds on one inode: locks per owner.
+type heldLocks struct {
+	owners map[uint64]int
+	lost   bool // the session they were held under ended
+}
+
+// lockIsland is the session's standing at one island.
+type lockIsland struct {
+	term       time.Duration
+	validUntil time.Time
+}
+
+func (ls *lockState) initLocked() {
+	if ls.mu.held != nil {
+		return
+	}
+	ls.mu.held = map[uint64]*heldLocks{}
+	ls.mu.islands = map[namespace.IslandID]*lockIsland{}
+	ls.mu.session = randomID()
+	ls.waiters = make(chan struct{}, maxLockWaiters)
+}
+
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		_, _ = crand.Read(b[:])
+		if v := binary.BigEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// LockSession is this FS's lock session (0 before the first lock).
+func (f *FS) LockSession() uint64 {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	return f.locks.mu.session
+}
+
+// lockOwner fills in the session of this FS.
+func (f *FS) lockOwner(owner uint64) filelock.Owner {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	f.locks.initLocked()
+	return filelock.Owner{Session: f.locks.mu.session, ID: owner}
+}
+
+// joinIsland makes sure the session is known valid at ino's island
+// (renewing it there once, which also tells its term) and that the
+// renewer runs.
+func (f *FS) joinIsland(ctx context.Context, ino uint64) error {
+	isl := f.islandOf(ino)
+	f.locks.mu.Lock()
+	f.locks.initLocked()
+	_, ok := f.locks.mu.islands[isl]
+	start := !f.locks.mu.renewer
+	f.locks.mu.renewer = true
+	f.locks.mu.Unlock()
+	if start && !f.closing.Load() {
+		f.pollers.Add(1)
+		go f.renewLocks()
+	}
+	if ok {
+		return nil
+	}
+	_, err := f.renewAt(ctx, ino)
+	return err
+}
+
+// renewAt renews the session at ino's island; ended reports that the
+// island had ended it (this FS then starts a new one).
+func (f *FS) renewAt(ctx context.Context, ino uint64) (ended bool, err error) {
+	isl := f.islandOf(ino)
+	f.locks.mu.Lock()
+	s := f.locks.mu.session
+	f.locks.mu.Unlock()
+	sent := time.Now()
+	var resp metawire.LockSessionResp
+	// A renewal touches no record: nothing kept back need go first.
+	ctx = context.WithValue(ctx, renewalKey{}, true)
+	if err := f.call(ctx, ino, metawire.OpLockSession, &metawire.LockSessionReq{Session: s}, &resp); err != nil {
+		return false, err
+	}
+	if resp.Ended {
+		f.sessionEnded(s)
+		return true, nil
+	}
+	term := time.Duration(resp.TermMs) * time.Millisecond
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	if f.locks.mu.session == s {
+		f.locks.mu.islands[isl] = &lockIsland{term: term, validUntil: sent.Add(term * 9 / 10)}
+	}
+	return false, nil
+}
+
+// sessionEnded replaces session s (an island ended it): every lock held
+// under it is lost.
+func (f *FS) sessionEnded(s uint64) {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	if f.locks.mu.session != s {
+		return
+	}
+	n := 0
+	for _, h := range f.locks.mu.held {
+		if len(h.owners) > 0 {
+			h.lost = true
+			clear(h.owners)
+			n++
+		}
+	}
+	f.locks.mu.session = randomID()
+	clear(f.locks.mu.islands)
+	f.ctr.lockSessionsLost.Add(1)
+	f.log.Error("client: lock session ended by an island (not renewed within its term); the locks held under it are lost, writes under them fail",
+		"session", fmt.Sprintf("%016x", s), "inodes", n)
+}
+
+// renewLocks renews the session at every island where this FS holds
+// locks, about four times per term, until Close.
+func (f *FS) renewLocks() {
+	defer f.pollers.Done()
+	every := 2 * time.Second
+	for {
+		select {
+		case <-f.pollCtx.Done():
+			return
+		case <-time.After(every):
+		}
+		// One inode per island reaches it.
+		f.locks.mu.Lock()
+		route := map[namespace.IslandID]uint64{}
+		for ino, h := range f.locks.mu.held {
+			if len(h.owners) > 0 {
+				route[f.islandOf(ino)] = ino
+			}
+		}
+		every = 0
+		for _, li := range f.locks.mu.islands {
+			if every == 0 || li.term/4 < every {
+				every = li.term / 4
+			}
+		}
+		f.locks.mu.Unlock()
+		if every <= 0 {
+			every = 2 * time.Second
+		}
+		every = max(every, 100*time.Millisecond)
+		for _, ino := range route {
+			ctx, cancel := context.WithTimeout(f.pollCtx, every)
+			if _, err := f.renewAt(ctx, ino); err != nil && f.pollCtx.Err() == nil {
+				f.log.Debug("client: renewing the lock session", "island", f.islandOf(ino), "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// noteHeld records what the island answered owner holds on ino.
+func (f *FS) noteHeld(ino, owner uint64, n int, granted bool) {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	h := f.locks.mu.held[ino]
+	if h == nil {
+		if n == 0 {
+			return
+		}
+		h = &heldLocks{owners: map[uint64]int{}}
+		f.locks.mu.held[ino] = h
+	}
+	if granted {
+		h.lost = false
+	}
+	if n == 0 {
+		delete(h.owners, owner)
+	} else {
+		h.owners[owner] = n
+	}
+	if len(h.owners) == 0 && !h.lost {
+		delete(f.locks.mu.held, ino)
+	}
+}
+
+// lockCall sends one lock request, in a new session if the island ended
+// this one (the request is this FS's first under the new session).
+func (f *FS) lockCall(ctx context.Context, req *metawire.LockReq, resp *metawire.LockResp) error {
+	for attempt := 0; ; attempt++ {
+		if err := f.joinIsland(ctx, req.Ino); err != nil {
+			return err
+		}
+		req.Lock.Owner = f.lockOwner(req.Lock.Owner.ID)
+		err := f.call(ctx, req.Ino, metawire.OpLock, req, resp)
+		if errors.Is(err, metawire.ErrSessionEnded) && attempt == 0 {
+			f.sessionEnded(req.Lock.Owner.Session)
+			continue
+		}
+		return err
+	}
+}
+
+// GetLock answers F_GETLK: the first lock of another owner that
+// conflicts with l, if any (l.Owner.ID names the asking owner).
+func (f *FS) GetLock(ctx context.Context, cred metawire.Cred, ino uint64, l filelock.Lock) (filelock.Lock, bool, error) {
+	f.flushCreate(ctx, ino)
+	req := metawire.LockReq{Cred: cred, Ino: ino, Cmd: metawire.LockGet, Lock: l}
+	var resp metawire.LockResp
+	if err := f.lockCall(ctx, &req, &resp); err != nil {
+		return filelock.Lock{}, false, err
+	}
+	return resp.Conflict, resp.Found, nil
+}
+
+// SetLock takes lock l for owner l.Owner.ID on ino: at once or
+// ErrWouldBlock, or with wait until it is granted (ErrDeadlock when the
+// wait would close a cycle of waiting owners). A closed interrupt ends
+// the wait with ErrInterrupted, unless the island granted the lock
+// first. It returns the inode's attributes at the grant, for the caller
+// to revalidate what it cached of the file's data (another client may
+// have written it under the lock it held before).
+func (f *FS) SetLock(ctx context.Context, cred metawire.Cred, ino uint64, l filelock.Lock, wait bool, interrupt <-chan struct{}) (metawire.Attr, error) {
+	if err := l.Valid(); err != nil {
+		return metawire.Attr{}, fmt.Errorf("%w: %v", metawire.ErrInvalid, err)
+	}
+	f.flushCreate(ctx, ino)
+	f.ctr.lockRequests.Add(1)
+	req := metawire.LockReq{Cred: cred, Ino: ino, Cmd: metawire.LockSet, Lock: l}
+	var resp metawire.LockResp
+	if !wait {
+		if err := f.lockCall(ctx, &req, &resp); err != nil {
+			return metawire.Attr{}, err
+		}
+	} else {
+		if err := f.waitLock(ctx, &req, &resp, interrupt); err != nil {
+			return metawire.Attr{}, err
+		}
+	}
+	f.noteHeld(ino, l.Owner.ID, len(resp.Locks), true)
+	f.cacheAttr(resp.Attr)
+	return resp.Attr, nil
+}
+
+// waitLock sends LockWait requests until one is granted. Each waits at
+// the island for at most lockWaitMs. An interrupt cancels the wait at
+// the island, then takes the request's answer: a lock granted just
+// before the cancel is kept (and reported granted), never left behind
+// unknown to its owner.
+func (f *FS) waitLock(ctx context.Context, req *metawire.LockReq, resp *metawire.LockResp, interrupt <-chan struct{}) error {
+	f.lockOwner(0) // makes the waiters' semaphore
+	select {
+	case f.locks.waiters <- struct{}{}:
+	case <-interrupt:
+		return metawire.ErrInterrupted
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-f.locks.waiters }()
+	req.Cmd, req.WaitMs = metawire.LockWait, lockWaitMs
+	for {
+		req.Waiter = randomID()
+		*resp = metawire.LockResp{}
+		done := make(chan error, 1)
+		go func() { done <- f.lockCall(ctx, req, resp) }()
+		var err error
+		select {
+		case err = <-done:
+		case <-interrupt:
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			creq := metawire.LockReq{Cred: req.Cred, Ino: req.Ino, Cmd: metawire.LockCancel, Lock: req.Lock, Waiter: req.Waiter}
+			if cerr := f.call(cctx, req.Ino, metawire.OpLock, &creq, nil); cerr != nil {
+				f.log.Debug("client: cancelling a lock wait", "ino", fmt.Sprintf("%x", req.Ino), "err", cerr)
+			}
+			cancel()
+			err = <-done
+			if err == nil && !resp.Granted {
+				return metawire.ErrInterrupted
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if resp.Granted {
+			return nil
+		}
+		// Waiting: the island's wait ran out; ask again.
+		select {
+		case <-interrupt:
+			return metawire.ErrInterrupted
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+	}
+}
+
+// Unlock releases owner's locks of kind l.Kind in l's range on ino (the
+// caller wrote back what the owner wrote under them first).
+func (f *FS) Unlock(ctx context.Context, cred metawire.Cred, ino uint64, l filelock.Lock) error {
+	if !f.mayHold(ino, l.Owner.ID) {
+		return nil // nothing held here: nothing to release
+	}
+	req := metawire.LockReq{Cred: cred, Ino: ino, Cmd: metawire.LockUnlock, Lock: l}
+	var resp metawire.LockResp
+	if err := f.lockCall(ctx, &req, &resp); err != nil {
+		return err
+	}
+	f.noteHeld(ino, l.Owner.ID, len(resp.Locks), false)
+	return nil
+}
+
+// UnlockOwner releases every lock owner holds on ino (a close of the
+// owner's descriptor, the release of an open file description). It asks
+// the island only when this FS knows the owner holds something there.
+func (f *FS) UnlockOwner(ctx context.Context, ino, owner uint64) error {
+	if !f.mayHold(ino, owner) {
+		return nil
+	}
+	req := metawire.LockReq{Cred: metawire.Root, Ino: ino, Cmd: metawire.LockUnlockOwner, Lock: filelock.Lock{Owner: filelock.Owner{ID: owner}}}
+	var resp metawire.LockResp
+	if err := f.lockCall(ctx, &req, &resp); err != nil {
+		return err
+	}
+	f.noteHeld(ino, owner, len(resp.Locks), false)
+	return nil
+}
+
+// mayHold reports whether owner holds locks on ino that this FS knows.
+func (f *FS) mayHold(ino, owner uint64) bool {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	h := f.locks.mu.held[ino]
+	return h != nil && h.owners[owner] > 0
+}
+
+// Locked reports whether this FS holds locks on ino.
+func (f *FS) Locked(ino uint64) bool {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	h := f.locks.mu.held[ino]
+	return h != nil && (len(h.owners) > 0 || h.lost)
+}
+
+// LockCheck answers whether writes to ino may go on: ErrIO when this FS
+// holds (or held) locks on it under a session that ended, or that its
+// island may have ended (no renewal answered within 90% of a term).
+func (f *FS) LockCheck(ino uint64) error {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	h := f.locks.mu.held[ino]
+	if h == nil {
+		return nil
+	}
+	if h.lost {
+		return fmt.Errorf("%w: the lock session this file was locked under ended: its locks are lost", metawire.ErrIO)
+	}
+	li := f.locks.mu.islands[f.islandOf(ino)]
+	if li != nil && len(h.owners) > 0 && time.Now().After(li.validUntil) {
+		return fmt.Errorf("%w: the lock session has not been renewed for %v: its locks may be lost", metawire.ErrIO, li.term*9/10)
+	}
+	return nil
+}
+
+// LockedInodes is how many files this FS holds locks on.
+func (f *FS) LockedInodes() int {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	return len(f.locks.mu.held)
+}
+
+// ForgetLost forgets that ino's locks were lost (its last handle went).
+func (f *FS) ForgetLost(ino uint64) {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	if h := f.locks.mu.held[ino]; h != nil {
+		h.lost = false
+		if len(h.owners) == 0 {
+			delete(f.locks.mu.held, ino)
+		}
+	}
+}
+
+// ListLocks lists the locks held and waited for on ino (atoll locks).
+func (f *FS) ListLocks(ctx context.Context, cred metawire.Cred, ino uint64) (held, waiting []filelock.Lock, err error) {
+	req := metawire.LockReq{Cred: cred, Ino: ino, Cmd: metawire.LockList, Lock: filelock.Lock{Owner: f.lockOwner(0)}}
+	var resp metawire.LockResp
+	if err := f.call(ctx, ino, metawire.OpLock, &req, &resp); err != nil {
+		return nil, nil, err
+	}
+	return resp.Locks, resp.Waiters, nil
+}
+
+// EndLockSession ends lock session s at every island (an operator
+// breaking a dead client's session): its locks are released now. It
+// returns how many were released.
+func (f *FS) EndLockSession(ctx context.Context, s uint64) (int, error) {
+	// A route to each island: the map's table is not enumerable here,
+	// so 4096 buckets spread evenly stand for it (every island owns at
+	// least one entry of depth 12 or less in any table this side of a
+	// few thousand islands).
+	routes := map[namespace.IslandID]uint64{}
+	for k := range uint64(4096) {
+		if id, _, ok := f.cfg.Map.IslandFor(uint32(k << 20)); ok {
+			if _, seen := routes[id]; !seen {
+				routes[id] = k << 52
+			}
+		}
+	}
+	total := 0
+	var errs []error
+	for id, route := range routes {
+		var resp metawire.LockSessionResp
+		if err := f.call(ctx, route, metawire.OpLockEnd, &metawire.LockSessionReq{Session: s}, &resp); err != nil {
+			errs = append(errs, fmt.Errorf("island %d: %w", id, err))
+			continue
+		}
+		total += int(resp.Released)
+	}
+	return total, errors.Join(errs...)
+}
+
+// flushCreate sends a create of ino this FS kept back (write-behind):
+// the island must know the inode it is asked to lock.
+func (f *FS) flushCreate(ctx context.Context, ino uint64) {
+	if f.CreatePending(ino) {
+		if err := f.SendCreate(ctx, ino); err != nil {
+			f.log.Debug("client: sending a kept-back create before a lock", "ino", fmt.Sprintf("%x", ino), "err", err)
+		}
+	}
+}
+
+// IslandWait is how long a request keeps trying an island that does not
+// answer (FSConfig.IslandWait).
+func (f *FS) IslandWait() time.Duration { return f.cfg.IslandWait }

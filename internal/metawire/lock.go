@@ -1,0 +1,165 @@
+package metawire
+
+import (
+	"github.com/atoll-fs/atoll/internal/filelock"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// File locks (DESIGN.md "Sessions, locks and open files"): POSIX byte
+// ranges, OFD locks and flock, held by (lock session, owner) on the
+// inode's island, in its replicated state (internal/filelock). None of
+// these operations is deduplicated: setting a lock an owner already
+// holds, unlocking what it does not hold and cancelling a waiter that
+// is gone change nothing, so a retry after a lost answer is harmless.
+const (
+	OpLock        uint16 = 29 // LockReq -> LockResp (get, set, wait, unlock, cancel, list)
+	OpLockSession uint16 = 30 // LockSessionReq -> LockSessionResp (renew)
+	OpLockEnd     uint16 = 31 // LockSessionReq -> LockSessionResp (an operator ends a session: its locks go)
+)
+
+// Lock commands (LockReq.Cmd).
+const (
+	LockGet         uint8 = 1 // F_GETLK: the first conflicting lock, if any
+	LockSet         uint8 = 2 // F_SETLK: grant now or ErrWouldBlock
+	LockWait        uint8 = 3 // F_SETLKW: grant, or wait up to WaitMs and answer Waiting
+	LockUnlock      uint8 = 4 // F_UNLCK of the range (of Kind)
+	LockUnlockOwner uint8 = 5 // every lock of the owner, both kinds (close, release)
+	LockCancel      uint8 = 6 // stop the wait of request Waiter (an interrupted F_SETLKW)
+	LockList        uint8 = 7 // every lock and waiter of the inode (atoll locks)
+)
+
+// MaxLockWait bounds how long an island holds a LockWait request before
+// answering Waiting (the client asks again): a held request occupies one
+// of the connection's handlers.
+const MaxLockWaitMs = 10_000
+
+// LockReq asks the island of Ino about its locks. Lock names the owner
+// (Lock.Owner.Session is the client's lock session) and, for get, set,
+// wait and unlock, the kind, type and range. Waiter names a LockWait
+// request (random, nonzero) so that LockCancel can end its wait.
+type LockReq struct {
+	Cred   Cred
+	Ino    uint64
+	Cmd    uint8
+	Lock   filelock.Lock
+	WaitMs uint32
+	Waiter uint64
+}
+
+func encodeLock(e *wire.Enc, l *filelock.Lock) {
+	e.U64(l.Owner.Session)
+	e.U64(l.Owner.ID)
+	e.U8(uint8(l.Kind))
+	e.U8(uint8(l.Type))
+	e.U64(l.Start)
+	e.U64(l.End)
+	e.U32(l.Pid)
+}
+
+func decodeLock(d *wire.Dec) filelock.Lock {
+	var l filelock.Lock
+	l.Owner.Session, l.Owner.ID = d.U64(), d.U64()
+	l.Kind, l.Type = filelock.Kind(d.U8()), filelock.Type(d.U8())
+	l.Start, l.End, l.Pid = d.U64(), d.U64(), d.U32()
+	return l
+}
+
+// lockSize is an encoded lock's size.
+const lockSize = 8 + 8 + 1 + 1 + 8 + 8 + 4
+
+func (r *LockReq) Encode(e *wire.Enc) {
+	r.Cred.Encode(e)
+	e.U64(r.Ino)
+	e.U8(r.Cmd)
+	encodeLock(e, &r.Lock)
+	e.U32(r.WaitMs)
+	e.U64(r.Waiter)
+}
+
+func (r *LockReq) Decode(d *wire.Dec) {
+	r.Cred.Decode(d)
+	r.Ino, r.Cmd = d.U64(), d.U8()
+	r.Lock = decodeLock(d)
+	r.WaitMs, r.Waiter = d.U32(), d.U64()
+}
+
+// LockResp answers OpLock. Granted: set and wait got the lock. Waiting:
+// a wait ran out of WaitMs (ask again). Found and Conflict: get's
+// answer (the conflicting lock; Found false: F_UNLCK). Attr: the
+// inode's attributes after a grant, so the client revalidates its
+// cached data without another request. Locks and Waiters: list's
+// answer (Waiters are the requests queued, as locks).
+type LockResp struct {
+	Granted  bool
+	Waiting  bool
+	Found    bool
+	Conflict filelock.Lock
+	Attr     Attr
+	Locks    []filelock.Lock
+	Waiters  []filelock.Lock
+}
+
+func (r *LockResp) Encode(e *wire.Enc) {
+	e.Bool(r.Granted)
+	e.Bool(r.Waiting)
+	e.Bool(r.Found)
+	encodeLock(e, &r.Conflict)
+	r.Attr.Encode(e)
+	e.Uvarint(uint64(len(r.Locks)))
+	for k := range r.Locks {
+		encodeLock(e, &r.Locks[k])
+	}
+	e.Uvarint(uint64(len(r.Waiters)))
+	for k := range r.Waiters {
+		encodeLock(e, &r.Waiters[k])
+	}
+}
+
+func (r *LockResp) Decode(d *wire.Dec) {
+	r.Granted, r.Waiting, r.Found = d.Bool(), d.Bool(), d.Bool()
+	r.Conflict = decodeLock(d)
+	r.Attr.Decode(d)
+	n := d.Count(lockSize)
+	r.Locks = make([]filelock.Lock, 0, n)
+	for range n {
+		r.Locks = append(r.Locks, decodeLock(d))
+	}
+	n = d.Count(lockSize)
+	r.Waiters = make([]filelock.Lock, 0, n)
+	for range n {
+		r.Waiters = append(r.Waiters, decodeLock(d))
+	}
+}
+
+// LockSessionReq names a lock session: OpLockSession renews it at one
+// island (a client holding locks there sends one about four times a
+// term), OpLockEnd ends it now and releases its locks (an operator
+// breaking a dead client's session: admin capability).
+type LockSessionReq struct {
+	Session uint64
+}
+
+func (r *LockSessionReq) Encode(e *wire.Enc) { e.U64(r.Session) }
+func (r *LockSessionReq) Decode(d *wire.Dec) { r.Session = d.U64() }
+
+// LockSessionResp: Ended says the island ended the session (its term
+// ran out unrenewed, or an operator ended it): its locks are gone.
+// TermMs is the island's session term; Locks how many locks the
+// session holds there; Released how many an End released.
+type LockSessionResp struct {
+	Ended    bool
+	TermMs   uint32
+	Locks    uint32
+	Released uint32
+}
+
+func (r *LockSessionResp) Encode(e *wire.Enc) {
+	e.Bool(r.Ended)
+	e.U32(r.TermMs)
+	e.U32(r.Locks)
+	e.U32(r.Released)
+}
+
+func (r *LockSessionResp) Decode(d *wire.Dec) {
+	r.Ended, r.TermMs, r.Locks, r.Released = d.Bool(), d.U32(), d.U32(), d.U32()
+}

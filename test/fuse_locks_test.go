@@ -1,0 +1,292 @@
+package test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// File locks across mounts (issue "Locks that every client sees"): two
+// mounts of one cluster stand for two hosts. Within one process, POSIX
+// locks taken through two mounts belong to two owners (the islands name
+// an owner by the mount's lock session and the kernel's owner), so one
+// test process plays both hosts.
+
+func openRW(t *testing.T, p string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func posixLock(f *os.File, cmd int, typ int16, start, length int64) (unix.Flock_t, error) {
+	lk := unix.Flock_t{Type: typ, Whence: 0, Start: start, Len: length}
+	err := unix.FcntlFlock(f.Fd(), cmd, &lk)
+	return lk, err
+}
+
+// TestFUSELocksConflictAcrossMounts: flock, POSIX and OFD locks taken
+// through one mount conflict with the same kind through the other (and
+// not with another kind), shared locks coexist, F_GETLK names the
+// holder's range, type and pid, and an unlock lets the other mount in.
+func TestFUSELocksConflictAcrossMounts(t *testing.T) {
+	_, _, _, ma, mb := twoMounts(t)
+	if err := os.WriteFile(filepath.Join(ma, "f"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := openRW(t, filepath.Join(ma, "f")), openRW(t, filepath.Join(mb, "f"))
+
+	// flock.
+	if err := unix.Flock(int(fa.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("flock a: %v", err)
+	}
+	wantErrno(t, "flock -n through the other mount", unix.Flock(int(fb.Fd()), unix.LOCK_EX|unix.LOCK_NB), syscall.EWOULDBLOCK)
+	wantErrno(t, "shared flock against exclusive", unix.Flock(int(fb.Fd()), unix.LOCK_SH|unix.LOCK_NB), syscall.EWOULDBLOCK)
+	// A POSIX lock is another kind: no conflict with the flock.
+	if _, err := posixLock(fb, unix.F_SETLK, unix.F_WRLCK, 0, 0); err != nil {
+		t.Fatalf("POSIX lock beside another mount's flock: %v", err)
+	}
+	if _, err := posixLock(fb, unix.F_SETLK, unix.F_UNLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(fa.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatalf("downgrade: %v", err)
+	}
+	if err := unix.Flock(int(fb.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Fatalf("two shared flocks: %v", err)
+	}
+	wantErrno(t, "upgrade beside another shared flock", unix.Flock(int(fa.Fd()), unix.LOCK_EX|unix.LOCK_NB), syscall.EWOULDBLOCK)
+	for _, f := range []*os.File{fa, fb} {
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_UN); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// POSIX byte ranges.
+	if _, err := posixLock(fa, unix.F_SETLK, unix.F_WRLCK, 10, 10); err != nil {
+		t.Fatalf("fcntl a: %v", err)
+	}
+	_, err := posixLock(fb, unix.F_SETLK, unix.F_WRLCK, 15, 1)
+	wantErrno(t, "overlapping write lock through the other mount", err, syscall.EAGAIN)
+	if _, err := posixLock(fb, unix.F_SETLK, unix.F_WRLCK, 20, 5); err != nil {
+		t.Fatalf("adjacent range through the other mount: %v", err)
+	}
+	lk, err := posixLock(fb, unix.F_GETLK, unix.F_RDLCK, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk.Type != unix.F_WRLCK || lk.Start != 10 || lk.Len != 10 || lk.Pid != int32(os.Getpid()) {
+		t.Fatalf("F_GETLK through the other mount: %+v, want a write lock 10+10 of pid %d", lk, os.Getpid())
+	}
+	if _, err := posixLock(fa, unix.F_SETLK, unix.F_UNLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := posixLock(fb, unix.F_SETLK, unix.F_WRLCK, 0, 0); err != nil {
+		t.Fatalf("after the other mount's unlock: %v", err)
+	}
+	// close(2) of any descriptor of the file drops the process's POSIX
+	// locks through that mount.
+	fb2, err := os.Open(filepath.Join(mb, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb2.Close()
+	if _, err := posixLock(fa, unix.F_SETLK, unix.F_WRLCK, 0, 0); err != nil {
+		t.Fatalf("after the holder closed another descriptor of the file: %v", err)
+	}
+	if _, err := posixLock(fa, unix.F_SETLK, unix.F_UNLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// OFD locks: owned by the open file description.
+	ofd := func(f *os.File, cmd int, typ int16, start, length int64) (unix.Flock_t, error) {
+		return posixLock(f, cmd, typ, start, length)
+	}
+	if _, err := ofd(fa, unix.F_OFD_SETLK, unix.F_WRLCK, 0, 100); err != nil {
+		t.Fatalf("OFD lock: %v", err)
+	}
+	_, err = ofd(fb, unix.F_OFD_SETLK, unix.F_RDLCK, 50, 1)
+	wantErrno(t, "OFD read lock against the other mount's OFD write lock", err, syscall.EAGAIN)
+	// The last close of the description releases it.
+	fa.Close()
+	waitEvent(t, "OFD lock released at the last close", func() error {
+		_, err := ofd(fb, unix.F_OFD_SETLK, unix.F_RDLCK, 50, 1)
+		return err
+	})
+}
+
+// TestFUSELockRangesLikeLocal: one owner's sequence of OFD locks and
+// unlocks, probed byte by byte through a second description, answers
+// the same on the mount (the probe through the other mount) as on a
+// local directory: ranges split and merge as Linux keeps them.
+func TestFUSELockRangesLikeLocal(t *testing.T) {
+	_, _, _, ma, mb := twoMounts(t)
+	type op struct {
+		typ          int16
+		start, lenth int64
+	}
+	ops := []op{
+		{unix.F_WRLCK, 0, 100}, {unix.F_RDLCK, 10, 10}, {unix.F_UNLCK, 50, 10}, {unix.F_RDLCK, 30, 5},
+		{unix.F_RDLCK, 35, 5}, {unix.F_WRLCK, 5, 30}, {unix.F_UNLCK, 0, 3}, {unix.F_RDLCK, 90, 0},
+		{unix.F_UNLCK, 95, 2}, {unix.F_WRLCK, 60, 1}, {unix.F_UNLCK, 20, 10},
+	}
+	probe := func(f *os.File) string {
+		var b strings.Builder
+		for x := int64(0); x < 120; x++ {
+			lk := unix.Flock_t{Type: unix.F_WRLCK, Start: x, Len: 1}
+			if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+				t.Fatal(err)
+			}
+			switch lk.Type {
+			case unix.F_UNLCK:
+				b.WriteByte('.')
+			case unix.F_RDLCK:
+				b.WriteByte('r')
+			default:
+				b.WriteByte('w')
+			}
+		}
+		return b.String()
+	}
+	run := func(holderPath, proberPath string) []string {
+		h, p := openRW(t, holderPath), openRW(t, proberPath)
+		var got []string
+		for _, o := range ops {
+			lk := unix.Flock_t{Type: o.typ, Start: o.start, Len: o.lenth}
+			if err := unix.FcntlFlock(h.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+				t.Fatalf("%+v: %v", o, err)
+			}
+			got = append(got, probe(p))
+		}
+		return got
+	}
+	local := t.TempDir()
+	want := run(filepath.Join(local, "f"), filepath.Join(local, "f"))
+	got := run(filepath.Join(ma, "f"), filepath.Join(mb, "f"))
+	for k := range ops {
+		if got[k] != want[k] {
+			t.Errorf("after %+v:\n mount %s\n local %s", ops[k], got[k], want[k])
+		}
+	}
+}
+
+// TestFUSELockWaitAndDeadlock: F_SETLKW through one mount waits for the
+// other mount's lock and gets it when it is released (woken by the
+// island, not by polling: well before a wait's 5 s round), and a wait
+// that would close a cycle across the two mounts is refused EDEADLK.
+func TestFUSELockWaitAndDeadlock(t *testing.T) {
+	_, _, _, ma, mb := twoMounts(t)
+	if err := os.WriteFile(filepath.Join(ma, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := openRW(t, filepath.Join(ma, "f")), openRW(t, filepath.Join(mb, "f"))
+	if _, err := posixLock(fa, unix.F_SETLK, unix.F_WRLCK, 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var granted time.Time
+	go func() {
+		_, err := posixLock(fb, unix.F_SETLKW, unix.F_WRLCK, 5, 1)
+		granted = time.Now()
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("F_SETLKW returned while the other mount held the lock: %v", err)
+	case <-time.After(700 * time.Millisecond):
+	}
+	released := time.Now()
+	if _, err := posixLock(fa, unix.F_SETLK, unix.F_UNLCK, 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("F_SETLKW: %v", err)
+		}
+		if d := granted.Sub(released); d > 2500*time.Millisecond {
+			t.Fatalf("waiter granted %v after the unlock: not woken", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("F_SETLKW not granted 30 s after the unlock")
+	}
+
+	// b holds 5; a holds 20 and waits for 5; b asking for 20 would
+	// deadlock.
+	if _, err := posixLock(fa, unix.F_SETLK, unix.F_WRLCK, 20, 1); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := posixLock(fa, unix.F_SETLKW, unix.F_WRLCK, 5, 1)
+		waiting <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // a's wait reaches the island
+	_, err := posixLock(fb, unix.F_SETLKW, unix.F_WRLCK, 20, 1)
+	wantErrno(t, "a wait closing a cycle across mounts", err, syscall.EDEADLK)
+	if _, err := posixLock(fb, unix.F_SETLK, unix.F_UNLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waiting:
+		if err != nil {
+			t.Fatalf("a's wait: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a's wait not granted after b let go")
+	}
+}
+
+// TestFUSELockCoherentData: data written under a lock through one mount
+// is read under the same lock through the other, every time, although
+// the reader's mount read (and cached) the file before: the grant
+// revalidates what the reader cached, the unlock writes back first.
+func TestFUSELockCoherentData(t *testing.T) {
+	_, _, _, ma, mb := twoMounts(t)
+	if err := os.WriteFile(filepath.Join(ma, "f"), bytes.Repeat([]byte{'0'}, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := openRW(t, filepath.Join(ma, "f")), openRW(t, filepath.Join(mb, "f"))
+	files := []*os.File{fa, fb}
+	buf := make([]byte, 4096)
+	for round := range 20 {
+		w, r := files[round%2], files[(round+1)%2]
+		// The reader reads (and caches) the file before the writer's turn.
+		if _, err := r.ReadAt(buf, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := posixLock(w, unix.F_SETLKW, unix.F_WRLCK, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		want := bytes.Repeat([]byte{byte('a' + round)}, 100+round*37)
+		if _, err := w.WriteAt(want, int64(round*13)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := posixLock(w, unix.F_SETLK, unix.F_UNLCK, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := posixLock(r, unix.F_SETLKW, unix.F_RDLCK, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(want))
+		if _, err := r.ReadAt(got, int64(round*13)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("round %d: read under the lock %q..., want %q...", round, got[:8], want[:8])
+		}
+		if _, err := posixLock(r, unix.F_SETLK, unix.F_UNLCK, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
