@@ -289,4 +289,3 @@ func TestFUSELockCoherentData(t *testing.T) {
 		}
 	}
 }
-

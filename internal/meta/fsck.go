@@ -1,10 +1,10 @@
 package meta
 
 import (
-	"github.com/atoll-fs/atoll/internal/filelock"
 	"bytes"
 	"context"
 	"encoding/binary"
+	"github.com/atoll-fs/atoll/internal/filelock"
 
 	"fmt"
 	"slices"
