@@ -89,7 +89,7 @@ starts; from then on the map decides. A server added later starts with
 					return usageErr("--island-servers", err)
 				}
 				srv.Listen, srv.Dir, srv.Managers, srv.Key, srv.Logger, srv.InlineMax = cfg.Listen, cfg.Dir, splitList(managers), cfg.Key, log, n
-				srv.MoveDuty = cfg.MoveDuty
+				srv.MoveDuty, srv.LockTerm = cfg.MoveDuty, cfg.LockTerm
 				return runIslandServer(cmd.Context(), srv, addrFile, metricsListen)
 			}
 			if id == 0 {
@@ -162,6 +162,7 @@ starts; from then on the map decides. A server added later starts with
 	f.StringVar(&inlineMax, "inline-max", "16KiB", "largest file kept inline in its inode")
 	f.DurationVar(&cfg.LazySync, "lazy-sync", meta.DefaultLazySync, "longest wait of a lazily committed change (mount creates and closes) for the log sync, unless an fsync syncs first")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:7605 (empty: off)")
+	f.DurationVar(&cfg.LockTerm, "lock-term", meta.DefaultLockTerm, "how long a client's lock session lives without a renewal: then its locks are released")
 	f.Float64Var(&cfg.MoveDuty, "move-duty", meta.DefaultMoveDuty, "share of time spent moving table entries away (atoll island); 1: as fast as they go")
 	f.Uint32Var(&srv.ID, "server-id", 0, "run as island server N of replicated islands (see --help)")
 	f.StringVar(&srv.RaftListen, "raft-listen", "127.0.0.1:7510", "island server: raft port shared by its replicas")

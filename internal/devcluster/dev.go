@@ -50,6 +50,8 @@ type Config struct {
 	LazySync time.Duration
 	// MoveDuty is the islands' --move-duty (zero: their default).
 	MoveDuty float64
+	// LockTerm is the islands' --lock-term (zero: their default).
+	LockTerm time.Duration
 	// LeadBackAfter is the island servers' --lead-back-after (zero:
 	// their default).
 	LeadBackAfter time.Duration
@@ -421,6 +423,9 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		}
 		if d.cfg.LazySync > 0 {
 			args = append(args, "--lazy-sync", d.cfg.LazySync.String())
+		}
+		if d.cfg.LockTerm > 0 {
+			args = append(args, "--lock-term", d.cfg.LockTerm.String())
 		}
 		if d.cfg.MoveDuty > 0 {
 			args = append(args, "--move-duty", strconv.FormatFloat(d.cfg.MoveDuty, 'g', -1, 64))

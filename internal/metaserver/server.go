@@ -62,6 +62,8 @@ type Config struct {
 	InlineMax int
 	// MoveDuty is the islands' meta.Config.MoveDuty.
 	MoveDuty float64
+	// LockTerm is the islands' meta.Config.LockTerm.
+	LockTerm time.Duration
 	// LeadBackAfter is how long a replica leads an island whose
 	// preferred leader is another server before offering it the lead
 	// back (default DefaultLeadBackAfter; the preferred server may have
@@ -380,7 +382,7 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 			var err error
 			isl, err = meta.New(meta.Config{
 				Dir: filepath.Join(s.cfg.Dir, "island-"+strconv.Itoa(int(h.id))), ID: h.id,
-				Map: cluster.NewIslandMap(s.view), InlineMax: s.cfg.InlineMax, MoveDuty: s.cfg.MoveDuty, Faults: s.cfg.Faults,
+				Map: cluster.NewIslandMap(s.view), InlineMax: s.cfg.InlineMax, MoveDuty: s.cfg.MoveDuty, LockTerm: s.cfg.LockTerm, Faults: s.cfg.Faults,
 				Logger: s.log, Registerer: s.cfg.Registerer, Key: s.cfg.Key,
 				DB: h.rep.DB(), Replicator: h.rep,
 			})
