@@ -136,13 +136,33 @@ func (f *FS) renewAt(ctx context.Context, ino uint64) (ended bool, err error) {
 		f.sessionEnded(s)
 		return true, nil
 	}
-	term := time.Duration(resp.TermMs) * time.Millisecond
+	f.sessionAlive(isl, s, sent, time.Duration(resp.TermMs)*time.Millisecond)
+	return false, nil
+}
+
+// sessionAlive records that island isl answered a request of session s
+// sent at sent: the session lives there until at least a term after
+// (term 0: the one known).
+func (f *FS) sessionAlive(isl namespace.IslandID, s uint64, sent time.Time, term time.Duration) {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
-	if f.locks.mu.session == s {
-		f.locks.mu.islands[isl] = &lockIsland{term: term, validUntil: sent.Add(term * 9 / 10)}
+	if f.locks.mu.session != s {
+		return
 	}
-	return false, nil
+	li := f.locks.mu.islands[isl]
+	if li == nil {
+		if term == 0 {
+			return
+		}
+		li = &lockIsland{}
+		f.locks.mu.islands[isl] = li
+	}
+	if term != 0 {
+		li.term = term
+	}
+	if until := sent.Add(li.term * 9 / 10); until.After(li.validUntil) {
+		li.validUntil = until
+	}
 }
 
 // sessionEnded replaces session s (an island ended it): every lock held
@@ -241,10 +261,16 @@ func (f *FS) lockCall(ctx context.Context, req *metawire.LockReq, resp *metawire
 			return err
 		}
 		req.Lock.Owner = f.lockOwner(req.Lock.Owner.ID)
+		sent := time.Now()
 		err := f.call(ctx, req.Ino, metawire.OpLock, req, resp)
 		if errors.Is(err, metawire.ErrSessionEnded) && attempt == 0 {
 			f.sessionEnded(req.Lock.Owner.Session)
 			continue
+		}
+		if err == nil {
+			// The island saw the session alive when it answered (a
+			// request renews it there).
+			f.sessionAlive(f.islandOf(req.Ino), req.Lock.Owner.Session, sent, 0)
 		}
 		return err
 	}
