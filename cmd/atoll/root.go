@@ -87,7 +87,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newManagerCmd(g), newStatusCmd(g), newFormatCmd(g))
 	root.AddCommand(newNFSCmd(g))
 	root.AddCommand(newMountCmd(g))
-	root.AddCommand(newFsckCmd(g), newLsCmd(g), newCpCmd(g), newPolicyCmd(g), newDfCmd(g))
+	root.AddCommand(newFsckCmd(g), newLsCmd(g), newCpCmd(g), newPolicyCmd(g), newDfCmd(g), newLocksCmd(g))
 	root.AddCommand(newCleanCmd(g), newDrainCmd(g), newKeyCmd(g), newIslandCmd(g))
 	return root
 }
