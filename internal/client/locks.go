@@ -44,6 +44,9 @@ type lockState struct {
 		session uint64
 		held    map[uint64]*heldLocks // by inode
 		islands map[namespace.IslandID]*lockIsland
+		// resumed: islands where a resumed session holds locks this FS
+		// did not take (ResumeLockSession), by a route to each.
+		resumed map[namespace.IslandID]uint64
 		renewer bool
 	}
 	waiters chan struct{}
@@ -67,6 +70,7 @@ func (ls *lockState) initLocked() {
 	}
 	ls.mu.held = map[uint64]*heldLocks{}
 	ls.mu.islands = map[namespace.IslandID]*lockIsland{}
+	ls.mu.resumed = map[namespace.IslandID]uint64{}
 	ls.mu.session = randomID()
 	ls.waiters = make(chan struct{}, maxLockWaiters)
 }
@@ -136,6 +140,11 @@ func (f *FS) renewAt(ctx context.Context, ino uint64) (ended bool, err error) {
 		f.sessionEnded(s)
 		return true, nil
 	}
+	if resp.Locks == 0 {
+		f.locks.mu.Lock()
+		delete(f.locks.mu.resumed, isl)
+		f.locks.mu.Unlock()
+	}
 	f.sessionAlive(isl, s, sent, time.Duration(resp.TermMs)*time.Millisecond)
 	return false, nil
 }
@@ -183,6 +192,7 @@ func (f *FS) sessionEnded(s uint64) {
 	}
 	f.locks.mu.session = randomID()
 	clear(f.locks.mu.islands)
+	clear(f.locks.mu.resumed)
 	f.ctr.lockSessionsLost.Add(1)
 	f.log.Error("client: lock session ended by an island (not renewed within its term); the locks held under it are lost, writes under them fail",
 		"session", fmt.Sprintf("%016x", s), "inodes", n)
@@ -205,6 +215,11 @@ func (f *FS) renewLocks() {
 		for ino, h := range f.locks.mu.held {
 			if len(h.owners) > 0 {
 				route[f.islandOf(ino)] = ino
+			}
+		}
+		for isl, r := range f.locks.mu.resumed {
+			if _, ok := route[isl]; !ok {
+				route[isl] = r
 			}
 		}
 		every = 0
@@ -466,14 +481,58 @@ func (f *FS) ListLocks(ctx context.Context, cred metawire.Cred, ino uint64) (hel
 	return resp.Locks, resp.Waiters, nil
 }
 
-// EndLockSession ends lock session s at every island (an operator
-// breaking a dead client's session): its locks are released now. It
-// returns how many were released.
-func (f *FS) EndLockSession(ctx context.Context, s uint64) (int, error) {
-	// A route to each island: the map's table is not enumerable here,
-	// so 4096 buckets spread evenly stand for it (every island owns at
-	// least one entry of depth 12 or less in any table this side of a
-	// few thousand islands).
+// ResumeLockSession makes s this FS's lock session (before its first
+// lock): a gateway restarted within the islands' lock term takes back the
+// session its clients' locks are held under. Every island is asked once;
+// where the session holds locks it is renewed from then on, as if this
+// FS had taken them. It returns how many locks the session holds.
+func (f *FS) ResumeLockSession(ctx context.Context, s uint64) (int, error) {
+	if s == 0 {
+		return 0, fmt.Errorf("%w: lock session 0", metawire.ErrInvalid)
+	}
+	f.locks.mu.Lock()
+	f.locks.initLocked()
+	if len(f.locks.mu.held) > 0 {
+		f.locks.mu.Unlock()
+		return 0, fmt.Errorf("%w: this FS holds locks already", metawire.ErrInvalid)
+	}
+	f.locks.mu.session = s
+	start := !f.locks.mu.renewer
+	f.locks.mu.renewer = true
+	f.locks.mu.Unlock()
+	if start && !f.closing.Load() {
+		f.pollers.Add(1)
+		go f.renewLocks()
+	}
+	total := 0
+	var errs []error
+	for id, route := range f.islandRoutes() {
+		sent := time.Now()
+		var resp metawire.LockSessionResp
+		if err := f.call(context.WithValue(ctx, renewalKey{}, true), route, metawire.OpLockSession, &metawire.LockSessionReq{Session: s}, &resp); err != nil {
+			errs = append(errs, fmt.Errorf("island %d: %w", id, err))
+			continue
+		}
+		if resp.Ended {
+			f.sessionEnded(s)
+			return 0, nil
+		}
+		f.sessionAlive(id, s, sent, time.Duration(resp.TermMs)*time.Millisecond)
+		if resp.Locks > 0 {
+			f.locks.mu.Lock()
+			f.locks.mu.resumed[id] = route
+			f.locks.mu.Unlock()
+			total += int(resp.Locks)
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// islandRoutes returns a route (an inode of a bucket it owns) to each
+// island. The map's table is not enumerable here, so 4096 buckets spread
+// evenly stand for it (every island owns at least one entry of depth 12
+// or less in any table this side of a few thousand islands).
+func (f *FS) islandRoutes() map[namespace.IslandID]uint64 {
 	routes := map[namespace.IslandID]uint64{}
 	for k := range uint64(4096) {
 		if id, _, ok := f.cfg.Map.IslandFor(uint32(k << 20)); ok {
@@ -482,6 +541,14 @@ func (f *FS) EndLockSession(ctx context.Context, s uint64) (int, error) {
 			}
 		}
 	}
+	return routes
+}
+
+// EndLockSession ends lock session s at every island (an operator
+// breaking a dead client's session): its locks are released now. It
+// returns how many were released.
+func (f *FS) EndLockSession(ctx context.Context, s uint64) (int, error) {
+	routes := f.islandRoutes()
 	total := 0
 	var errs []error
 	for id, route := range routes {

@@ -172,6 +172,11 @@ func (s *Server) getFH(r *xdr.Reader) fh {
 	if r.Err() != nil {
 		return fh{err: r.Err()}
 	}
+	return s.decodeFH(b)
+}
+
+// decodeFH decodes the bytes of an nfs_fh3 (getFH).
+func (s *Server) decodeFH(b []byte) fh {
 	if s.rootIno != 0 {
 		if len(b) != namespace.HandleSize+handleTagSize || !hmac.Equal(b[namespace.HandleSize:], s.handleTag(b[:namespace.HandleSize])) {
 			return fh{err: fmt.Errorf("%w: handle not issued for export %s", metawire.ErrStale, s.exp.Path)}

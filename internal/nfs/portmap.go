@@ -45,6 +45,10 @@ func served(prog, vers uint32) bool {
 	switch prog {
 	case progNFS, progMount:
 		return vers == 3
+	case progNLM:
+		return vers == 4
+	case progNSM:
+		return vers == 1
 	case progPortmap:
 		return vers >= 2 && vers <= 4
 	}
@@ -89,7 +93,7 @@ func pmapDump(c *call) error {
 	if c.args.Finish() != nil {
 		return errGarbage
 	}
-	for _, m := range [][2]uint32{{progPortmap, 2}, {progMount, 3}, {progNFS, 3}} {
+	for _, m := range [][2]uint32{{progPortmap, 2}, {progMount, 3}, {progNFS, 3}, {progNLM, 4}, {progNSM, 1}} {
 		c.res.Bool(true)
 		c.res.Uint32(m[0])
 		c.res.Uint32(m[1])

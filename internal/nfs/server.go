@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -126,7 +127,15 @@ type Config struct {
 	// Verifier is the write verifier; 0 picks a random one (it changes at
 	// every start, so clients resend writes they did not commit).
 	Verifier uint64
-	Logger   *slog.Logger
+	// NLMGrace is how long after it starts the gateway refuses new NLM
+	// locks and serves only reclaims (default 10s; negative: none).
+	NLMGrace time.Duration
+	// LockSession is the gateway's lock session at the islands (NLM
+	// locks are held under it); 0 derives one from the listen address,
+	// so a gateway restarted within the islands' lock term takes its
+	// clients' locks back.
+	LockSession uint64
+	Logger      *slog.Logger
 	// Registerer, when set, receives the gateway's metrics (metrics.go).
 	Registerer prometheus.Registerer
 }
@@ -153,6 +162,7 @@ type Server struct {
 	files *fileCache
 	mnt   *mountTable
 	met   *gatewayMetrics
+	nlm   nlmState // nlm.go
 
 	ln, pmln net.Listener
 	debug    bool // log every call
@@ -241,6 +251,16 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	grace := cfg.NLMGrace
+	if grace == 0 {
+		grace = nlmDefaultGrace
+	}
+	s.nlm.init(max(grace, 0))
+	if s.cfg.LockSession == 0 {
+		h := fnv.New64a()
+		h.Write([]byte("atoll nfs gateway lock session\x00" + s.ln.Addr().String()))
+		s.cfg.LockSession = h.Sum64() | 1
+	}
 	return s, nil
 }
 
@@ -271,8 +291,21 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { defer s.wg.Done(); s.accept(ln, portmapOnly) }()
 	}
 	s.log.Info("nfs: serving", "addr", s.Addr(), "portmap", s.PortmapAddr(), "read_only", s.exp.ReadOnly, "root_squash", s.exp.RootSquash)
+	s.nlm.bg.Add(1)
+	go func() {
+		defer s.nlm.bg.Done()
+		// The locks an earlier run of this gateway took for its clients
+		// are renewed again (they end a term after that run stopped).
+		n, err := s.fs.ResumeLockSession(s.ctx, s.cfg.LockSession)
+		if err != nil {
+			s.log.Warn("nfs: taking back this gateway's lock session", "err", err)
+		} else if n > 0 {
+			s.log.Info("nfs: took back this gateway's lock session", "locks", n)
+		}
+	}()
 	<-ctx.Done()
 	s.shutdown()
+	s.nlm.bg.Wait()
 	<-flusherDone
 	fctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -467,12 +500,13 @@ func (s *Server) handle(cn *conn, rec []byte) (out []byte) {
 	if cn.portmapOnly && hdr.prog != progPortmap {
 		stat = acceptProgUnavail
 	}
-	if stat == acceptSuccess && hdr.proc != 0 && (hdr.prog == progNFS || hdr.prog == progMount) &&
-		(!cn.allowed && (hdr.prog == progNFS || hdr.proc != mountProcMnt) || s.exp.SecurePort && !cn.privileged) {
+	if stat == acceptSuccess && hdr.proc != 0 && hdr.prog != progPortmap &&
+		(!cn.allowed && (hdr.prog != progMount || hdr.proc != mountProcMnt) || s.exp.SecurePort && !cn.privileged) {
 		// Not in the export's allow list: NFS answers only NULL, MOUNT
 		// only NULL and MNT (which says MNT3ERR_ACCES); DUMP, EXPORT
-		// and UMNT would tell a stranger who mounts what. From an
-		// unprivileged port of a secure export: only NULL.
+		// and UMNT would tell a stranger who mounts what. NLM and NSM
+		// (locks) are refused like NFS. From an unprivileged port of a
+		// secure export: only NULL.
 		deniedReply(w, hdr.xid, &headerError{stat: rejectAuthError, auth: authTooWeak})
 		finishRecord(w)
 		return w.B
@@ -538,6 +572,12 @@ func (s *Server) lookupProc(h *callHeader) (procFunc, uint32, uint32, uint32) {
 	case progPortmap:
 		low, high = 2, 4
 		table = pmapProcs(h.vers)
+	case progNLM:
+		low, high = 4, 4
+		table = nlmProcs[:]
+	case progNSM:
+		low, high = 1, 1
+		table = nsmProcs[:]
 	default:
 		return nil, acceptProgUnavail, 0, 0
 	}
