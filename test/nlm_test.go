@@ -221,3 +221,53 @@ func TestNLMGraceAndStrangers(t *testing.T) {
 		t.Fatalf("NSM NOTIFY from a host outside the allow list: %+v, want refused", rep)
 	}
 }
+
+// TestNLMLocksSurviveGatewayRestart: a gateway stopped and started again
+// on its address holds its clients' locks under the same session: the
+// lock still conflicts with the mount, the client's UNLOCK through the
+// new run releases it, and a client host's NOTIFY to the new run frees
+// what the old run granted that host.
+func TestNLMLocksSurviveGatewayRestart(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	_, mnt := mountFS(t, fc.newFS(t))
+	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, fc.newFS(t), "", func(c *nfs.Config) { c.NLMGrace = -1 })
+	addr := g.addr
+	c := dialRPC(t, addr)
+	st, fh := c.lookup(c.mount("/"), "f")
+	if st != 0 {
+		t.Fatal(st)
+	}
+	if st := nlmLockCall(t, c, fh, "hostA", false, true, false, 0, 10); st != nlm4Granted {
+		t.Fatalf("LOCK: %d", st)
+	}
+	if st := nlmLockCall(t, c, fh, "hostB", false, true, false, 20, 10); st != nlm4Granted {
+		t.Fatalf("LOCK: %d", st)
+	}
+	g.stop()
+	ff := openRW(t, filepath.Join(mnt, "f"))
+	for _, off := range []int64{5, 25} {
+		_, err := posixLock(ff, unix.F_SETLK, unix.F_WRLCK, off, 1)
+		wantErrno(t, "the mount while the stopped gateway's client holds the range", err, syscall.EAGAIN)
+	}
+	g2 := startGateway(t, fc.newFS(t), addr, func(c *nfs.Config) { c.NLMGrace = -1 })
+	c2 := dialRPC(t, g2.addr)
+	if st := nlmUnlockCall(t, c2, fh, "hostA", 0, 10); st != nlm4Granted {
+		t.Fatalf("UNLOCK through the restarted gateway: %d", st)
+	}
+	if _, err := posixLock(ff, unix.F_SETLK, unix.F_WRLCK, 5, 1); err != nil {
+		t.Fatalf("the mount after the client's UNLOCK through the restarted gateway: %v", err)
+	}
+	var nw xdr.Writer
+	nw.String("hostB")
+	nw.Int32(5)
+	if rep := c2.call(progNSM, 1, nsmNotify, nw.B); rep.denied || rep.stat != 0 {
+		t.Fatalf("NSM NOTIFY: %+v", rep)
+	}
+	if _, err := posixLock(ff, unix.F_SETLK, unix.F_WRLCK, 25, 1); err != nil {
+		t.Fatalf("the mount after hostB's NOTIFY to the restarted gateway: %v", err)
+	}
+}

@@ -47,7 +47,11 @@ type lockState struct {
 		// resumed: islands where a resumed session holds locks this FS
 		// did not take (ResumeLockSession), by a route to each.
 		resumed map[namespace.IslandID]uint64
-		renewer bool
+		// resuming: a session was set (SetLockSession) and
+		// ResumeLockSession has not yet found where it holds locks:
+		// unlocks are sent wherever.
+		resuming bool
+		renewer  bool
 	}
 	waiters chan struct{}
 }
@@ -421,7 +425,11 @@ func (f *FS) mayHold(ino, owner uint64) bool {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
 	h := f.locks.mu.held[ino]
-	return h != nil && h.owners[owner] > 0
+	if h != nil && h.owners[owner] > 0 {
+		return true
+	}
+	_, resumed := f.locks.mu.resumed[f.islandOf(ino)]
+	return resumed || f.locks.mu.resuming
 }
 
 // Locked reports whether this FS holds locks on ino.
@@ -481,22 +489,34 @@ func (f *FS) ListLocks(ctx context.Context, cred metawire.Cred, ino uint64) (hel
 	return resp.Locks, resp.Waiters, nil
 }
 
-// ResumeLockSession makes s this FS's lock session (before its first
-// lock): a gateway restarted within the islands' lock term takes back the
-// session its clients' locks are held under. Every island is asked once;
-// where the session holds locks it is renewed from then on, as if this
-// FS had taken them. It returns how many locks the session holds.
-func (f *FS) ResumeLockSession(ctx context.Context, s uint64) (int, error) {
+// SetLockSession makes s this FS's lock session, before its first lock:
+// a gateway restarted within the islands' lock term takes back the
+// session its clients' locks are held under (ResumeLockSession then
+// renews it where it holds locks).
+func (f *FS) SetLockSession(s uint64) error {
 	if s == 0 {
-		return 0, fmt.Errorf("%w: lock session 0", metawire.ErrInvalid)
+		return fmt.Errorf("%w: lock session 0", metawire.ErrInvalid)
 	}
 	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
 	f.locks.initLocked()
 	if len(f.locks.mu.held) > 0 {
-		f.locks.mu.Unlock()
-		return 0, fmt.Errorf("%w: this FS holds locks already", metawire.ErrInvalid)
+		return fmt.Errorf("%w: this FS holds locks already", metawire.ErrInvalid)
 	}
 	f.locks.mu.session = s
+	f.locks.mu.resuming = true
+	return nil
+}
+
+// ResumeLockSession asks every island once about this FS's lock session
+// (SetLockSession): where it holds locks this FS did not take, it is
+// renewed from then on as if this FS had taken them, and unlocks there
+// are sent even for owners this FS does not know. It returns how many
+// locks the session holds.
+func (f *FS) ResumeLockSession(ctx context.Context) (int, error) {
+	f.locks.mu.Lock()
+	f.locks.initLocked()
+	s := f.locks.mu.session
 	start := !f.locks.mu.renewer
 	f.locks.mu.renewer = true
 	f.locks.mu.Unlock()
@@ -506,6 +526,13 @@ func (f *FS) ResumeLockSession(ctx context.Context, s uint64) (int, error) {
 	}
 	total := 0
 	var errs []error
+	defer func() {
+		if len(errs) == 0 {
+			f.locks.mu.Lock()
+			f.locks.mu.resuming = false
+			f.locks.mu.Unlock()
+		}
+	}()
 	for id, route := range f.islandRoutes() {
 		sent := time.Now()
 		var resp metawire.LockSessionResp
@@ -542,6 +569,44 @@ func (f *FS) islandRoutes() map[namespace.IslandID]uint64 {
 		}
 	}
 	return routes
+}
+
+// ReleaseOwners releases, at every island, the locks of this FS's owners
+// whose id ANDed with mask is bits (a gateway freeing the locks of one
+// client host, whose id is in its owners' top bits, including locks an
+// earlier run of the gateway took). It returns how many were released.
+func (f *FS) ReleaseOwners(ctx context.Context, mask, bits uint64) (int, error) {
+	if mask == 0 {
+		return 0, fmt.Errorf("%w: release without a mask", metawire.ErrInvalid)
+	}
+	s := f.LockSession()
+	if s == 0 {
+		return 0, nil
+	}
+	total := 0
+	var errs []error
+	for id, route := range f.islandRoutes() {
+		var resp metawire.LockSessionResp
+		req := metawire.LockSessionReq{Session: s, ReleaseMask: mask, ReleaseBits: bits}
+		if err := f.call(context.WithValue(ctx, renewalKey{}, true), route, metawire.OpLockSession, &req, &resp); err != nil {
+			errs = append(errs, fmt.Errorf("island %d: %w", id, err))
+			continue
+		}
+		total += int(resp.Released)
+	}
+	f.locks.mu.Lock()
+	for ino, h := range f.locks.mu.held {
+		for o := range h.owners {
+			if o&mask == bits {
+				delete(h.owners, o)
+			}
+		}
+		if len(h.owners) == 0 && !h.lost {
+			delete(f.locks.mu.held, ino)
+		}
+	}
+	f.locks.mu.Unlock()
+	return total, errors.Join(errs...)
 }
 
 // EndLockSession ends lock session s at every island (an operator

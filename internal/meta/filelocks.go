@@ -411,10 +411,49 @@ func (i *Island) lockSession(ctx context.Context, r *metawire.LockSessionReq, en
 		return resp, err
 	}
 	i.flocks.touch(r.Session)
+	if r.ReleaseMask != 0 {
+		n, err := i.releaseOwners(ctx, r.Session, func(o filelock.Owner) bool { return o.ID&r.ReleaseMask == r.ReleaseBits })
+		resp.Released = uint32(n)
+		if err != nil {
+			return nil, err
+		}
+	}
 	i.flocks.mu.Lock()
 	resp.Locks = uint32(i.flocks.mu.held[r.Session])
 	i.flocks.mu.Unlock()
 	return resp, nil
+}
+
+// releaseOwners releases, on every locked inode of the island, the locks
+// of session s's owners that match.
+func (i *Island) releaseOwners(ctx context.Context, s uint64, match func(filelock.Owner) bool) (int, error) {
+	inos, err := i.lockedInodes()
+	if err != nil {
+		return 0, err
+	}
+	released := 0
+	for _, ino := range inos {
+		if !i.owns(ino) {
+			continue
+		}
+		n := 0
+		_, err := i.changeLocks(ctx, ino, filelock.Owner{Session: s}, func(set filelock.Set) (filelock.Set, error) {
+			var next filelock.Set
+			for _, l := range set {
+				if l.Owner.Session == s && match(l.Owner) {
+					n++
+					continue
+				}
+				next = append(next, l)
+			}
+			return next, nil
+		})
+		if err != nil && !errors.Is(err, metawire.ErrStale) {
+			return released, err
+		}
+		released += n
+	}
+	return released, nil
 }
 
 // lockedInodes lists the inodes with lock records (the index).
@@ -438,25 +477,9 @@ func (i *Island) lockedInodes() ([]namespace.Ino, error) {
 // records that it ended, in one replicated batch per locked inode (the
 // record last, so a client told "ended" finds its locks gone).
 func (i *Island) endSession(ctx context.Context, s uint64, why string) (int, error) {
-	inos, err := i.lockedInodes()
+	released, err := i.releaseOwners(ctx, s, func(filelock.Owner) bool { return true })
 	if err != nil {
-		return 0, err
-	}
-	released := 0
-	for _, ino := range inos {
-		if !i.owns(ino) {
-			continue
-		}
-		n := 0
-		_, err := i.changeLocks(ctx, ino, filelock.Owner{Session: s}, func(set filelock.Set) (filelock.Set, error) {
-			var next filelock.Set
-			next, n = set.DropSession(s)
-			return next, nil
-		})
-		if err != nil && !errors.Is(err, metawire.ErrStale) {
-			return released, err
-		}
-		released += n
+		return released, err
 	}
 	b := i.db.NewBatch()
 	defer b.Close()

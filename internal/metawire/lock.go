@@ -135,12 +135,31 @@ func (r *LockResp) Decode(d *wire.Dec) {
 // island (a client holding locks there sends one about four times a
 // term), OpLockEnd ends it now and releases its locks (an operator
 // breaking a dead client's session: admin capability).
+//
+// A renewal with a nonzero ReleaseMask also releases, on every inode of
+// the island, the session's locks whose owner id ANDed with ReleaseMask
+// is ReleaseBits (a gateway freeing the locks of one of its client
+// hosts, whose id is in the owners' top bits). Both are appended only
+// when set.
 type LockSessionReq struct {
-	Session uint64
+	Session                  uint64
+	ReleaseMask, ReleaseBits uint64
 }
 
-func (r *LockSessionReq) Encode(e *wire.Enc) { e.U64(r.Session) }
-func (r *LockSessionReq) Decode(d *wire.Dec) { r.Session = d.U64() }
+func (r *LockSessionReq) Encode(e *wire.Enc) {
+	e.U64(r.Session)
+	if r.ReleaseMask != 0 {
+		e.U64(r.ReleaseMask)
+		e.U64(r.ReleaseBits)
+	}
+}
+
+func (r *LockSessionReq) Decode(d *wire.Dec) {
+	r.Session = d.U64()
+	if d.More() {
+		r.ReleaseMask, r.ReleaseBits = d.U64(), d.U64()
+	}
+}
 
 // LockSessionResp: Ended says the island ended the session (its term
 // ran out unrenewed, or an operator ended it): its locks are gone.

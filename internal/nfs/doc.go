@@ -26,6 +26,27 @@
 // verifier. Records too short to hold a call header, and replies, are
 // dropped.
 //
+// # Locks (NLM)
+//
+// NLM v4 (program 100021) and the status monitor's NOTIFY (NSM, 100024
+// v1) are served on the NFS port and registered on the portmapper, over
+// the islands' file locks (nlm.go), so an NFS client's lock conflicts
+// with FUSE mounts' and other gateways'. TEST, LOCK, NM_LOCK, CANCEL,
+// UNLOCK and FREE_ALL are served; the _MSG/_RES procedures and SHARE are
+// not (PROC_UNAVAIL). A blocking LOCK waits 5 s at the island, then is
+// answered BLOCKED and granted later through the client's NLM GRANTED
+// (found through its host's portmapper). UNLOCK writes back the
+// gateway's buffered writes of the file first; a grant marks the open
+// File for revalidation. The gateway's locks are held under one lock
+// session derived from its listen address and taken back when it starts
+// again (client.FS.ResumeLockSession), so a gateway restarted within the
+// islands' lock term keeps its clients' locks; for Config.NLMGrace it
+// then refuses new locks (NLM4_DENIED_GRACE_PERIOD) and serves reclaims.
+// A client host's NOTIFY or FREE_ALL releases its locks at every island
+// (the host's hash is in the top bits of its owners' ids), also those an
+// earlier run of the gateway took. The gateway sends no NOTIFY of its
+// own restarts: its clients' locks survive them.
+//
 // # Export
 //
 // The gateway has one export: MNT of any directory path returns that

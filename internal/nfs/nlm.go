@@ -36,7 +36,9 @@ import (
 // client's NLM GRANTED (found through the client host's portmapper); a
 // client that cannot be reached gets its lock released again. CANCEL
 // ends such a wait. FREE_ALL and NSM NOTIFY (a client host rebooted)
-// release every lock the gateway holds for that host. The asynchronous
+// release every lock the gateway holds for that host, at every island
+// (the host is in the top bits of its owners' ids), so also the locks a
+// run of the gateway before a restart took for it. The asynchronous
 // _MSG procedures and SHARE/UNSHARE are not served (PROC_UNAVAIL).
 const (
 	progNLM = 100021
@@ -89,16 +91,11 @@ type nlmState struct {
 	graceUntil time.Time
 	mu         struct {
 		lockcheck.Mutex
-		// hosts: by caller name, the owners that hold or wait for locks
-		// and on which inodes (FREE_ALL, NOTIFY).
-		hosts map[string]map[nlmHeld]bool
 		// waits: blocked LOCKs waiting in the gateway, by owner and range.
 		waits map[nlmWaitKey]context.CancelFunc
 	}
 	bg sync.WaitGroup // background waits, joined by Run
 }
-
-type nlmHeld struct{ ino, owner uint64 }
 
 type nlmWaitKey struct {
 	ino, owner  uint64
@@ -109,7 +106,6 @@ type nlmWaitKey struct {
 
 func (st *nlmState) init(grace time.Duration) {
 	st.graceUntil = time.Now().Add(grace)
-	st.mu.hosts = map[string]map[nlmHeld]bool{}
 	st.mu.waits = map[nlmWaitKey]context.CancelFunc{}
 }
 
@@ -139,16 +135,26 @@ func (c *call) getNLMLock() nlmLockArg {
 	return l
 }
 
-// owner is the island lock owner of an NLM owner.
+// owner is the island lock owner of an NLM owner: its host's hash in
+// the top 32 bits (hostBits: FREE_ALL and NOTIFY release by host at the
+// islands, even locks an earlier run of the gateway took), the svid's
+// and owner handle's below.
 func (l *nlmLockArg) owner() uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(l.caller))
-	h.Write([]byte{0})
+	h := fnv.New32a()
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], uint32(l.svid))
 	h.Write(b[:])
 	h.Write(l.oh)
-	return h.Sum64()
+	return hostBits(l.caller) | uint64(h.Sum32())
+}
+
+const hostMask = 0xFFFFFFFF_00000000
+
+// hostBits is a client host's part of its owners' ids.
+func hostBits(caller string) uint64 {
+	h := fnv.New32a()
+	h.Write([]byte(caller))
+	return uint64(h.Sum32()) << 32
 }
 
 // lock is the island form of l (type by exclusive).
@@ -187,17 +193,6 @@ func nlmStat(err error) uint32 {
 }
 
 func (s *Server) inGrace() bool { return time.Now().Before(s.nlm.graceUntil) }
-
-func (s *Server) noteHost(host string, ino, owner uint64) {
-	s.nlm.mu.Lock()
-	defer s.nlm.mu.Unlock()
-	m := s.nlm.mu.hosts[host]
-	if m == nil {
-		m = map[nlmHeld]bool{}
-		s.nlm.mu.hosts[host] = m
-	}
-	m[nlmHeld{ino, owner}] = true
-}
 
 // nlmTest serves TEST: the conflicting holder, if any.
 func nlmTest(c *call) error {
@@ -269,7 +264,6 @@ func nlmLock(c *call) error {
 		return nil
 	}
 	ino := l.fh.ino()
-	c.s.noteHost(l.caller, ino, lk.Owner.ID)
 	if !block || c.hdr.proc == nlmProcNMLock {
 		at, err := c.s.fs.SetLock(c.ctx, c.cred(), ino, lk, false, nil)
 		c.s.lockGranted(err, &at)
@@ -430,27 +424,24 @@ func nsmNotify(c *call) error {
 	return nil
 }
 
-// freeHost releases every lock and wait of the owners of host.
+// freeHost releases every lock and wait of the owners of host, at every
+// island (its owners carry the host in their ids' top bits).
 func (s *Server) freeHost(ctx context.Context, host string) {
+	bits := hostBits(host)
 	s.nlm.mu.Lock()
-	held := s.nlm.mu.hosts[host]
-	delete(s.nlm.mu.hosts, host)
 	for k, cancel := range s.nlm.mu.waits {
-		if held[nlmHeld{k.ino, k.owner}] {
+		if k.owner&hostMask == bits {
 			cancel()
 			delete(s.nlm.mu.waits, k)
 		}
 	}
 	s.nlm.mu.Unlock()
-	n := 0
-	for h := range held {
-		if err := s.fs.UnlockOwner(ctx, h.ino, h.owner); err != nil {
-			s.log.Warn("nfs: releasing the NLM locks of a restarted host", "host", host, "ino", fmt.Sprintf("%x", h.ino), "err", err)
-			continue
-		}
-		n++
+	n, err := s.fs.ReleaseOwners(ctx, hostMask, bits)
+	if err != nil {
+		s.log.Warn("nfs: releasing the NLM locks of a restarted client host", "host", host, "released", n, "err", err)
+		return
 	}
-	s.log.Info("nfs: released the NLM locks of a restarted client host", "host", host, "files", n)
+	s.log.Info("nfs: released the NLM locks of a restarted client host", "host", host, "locks", n)
 }
 
 // callGranted calls NLM4 GRANTED on host's lock manager (found through

@@ -261,6 +261,13 @@ func New(cfg Config) (*Server, error) {
 		h.Write([]byte("atoll nfs gateway lock session\x00" + s.ln.Addr().String()))
 		s.cfg.LockSession = h.Sum64() | 1
 	}
+	if err := s.fs.SetLockSession(s.cfg.LockSession); err != nil {
+		s.ln.Close()
+		if s.pmln != nil {
+			s.pmln.Close()
+		}
+		return nil, fmt.Errorf("nfs: %w", err)
+	}
 	return s, nil
 }
 
@@ -296,7 +303,7 @@ func (s *Server) Run(ctx context.Context) error {
 		defer s.nlm.bg.Done()
 		// The locks an earlier run of this gateway took for its clients
 		// are renewed again (they end a term after that run stopped).
-		n, err := s.fs.ResumeLockSession(s.ctx, s.cfg.LockSession)
+		n, err := s.fs.ResumeLockSession(s.ctx)
 		if err != nil {
 			s.log.Warn("nfs: taking back this gateway's lock session", "err", err)
 		} else if n > 0 {
