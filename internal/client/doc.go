@@ -214,4 +214,16 @@
 // lazy only when both lazy settings are on. FS.WriteFile (and atoll cp)
 // use it for small new files and fall back to create, truncate, write and
 // close when the name exists.
+//
+// # Locks
+//
+// FS.SetLock, GetLock, Unlock and UnlockOwner take POSIX and flock locks
+// at the inode's island (locks.go): the FS holds one lock session and
+// renews it, four times a term, at each island where it holds locks; a
+// session an island ended is replaced, and what was locked under it is
+// lost (LockCheck fails writes under it with ErrIO, as it does once no
+// renewal was answered for 90% of a term). Waits are held at the island
+// (at most 16 of this FS's at once) and cancelled there when the caller
+// is interrupted. A gateway takes back its session after a restart
+// (SetLockSession, ResumeLockSession).
 package client

@@ -167,6 +167,35 @@
 // unmounts (lazily if busy) and writes back every open file. Kill
 // simulates a crash for tests.
 //
+// # Locks
+//
+// The mount negotiates POSIX and flock locks (MountOptions.EnableLocks),
+// so the kernel sends fcntl (F_SETLK, F_SETLKW, F_GETLK, OFD locks) and
+// flock requests here and every lock is taken at the inode's island
+// through client.FS (locks.go): locks conflict across mounts, NFS
+// gateways (NLM) and hosts. The kernel's owner id is the lock owner (its
+// process's files for POSIX locks, the open file description for OFD and
+// flock locks). Linux semantics are kept where the kernel leaves them to
+// the file system: FLUSH (every close(2)) drops the closing process's
+// POSIX locks on the file, and RELEASE (the description's last close)
+// drops the locks of every owner that locked through it (OFD locks: the
+// kernel sends no unlock for them) and its flock. An F_SETLKW the kernel
+// interrupts cancels its wait at the island and answers EINTR, which the
+// kernel restarts (SA_RESTART); a grant that raced with the cancel is
+// kept and answered. The pid F_GETLK reports is the holder's, which the
+// kernel shows only if that pid exists on this host (0 otherwise).
+//
+// Lock-coherent data, as NFS clients keep it: an unlock first writes back
+// what the file has unflushed; a grant revalidates the file (the shared
+// File is opened again when the island's version or size moved, the
+// kernel's attributes are dropped, and its pages unless they hold the
+// island's version), so data written under a lock through one mount is
+// read under it through another. Writes and flushes of a file locked
+// under a lock session that ended, or that its island may have ended (not
+// renewed within 90% of its term), fail with EIO (client.FS.LockCheck)
+// until the file is locked again or closed: a mount cut off from its
+// island never lands a write under a lock someone else may hold by then.
+//
 // # Interrupts
 //
 // Lookups, reads and listings stop when the kernel interrupts them (a

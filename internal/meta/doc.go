@@ -52,6 +52,7 @@
 //	bucket 'b' ino index(8)        block map: encoded layout.Pointer
 //	bucket 'x' ino name            xattr value (name includes "user.")
 //	bucket 's'                     last inode sequence allocated in bucket
+//	bucket 'k' ino                 file locks of the inode (filelock.Set encoding)
 //	FF FF FF FF FF 'M'             island identity
 //	FF FF FF FF FF 'I' txid(16)    intent (coordinator)
 //	FF FF FF FF FF 'P' txid(16)    prepared transaction (participant)
@@ -61,6 +62,8 @@
 //	FF FF FF FF FF 'A'             replicated islands: the last raft index applied, u64
 //	                               without version or CRC (written by internal/replica)
 //	FF FF FF FF FF 'G'             present (one byte 1, raw) once a lease was granted
+//	FF FF FF FF FF 'k' ino(8)      the inode has a lock record (empty value, raw)
+//	FF FF FF FF FF 'K' session(8)  lock session ended: i64 ns when (raw)
 //	FF FF FF FF FF 'V' move(8)     entry frozen to move it: u32 first, u32 last bucket, u32 to island
 //	FF FF FF FF FF 'W' move(8)     moved entry received: u32 first, u32 last bucket, u32 from island
 //	FF FF FF FF FF 'X' boot(8)     incarnation adopted with a moved entry: u64 ns until when (raw)
@@ -83,6 +86,7 @@
 //	cookie:   u64 ino, u32 type, str name
 //	block:    the encoded pointer bytes
 //	xattr:    the value bytes
+//	locks:    the internal/filelock encoding of the inode's lock set
 //	sequence: u32 seq
 //	identity: u32 island id, u32 format version (1)
 //	intent:   u8 state (1 pending, 2 committed), i64 created,
@@ -299,6 +303,40 @@
 // says the strongest lease granted: after an exclusive one (value 2) the
 // next incarnation fences reads for a term as well, since a holder may
 // still keep changes back.
+//
+// # File locks
+//
+// OpLock serves POSIX byte-range, OFD and flock locks (internal/filelock
+// decides conflicts, splits and merges) for owners named by a client's
+// lock session and an owner id within it. An inode's locks are one
+// record under its bucket (tag 'k'), written in a batch under the
+// inode's lock like any change (replicated, so a new leader has them;
+// copied with the bucket when its table entry moves; deleted with the
+// inode), with an island-wide index entry ('k' under FF..) that move
+// accounting keeps in step, so the session sweep finds locked inodes
+// without a scan. Lock records break no lease (no read answers with
+// them). A blocking request (LockWait) waits at the island on a channel
+// per inode, closed at that inode's next lock change, for at most
+// WaitMs (the client asks again: a held request takes one of the
+// connection's handlers); LockCancel ends it (an interrupted F_SETLKW),
+// and a POSIX wait that would close a cycle in the waits-for graph of
+// the island's waiters is ErrDeadlock (cycles through two islands are
+// not seen). Waiters live in the leader's memory: after a failover the
+// client's retry waits at the new leader.
+//
+// Sessions: any lock request or OpLockSession renews its session (in the
+// leader's memory); the background loop counts each session's locks
+// once a second and ends a session not renewed for Config.LockTerm
+// (DefaultLockTerm, 30 s): its locks go and FF..'K' records that it
+// ended (kept a day), so its client, when it comes back, is told
+// (ErrSessionEnded, LockSessionResp.Ended) rather than finding its locks
+// silently gone. A session this incarnation never saw counts from when
+// the sweep first finds its locks, so no session ends sooner than a term
+// after its last renewal at any leader. OpLockEnd (admin) ends a session
+// at once (an operator breaking a dead client's locks); OpLockSession
+// with ReleaseMask releases some of its owners (an NFS gateway freeing a
+// restarted client host's locks). Lock ids are not authenticated: any
+// key that may lock may name any session (see the tenants issue).
 //
 // # Request ids
 //
