@@ -8,7 +8,7 @@ PKGS := ./...
 export PATH := $(PATH):$(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 SHELL := /bin/bash
 
-.PHONY: all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-meta-replicas bench-fs bench-clean clean
+.PHONY: bench-locks all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-meta-replicas bench-fs bench-clean clean
 
 all: build
 
@@ -74,6 +74,14 @@ bench-meta-replicas: build
 	  ./bin/atoll bench meta --islands 3 --replicas 3 --failovers $(FAILOVERS) --json >> bench-meta-replicas.jsonl || exit 1; \
 	done
 	jq -c '{replicas, mkdir_per_s, create_per_s, create_durable_per_s, stat_per_s, readdir_entries_per_s, small_files_per_s, unlink_per_s, failover_median_ms, failover_ms}' bench-meta-replicas.jsonl
+
+# Lock benchmarks beside a local directory and a mount keeping its locks
+# in the kernel (--local-locks, the behaviour before cluster locks), in
+# one run: uncontended lock+unlock, hand-over between two mounts, SQLite
+# one writer and three writers on three mounts (LOCK_N transactions).
+LOCK_N ?= 2000
+bench-locks:
+	cd test && $(GO) test -run XXX -bench 'Lock|SQLite' -benchtime $(LOCK_N)x -timeout 30m .
 
 # The file system benchmark of issue #4: a FUSE mount of a dev cluster and
 # a local directory in one run, with the ratios.

@@ -57,7 +57,7 @@ func waitEvent(t testing.TB, what string, cond func() error) {
 	}
 }
 
-func fuseUsable(t *testing.T) {
+func fuseUsable(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "FUSE tests need root (allow_other mounts without fusermount)")
@@ -70,13 +70,13 @@ func fuseUsable(t *testing.T) {
 // mountFS mounts fs on a new temporary directory; the mount goes at the
 // end of the test (before the directory is removed). fs creates and
 // closes lazily from then on, as under `atoll mount`.
-func mountFS(t *testing.T, fs *client.FS) (*fusefs.Mount, string) {
+func mountFS(t testing.TB, fs *client.FS) (*fusefs.Mount, string) {
 	t.Helper()
 	return mountFSWith(t, fs, nil)
 }
 
 // mountFSWith is mountFS with the mount's configuration adjusted by tune.
-func mountFSWith(t *testing.T, fs *client.FS, tune func(*fusefs.Config)) (*fusefs.Mount, string) {
+func mountFSWith(t testing.TB, fs *client.FS, tune func(*fusefs.Config)) (*fusefs.Mount, string) {
 	t.Helper()
 	fs.SetLazyCreate(true)
 	fs.SetLazyClose(true)
@@ -111,7 +111,7 @@ func mountFSWith(t *testing.T, fs *client.FS, tune func(*fusefs.Config)) (*fusef
 // test can leave a file open on this process's own mount; closing it at
 // exit would wait forever on the stopped in-process server and hang the
 // test binary (and go test) instead of reporting the failure.
-func abortFUSE(t *testing.T, dev uint64) {
+func abortFUSE(t testing.TB, dev uint64) {
 	const ctl = "/sys/fs/fuse/connections"
 	if ents, _ := os.ReadDir(ctl); len(ents) == 0 {
 		_ = unix.Mount("fusectl", ctl, "fusectl", 0, "")

@@ -144,6 +144,7 @@ and repairs its reads found.`,
 	f.DurationVar(&cfg.EntryTTL, "entry-timeout", time.Second, "kernel name cache timeout")
 	f.DurationVar(&cfg.InterruptGrace, "interrupt-grace", 5*time.Second, "how long a change keeps waiting for a hung server after its process is interrupted or killed (negative: until the server answers)")
 	f.BoolVar(&cfg.Private, "private", false, "mount without allow_other (only the mounting user may enter)")
+	f.BoolVar(&cfg.LocalLocks, "local-locks", false, "keep fcntl and flock locks in this host's kernel: they no longer conflict with other hosts' (unsafe for shared files; single-host use)")
 	f.IntVar(&cfg.ReadAhead, "read-ahead", fusefs.DefaultReadAhead, "the kernel's read-ahead for the mount in bytes, set when running as root (negative: the kernel's default, 128 KiB)")
 	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
 	f.BoolVar(&leases, "leases", true, "hold leases on directories: names and attributes stay cached until another client changes them (false: cached for the timeouts only)")

@@ -39,6 +39,11 @@ type Config struct {
 	// enter). The default, allow_other, is what multi-user use and
 	// pjdfstest need; permissions are checked by the islands either way.
 	Private bool
+	// LocalLocks keeps fcntl and flock locks in this host's kernel, as
+	// before locks reached the islands: they conflict only between
+	// processes of this mount, never with other hosts or gateways
+	// (single-host use, and benchmarks of what cluster locks cost).
+	LocalLocks bool
 	// FsName is the "device" column of mount(8) and df. Default "atoll".
 	FsName string
 	// InterruptGrace is how long a request that changes something keeps
@@ -293,7 +298,7 @@ func (m *Mount) Mount() error {
 		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 		// fcntl, OFD and flock locks come here and go to the islands,
 		// so they conflict across mounts (locks.go).
-		EnableLocks: true,
+		EnableLocks: !m.cfg.LocalLocks,
 	}
 	srv, err := fuse.NewServer(m.ad, m.mp, opts)
 	if err != nil {
