@@ -50,8 +50,8 @@ func TestRegisterMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
-	if len(got) != 19 {
-		t.Errorf("%d metrics, want 19: %v", len(got), got)
+	if len(got) != 22 {
+		t.Errorf("%d metrics, want 22: %v", len(got), got)
 	}
 	// Registering twice on one registry is refused, not a panic.
 	if err := RegisterMetrics(reg, c, fs); err == nil {
