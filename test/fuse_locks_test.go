@@ -379,3 +379,60 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
+
+// TestFUSELocksUnderExclusiveLease: a mount alone in a directory holds
+// its bucket's exclusive lease and grants its processes' locks itself
+// (no island round trip); another mount's lock request recalls the
+// lease, the first mount hands its locks to the island first, and they
+// conflict there exactly as if they had been taken there.
+func TestFUSELocksUnderExclusiveLease(t *testing.T) {
+	fsa, _, _, ma, mb := twoMounts(t)
+	d := filepath.Join(ma, "alone")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "db"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fa := openRW(t, filepath.Join(d, "db"))
+	fa2 := openRW(t, filepath.Join(d, "db"))
+	before, _ := fsa.LocalLocks()
+	for k := range 20 {
+		if _, err := posixLock(fa, unix.F_SETLK, unix.F_WRLCK, int64(k), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := posixLock(fa, unix.F_SETLK, unix.F_UNLCK, 10, 10); err != nil {
+		t.Fatal(err)
+	}
+	// Another description (an OFD owner) of the same mount conflicts
+	// locally.
+	_, err := posixLock(fa2, unix.F_OFD_SETLK, unix.F_RDLCK, 5, 1)
+	wantErrno(t, "OFD lock against the same mount's POSIX lock", err, syscall.EAGAIN)
+	granted, _ := fsa.LocalLocks()
+	if granted-before < 15 {
+		t.Fatalf("%d of 21 locks granted by the mount itself under its exclusive lease", granted-before)
+	}
+	// The other mount: the lease is recalled, the locks handed over.
+	fb := openRW(t, filepath.Join(mb, "alone", "db"))
+	_, err = posixLock(fb, unix.F_SETLK, unix.F_WRLCK, 9, 1)
+	wantErrno(t, "the other mount against a lock granted under the exclusive lease", err, syscall.EAGAIN)
+	if _, err := posixLock(fb, unix.F_SETLK, unix.F_WRLCK, 10, 10); err != nil {
+		t.Fatalf("the other mount on the range unlocked under the lease: %v", err)
+	}
+	lk, err := posixLock(fb, unix.F_GETLK, unix.F_WRLCK, 0, 10)
+	if err != nil || lk.Type != unix.F_WRLCK || lk.Start != 0 || lk.Len != 10 {
+		t.Fatalf("F_GETLK through the other mount: %+v, %v; want the handed-over write lock 0+10", lk, err)
+	}
+	_, handed := fsa.LocalLocks()
+	if handed == 0 {
+		t.Fatal("no lock copy handed over to the island")
+	}
+	// The holder unlocks (now at the island): the other mount gets it.
+	if _, err := posixLock(fa, unix.F_SETLK, unix.F_UNLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := posixLock(fb, unix.F_SETLK, unix.F_WRLCK, 0, 10); err != nil {
+		t.Fatalf("after the holder's unlock: %v", err)
+	}
+}

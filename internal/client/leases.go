@@ -608,6 +608,8 @@ func (f *FS) endLeasesAndUnlock(ctx context.Context, buckets []uint32) {
 		}
 		f.cache.Unlock()
 		f.flushKept(ctx, buckets)
+		// Locks granted here under them go to the island first too.
+		f.handOverBuckets(ctx, buckets)
 		f.cache.Lock()
 	}
 	for _, b := range buckets {

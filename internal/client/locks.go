@@ -52,6 +52,12 @@ type lockState struct {
 		// unlocks are sent wherever.
 		resuming bool
 		renewer  bool
+		// local: lock copies of files this FS decides itself under an
+		// exclusive lease; noLocal: files kept at the island for a
+		// while (locallocks.go).
+		local    map[uint64]*localLocks
+		noLocal  map[uint64]time.Time
+		watching bool
 	}
 	waiters chan struct{}
 }
@@ -75,6 +81,8 @@ func (ls *lockState) initLocked() {
 	ls.mu.held = map[uint64]*heldLocks{}
 	ls.mu.islands = map[namespace.IslandID]*lockIsland{}
 	ls.mu.resumed = map[namespace.IslandID]uint64{}
+	ls.mu.local = map[uint64]*localLocks{}
+	ls.mu.noLocal = map[uint64]time.Time{}
 	ls.mu.session = randomID()
 	ls.waiters = make(chan struct{}, maxLockWaiters)
 }
@@ -194,6 +202,12 @@ func (f *FS) sessionEnded(s uint64) {
 			n++
 		}
 	}
+	for ino := range f.locks.mu.local {
+		if h := f.locks.mu.held[ino]; h != nil {
+			h.lost = true
+		}
+	}
+	clear(f.locks.mu.local)
 	f.locks.mu.session = randomID()
 	clear(f.locks.mu.islands)
 	clear(f.locks.mu.resumed)
@@ -298,6 +312,9 @@ func (f *FS) lockCall(ctx context.Context, req *metawire.LockReq, resp *metawire
 // GetLock answers F_GETLK: the first lock of another owner that
 // conflicts with l, if any (l.Owner.ID names the asking owner).
 func (f *FS) GetLock(ctx context.Context, cred metawire.Cred, ino uint64, l filelock.Lock) (filelock.Lock, bool, error) {
+	if c, found, ok := f.localGet(ino, l); ok {
+		return c, found, nil
+	}
 	f.flushCreate(ctx, ino)
 	req := metawire.LockReq{Cred: cred, Ino: ino, Cmd: metawire.LockGet, Lock: l}
 	var resp metawire.LockResp
@@ -318,8 +335,11 @@ func (f *FS) SetLock(ctx context.Context, cred metawire.Cred, ino uint64, l file
 	if err := l.Valid(); err != nil {
 		return metawire.Attr{}, fmt.Errorf("%w: %v", metawire.ErrInvalid, err)
 	}
-	f.flushCreate(ctx, ino)
 	f.ctr.lockRequests.Add(1)
+	if at, ok, err := f.localLock(ctx, cred, ino, l, wait); ok {
+		return at, err
+	}
+	f.flushCreate(ctx, ino)
 	req := metawire.LockReq{Cred: cred, Ino: ino, Cmd: metawire.LockSet, Lock: l}
 	var resp metawire.LockResp
 	if !wait {
@@ -392,6 +412,9 @@ func (f *FS) waitLock(ctx context.Context, req *metawire.LockReq, resp *metawire
 // Unlock releases owner's locks of kind l.Kind in l's range on ino (the
 // caller wrote back what the owner wrote under them first).
 func (f *FS) Unlock(ctx context.Context, cred metawire.Cred, ino uint64, l filelock.Lock) error {
+	if f.localUnlock(ino, l, false) {
+		return nil
+	}
 	if !f.mayHold(ino, l.Owner.ID) {
 		return nil // nothing held here: nothing to release
 	}
@@ -408,6 +431,9 @@ func (f *FS) Unlock(ctx context.Context, cred metawire.Cred, ino uint64, l filel
 // owner's descriptor, the release of an open file description). It asks
 // the island only when this FS knows the owner holds something there.
 func (f *FS) UnlockOwner(ctx context.Context, ino, owner uint64) error {
+	if f.localUnlock(ino, filelock.Lock{Owner: filelock.Owner{ID: owner}}, true) {
+		return nil
+	}
 	if !f.mayHold(ino, owner) {
 		return nil
 	}

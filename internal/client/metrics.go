@@ -33,6 +33,14 @@ type fsCounters struct {
 	bytesRead        atomic.Uint64
 	lockRequests     atomic.Uint64 // locks asked for (SetLock)
 	lockSessionsLost atomic.Uint64 // lock sessions an island ended
+	localLocks       atomic.Uint64 // locks granted under an exclusive lease, without a request
+	lockHandOvers    atomic.Uint64 // local lock copies handed to their island
+}
+
+// LocalLocks returns how many locks this FS granted itself under
+// exclusive leases, and how many local copies it handed over.
+func (f *FS) LocalLocks() (granted, handedOver uint64) {
+	return f.ctr.localLocks.Load(), f.ctr.lockHandOvers.Load()
 }
 
 // BytesRead returns the file bytes handed to readers since the FS was made.

@@ -118,7 +118,11 @@ func (a *adapter) setLk(cancel <-chan struct{}, in *fuse.LkIn, wait bool) fuse.S
 	if err != nil {
 		return status(err)
 	}
-	a.revalidate(ctx, of, at)
+	if at.Ino != 0 {
+		// (No attributes: granted under this mount's exclusive lease,
+		// which nobody else's change outlives: nothing to revalidate.)
+		a.revalidate(ctx, of, at)
+	}
 	return fuse.OK
 }
 

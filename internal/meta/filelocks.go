@@ -187,6 +187,15 @@ func (i *Island) lock(ctx context.Context, r *metawire.LockReq) (*metawire.LockR
 			return nil, fmt.Errorf("%w: %v", metawire.ErrInvalid, err)
 		}
 	case metawire.LockUnlockOwner, metawire.LockCancel, metawire.LockList:
+	case metawire.LockReplace:
+		if len(r.Locks) > metawire.MaxReplaceLocks {
+			return nil, fmt.Errorf("%w: %d locks to replace", metawire.ErrInvalid, len(r.Locks))
+		}
+		for _, l := range r.Locks {
+			if err := l.Valid(); err != nil || l.Owner.Session != s {
+				return nil, fmt.Errorf("%w: a replacing lock of another session or invalid (%v)", metawire.ErrInvalid, err)
+			}
+		}
 	default:
 		return nil, fmt.Errorf("%w: lock command %d", metawire.ErrInvalid, r.Cmd)
 	}
@@ -226,6 +235,17 @@ func (i *Island) lock(ctx context.Context, r *metawire.LockReq) (*metawire.LockR
 		})
 	case metawire.LockSet:
 		return i.setLock(ctx, ino, r.Lock)
+	case metawire.LockReplace:
+		return i.changeLocks(ctx, ino, r.Lock.Owner, func(set filelock.Set) (filelock.Set, error) {
+			next, _ := set.DropSession(s)
+			for _, l := range r.Locks {
+				if c, ok := next.Conflict(l); ok {
+					return nil, &errBlocked{with: c}
+				}
+				next = next.Apply(l)
+			}
+			return next, nil
+		})
 	}
 	return i.waitLock(ctx, ino, r)
 }
@@ -358,11 +378,20 @@ func (i *Island) waitLock(ctx context.Context, ino namespace.Ino, r *metawire.Lo
 
 // listLocks serves LockList.
 func (i *Island) listLocks(ino namespace.Ino) (*metawire.LockResp, error) {
-	set, err := readLocks(i.db, ino)
+	snap := i.db.NewSnapshot()
+	defer snap.Close()
+	set, err := readLocks(snap, ino)
 	if err != nil {
 		return nil, err
 	}
-	resp := &metawire.LockResp{Locks: set}
+	n, err := readInode(snap, ino)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, fmt.Errorf("%w: locks of %v", metawire.ErrStale, ino)
+	}
+	resp := &metawire.LockResp{Locks: set, Attr: n.attr()}
 	i.flocks.mu.Lock()
 	for _, w := range i.flocks.mu.waiters {
 		if w.ino == ino {

@@ -26,7 +26,14 @@ const (
 	LockUnlockOwner uint8 = 5 // every lock of the owner, both kinds (close, release)
 	LockCancel      uint8 = 6 // stop the wait of request Waiter (an interrupted F_SETLKW)
 	LockList        uint8 = 7 // every lock and waiter of the inode (atoll locks)
+	// LockReplace replaces every lock of the session on the inode by
+	// LockReq.Locks (a client that granted locks itself under an
+	// exclusive lease hands them over before the lease ends).
+	LockReplace uint8 = 8
 )
+
+// MaxReplaceLocks bounds LockReq.Locks.
+const MaxReplaceLocks = 4096
 
 // MaxLockWait bounds how long an island holds a LockWait request before
 // answering Waiting (the client asks again): a held request occupies one
@@ -44,6 +51,8 @@ type LockReq struct {
 	Lock   filelock.Lock
 	WaitMs uint32
 	Waiter uint64
+	// Locks is LockReplace's set (appended only when not empty).
+	Locks []filelock.Lock
 }
 
 func encodeLock(e *wire.Enc, l *filelock.Lock) {
@@ -74,6 +83,12 @@ func (r *LockReq) Encode(e *wire.Enc) {
 	encodeLock(e, &r.Lock)
 	e.U32(r.WaitMs)
 	e.U64(r.Waiter)
+	if len(r.Locks) > 0 {
+		e.Uvarint(uint64(len(r.Locks)))
+		for k := range r.Locks {
+			encodeLock(e, &r.Locks[k])
+		}
+	}
 }
 
 func (r *LockReq) Decode(d *wire.Dec) {
@@ -81,6 +96,13 @@ func (r *LockReq) Decode(d *wire.Dec) {
 	r.Ino, r.Cmd = d.U64(), d.U8()
 	r.Lock = decodeLock(d)
 	r.WaitMs, r.Waiter = d.U32(), d.U64()
+	if d.More() {
+		n := d.Count(lockSize)
+		r.Locks = make([]filelock.Lock, 0, n)
+		for range n {
+			r.Locks = append(r.Locks, decodeLock(d))
+		}
+	}
 }
 
 // LockResp answers OpLock. Granted: set and wait got the lock. Waiting:
