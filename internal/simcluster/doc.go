@@ -24,8 +24,9 @@
 // data directory is Config.Dir/<role name> (the NFS gateway and the mount
 // keep no data: their Role.Dir is empty); its addr file (the harness's
 // only flag the units do not have, --addr-file, how Start knows a role
-// serves) is Config.Dir/<role name>.addr. Config.ManagerArgs are added
-// to the manager's command line (timings a test wants shorter).
+// serves) is Config.Dir/<role name>.addr. Config.ManagerArgs and
+// Config.IslandArgs are added to the manager's and every island server's
+// command line (timings a test wants shorter).
 //
 // Start returns once every role serves, the namespace is formatted, and
 // every member is registered and up in the map with its own address.

@@ -78,8 +78,11 @@ type Config struct {
 	// ManagerArgs are extra manager flags, e.g. --down-after 2s
 	// --rebuild-after 20s --clean-interval 5s.
 	ManagerArgs []string
-	LogLevel    string    // every role's --log-level (default info)
-	Out         io.Writer // roles' output, each line prefixed with the role name (nil: discarded)
+	// IslandArgs are extra flags of every island server, e.g.
+	// --lock-term 5s.
+	IslandArgs []string
+	LogLevel   string    // every role's --log-level (default info)
+	Out        io.Writer // roles' output, each line prefixed with the role name (nil: discarded)
 }
 
 // Validate checks the configuration against its net.
@@ -179,7 +182,8 @@ type step struct {
 	name, kind, host string
 	id               int
 	// args are the subcommand and its flags exactly as the unit under
-	// deploy/ gives them; extra are the harness's own (Config.ManagerArgs).
+	// deploy/ gives them; extra are the harness's own (Config.ManagerArgs,
+	// Config.IslandArgs).
 	args, extra []string
 	addr        string // what the role registers (Role.Addr)
 	metrics     string
@@ -226,6 +230,7 @@ func plan(cfg Config, addrOf func(host string) string) []step {
 				"--raft-listen", hp(h, IslandRaft), "--island-servers", strings.Join(servers, ","),
 				"--islands", strconv.Itoa(cfg.Islands), "--replicas", strconv.Itoa(cfg.islandReplicas()),
 				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--key", ck, "--log-level", lvl},
+			extra: cfg.IslandArgs,
 		})
 	}
 	if cfg.Islands > 0 {
