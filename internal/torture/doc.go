@@ -53,6 +53,18 @@
 //     created and fsynced, overwritten in part and fsynced, read by any
 //     client (close-to-open: a file acknowledged before the read started
 //     must read back exact), unlinked.
+//   - lock traffic (library clients and the mount, each in a second
+//     loop): increments of 4 counter files /locks/dN/counter, each under
+//     an exclusive lock taken with wait (POSIX locks on two files, flock
+//     on the other two; the mount uses OFD locks and flock): read the
+//     value, write value+1, fsync, confirm the lock was still held
+//     (client.FS.LockCheck; through the mount a second fsync, which the
+//     mount refuses under a lock it may have lost), unlock. The islands'
+//     lock term is 5 s (atoll meta --lock-term), so a lock whose holder
+//     was killed, hung or cut off is released during the run. Each
+//     hold's times and value go into a history of holds; an increment
+//     is acknowledged when its write was durable and its lock confirmed
+//     after it, unknown when it failed after its write started.
 //
 // An operation that fails with an error that is no answer about the
 // namespace (EIO, a timeout, an unreachable server, the mount being down)
@@ -85,6 +97,14 @@
 //     the run; after the cleaner's repair passes every damaged fragment of
 //     a live stripe has its original bytes again (repair rewrites
 //     identical bytes, invariant 3);
+//   - each counter's final value counts every acknowledged increment and
+//     at most the unknown ones besides; no two holds of a counter prove a
+//     double grant (the lock is certainly held from its grant's return
+//     to the last lock check that passed; an unconfirmed hold was held
+//     at least at its grant, inside its request); no two acknowledged
+//     increments read the same value (a lost update), and none read
+//     less than an acknowledged increment confirmed before its grant
+//     wrote (lockcheck.go);
 //   - `atoll fsck` is clean and a cleaner pass finds nothing left to
 //     repair (every stripe fully redundant).
 //

@@ -92,8 +92,10 @@ func (c *Config) Validate() error {
 }
 
 // Report is what a run did and found. Passed is true when nothing was
-// lost, every history was linearizable, every corruption was detected and
-// the cluster ended clean and fully redundant.
+// lost, every history was linearizable, every counter counted its
+// acknowledged increments under locks never granted twice, every
+// corruption was detected and the cluster ended clean and fully
+// redundant.
 type Report struct {
 	Seed            uint64  `json:"seed"`
 	Seconds         float64 `json:"seconds"`
@@ -141,6 +143,24 @@ type Report struct {
 	FailingHistory    []string `json:"failing_history,omitempty"`
 	Errors            []string `json:"errors,omitempty"`
 	Passed            bool     `json:"passed"`
+
+	// The lock workload (locks.go): locks granted, how many of them
+	// after a wait for another owner and the longest acquisition, lock
+	// requests that failed (by why), holds whose lock the client's
+	// session may have lost, and the increments of the counters:
+	// acknowledged, unknown (the write started, not confirmed) and
+	// failed before their write.
+	LockHolds         int64            `json:"lock_holds"`
+	LockWaits         int64            `json:"lock_waits"`
+	LockWaitMaxSec    float64          `json:"lock_wait_max_seconds"`
+	LockFailures      int64            `json:"lock_failures"`
+	LockFailWhy       map[string]int64 `json:"lock_fail_why,omitempty"`
+	LocksLost         int64            `json:"locks_lost"`
+	IncrementsAcked   int64            `json:"increments_acked"`
+	IncrementsUnknown int64            `json:"increments_unknown"`
+	IncrementsFailed  int64            `json:"increments_failed"`
+	Counters          []int64          `json:"counters"` // final values
+	LockViolations    int              `json:"lock_violations"`
 }
 
 // Summary is the one-line form of a report.
@@ -149,9 +169,10 @@ func (r *Report) Summary() string {
 	if !r.Passed {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot; %d/%d probed soon after were reported sick, within %.0fs), %d/%d deletions repaired, %d disk-full, %d failed restarts retried; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s), fsck clean %v, fully redundant %v",
+	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot; %d/%d probed soon after were reported sick, within %.0fs), %d/%d deletions repaired, %d disk-full, %d failed restarts retried; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s); %d locks taken (%d after a wait, longest %.1fs), %d lock requests failed, %d locks lost, increments %d acked, %d unknown, %d failed before the write, %d lock violations; fsck clean %v, fully redundant %v",
 		verdict, r.Seed, r.Seconds, r.Operations, r.UnknownOutcomes, r.Kills, r.Partitions, r.Hangs, r.CorruptionsDetected, r.Corruptions, r.CorruptionsMoot, r.ProbeDetected, r.CorruptionsProbed, r.ProbeDelayMaxSec,
-		r.DeletionsRepaired, r.Deletions, r.DiskFull, r.FailedRestarts, r.AckedBytes, r.LostBytes, r.ReadMismatches, r.HistoryViolations, r.HistoryCheck, r.FsckClean, r.FullyRedundant)
+		r.DeletionsRepaired, r.Deletions, r.DiskFull, r.FailedRestarts, r.AckedBytes, r.LostBytes, r.ReadMismatches, r.HistoryViolations, r.HistoryCheck,
+		r.LockHolds, r.LockWaits, r.LockWaitMaxSec, r.LockFailures, r.LocksLost, r.IncrementsAcked, r.IncrementsUnknown, r.IncrementsFailed, r.LockViolations, r.FsckClean, r.FullyRedundant)
 }
 
 // groups of the namespace model.
@@ -222,6 +243,7 @@ func (e *engine) setup(ctx context.Context) error {
 		// stripes whose commits are still coming, and the engine then
 		// reports acknowledged bytes lost (it did, with 20 s).
 		ManagerArgs: []string{"--down-after", "2s", "--clean-interval", "5s", "--clean-grace", "3m", "--rebuild-after", "10m"},
+		IslandArgs:  []string{"--lock-term", lockTerm.String()},
 		LogLevel:    "warn", Out: e.log,
 	}
 	if e.cfg.Mount {
@@ -360,6 +382,11 @@ func (e *engine) run(ctx context.Context) error {
 		}
 	}
 
+	lw := &lockWorkload{w: w}
+	if err := lw.setup(ctx, setup.(*libOps)); err != nil {
+		return err
+	}
+
 	sched := Schedule(e.cfg.Seed, e.cfg.Duration, e.cfg.FaultEvery, e.topology())
 	e.rep.Schedule = sched
 	e.printf("workload: %d clients for %s, %d faults scheduled", len(clients), e.cfg.Duration, len(sched))
@@ -372,6 +399,23 @@ func (e *engine) run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			w.run(wctx, i, c, r)
+		}()
+		// The lock traffic: library clients and the mount, each a
+		// second loop beside its workload.
+		var l locker
+		switch c := c.(type) {
+		case *libOps:
+			l = &libLocker{fs: c.fs}
+		case *posixOps:
+			l = &fuseLocker{p: c}
+		default:
+			continue
+		}
+		wg.Add(1)
+		lr := rand.New(rand.NewPCG(e.cfg.Seed, uint64(i)+1001))
+		go func() {
+			defer wg.Done()
+			lw.run(wctx, i, c, l, lr)
 		}()
 	}
 	probe, err := e.dial(ctx, e.ccfg.ClusterKeyPath())
@@ -418,6 +462,7 @@ func (e *engine) run(ctx context.Context) error {
 	e.repair(hctx) // what the reads found degraded
 	e.checkDamage(hctx, vc)
 	e.fsck(hctx)
+	e.checkLocks(hctx, lw, checker)
 
 	ops := hist.close()
 	res, short := check(ops, 5*time.Minute)
@@ -515,7 +560,7 @@ func (e *engine) apply(ctx context.Context, f Fault) (func(context.Context) erro
 	case FaultKill:
 		r := e.cl.Role(f.Target)
 		if r == nil || !r.Running() {
-			return nil, fmt.Errorf("%s is not running", f.Target)
+			return nil, notRunning(r, f.Target)
 		}
 		r.Kill()
 		e.count(&e.rep.Kills)
@@ -523,7 +568,7 @@ func (e *engine) apply(ctx context.Context, f Fault) (func(context.Context) erro
 	case FaultPause:
 		r := e.cl.Role(f.Target)
 		if r == nil || !r.Running() {
-			return nil, fmt.Errorf("%s is not running", f.Target)
+			return nil, notRunning(r, f.Target)
 		}
 		if err := r.Pause(); err != nil {
 			return nil, err
@@ -568,6 +613,16 @@ func (e *engine) apply(ctx context.Context, f Fault) (func(context.Context) erro
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+// notRunning says that role r (named target) is not running, and how
+// it exited: a role the schedule did not kill that exited on its own.
+func notRunning(r *simcluster.Role, target string) error {
+	if r == nil {
+		return fmt.Errorf("%s is not running", target)
+	}
+	code, _ := r.ExitCode()
+	return fmt.Errorf("%s is not running (exit code %d)", target, code)
 }
 
 func (e *engine) count(n *int) {
