@@ -153,6 +153,7 @@ type Report struct {
 	LockHolds         int64            `json:"lock_holds"`
 	LockWaits         int64            `json:"lock_waits"`
 	LockWaitMaxSec    float64          `json:"lock_wait_max_seconds"`
+	LockWaitLongest   string           `json:"lock_wait_longest,omitempty"` // that hold
 	LockFailures      int64            `json:"lock_failures"`
 	LockFailWhy       map[string]int64 `json:"lock_fail_why,omitempty"`
 	LocksLost         int64            `json:"locks_lost"`

@@ -341,27 +341,42 @@ func lockFD(f *os.File, kind filelock.Kind, how int) error {
 func (l *fuseLocker) increment(ctx context.Context, lw *lockWorkload, h *lockHold) {
 	path, kind := l.p.at(counterPath(h.File)), counterKind(h.File)
 	h.AcqStart = lw.now()
+	// A lock granted after the step was abandoned is closed (released)
+	// by the step itself; one granted as it was abandoned is taken.
+	var mu sync.Mutex
 	var f *os.File
-	var waited bool
-	err, finished := do(ctx, func(ctx context.Context) error {
+	var waited, granted, abandoned bool
+	err, finished := do(ctx, func(context.Context) error {
 		if !l.p.mounted() {
 			return errNotMounted
 		}
-		var err error
-		if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
+		file, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
 			return err
 		}
-		err = lockFD(f, kind, unix.LOCK_EX|unix.LOCK_NB)
+		w := false
+		err = lockFD(file, kind, unix.LOCK_EX|unix.LOCK_NB)
 		if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
-			waited = true
-			err = lockFD(f, kind, unix.LOCK_EX)
+			w = true
+			err = lockFD(file, kind, unix.LOCK_EX)
 		}
-		if err != nil || ctx.Err() != nil {
-			f.Close()
-			return errors.Join(err, ctx.Err())
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil || abandoned {
+			file.Close()
+			return err
 		}
+		f, waited, granted = file, w, true
 		return nil
 	})
+	if !finished {
+		mu.Lock()
+		abandoned = true
+		if granted {
+			err, finished = nil, true
+		}
+		mu.Unlock()
+	}
 	h.Owner = fmt.Sprintf("fuse %d", h.AcqStart) // one open file description
 	if err != nil || !finished {
 		h.Outcome = incNoLock
@@ -458,7 +473,9 @@ func (e *engine) checkLocks(ctx context.Context, lw *lockWorkload, c *libOps) {
 		if h.Waited {
 			r.LockWaits++
 		}
-		r.LockWaitMaxSec = max(r.LockWaitMaxSec, sec(h.AcqEnd-h.AcqStart))
+		if w := sec(h.AcqEnd - h.AcqStart); w > r.LockWaitMaxSec {
+			r.LockWaitMaxSec, r.LockWaitLongest = w, h.String()
+		}
 		if h.Lost {
 			r.LocksLost++
 		}
