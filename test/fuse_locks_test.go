@@ -311,9 +311,17 @@ func TestFUSESQLiteThreeMounts(t *testing.T) {
 		mounts = append(mounts, m)
 	}
 	n := envInt("ATOLL_SQLITE_TXNS", 150)
-	db := "test.db"
+	// In a directory of its own, as an application keeps it: the mount
+	// that made it holds it exclusively until the others come.
+	if err := os.Mkdir(filepath.Join(mounts[0], "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db := "app/test.db"
 	run := func(dir, script string) (string, error) {
 		cmd := exec.Command(sqlite, filepath.Join(dir, db))
+		if st := os.Getenv("ATOLL_SQLITE_STRACE"); st != "" {
+			cmd = exec.Command("strace", "-f", "-Z", "-o", st+"."+filepath.Base(dir), "-e", "trace=%file,%desc", sqlite, filepath.Join(dir, db))
+		}
 		cmd.Stdin = strings.NewReader(script)
 		out, err := cmd.CombinedOutput()
 		return string(out), err

@@ -55,7 +55,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	dirs := lockBenchDirs(b, 1)
 	for _, kind := range benchKinds {
 		b.Run(kind, func(b *testing.B) {
-			p := filepath.Join(dirs[kind][0], "lockbench")
+			p := filepath.Join(benchSubdir(b, dirs[kind][0]), "lockbench")
 			f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 			if err != nil {
 				b.Fatal(err)
@@ -130,7 +130,10 @@ func sqliteBench(b *testing.B, writers int) {
 			if kind == "local" {
 				ds = []string{ds[0], ds[0], ds[0]}[:writers]
 			}
-			db := fmt.Sprintf("bench-%s-%d.db", kind, b.N)
+			// The database in a directory of its own, as an application's
+			// (its first writer's mount may hold it exclusively).
+			sub := filepath.Base(benchSubdir(b, ds[0]))
+			db := filepath.Join(sub, "bench.db")
 			create := exec.Command(sqlite, filepath.Join(ds[0], db), "CREATE TABLE t(w INTEGER, k INTEGER);")
 			if out, err := create.CombinedOutput(); err != nil {
 				b.Fatalf("%v: %s", err, out)
@@ -148,8 +151,8 @@ func sqliteBench(b *testing.B, writers int) {
 					cmd := exec.Command(sqlite, filepath.Join(d, db))
 					cmd.Stdin = strings.NewReader(s.String())
 					out, err := cmd.CombinedOutput()
-					if err == nil && len(strings.TrimSpace(string(out))) > 0 {
-						err = fmt.Errorf("%s", out)
+					if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+						err = fmt.Errorf("writer on %s: %v: %.1000s", d, err, out)
 					}
 					errs <- err
 				}()
@@ -168,6 +171,16 @@ func sqliteBench(b *testing.B, writers int) {
 
 func BenchmarkSQLite(b *testing.B)      { sqliteBench(b, 1) }
 func BenchmarkSQLiteThree(b *testing.B) { sqliteBench(b, 3) }
+
+// benchSubdir makes a new directory in dir for one benchmark run.
+func benchSubdir(b *testing.B, dir string) string {
+	b.Helper()
+	d, err := os.MkdirTemp(dir, "run")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
 
 // cpuTime is this process's CPU time (the in-process cluster and mounts).
 func cpuTime() time.Duration {

@@ -46,8 +46,10 @@ type localLocks struct {
 }
 
 // exclusiveLease returns the generation of this FS's exclusive lease on
-// bucket if it has at least wbMinLease left.
-func (f *FS) exclusiveLease(bucket uint32) (uint64, bool) {
+// bucket if it has at least wbMinLease left. use (a lock of a file of the
+// bucket) counts as using the lease: one in use is renewed before it
+// ends (hitLocked), as reads from the cache renew theirs.
+func (f *FS) exclusiveLease(bucket uint32, use uint64) (uint64, bool) {
 	if !f.wb.on.Load() {
 		return 0, false
 	}
@@ -57,6 +59,9 @@ func (f *FS) exclusiveLease(bucket uint32) (uint64, bool) {
 	l := f.liveLeaseLocked(bucket, now)
 	if l == nil || !l.exclusive || l.expires.Sub(now) < wbMinLease {
 		return 0, false
+	}
+	if use != 0 {
+		f.hitLocked(use, now)
 	}
 	return l.gen, true
 }
@@ -71,7 +76,7 @@ func (f *FS) localCopyLocked(ino uint64) *localLocks { return f.locks.mu.local[i
 // attributes at reads at (for the caller's revalidation).
 func (f *FS) localLock(ctx context.Context, cred metawire.Cred, ino uint64, l filelock.Lock, wait bool) (at metawire.Attr, handled bool, err error) {
 	bucket := namespace.Ino(ino).Bucket()
-	gen, ok := f.exclusiveLease(bucket)
+	gen, ok := f.exclusiveLease(bucket, ino)
 	if !ok {
 		return at, false, nil
 	}
@@ -89,7 +94,7 @@ func (f *FS) localLock(ctx context.Context, cred metawire.Cred, ino uint64, l fi
 		if err := f.call(ctx, ino, metawire.OpLock, &req, &resp); err != nil || resp.Attr.Ino == 0 {
 			return at, false, nil // the island decides
 		}
-		if g, ok := f.exclusiveLease(bucket); !ok || g != gen {
+		if g, ok := f.exclusiveLease(bucket, 0); !ok || g != gen {
 			return at, false, nil
 		}
 		at = resp.Attr
@@ -249,12 +254,15 @@ func (f *FS) startLocalWatch() {
 			f.locks.mu.Unlock()
 			var ending []uint64
 			for _, c := range copies {
-				if g, ok := f.exclusiveLease(c.bucket); !ok || g != c.gen {
+				if g, ok := f.exclusiveLease(c.bucket, 0); !ok || g != c.gen {
 					ending = append(ending, c.ino)
 				}
 			}
 			if len(ending) > 0 {
-				ctx, cancel := context.WithTimeout(f.pollCtx, wbMinLease/2)
+				// The island's copy of the lease outlasts this side's by
+				// its margin: a hand-over begun with wbMinLease left ends
+				// within the lease.
+				ctx, cancel := context.WithTimeout(f.pollCtx, wbMinLease)
 				f.handOver(ctx, ending)
 				cancel()
 			}

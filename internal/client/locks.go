@@ -261,6 +261,32 @@ func (f *FS) renewLocks() {
 	}
 }
 
+// definiteRefusal reports whether a lock request's error says it was
+// not granted (rather than that its outcome is unknown).
+func definiteRefusal(err error) bool {
+	for _, e := range []error{metawire.ErrWouldBlock, metawire.ErrDeadlock, metawire.ErrInterrupted, metawire.ErrInvalid,
+		metawire.ErrStale, metawire.ErrSessionEnded, metawire.ErrBadRequest, metawire.ErrPerm, metawire.ErrReadOnly} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// noteMaybeHeld records that owner may hold a lock on ino.
+func (f *FS) noteMaybeHeld(ino, owner uint64) {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	h := f.locks.mu.held[ino]
+	if h == nil {
+		h = &heldLocks{owners: map[uint64]int{}}
+		f.locks.mu.held[ino] = h
+	}
+	if h.owners[owner] == 0 {
+		h.owners[owner] = 1
+	}
+}
+
 // noteHeld records what the island answered owner holds on ino.
 func (f *FS) noteHeld(ino, owner uint64, n int, granted bool) {
 	f.locks.mu.Lock()
@@ -342,14 +368,19 @@ func (f *FS) SetLock(ctx context.Context, cred metawire.Cred, ino uint64, l file
 	f.flushCreate(ctx, ino)
 	req := metawire.LockReq{Cred: cred, Ino: ino, Cmd: metawire.LockSet, Lock: l}
 	var resp metawire.LockResp
+	var err error
 	if !wait {
-		if err := f.lockCall(ctx, &req, &resp); err != nil {
-			return metawire.Attr{}, err
-		}
+		err = f.lockCall(ctx, &req, &resp)
 	} else {
-		if err := f.waitLock(ctx, &req, &resp, interrupt); err != nil {
-			return metawire.Attr{}, err
+		err = f.waitLock(ctx, &req, &resp, interrupt)
+	}
+	if err != nil {
+		if !definiteRefusal(err) {
+			// The island may have granted it with the answer lost: the
+			// owner's close asks it to release whatever it holds.
+			f.noteMaybeHeld(ino, l.Owner.ID)
 		}
+		return metawire.Attr{}, err
 	}
 	f.noteHeld(ino, l.Owner.ID, len(resp.Locks), true)
 	f.cacheAttr(resp.Attr)
@@ -372,6 +403,14 @@ func (f *FS) waitLock(ctx context.Context, req *metawire.LockReq, resp *metawire
 	}
 	defer func() { <-f.locks.waiters }()
 	req.Cmd, req.WaitMs = metawire.LockWait, lockWaitMs
+	f.locks.mu.Lock()
+	if li := f.locks.mu.islands[f.islandOf(req.Ino)]; li != nil && li.term > 0 {
+		// A grant renews the session only as of when its request was
+		// sent: a wait of a quarter term leaves most of the term to the
+		// lock it grants (a longer one was in doubt as soon as granted).
+		req.WaitMs = uint32(min(lockWaitMs, max(li.term/4, 50*time.Millisecond).Milliseconds()))
+	}
+	f.locks.mu.Unlock()
 	for {
 		req.Waiter = randomID()
 		*resp = metawire.LockResp{}

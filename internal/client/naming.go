@@ -504,6 +504,26 @@ func (f *FS) forgetNameLocked(dir uint64, name string) {
 	f.namesChangedLocked(dir)
 }
 
+// ForgetStale drops what the cache knows of ino, which its island says is
+// gone (ESTALE): its attributes, block map and every name cached as
+// pointing to it, so that a lookup of such a name asks the island again.
+// (The kernel retries an open that failed ESTALE with a fresh lookup; a
+// name another client removed, cached here without a lease for its
+// timeout, would otherwise send it to the same inode again: SQLite's
+// journal, made and removed by each writer in turn, failed "disk I/O
+// error" so.)
+func (f *FS) ForgetStale(ino uint64) {
+	f.cache.Lock()
+	defer f.cache.Unlock()
+	delete(f.cache.attrs, ino)
+	f.dropBlocksLocked(ino)
+	for k, d := range f.cache.dentry {
+		if d.ino == ino {
+			f.forgetNameLocked(k.dir, k.name)
+		}
+	}
+}
+
 // CacheStats returns attribute/name cache hits and misses.
 func (f *FS) CacheStats() (hits, misses uint64) {
 	f.cache.Lock()

@@ -766,6 +766,11 @@ func (a *adapter) dropKernelAttr(node uint64) {
 func (a *adapter) openHandle(ctx context.Context, cred metawire.Cred, i uint64, flags uint32, created *metawire.Attr, fh *uint64) fuse.Status {
 	of, err := a.acquire(ctx, cred, i, created)
 	if err != nil {
+		if errors.Is(err, metawire.ErrStale) {
+			// Removed by another client: the kernel looks the name up
+			// again, which must not find this inode in the cache.
+			a.fs.ForgetStale(i)
+		}
 		return status(err)
 	}
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {

@@ -107,7 +107,9 @@ func (a *adapter) setLk(cancel <-chan struct{}, in *fuse.LkIn, wait bool) fuse.S
 				return status(err)
 			}
 		}
-		return status(a.fs.Unlock(ctx, cred, of.ino, l))
+		err := a.fs.Unlock(ctx, cred, of.ino, l)
+		a.lockError("unlock", of.ino, err)
+		return status(err)
 	}
 	a.noteLockOwner(h, l.Owner.ID)
 	var interrupt <-chan struct{}
@@ -116,6 +118,7 @@ func (a *adapter) setLk(cancel <-chan struct{}, in *fuse.LkIn, wait bool) fuse.S
 	}
 	at, err := a.fs.SetLock(ctx, cred, of.ino, l, wait, interrupt)
 	if err != nil {
+		a.lockError("lock", of.ino, err)
 		return status(err)
 	}
 	if at.Ino != 0 {
@@ -124,6 +127,16 @@ func (a *adapter) setLk(cancel <-chan struct{}, in *fuse.LkIn, wait bool) fuse.S
 		a.revalidate(ctx, of, at)
 	}
 	return fuse.OK
+}
+
+// lockError logs a lock request's failure other than a conflict, an
+// interrupted wait or a deadlock the caller is told about.
+func (a *adapter) lockError(op string, ino uint64, err error) {
+	switch metawire.Errno(err) {
+	case 0, syscall.EAGAIN, syscall.EINTR, syscall.EDEADLK:
+		return
+	}
+	a.log.Warn("fusefs: "+op+" failed", "ino", fmt.Sprintf("%x", ino), "err", err)
 }
 
 // noteLockOwner records that owner locked through h: the release of h

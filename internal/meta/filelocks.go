@@ -342,6 +342,11 @@ func (i *Island) waitLock(ctx context.Context, ino namespace.Ino, r *metawire.Lo
 		resp, err := i.setLock(ctx, ino, l)
 		var blocked *errBlocked
 		if !errors.As(err, &blocked) {
+			// No longer waiting: a deadlock check another waiter makes
+			// from now on must not see this owner's old edges.
+			i.flocks.mu.Lock()
+			i.flocks.mu.waits.Done(l.Owner)
+			i.flocks.mu.Unlock()
 			return resp, err
 		}
 		if l.Kind == filelock.POSIX {
