@@ -327,7 +327,7 @@ func TestFUSESQLiteThreeMounts(t *testing.T) {
 	run := func(dir, script string) (string, error) {
 		cmd := exec.Command(sqlite, filepath.Join(dir, db))
 		if st := os.Getenv("ATOLL_SQLITE_STRACE"); st != "" {
-			cmd = exec.Command("strace", "-f", "-Z", "-o", st+"."+filepath.Base(dir), "-e", "trace=%file,%desc", sqlite, filepath.Join(dir, db))
+			cmd = exec.Command("strace", "-f", "--seccomp-bpf", "-Z", "-o", st+"."+filepath.Base(dir), "-e", "trace=openat,read,pread64,write,pwrite64,fstat,newfstatat,fsync,fdatasync,unlink,ftruncate,fcntl,access,faccessat,faccessat2,close", sqlite, filepath.Join(dir, db))
 		}
 		cmd.Stdin = strings.NewReader(script)
 		out, err := cmd.CombinedOutput()
