@@ -66,11 +66,6 @@ func (f *FS) exclusiveLease(bucket uint32, use uint64) (uint64, bool) {
 	return l.gen, true
 }
 
-// localCopyLocked returns ino's local lock copy (f.locks.mu held). Its
-// lease is live: the watch and a break hand a copy over before its lease
-// ends, or end the session.
-func (f *FS) localCopyLocked(ino uint64) *localLocks { return f.locks.mu.local[ino] }
-
 // localLock takes l on ino locally when it may (handled reports it);
 // entered reports that the copy was just taken from the island, whose
 // attributes at reads at (for the caller's revalidation).
@@ -81,8 +76,7 @@ func (f *FS) localLock(ctx context.Context, cred metawire.Cred, ino uint64, l fi
 		return at, false, nil
 	}
 	f.locks.mu.Lock()
-	f.locks.initLocked()
-	loc := f.localCopyLocked(ino)
+	loc := f.locks.mu.local[ino]
 	if loc == nil {
 		if until, ok := f.locks.mu.noLocal[ino]; ok && time.Now().Before(until) {
 			f.locks.mu.Unlock()
@@ -129,8 +123,7 @@ func (f *FS) localLock(ctx context.Context, cred metawire.Cred, ino uint64, l fi
 // to ino's local copy, if it has one.
 func (f *FS) localUnlock(ino uint64, l filelock.Lock, all bool) bool {
 	f.locks.mu.Lock()
-	f.locks.initLocked()
-	loc := f.localCopyLocked(ino)
+	loc := f.locks.mu.local[ino]
 	if loc == nil {
 		f.locks.mu.Unlock()
 		return false
@@ -151,8 +144,7 @@ func (f *FS) localUnlock(ino uint64, l filelock.Lock, all bool) bool {
 func (f *FS) localGet(ino uint64, l filelock.Lock) (filelock.Lock, bool, bool) {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
-	f.locks.initLocked()
-	loc := f.localCopyLocked(ino)
+	loc := f.locks.mu.local[ino]
 	if loc == nil {
 		return filelock.Lock{}, false, false
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/filelock"
@@ -60,7 +61,13 @@ type lockState struct {
 		watching bool
 	}
 	waiters chan struct{}
+	// held is whether mu.held has any inode: the write path's LockCheck
+	// and close's Locked need no mutex on a mount that locks nothing.
+	held atomic.Bool
 }
+
+// heldChangedLocked notes a change of mu.held (mu held).
+func (ls *lockState) heldChangedLocked() { ls.held.Store(len(ls.mu.held) > 0) }
 
 // heldLocks is what this FS holds on one inode: locks per owner.
 type heldLocks struct {
@@ -74,10 +81,8 @@ type lockIsland struct {
 	validUntil time.Time
 }
 
-func (ls *lockState) initLocked() {
-	if ls.mu.held != nil {
-		return
-	}
+// init makes the lock state of a new FS, with a fresh session.
+func (ls *lockState) init() {
 	ls.mu.held = map[uint64]*heldLocks{}
 	ls.mu.islands = map[namespace.IslandID]*lockIsland{}
 	ls.mu.resumed = map[namespace.IslandID]uint64{}
@@ -97,7 +102,7 @@ func randomID() uint64 {
 	}
 }
 
-// LockSession is this FS's lock session (0 before the first lock).
+// LockSession is this FS's lock session.
 func (f *FS) LockSession() uint64 {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
@@ -108,7 +113,6 @@ func (f *FS) LockSession() uint64 {
 func (f *FS) lockOwner(owner uint64) filelock.Owner {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
-	f.locks.initLocked()
 	return filelock.Owner{Session: f.locks.mu.session, ID: owner}
 }
 
@@ -118,7 +122,6 @@ func (f *FS) lockOwner(owner uint64) filelock.Owner {
 func (f *FS) joinIsland(ctx context.Context, ino uint64) error {
 	isl := f.islandOf(ino)
 	f.locks.mu.Lock()
-	f.locks.initLocked()
 	_, ok := f.locks.mu.islands[isl]
 	start := !f.locks.mu.renewer
 	f.locks.mu.renewer = true
@@ -277,6 +280,7 @@ func definiteRefusal(err error) bool {
 func (f *FS) noteMaybeHeld(ino, owner uint64) {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
+	defer f.locks.heldChangedLocked()
 	h := f.locks.mu.held[ino]
 	if h == nil {
 		h = &heldLocks{owners: map[uint64]int{}}
@@ -291,6 +295,7 @@ func (f *FS) noteMaybeHeld(ino, owner uint64) {
 func (f *FS) noteHeld(ino, owner uint64, n int, granted bool) {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
+	defer f.locks.heldChangedLocked()
 	h := f.locks.mu.held[ino]
 	if h == nil {
 		if n == 0 {
@@ -393,7 +398,6 @@ func (f *FS) SetLock(ctx context.Context, cred metawire.Cred, ino uint64, l file
 // before the cancel is kept (and reported granted), never left behind
 // unknown to its owner.
 func (f *FS) waitLock(ctx context.Context, req *metawire.LockReq, resp *metawire.LockResp, interrupt <-chan struct{}) error {
-	f.lockOwner(0) // makes the waiters' semaphore
 	select {
 	case f.locks.waiters <- struct{}{}:
 	case <-interrupt:
@@ -499,6 +503,9 @@ func (f *FS) mayHold(ino, owner uint64) bool {
 
 // Locked reports whether this FS holds locks on ino.
 func (f *FS) Locked(ino uint64) bool {
+	if !f.locks.held.Load() {
+		return false
+	}
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
 	h := f.locks.mu.held[ino]
@@ -509,6 +516,9 @@ func (f *FS) Locked(ino uint64) bool {
 // holds (or held) locks on it under a session that ended, or that its
 // island may have ended (no renewal answered within 90% of a term).
 func (f *FS) LockCheck(ino uint64) error {
+	if !f.locks.held.Load() {
+		return nil
+	}
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
 	h := f.locks.mu.held[ino]
@@ -536,6 +546,7 @@ func (f *FS) LockedInodes() int {
 func (f *FS) ForgetLost(ino uint64) {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
+	defer f.locks.heldChangedLocked()
 	if h := f.locks.mu.held[ino]; h != nil {
 		h.lost = false
 		if len(h.owners) == 0 {
@@ -564,7 +575,6 @@ func (f *FS) SetLockSession(s uint64) error {
 	}
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
-	f.locks.initLocked()
 	if len(f.locks.mu.held) > 0 {
 		return fmt.Errorf("%w: this FS holds locks already", metawire.ErrInvalid)
 	}
@@ -580,7 +590,6 @@ func (f *FS) SetLockSession(s uint64) error {
 // locks the session holds.
 func (f *FS) ResumeLockSession(ctx context.Context) (int, error) {
 	f.locks.mu.Lock()
-	f.locks.initLocked()
 	s := f.locks.mu.session
 	start := !f.locks.mu.renewer
 	f.locks.mu.renewer = true
@@ -589,35 +598,57 @@ func (f *FS) ResumeLockSession(ctx context.Context) (int, error) {
 		f.pollers.Add(1)
 		go f.renewLocks()
 	}
-	total := 0
+	total, ended := 0, false
+	err := f.eachIsland(ctx, metawire.OpLockSession, &metawire.LockSessionReq{Session: s},
+		func(id namespace.IslandID, route uint64, sent time.Time, resp *metawire.LockSessionResp) bool {
+			if resp.Ended {
+				ended = true
+				return true
+			}
+			f.sessionAlive(id, s, sent, time.Duration(resp.TermMs)*time.Millisecond)
+			if resp.Locks > 0 {
+				f.locks.mu.Lock()
+				f.locks.mu.resumed[id] = route
+				f.locks.mu.Unlock()
+				total += int(resp.Locks)
+			}
+			return false
+		})
+	if ended {
+		f.sessionEnded(s)
+		f.locks.mu.Lock()
+		f.locks.mu.resuming = false
+		f.locks.mu.Unlock()
+		return 0, nil
+	}
+	if err == nil {
+		f.locks.mu.Lock()
+		f.locks.mu.resuming = false
+		f.locks.mu.Unlock()
+	}
+	return total, err
+}
+
+// eachIsland sends req as op (OpLockSession, OpLockEnd) to every island
+// and hands each answer, with when its request was sent, to fn until fn
+// says stop; it returns the islands' failures.
+func (f *FS) eachIsland(ctx context.Context, op uint16, req *metawire.LockSessionReq,
+	fn func(id namespace.IslandID, route uint64, sent time.Time, resp *metawire.LockSessionResp) (stop bool)) error {
+	// These touch no record of this FS: nothing kept back need go first.
+	ctx = context.WithValue(ctx, renewalKey{}, true)
 	var errs []error
-	defer func() {
-		if len(errs) == 0 {
-			f.locks.mu.Lock()
-			f.locks.mu.resuming = false
-			f.locks.mu.Unlock()
-		}
-	}()
 	for id, route := range f.islandRoutes() {
 		sent := time.Now()
 		var resp metawire.LockSessionResp
-		if err := f.call(context.WithValue(ctx, renewalKey{}, true), route, metawire.OpLockSession, &metawire.LockSessionReq{Session: s}, &resp); err != nil {
+		if err := f.call(ctx, route, op, req, &resp); err != nil {
 			errs = append(errs, fmt.Errorf("island %d: %w", id, err))
 			continue
 		}
-		if resp.Ended {
-			f.sessionEnded(s)
-			return 0, nil
-		}
-		f.sessionAlive(id, s, sent, time.Duration(resp.TermMs)*time.Millisecond)
-		if resp.Locks > 0 {
-			f.locks.mu.Lock()
-			f.locks.mu.resumed[id] = route
-			f.locks.mu.Unlock()
-			total += int(resp.Locks)
+		if fn(id, route, sent, &resp) {
+			break
 		}
 	}
-	return total, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // islandRoutes returns a route (an inode of a bucket it owns) to each
@@ -644,21 +675,12 @@ func (f *FS) ReleaseOwners(ctx context.Context, mask, bits uint64) (int, error) 
 	if mask == 0 {
 		return 0, fmt.Errorf("%w: release without a mask", metawire.ErrInvalid)
 	}
-	s := f.LockSession()
-	if s == 0 {
-		return 0, nil
-	}
 	total := 0
-	var errs []error
-	for id, route := range f.islandRoutes() {
-		var resp metawire.LockSessionResp
-		req := metawire.LockSessionReq{Session: s, ReleaseMask: mask, ReleaseBits: bits}
-		if err := f.call(context.WithValue(ctx, renewalKey{}, true), route, metawire.OpLockSession, &req, &resp); err != nil {
-			errs = append(errs, fmt.Errorf("island %d: %w", id, err))
-			continue
-		}
+	req := metawire.LockSessionReq{Session: f.LockSession(), ReleaseMask: mask, ReleaseBits: bits}
+	err := f.eachIsland(ctx, metawire.OpLockSession, &req, func(_ namespace.IslandID, _ uint64, _ time.Time, resp *metawire.LockSessionResp) bool {
 		total += int(resp.Released)
-	}
+		return false
+	})
 	f.locks.mu.Lock()
 	for ino, h := range f.locks.mu.held {
 		for o := range h.owners {
@@ -670,26 +692,21 @@ func (f *FS) ReleaseOwners(ctx context.Context, mask, bits uint64) (int, error) 
 			delete(f.locks.mu.held, ino)
 		}
 	}
+	f.locks.heldChangedLocked()
 	f.locks.mu.Unlock()
-	return total, errors.Join(errs...)
+	return total, err
 }
 
 // EndLockSession ends lock session s at every island (an operator
 // breaking a dead client's session): its locks are released now. It
 // returns how many were released.
 func (f *FS) EndLockSession(ctx context.Context, s uint64) (int, error) {
-	routes := f.islandRoutes()
 	total := 0
-	var errs []error
-	for id, route := range routes {
-		var resp metawire.LockSessionResp
-		if err := f.call(ctx, route, metawire.OpLockEnd, &metawire.LockSessionReq{Session: s}, &resp); err != nil {
-			errs = append(errs, fmt.Errorf("island %d: %w", id, err))
-			continue
-		}
+	err := f.eachIsland(ctx, metawire.OpLockEnd, &metawire.LockSessionReq{Session: s}, func(_ namespace.IslandID, _ uint64, _ time.Time, resp *metawire.LockSessionResp) bool {
 		total += int(resp.Released)
-	}
-	return total, errors.Join(errs...)
+		return false
+	})
+	return total, err
 }
 
 // flushCreate sends a create of ino this FS kept back (write-behind):

@@ -223,6 +223,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	f.cache.dentry = map[dentryKey]cachedDentry{}
 	f.cache.blocks = map[uint64]*blockMap{}
 	f.cache.touched = map[uint64]touch{}
+	f.locks.init()
 	f.pollCtx, f.pollCancel = context.WithCancel(context.Background())
 	f.hints = f.newHints()
 	return f, nil

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -405,24 +406,9 @@ func (i *Island) listLocks(ino namespace.Ino) (*metawire.LockResp, error) {
 	}
 	i.flocks.mu.Unlock()
 	slices.SortFunc(resp.Waiters, func(a, b filelock.Lock) int {
-		return cmpOwner(a.Owner, b.Owner)
+		return cmp.Or(cmp.Compare(a.Owner.Session, b.Owner.Session), cmp.Compare(a.Owner.ID, b.Owner.ID))
 	})
 	return resp, nil
-}
-
-func cmpOwner(a, b filelock.Owner) int {
-	if a.Session != b.Session {
-		if a.Session < b.Session {
-			return -1
-		}
-		return 1
-	}
-	if a.ID < b.ID {
-		return -1
-	} else if a.ID > b.ID {
-		return 1
-	}
-	return 0
 }
 
 // lockSession serves OpLockSession (renew) and OpLockEnd (end now).

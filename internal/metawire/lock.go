@@ -73,6 +73,24 @@ func decodeLock(d *wire.Dec) filelock.Lock {
 	return l
 }
 
+// encodeLocks writes a counted list of locks.
+func encodeLocks(e *wire.Enc, ls []filelock.Lock) {
+	e.Uvarint(uint64(len(ls)))
+	for k := range ls {
+		encodeLock(e, &ls[k])
+	}
+}
+
+// decodeLocks reads a counted list of locks.
+func decodeLocks(d *wire.Dec) []filelock.Lock {
+	n := d.Count(lockSize)
+	ls := make([]filelock.Lock, 0, n)
+	for range n {
+		ls = append(ls, decodeLock(d))
+	}
+	return ls
+}
+
 // lockSize is an encoded lock's size.
 const lockSize = 8 + 8 + 1 + 1 + 8 + 8 + 4
 
@@ -84,10 +102,7 @@ func (r *LockReq) Encode(e *wire.Enc) {
 	e.U32(r.WaitMs)
 	e.U64(r.Waiter)
 	if len(r.Locks) > 0 {
-		e.Uvarint(uint64(len(r.Locks)))
-		for k := range r.Locks {
-			encodeLock(e, &r.Locks[k])
-		}
+		encodeLocks(e, r.Locks)
 	}
 }
 
@@ -97,11 +112,7 @@ func (r *LockReq) Decode(d *wire.Dec) {
 	r.Lock = decodeLock(d)
 	r.WaitMs, r.Waiter = d.U32(), d.U64()
 	if d.More() {
-		n := d.Count(lockSize)
-		r.Locks = make([]filelock.Lock, 0, n)
-		for range n {
-			r.Locks = append(r.Locks, decodeLock(d))
-		}
+		r.Locks = decodeLocks(d)
 	}
 }
 
@@ -127,30 +138,16 @@ func (r *LockResp) Encode(e *wire.Enc) {
 	e.Bool(r.Found)
 	encodeLock(e, &r.Conflict)
 	r.Attr.Encode(e)
-	e.Uvarint(uint64(len(r.Locks)))
-	for k := range r.Locks {
-		encodeLock(e, &r.Locks[k])
-	}
-	e.Uvarint(uint64(len(r.Waiters)))
-	for k := range r.Waiters {
-		encodeLock(e, &r.Waiters[k])
-	}
+	encodeLocks(e, r.Locks)
+	encodeLocks(e, r.Waiters)
 }
 
 func (r *LockResp) Decode(d *wire.Dec) {
 	r.Granted, r.Waiting, r.Found = d.Bool(), d.Bool(), d.Bool()
 	r.Conflict = decodeLock(d)
 	r.Attr.Decode(d)
-	n := d.Count(lockSize)
-	r.Locks = make([]filelock.Lock, 0, n)
-	for range n {
-		r.Locks = append(r.Locks, decodeLock(d))
-	}
-	n = d.Count(lockSize)
-	r.Waiters = make([]filelock.Lock, 0, n)
-	for range n {
-		r.Waiters = append(r.Waiters, decodeLock(d))
-	}
+	r.Locks = decodeLocks(d)
+	r.Waiters = decodeLocks(d)
 }
 
 // LockSessionReq names a lock session: OpLockSession renews it at one

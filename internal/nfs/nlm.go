@@ -78,12 +78,12 @@ var nlmProcs = [...]procFunc{
 	nlmProcCancel:  nlmCancel,
 	nlmProcUnlock:  nlmUnlock,
 	nlmProcNMLock:  nlmLock,
-	nlmProcFreeAll: nlmFreeAll,
+	nlmProcFreeAll: freeHostProc,
 }
 
 var nsmProcs = [...]procFunc{
 	0:             procNull,
-	nsmProcNotify: nsmNotify,
+	nsmProcNotify: freeHostProc,
 }
 
 // nlmState is the gateway's NLM bookkeeping.
@@ -98,10 +98,9 @@ type nlmState struct {
 }
 
 type nlmWaitKey struct {
-	ino, owner  uint64
-	start, end  uint64
-	exclusive   bool
-	callbackTCP string
+	ino, owner uint64
+	start, end uint64
+	exclusive  bool
 }
 
 func (st *nlmState) init(grace time.Duration) {
@@ -194,6 +193,23 @@ func nlmStat(err error) uint32 {
 
 func (s *Server) inGrace() bool { return time.Now().Before(s.nlm.graceUntil) }
 
+// refused answers the refusals TEST, LOCK and UNLOCK share (ok: the
+// range did not wrap; grace: the grace period refuses this call) and
+// reports whether it answered.
+func (c *call) refused(ok bool, l *nlmLockArg, grace bool) bool {
+	switch {
+	case !ok:
+		c.res.Uint32(nlm4FBig)
+	case l.fh.err != nil:
+		c.res.Uint32(nlm4StaleFH)
+	case grace:
+		c.res.Uint32(nlm4DeniedGrace)
+	default:
+		return false
+	}
+	return true
+}
+
 // nlmTest serves TEST: the conflicting holder, if any.
 func nlmTest(c *call) error {
 	cookie := c.args.Opaque(nlmMaxObj)
@@ -204,15 +220,7 @@ func nlmTest(c *call) error {
 	}
 	c.res.Opaque(cookie)
 	lk, ok := l.lock(exclusive)
-	switch {
-	case !ok:
-		c.res.Uint32(nlm4FBig)
-		return nil
-	case l.fh.err != nil:
-		c.res.Uint32(nlm4StaleFH)
-		return nil
-	case c.s.inGrace():
-		c.res.Uint32(nlm4DeniedGrace)
+	if c.refused(ok, &l, c.s.inGrace()) {
 		return nil
 	}
 	holder, found, err := c.s.fs.GetLock(c.ctx, c.cred(), l.fh.ino(), lk)
@@ -252,15 +260,7 @@ func nlmLock(c *call) error {
 	}
 	c.res.Opaque(cookie)
 	lk, ok := l.lock(exclusive)
-	switch {
-	case !ok:
-		c.res.Uint32(nlm4FBig)
-		return nil
-	case l.fh.err != nil:
-		c.res.Uint32(nlm4StaleFH)
-		return nil
-	case c.s.inGrace() && !reclaim:
-		c.res.Uint32(nlm4DeniedGrace)
+	if c.refused(ok, &l, c.s.inGrace() && !reclaim) {
 		return nil
 	}
 	ino := l.fh.ino()
@@ -378,15 +378,7 @@ func nlmUnlock(c *call) error {
 	}
 	c.res.Opaque(cookie)
 	lk, ok := l.lock(true)
-	switch {
-	case !ok:
-		c.res.Uint32(nlm4FBig)
-		return nil
-	case l.fh.err != nil:
-		c.res.Uint32(nlm4StaleFH)
-		return nil
-	case c.s.inGrace():
-		c.res.Uint32(nlm4DeniedGrace)
+	if c.refused(ok, &l, c.s.inGrace()) {
 		return nil
 	}
 	ino := l.fh.ino()
@@ -400,21 +392,11 @@ func nlmUnlock(c *call) error {
 	return nil
 }
 
-// nlmFreeAll serves FREE_ALL (nlm4_notify: the client host restarted;
-// no reply).
-func nlmFreeAll(c *call) error {
-	name := c.args.String(nlmMaxStr)
-	_ = c.args.Int32()
-	if err := done(c.args); err != nil {
-		return err
-	}
-	c.s.freeHost(c.ctx, name)
-	return nil
-}
-
-// nsmNotify serves the status monitor's NOTIFY (stat_chge: a monitored
-// host restarted): its locks are released.
-func nsmNotify(c *call) error {
+// freeHostProc serves NLM FREE_ALL (nlm4_notify) and the status
+// monitor's NOTIFY (stat_chge), which decode alike: a client host's name
+// and its new state. The host restarted: its locks are released. No
+// reply body.
+func freeHostProc(c *call) error {
 	name := c.args.String(nlmMaxStr)
 	_ = c.args.Int32()
 	if err := done(c.args); err != nil {
