@@ -224,7 +224,7 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *
 		n.nlink = uint32(nl)
 		n.ctime = a.Time
 		if n.nlink == 0 && a.Flags&metawire.ActDeleteAtZero != 0 {
-			return deleteInode(b, n, d)
+			return unlinkedOrDeleted(b, n, d)
 		}
 		return putInode(b, n)
 
@@ -393,6 +393,9 @@ func deleteInode(b *pebble.Batch, n *inode, d *deltas) error {
 	// Locks end with their inode (an open file's hold keeps it alive
 	// while anyone has it open).
 	if err := writeLocks(b, n.ino, nil); err != nil {
+		return err
+	}
+	if err := writeHolds(b, n.ino, nil); err != nil {
 		return err
 	}
 	d.inodes--

@@ -53,6 +53,7 @@
 //	bucket 'x' ino name            xattr value (name includes "user.")
 //	bucket 's'                     last inode sequence allocated in bucket
 //	bucket 'k' ino                 file locks of the inode (filelock.Set encoding)
+//	bucket 'o' ino                 sessions holding the inode open: bytes of u64 sessions, ascending
 //	FF FF FF FF FF 'M'             island identity
 //	FF FF FF FF FF 'I' txid(16)    intent (coordinator)
 //	FF FF FF FF FF 'P' txid(16)    prepared transaction (participant)
@@ -63,6 +64,7 @@
 //	                               without version or CRC (written by internal/replica)
 //	FF FF FF FF FF 'G'             present (one byte 1, raw) once a lease was granted
 //	FF FF FF FF FF 'k' ino(8)      the inode has a lock record (empty value, raw)
+//	FF FF FF FF FF 'o' ino(8)      the inode has a hold record (empty value, raw)
 //	FF FF FF FF FF 'K' session(8)  lock session ended: i64 ns when (raw)
 //	FF FF FF FF FF 'V' move(8)     entry frozen to move it: u32 first, u32 last bucket, u32 to island
 //	FF FF FF FF FF 'W' move(8)     moved entry received: u32 first, u32 last bucket, u32 from island
@@ -337,6 +339,19 @@
 // with ReleaseMask releases some of its owners (an NFS gateway freeing a
 // restarted client host's locks). Lock ids are not authenticated: any
 // key that may lock may name any session (see the tenants issue).
+//
+// # Open files
+//
+// LockHold and LockUnhold (OpLock commands) record which lock sessions
+// hold an inode open (opens.go): one record under the inode's bucket
+// (tag 'o', indexed under FF..'o' like locks, breaking no lease). When
+// an unlink or a rename over drops a file's last link while a session
+// holds it, ActAdjustNlink keeps the inode (nlink 0, no entry) instead
+// of deleting it, so the holders keep reading and writing what they
+// opened; the last unhold, or the end of the last holding session (the
+// sweep, OpLockEnd), reclaims it. fsck reports no orphan for an
+// unlinked inode that has holders. A new hold of an unlinked inode is
+// refused (ErrStale) unless someone still holds it.
 //
 // # Request ids
 //

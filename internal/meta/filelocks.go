@@ -187,7 +187,7 @@ func (i *Island) lock(ctx context.Context, r *metawire.LockReq) (*metawire.LockR
 		if err := r.Lock.Valid(); err != nil {
 			return nil, fmt.Errorf("%w: %v", metawire.ErrInvalid, err)
 		}
-	case metawire.LockUnlockOwner, metawire.LockCancel, metawire.LockList:
+	case metawire.LockUnlockOwner, metawire.LockCancel, metawire.LockList, metawire.LockHold, metawire.LockUnhold:
 	case metawire.LockReplace:
 		if len(r.Locks) > metawire.MaxReplaceLocks {
 			return nil, fmt.Errorf("%w: %d locks to replace", metawire.ErrInvalid, len(r.Locks))
@@ -219,6 +219,8 @@ func (i *Island) lock(ctx context.Context, r *metawire.LockReq) (*metawire.LockR
 	}
 	i.flocks.touch(s)
 	switch r.Cmd {
+	case metawire.LockHold, metawire.LockUnhold:
+		return i.hold(ctx, ino, s, r.Cmd == metawire.LockHold)
 	case metawire.LockGet:
 		set, err := readLocks(i.db, ino)
 		if err != nil {
@@ -398,6 +400,9 @@ func (i *Island) listLocks(ino namespace.Ino) (*metawire.LockResp, error) {
 		return nil, fmt.Errorf("%w: locks of %v", metawire.ErrStale, ino)
 	}
 	resp := &metawire.LockResp{Locks: set, Attr: n.attr()}
+	if err := listHolds(snap, ino, resp); err != nil {
+		return nil, err
+	}
 	i.flocks.mu.Lock()
 	for _, w := range i.flocks.mu.waiters {
 		if w.ino == ino {
@@ -501,6 +506,9 @@ func (i *Island) endSession(ctx context.Context, s uint64, why string) (int, err
 	if err != nil {
 		return released, err
 	}
+	if err := i.releaseHolds(ctx, s); err != nil {
+		return released, err
+	}
 	b := i.db.NewBatch()
 	defer b.Close()
 	if err := b.Set(lockEndedKey(s), binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())), nil); err != nil {
@@ -547,6 +555,13 @@ func (i *Island) sweepLocks(ctx context.Context) {
 			held[l.Owner.Session]++
 		}
 	}
+	locks := 0
+	for _, n := range held {
+		locks += n
+	}
+	heldOpen, unlinked := i.countHolds(held)
+	i.met.openHeld.Set(float64(heldOpen))
+	i.met.openUnlinked.Set(float64(unlinked))
 	term := i.lockTerm()
 	var expired []uint64
 	i.flocks.mu.Lock()
@@ -566,11 +581,7 @@ func (i *Island) sweepLocks(ctx context.Context) {
 	i.flocks.mu.held = held
 	waiting = len(i.flocks.mu.waiters)
 	i.flocks.mu.Unlock()
-	total := 0
-	for _, n := range held {
-		total += n
-	}
-	i.met.locksHeld.Set(float64(total))
+	i.met.locksHeld.Set(float64(locks))
 	i.met.lockWaiters.Set(float64(waiting))
 	i.met.lockSessions.Set(float64(len(held)))
 	for _, s := range expired {

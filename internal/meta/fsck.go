@@ -155,6 +155,10 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 			if len(k) != len(globalKey(gLockIndex))+8 || len(v) != 0 {
 				problem(k, "lock index record: key %d, value %d bytes", len(k), len(v))
 			}
+		case gHoldIndex:
+			if len(k) != len(globalKey(gHoldIndex))+8 || len(v) != 0 {
+				problem(k, "hold index record: key %d, value %d bytes", len(k), len(v))
+			}
 		case gLockEnded:
 			if len(k) != len(globalKey(gLockEnded))+8 || len(v) != 8 {
 				problem(k, "ended lock session record: key %d, value %d bytes", len(k), len(v))
@@ -196,6 +200,12 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 		if err != nil || len(rest) != 0 {
 			problem(k, "inode %v: undecodable", ino)
 			return nil
+		}
+		if n.nlink == 0 && !n.isDir() {
+			// Unlinked and open somewhere: not an orphan while held.
+			if hs, err := readHolds(snap, ino); err == nil && len(hs) > 0 {
+				return nil
+			}
 		}
 		add(metawire.FsckRecord{Kind: metawire.FsckInode, Ino: uint64(ino), Mode: n.mode, Nlink: n.nlink, Aux: uint64(n.parent)})
 	case tagDirent:
@@ -255,6 +265,13 @@ func (i *Island) fsckRecord(snap reader, tab namespace.Table, k, v []byte,
 		}
 		if n, err := readInode(snap, ino); err != nil || n == nil {
 			problem(k, "locks of missing inode %v", ino)
+		}
+	case tagHold:
+		if _, err := decodeHolds(ino, v); err != nil || len(rest) != 0 {
+			problem(k, "holds of %v: undecodable", ino)
+		}
+		if n, err := readInode(snap, ino); err != nil || n == nil {
+			problem(k, "holds of missing inode %v", ino)
 		}
 	default:
 		problem(k, "unknown record tag %q", k[4])

@@ -110,7 +110,7 @@ func (i *Island) breakLeases(ctx context.Context, b *pebble.Batch) (done func(),
 		if !ok {
 			break
 		}
-		if len(key) < 5 || key[4] >= 0x80 || key[4] == tagSeq || key[4] == tagLock {
+		if len(key) < 5 || key[4] >= 0x80 || key[4] == tagSeq || key[4] == tagLock || key[4] == tagHold {
 			// Island-wide records, a bucket's id counter and file locks,
 			// which no lease covers (no read answers with them):
 			// reserving ids (OpAllocIno) or taking a lock breaks nobody's

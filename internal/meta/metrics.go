@@ -120,6 +120,8 @@ type islandMetrics struct {
 	locksHeld, lockWaiters            prometheus.Gauge
 	lockSessions                      prometheus.Gauge
 	lockSessionsEnded                 prometheus.Counter
+	openHeld, openUnlinked            prometheus.Gauge
+	openReclaimed                     prometheus.Counter
 	islands                           [4]prometheus.Counter // client requests involving 1, 2, 3, 4+ islands
 	movedAway, movedIn                prometheus.Counter
 	frozen                            prometheus.Observer
@@ -163,6 +165,9 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 	m.lockWaiters = gauge("atoll_meta_lock_waiters", "Blocking lock requests waiting on this island.")
 	m.lockSessions = gauge("atoll_meta_lock_sessions", "Client lock sessions holding locks on this island.")
 	m.lockSessionsEnded = counter("atoll_meta_lock_sessions_ended_total", "Lock sessions this island ended (not renewed for a term, or by an operator), releasing their locks.")
+	m.openHeld = gauge("atoll_meta_open_held_inodes", "Inodes of this island some client session holds open (told the island), at the last session sweep.")
+	m.openUnlinked = gauge("atoll_meta_open_unlinked_inodes", "Inodes with no name kept because a client session holds them open, at the last session sweep.")
+	m.openReclaimed = counter("atoll_meta_open_reclaimed_total", "Unlinked inodes reclaimed when the last session holding them open let go.")
 	islands := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "atoll_meta_op_islands_total", Help: "Client requests by how many islands their work involved (this one and every other it called).",
 		ConstLabels: labels,
@@ -181,7 +186,7 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 	})
 	m.frozen = frozen
 	m.collected = []prometheus.Collector{m.opsVec, lat, m.txStarted, m.txCommitted, m.txAborted, m.replayed, m.leaseGrants, islands, moves, frozen,
-		m.locksHeld, m.lockWaiters, m.lockSessions, m.lockSessionsEnded}
+		m.locksHeld, m.lockWaiters, m.lockSessions, m.lockSessionsEnded, m.openHeld, m.openUnlinked, m.openReclaimed}
 	return m
 }
 

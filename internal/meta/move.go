@@ -870,6 +870,8 @@ func account(k, v []byte, d *deltas, sign int64) ([][]byte, error) {
 	case tagLock:
 		// The island-wide index of locked inodes follows the record.
 		return [][]byte{lockIndexKey(ino)}, nil
+	case tagHold:
+		return [][]byte{holdIndexKey(ino)}, nil
 	case tagBlock:
 		p, err := decodeBytes(v)
 		if err != nil {

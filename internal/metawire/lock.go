@@ -30,6 +30,14 @@ const (
 	// LockReq.Locks (a client that granted locks itself under an
 	// exclusive lease hands them over before the lease ends).
 	LockReplace uint8 = 8
+	// LockHold and LockUnhold add and remove the session's hold on the
+	// inode: the client has it open. An inode whose last link goes
+	// while a live session holds it stays, with no name, until the last
+	// hold goes (an unhold, or the end of the holding session); then it
+	// is reclaimed. Holding twice or unholding what is not held changes
+	// nothing, so they need no deduplication either.
+	LockHold   uint8 = 9
+	LockUnhold uint8 = 10
 )
 
 // MaxReplaceLocks bounds LockReq.Locks.
@@ -121,7 +129,8 @@ func (r *LockReq) Decode(d *wire.Dec) {
 // answer (the conflicting lock; Found false: F_UNLCK). Attr: the
 // inode's attributes after a grant, so the client revalidates its
 // cached data without another request. Locks and Waiters: list's
-// answer (Waiters are the requests queued, as locks).
+// answer (Waiters are the requests queued, as locks); Holders the
+// sessions holding the inode open (list; appended only when any).
 type LockResp struct {
 	Granted  bool
 	Waiting  bool
@@ -130,6 +139,7 @@ type LockResp struct {
 	Attr     Attr
 	Locks    []filelock.Lock
 	Waiters  []filelock.Lock
+	Holders  []uint64
 }
 
 func (r *LockResp) Encode(e *wire.Enc) {
@@ -140,6 +150,12 @@ func (r *LockResp) Encode(e *wire.Enc) {
 	r.Attr.Encode(e)
 	encodeLocks(e, r.Locks)
 	encodeLocks(e, r.Waiters)
+	if len(r.Holders) > 0 {
+		e.Uvarint(uint64(len(r.Holders)))
+		for _, h := range r.Holders {
+			e.U64(h)
+		}
+	}
 }
 
 func (r *LockResp) Decode(d *wire.Dec) {
@@ -148,6 +164,13 @@ func (r *LockResp) Decode(d *wire.Dec) {
 	r.Attr.Decode(d)
 	r.Locks = decodeLocks(d)
 	r.Waiters = decodeLocks(d)
+	if d.More() {
+		n := d.Count(8)
+		r.Holders = make([]uint64, 0, n)
+		for range n {
+			r.Holders = append(r.Holders, d.U64())
+		}
+	}
 }
 
 // LockSessionReq names a lock session: OpLockSession renews it at one
