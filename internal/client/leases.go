@@ -608,8 +608,10 @@ func (f *FS) endLeasesAndUnlock(ctx context.Context, buckets []uint32) {
 		}
 		f.cache.Unlock()
 		f.flushKept(ctx, buckets)
-		// Locks granted here under them go to the island first too.
+		// Locks granted here under them go to the island first too,
+		// and the files held open here.
 		f.handOverBuckets(ctx, buckets)
+		f.holdBuckets(ctx, buckets)
 		f.cache.Lock()
 	}
 	for _, b := range buckets {

@@ -231,8 +231,9 @@ func (f *FS) renewLocks() {
 		case <-time.After(every):
 		}
 		// One inode per island reaches it.
-		f.locks.mu.Lock()
 		route := map[namespace.IslandID]uint64{}
+		f.openRoutes(route)
+		f.locks.mu.Lock()
 		for ino, h := range f.locks.mu.held {
 			if len(h.owners) > 0 {
 				route[f.islandOf(ino)] = ino

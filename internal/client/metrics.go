@@ -24,6 +24,7 @@ import (
 //	atoll_client_leases                        gauge    buckets this client holds a live lease on
 //	atoll_client_lease_breaks_total            counter
 //	atoll_client_unreachable_fails_total       counter  island requests failed at once: their island was given up on (unreachable.go)
+//	atoll_client_open_files{held}              gauge    files held open for the mount's users: held island|local (opens.go)
 //	atoll_client_writebehind_total{what,outcome} counter changes kept back under exclusive leases:
 //	                                                    what attr|create, outcome kept|sent|failed|cancelled
 //	                                                    (a create removed before it was sent: no island request)
@@ -57,7 +58,7 @@ type clientDescs struct {
 	readBytes, writtenBytes, stripes, degradedWritten, blocksRead, degradedReads,
 	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead, dirty,
 	leases, leaseBreaks, fastFails, leaderHints, writeBehind,
-	lockRequests, lockedInodes, lockSessionsLost *prometheus.Desc
+	lockRequests, lockedInodes, lockSessionsLost, openFiles *prometheus.Desc
 }
 
 func newClientDescs() clientDescs {
@@ -86,6 +87,9 @@ func newClientDescs() clientDescs {
 		lockRequests:     d("lock_requests_total", "File locks asked for (fcntl, OFD, flock), granted or not."),
 		lockedInodes:     d("locked_inodes", "Files this client holds locks on."),
 		lockSessionsLost: d("lock_sessions_lost_total", "Lock sessions an island ended (not renewed within its term): their locks were lost."),
+		openFiles: prometheus.NewDesc("atoll_client_open_files",
+			"Files this client holds open for its users (the mount), by where the hold is: island (another client's unlink keeps the file) or local (under an exclusive lease, told at its recall).",
+			[]string{"held"}, nil),
 		writeBehind: prometheus.NewDesc("atoll_client_writebehind_total",
 			"Changes kept back under exclusive leases (what: attr, create, unlink) by outcome: kept (answered without a request), sent, failed, cancelled (a create removed before it was sent).",
 			[]string{"what", "outcome"}, nil),
@@ -102,7 +106,7 @@ func (k *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &k.descs
 	for _, x := range []*prometheus.Desc{d.readBytes, d.writtenBytes, d.stripes, d.degradedWritten, d.blocksRead,
 		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead, d.dirty,
-		d.leases, d.leaseBreaks, d.fastFails, d.leaderHints, d.writeBehind, d.lockRequests, d.lockedInodes, d.lockSessionsLost} {
+		d.leases, d.leaseBreaks, d.fastFails, d.leaderHints, d.writeBehind, d.lockRequests, d.lockedInodes, d.lockSessionsLost, d.openFiles} {
 		ch <- x
 	}
 }
@@ -136,6 +140,9 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.lockRequests, k.fs.ctr.lockRequests.Load())
 		counter(d.lockSessionsLost, k.fs.ctr.lockSessionsLost.Load())
 		ch <- prometheus.MustNewConstMetric(d.lockedInodes, prometheus.GaugeValue, float64(k.fs.LockedInodes()))
+		open, told := k.fs.OpenHolds()
+		ch <- prometheus.MustNewConstMetric(d.openFiles, prometheus.GaugeValue, float64(told), "island")
+		ch <- prometheus.MustNewConstMetric(d.openFiles, prometheus.GaugeValue, float64(open-told), "local")
 		wb := func(what, outcome string, v uint64) {
 			ch <- prometheus.MustNewConstMetric(d.writeBehind, prometheus.CounterValue, float64(v), what, outcome)
 		}

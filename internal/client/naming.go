@@ -165,6 +165,7 @@ type FS struct {
 	}
 	wb    writeBehind       // writebehind.go
 	locks lockState         // locks.go
+	opens openState         // opens.go
 	down  unreachable       // unreachable.go: islands given up on
 	hints *leaderhint.Hints // leaderhint.go: leaders the map does not name (nil: none)
 	// pollers listen for lease breaks (leases.go); Close ends them.
@@ -224,6 +225,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	f.cache.blocks = map[uint64]*blockMap{}
 	f.cache.touched = map[uint64]touch{}
 	f.locks.init()
+	f.opens.init()
 	f.pollCtx, f.pollCancel = context.WithCancel(context.Background())
 	f.hints = f.newHints()
 	return f, nil

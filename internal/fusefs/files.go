@@ -33,6 +33,12 @@ type openFile struct {
 	flushed atomic.Uint64 // writes known to be committed
 	mtime   atomic.Int64  // time of the last local write (ns)
 
+	// held: the FS holds the inode open for this mount's users
+	// (client.FS.HoldOpen), so another client's unlink keeps it (set
+	// under mu at the first open, taken under adapter.mu by the last
+	// release).
+	held atomic.Bool
+
 	// Guarded by adapter.mu.
 	refs   int
 	orphan *orphanName
@@ -136,11 +142,16 @@ func (a *adapter) acquire(ctx context.Context, cred metawire.Cred, ino uint64, c
 	a.files[ino] = of
 	a.mu.Unlock()
 	var f *client.File
-	var err error
-	if created != nil {
-		f, err = a.fs.OpenWithAttr(ctx, cred, *created)
-	} else {
-		f, err = a.fs.Open(ctx, cred, ino)
+	// Held first: from the hold on, another client's unlink leaves the
+	// inode to this mount's descriptors.
+	err := a.fs.HoldOpen(ctx, ino)
+	if err == nil {
+		of.held.Store(true)
+		if created != nil {
+			f, err = a.fs.OpenWithAttr(ctx, cred, *created)
+		} else {
+			f, err = a.fs.Open(ctx, cred, ino)
+		}
 	}
 	if err != nil {
 		of.err = err
@@ -200,6 +211,7 @@ func (a *adapter) release(of *openFile) {
 		return
 	}
 	orphan := of.orphan
+	unhold := of.held.Swap(false)
 	// The read-ahead goes back to the shared budget now, not when the
 	// File is collected (it stays usable if the file is opened again).
 	defer func() {
@@ -213,6 +225,9 @@ func (a *adapter) release(of *openFile) {
 			delete(a.files, of.ino)
 		}
 		a.mu.Unlock()
+		if unhold {
+			a.fs.ReleaseOpen(of.ino)
+		}
 		if orphan != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -236,7 +251,18 @@ func (a *adapter) release(of *openFile) {
 	if last {
 		delete(a.files, of.ino)
 	}
+	if of.refs > 0 {
+		// Opened again while its writes went back: the new handle keeps
+		// the hold.
+		if unhold {
+			of.held.Store(true)
+			unhold = false
+		}
+	}
 	a.mu.Unlock()
+	if unhold {
+		a.fs.ReleaseOpen(of.ino)
+	}
 	if last {
 		// Locks lost under an ended session stop failing writes once
 		// nobody has the file open here.
