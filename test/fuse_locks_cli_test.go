@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,6 +23,7 @@ type locksOut struct {
 		Path    string    `json:"path"`
 		Held    []lockOut `json:"held"`
 		Waiting []lockOut `json:"waiting"`
+		OpenBy  []string  `json:"open_by"`
 		Error   string    `json:"error"`
 	} `json:"files"`
 }
@@ -108,9 +110,16 @@ func TestCLILocksListAndEndSession(t *testing.T) {
 		r.Session != session || r.Owner != w.Owner || r.Pid != pid {
 		t.Errorf("second lock %+v, want posix read 1000-EOF (end null) of the same owner", r)
 	}
+	// Both mounts have it open: their sessions hold it at the island.
+	if ob := lo.Files[0].OpenBy; !slices.Contains(ob, session) || len(ob) != 2 {
+		t.Errorf("open_by %q, want mount a's session %s and mount b's", ob, session)
+	}
 	out, err := run("", "/f")
 	if err != nil {
 		t.Fatalf("atoll locks /f: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^/f\s+open\s+-\s+-\s+-\s+` + session).MatchString(out) {
+		t.Errorf("atoll locks /f printed:\n%s\nwant an open row of session %s", out, session)
 	}
 	row := fmt.Sprintf(`(?m)^/f\s+held\s+posix\s+write\s+100-149\s+%s\s+%s\s+%d$`, session, w.Owner, pid)
 	if !regexp.MustCompile(row).MatchString(out) || !strings.Contains(out, "1000-EOF") {

@@ -33,6 +33,8 @@ func lockCluster(t *testing.T) (cl *devcluster.Cluster, childMnt, mnt string) {
 		c.Mount = filepath.Join(t.TempDir(), "mnt")
 		c.LockTerm = testLockTerm
 		c.CleanInterval = -1
+		// A member (it reports its figures to `atoll status`).
+		c.MountArgs = []string{"--metrics-listen", "127.0.0.1:0"}
 	})
 	childMnt = cl.Child("mount").Addr
 	// A killed mount leaves its mountpoint dead (ENOTCONN) until it is

@@ -3,10 +3,12 @@ package test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -187,6 +189,38 @@ func TestOpenFileReclaimedAfterHolderKill9(t *testing.T) {
 	if _, err := conn.FS.GetAttrFresh(context.Background(), metawire.Root, st.Ino); err != nil {
 		t.Fatalf("the unlinked inode a live mount holds: %v", err)
 	}
+	// `atoll status` shows it: the island keeps an unlinked inode held
+	// open, the mount holds a file open at its island.
+	waitEvent(t, "atoll status shows the held unlinked file", func() error {
+		out, err := exec.Command(atoll(t), "status", "--json", "--cluster", cl.Manager).Output()
+		if err != nil {
+			return err
+		}
+		var s struct {
+			Members []struct {
+				Kind  string `json:"kind"`
+				Locks *struct {
+					OpenHeld     uint64 `json:"open_held"`
+					OpenUnlinked uint64 `json:"open_unlinked"`
+				} `json:"locks"`
+			} `json:"members"`
+		}
+		if err := json.Unmarshal(out, &s); err != nil {
+			return err
+		}
+		var island, mount bool
+		for _, m := range s.Members {
+			if m.Locks == nil {
+				continue
+			}
+			island = island || m.Kind == "island" && m.Locks.OpenUnlinked >= 1 && m.Locks.OpenHeld >= 1
+			mount = mount || m.Kind == "gateway" && m.Locks.OpenHeld >= 1 // a mount with --metrics-listen
+		}
+		if !island || !mount {
+			return fmt.Errorf("island shows it %v, mount %v:\n%s", island, mount, out)
+		}
+		return nil
+	})
 	cl.Child("mount").Kill()
 	killed := time.Now()
 	waitReclaimed(t, conn.FS, st.Ino)
@@ -196,4 +230,90 @@ func TestOpenFileReclaimedAfterHolderKill9(t *testing.T) {
 		t.Fatalf("reclaimed %v after the kill: before the session's term (%v) could have run out", took, testLockTerm)
 	}
 	fsckClean(t, conn)
+}
+
+// TestFUSEOpenFileOutlivesRemovalOnTheSameMount: unlink and rename over
+// through the mount that has the file open, as generic/035 and every
+// "write a new version, rename it over" application do. The descriptor
+// keeps the old bytes and takes writes; the directory shows no hidden
+// name (the island keeps the inode, no rename aside), so it can be
+// removed while the file is still open, as on ext4; the close lets the
+// island reclaim the inode.
+func TestFUSEOpenFileOutlivesRemovalOnTheSameMount(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 5, 1)
+	fs, other := fc.newFS(t), fc.newFS(t)
+	_, m := mountFS(t, fs)
+	old := bytes.Repeat([]byte("same mount "), 2000)
+	for _, replace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replace=%v", replace), func(t *testing.T) {
+			d := filepath.Join(m, fmt.Sprintf("d-%v", replace))
+			if err := os.Mkdir(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(d, "f")
+			if err := os.WriteFile(p, old, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			var st syscall.Stat_t
+			if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+				t.Fatal(err)
+			}
+			if replace {
+				if err := os.WriteFile(p+".new", []byte("new version"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(p+".new", p); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if got := readAllAt(t, f); !bytes.Equal(got, old) {
+				t.Fatalf("the descriptor read %d bytes after the removal, want the %d old ones", len(got), len(old))
+			}
+			if _, err := f.WriteAt([]byte("NEW"), 5); err != nil {
+				t.Fatalf("write after the removal: %v", err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatalf("fsync after the removal: %v", err)
+			}
+			var st2 syscall.Stat_t
+			if err := syscall.Fstat(int(f.Fd()), &st2); err != nil || st2.Nlink != 0 {
+				t.Fatalf("fstat after the removal: nlink %d, %v (want 0)", st2.Nlink, err)
+			}
+			want := []string(nil)
+			if replace {
+				want = []string{"f"}
+			}
+			if got := dirNames(t, d); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("directory after the removal: %q, want %q (no hidden name)", got, want)
+			}
+			if replace {
+				if b, err := os.ReadFile(p); err != nil || string(b) != "new version" {
+					t.Fatalf("the name after the rename over: %q, %v", b, err)
+				}
+				if err := os.Remove(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Remove(d); err != nil {
+				t.Fatalf("rmdir of the directory of a removed, still open file: %v", err)
+			}
+			if got := readAllAt(t, f); string(got[5:8]) != "NEW" || len(got) != len(old) {
+				t.Fatalf("read back after rmdir: %d bytes, %q at 5", len(got), got[5:8])
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitReclaimed(t, fs, st.Ino)
+			waitReclaimed(t, other, st.Ino)
+			fc.checkFsck(t)
+		})
+	}
 }

@@ -137,7 +137,10 @@ type fileLocksJSON struct {
 	Ino     string     `json:"ino,omitempty"` // hex
 	Held    []lockJSON `json:"held"`
 	Waiting []lockJSON `json:"waiting"`
-	Error   string     `json:"error,omitempty"`
+	// OpenBy are the lock sessions holding the file open (their
+	// clients keep it after its last name goes).
+	OpenBy []string `json:"open_by"`
+	Error  string   `json:"error,omitempty"`
 }
 
 // listLocks asks each path's island for its locks; a path that fails
@@ -146,17 +149,20 @@ func listLocks(ctx context.Context, fs *client.FS, paths []string) []fileLocksJS
 	cred := metawire.Root
 	var out []fileLocksJSON
 	for _, p := range paths {
-		fl := fileLocksJSON{Path: p, Held: []lockJSON{}, Waiting: []lockJSON{}}
+		fl := fileLocksJSON{Path: p, Held: []lockJSON{}, Waiting: []lockJSON{}, OpenBy: []string{}}
 		a, err := fs.Resolve(ctx, cred, p)
 		if err == nil {
 			fl.Ino = fmt.Sprintf("%x", a.Ino)
-			var held, waiting []filelock.Lock
-			held, waiting, err = fs.ListLocks(ctx, cred, a.Ino)
-			for _, l := range held {
+			var ll client.LockList
+			ll, err = fs.ListLocks(ctx, cred, a.Ino)
+			for _, l := range ll.Held {
 				fl.Held = append(fl.Held, lockView(l))
 			}
-			for _, l := range waiting {
+			for _, l := range ll.Waiting {
 				fl.Waiting = append(fl.Waiting, lockView(l))
+			}
+			for _, s := range ll.OpenBy {
+				fl.OpenBy = append(fl.OpenBy, fmt.Sprintf("%016x", s))
 			}
 		}
 		if err != nil {
@@ -220,9 +226,12 @@ func writeLocks(w io.Writer, files []fileLocksJSON) error {
 		case f.Error != "":
 			fmt.Fprintf(tw, "%s\terror: %s\n", f.Path, f.Error)
 			continue
-		case len(f.Held) == 0 && len(f.Waiting) == 0:
+		case len(f.Held) == 0 && len(f.Waiting) == 0 && len(f.OpenBy) == 0:
 			fmt.Fprintf(tw, "%s\tunlocked\n", f.Path)
 			continue
+		}
+		for _, s := range f.OpenBy {
+			fmt.Fprintf(tw, "%s\topen\t-\t-\t-\t%s\t-\t-\n", f.Path, s)
 		}
 		for _, s := range []struct {
 			state string

@@ -144,7 +144,7 @@ starts; from then on the map decides. A server added later starts with
 						Managers: splitList(managers), Kind: cluster.KindIsland, ID: id,
 						Addr: isl.Addr(), PID: os.Getpid(), Logger: log, OnMap: view.Update, Key: cfg.Key,
 						Stats: func() cluster.MemberStats {
-							return cluster.MemberStats{Ops: isl.Ops(), MetricsAddr: advertisedMetrics(ms, isl.Addr()), Leases: isl.LeaseStats()}
+							return cluster.MemberStats{Ops: isl.Ops(), MetricsAddr: advertisedMetrics(ms, isl.Addr()), Leases: isl.LeaseStats(), Locks: isl.LockStats()}
 						},
 					})
 				}

@@ -146,6 +146,9 @@ func clientStats(data *client.Client, fs *client.FS, ops uint64, metricsAddr str
 		kept, sent, _ := fs.WriteBehindStats()
 		ms.Leases = &cluster.LeaseStats{Held: uint64(fs.LeasesHeld()), Broken: fs.LeaseBreaks(), Kept: kept, Sent: sent}
 	}
+	open, told := fs.OpenHolds()
+	ms.Locks = &cluster.LockStats{Locks: uint64(fs.LockedInodes()), SessionsEnded: fs.LockSessionsLost(),
+		OpenHeld: uint64(told), OpenLocal: uint64(open - told)}
 	return ms
 }
 

@@ -144,6 +144,36 @@ type memberJSON struct {
 	// Leases are the member's lease figures as its heartbeats report them
 	// (islands and mounts; absent otherwise, or from a follower).
 	Leases *leasesJSON `json:"leases,omitempty"`
+	// Locks are the member's lock and open-file figures as its
+	// heartbeats report them (islands, mounts and gateways).
+	Locks *locksJSON `json:"locks,omitempty"`
+}
+
+// locksJSON is cluster.LockStats: islands fill locks, waiters,
+// sessions, sessions_ended, open_held, open_unlinked and open_reclaimed;
+// mounts and gateways locks (files locked), sessions_ended (sessions
+// lost), open_held (held at islands) and open_local (under a lease).
+type locksJSON struct {
+	Locks         uint64 `json:"locks"`
+	Waiters       uint64 `json:"waiters,omitempty"`
+	Sessions      uint64 `json:"sessions,omitempty"`
+	SessionsEnded uint64 `json:"sessions_ended"`
+	OpenHeld      uint64 `json:"open_held"`
+	OpenUnlinked  uint64 `json:"open_unlinked,omitempty"`
+	OpenReclaimed uint64 `json:"open_reclaimed,omitempty"`
+	OpenLocal     uint64 `json:"open_local,omitempty"`
+}
+
+// memberLocks maps each live member to its lock figures.
+func memberLocks(st *cluster.Status) map[cluster.MemberKey]*locksJSON {
+	out := map[cluster.MemberKey]*locksJSON{}
+	for _, l := range st.Live {
+		if x := l.Stats.Locks; x != nil {
+			out[l.Key] = &locksJSON{Locks: x.Locks, Waiters: x.Waiters, Sessions: x.Sessions, SessionsEnded: x.SessionsEnded,
+				OpenHeld: x.OpenHeld, OpenUnlinked: x.OpenUnlinked, OpenReclaimed: x.OpenReclaimed, OpenLocal: x.OpenLocal}
+		}
+	}
+	return out
 }
 
 // leasesJSON is cluster.LeaseStats: islands fill held, granted, broken,
@@ -296,10 +326,11 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 		metrics[l.Key] = l.Stats.MetricsAddr
 	}
 	leases := memberLeases(st)
+	locks := memberLocks(st)
 	for _, v := range st.Members() {
 		mj := memberJSON{Kind: v.Kind.String(), ID: v.ID, Addr: v.Addr, State: v.State.String(), PID: v.PID, HeartbeatAgeMS: -1,
 			CapacityBytes: v.CapacityBytes, UsedBytes: v.UsedBytes, Degraded: v.Degraded, MetricsAddr: metrics[v.Key()],
-			Leases: leases[v.Key()]}
+			Leases: leases[v.Key()], Locks: locks[v.Key()]}
 		if !v.LastHeartbeat.IsZero() {
 			mj.LastHB = v.LastHeartbeat.UTC().Format(time.RFC3339Nano)
 			mj.HeartbeatAgeMS = max(now.Sub(v.LastHeartbeat).Milliseconds(), 0)
@@ -401,6 +432,24 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 				fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t-\t-\n", v.Kind, v.ID, l.Held, l.Granted, l.Broken, l.Expired, l.Exclusive, l.Recalled)
 			} else {
 				fmt.Fprintf(tw, "  %s\t%d\t%d\t-\t%d\t-\t-\t-\t%d\t%d\n", v.Kind, v.ID, l.Held, l.Broken, l.Kept, l.Sent)
+			}
+		}
+		tw.Flush()
+	}
+
+	if locks := memberLocks(st); len(locks) > 0 {
+		bw.printf("\nlocks and open files:\n")
+		tw = tabwriter.NewWriter(bw, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  KIND\tID\tLOCKS\tWAITERS\tSESSIONS\tSESSIONS ENDED\tOPEN HELD\tUNLINKED\tRECLAIMED\tOPEN LOCAL")
+		for _, v := range members {
+			l := locks[v.Key()]
+			if l == nil {
+				continue
+			}
+			if v.Kind == cluster.KindIsland {
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t-\n", v.Kind, v.ID, l.Locks, l.Waiters, l.Sessions, l.SessionsEnded, l.OpenHeld, l.OpenUnlinked, l.OpenReclaimed)
+			} else {
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t-\t-\t%d\t%d\t-\t-\t%d\n", v.Kind, v.ID, l.Locks, l.SessionsEnded, l.OpenHeld, l.OpenLocal)
 			}
 		}
 		tw.Flush()

@@ -226,4 +226,16 @@
 // (at most 16 of this FS's at once) and cancelled there when the caller
 // is interrupted. A gateway takes back its session after a restart
 // (SetLockSession, ResumeLockSession).
+//
+// # Open files
+//
+// HoldOpen and ReleaseOpen (opens.go) bracket a file's use by an
+// adapter that keeps files open (the FUSE mount): the island holds the
+// inode under the lock session, so an unlink or rename over through any
+// client leaves it, with no name, to the descriptors open on it until
+// the last release (or the session's end) reclaims it. Under an
+// exclusive lease the hold stays here until the lease is recalled or
+// ends (it is told then, before the recall is acknowledged), so a file
+// created, used and removed under the lease costs no request; KeepOpen
+// tells the island at once, before this FS removes the last name itself.
 package client

@@ -557,13 +557,20 @@ func (f *FS) ForgetLost(ino uint64) {
 }
 
 // ListLocks lists the locks held and waited for on ino (atoll locks).
-func (f *FS) ListLocks(ctx context.Context, cred metawire.Cred, ino uint64) (held, waiting []filelock.Lock, err error) {
+func (f *FS) ListLocks(ctx context.Context, cred metawire.Cred, ino uint64) (LockList, error) {
 	req := metawire.LockReq{Cred: cred, Ino: ino, Cmd: metawire.LockList, Lock: filelock.Lock{Owner: f.lockOwner(0)}}
 	var resp metawire.LockResp
 	if err := f.call(ctx, ino, metawire.OpLock, &req, &resp); err != nil {
-		return nil, nil, err
+		return LockList{}, err
 	}
-	return resp.Locks, resp.Waiters, nil
+	return LockList{Held: resp.Locks, Waiting: resp.Waiters, OpenBy: resp.Holders}, nil
+}
+
+// LockList is what an island knows of one inode's locks: the locks
+// held, the requests waiting, and the lock sessions holding it open.
+type LockList struct {
+	Held, Waiting []filelock.Lock
+	OpenBy        []uint64
 }
 
 // SetLockSession makes s this FS's lock session, before its first lock:

@@ -44,6 +44,10 @@ func (f *FS) LocalLocks() (granted, handedOver uint64) {
 	return f.ctr.localLocks.Load(), f.ctr.lockHandOvers.Load()
 }
 
+// LockSessionsLost returns how many of this FS's lock sessions an
+// island ended (their locks and open-file holds went with them).
+func (f *FS) LockSessionsLost() uint64 { return f.ctr.lockSessionsLost.Load() }
+
 // BytesRead returns the file bytes handed to readers since the FS was made.
 func (f *FS) BytesRead() uint64 { return f.ctr.bytesRead.Load() }
 

@@ -1144,8 +1144,10 @@ func (f *FS) remove(ctx context.Context, op uint16, cred metawire.Cred, dir uint
 // Under write-behind the unlink of a file whose create is still kept back
 // drops that create instead (removeBehind): neither reaches the island;
 // another file's unlink may be kept back (unlinkBehind).
-// The file must not be open (the mount renames open files aside
-// instead); a File still held on it fails its next flush.
+// A file open here stays readable and writable after its last name goes
+// only if the island holds it for this FS (HoldOpen, then KeepOpen
+// before the unlink); otherwise a File still open on it fails its next
+// flush.
 func (f *FS) Unlink(ctx context.Context, cred metawire.Cred, dir uint64, name string) error {
 	if f.unlinkBehind(ctx, cred, dir, name) {
 		return nil

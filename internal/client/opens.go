@@ -164,6 +164,7 @@ func (f *FS) settleHold(ctx context.Context, ino uint64, h *openHold, tell bool)
 		h.kept = 0
 		f.opens.mu.Unlock()
 	}
+	flushed := false
 	for attempt := 0; attempt < 4; attempt++ {
 		s := f.LockSession()
 		f.opens.mu.Lock()
@@ -198,6 +199,12 @@ func (f *FS) settleHold(ctx context.Context, ino uint64, h *openHold, tell bool)
 		case errors.Is(err, metawire.ErrSessionEnded):
 			f.sessionEnded(s)
 			continue
+		case errors.Is(err, metawire.ErrStale) && !flushed && f.wb.on.Load():
+			// Made here and its create still kept back: the island has
+			// it once that is sent.
+			flushed = true
+			f.flushKept(ctx, []uint32{namespace.Ino(ino).Bucket()})
+			continue
 		case errors.Is(err, metawire.ErrStale):
 			f.opens.mu.Lock()
 			h.gone = true
@@ -214,7 +221,9 @@ func (f *FS) settleHold(ctx context.Context, ino uint64, h *openHold, tell bool)
 	return fmt.Errorf("%w: holding %x: the lock session keeps ending", metawire.ErrUnavailable, ino)
 }
 
-// sendHold sends LockHold (on) or LockUnhold for session s.
+// sendHold sends LockHold (on) or LockUnhold for session s. An unhold
+// of an inode with no name left forgets what is cached of it: the
+// island reclaims it unless another session holds it.
 func (f *FS) sendHold(ctx context.Context, ino, s uint64, on bool) error {
 	req := metawire.LockReq{Cred: metawire.Root, Ino: ino, Cmd: metawire.LockUnhold}
 	if on {
@@ -222,7 +231,11 @@ func (f *FS) sendHold(ctx context.Context, ino, s uint64, on bool) error {
 	}
 	req.Lock.Owner.Session = s
 	var resp metawire.LockResp
-	return f.call(ctx, ino, metawire.OpLock, &req, &resp)
+	err := f.call(ctx, ino, metawire.OpLock, &req, &resp)
+	if err == nil && !on && resp.Attr.Ino == ino && resp.Attr.Nlink == 0 {
+		f.Invalidate(ino)
+	}
+	return err
 }
 
 // holdBuckets tells the islands of the holds kept here under the
@@ -259,6 +272,30 @@ func (f *FS) settleWhere(ctx context.Context, match func(ino uint64, h *openHold
 			f.log.Debug("client: holding an open file at its island; retrying", "ino", fmt.Sprintf("%x", ino), "err", err)
 		}
 	}
+}
+
+// KeepOpen makes sure the island holds ino for this FS, which has it
+// open (HoldOpen) and is about to remove its last name: the island keeps
+// an inode whose last name goes only for the holds it knows, not for
+// one kept here under a lease. It reports whether the island holds it
+// (false: not open here, or the island could not be told; the caller
+// keeps the file another way).
+func (f *FS) KeepOpen(ctx context.Context, ino uint64) bool {
+	f.opens.mu.Lock()
+	h := f.opens.mu.files[ino]
+	open := h != nil && h.count > 0 && !h.gone
+	f.opens.mu.Unlock()
+	if !open {
+		return false
+	}
+	if err := f.settleHold(ctx, ino, h, true); err != nil {
+		f.log.Debug("client: holding an open file before its last name goes", "ino", fmt.Sprintf("%x", ino), "err", err)
+		return false
+	}
+	s := f.LockSession()
+	f.opens.mu.Lock()
+	defer f.opens.mu.Unlock()
+	return h.count > 0 && h.told == s
 }
 
 // openRoutes adds an inode held at each island to route (the session

@@ -136,6 +136,23 @@ type MemberStats struct {
 	// mounts: the leases its client holds and the attribute changes it
 	// kept back); nil for the others.
 	Leases *LeaseStats
+	// Locks are the member's file lock and open-file figures (islands
+	// and client-side members); nil for the others.
+	Locks *LockStats
+}
+
+// LockStats are a member's lock and open-file figures. Islands: Locks
+// held on their inodes, Waiters (blocking requests waiting), Sessions
+// holding locks or open files there, SessionsEnded (not renewed in
+// time, or ended by an operator), OpenHeld inodes some session holds
+// open, OpenUnlinked of them with no name left, OpenReclaimed unlinked
+// inodes reclaimed at their last hold's end. Mounts and gateways: Locks
+// is the files they hold locks on, SessionsEnded their sessions an
+// island ended, OpenHeld the files held open at their islands, OpenLocal
+// those held under an exclusive lease only.
+type LockStats struct {
+	Locks, Waiters, Sessions, SessionsEnded         uint64
+	OpenHeld, OpenUnlinked, OpenReclaimed, OpenLocal uint64
 }
 
 // LeaseStats are a member's lease figures (#18). Islands: Held leases
@@ -222,6 +239,12 @@ func encodeStats(e *wire.Enc, s *MemberStats) {
 			e.U64(v)
 		}
 	}
+	e.Bool(s.Locks != nil)
+	if l := s.Locks; l != nil {
+		for _, v := range []uint64{l.Locks, l.Waiters, l.Sessions, l.SessionsEnded, l.OpenHeld, l.OpenUnlinked, l.OpenReclaimed, l.OpenLocal} {
+			e.U64(v)
+		}
+	}
 }
 
 func decodeStats(d *wire.Dec, s *MemberStats) {
@@ -241,6 +264,10 @@ func decodeStats(d *wire.Dec, s *MemberStats) {
 	if d.Bool() {
 		s.Leases = &LeaseStats{Held: d.U64(), Granted: d.U64(), Broken: d.U64(), Expired: d.U64(),
 			Exclusive: d.U64(), Recalled: d.U64(), Kept: d.U64(), Sent: d.U64()}
+	}
+	if d.Bool() {
+		s.Locks = &LockStats{Locks: d.U64(), Waiters: d.U64(), Sessions: d.U64(), SessionsEnded: d.U64(),
+			OpenHeld: d.U64(), OpenUnlinked: d.U64(), OpenReclaimed: d.U64(), OpenLocal: d.U64()}
 	}
 }
 

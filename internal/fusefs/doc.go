@@ -14,8 +14,10 @@
 //     Atoll id is namespace.RootIno, is FUSE's node 1; no other Atoll id
 //     is 1), and the generation is Attr.Gen. The adapter keeps no node
 //     table and no lookup counts: FORGET is a no-op, any node id the kernel
-//     sends names its inode directly, and an inode removed by another
-//     client answers ESTALE from its island.
+//     sends names its inode directly. An inode this mount has open stays
+//     at its island after its last name goes, through any client, until
+//     the mount releases it (client.FS.HoldOpen); one it does not have
+//     open answers ESTALE once removed.
 //   - READDIR and READDIRPLUS offsets are the islands' directory cookies,
 //     which are stable for an entry's life, so a listing resumed after
 //     concurrent changes neither repeats nor skips entries. The node API
@@ -96,11 +98,16 @@
 // which the island refused (EPERM from write(2) on a set-id file the user
 // may write).
 //
-// Islands delete an inode when its last name goes, so unlinking (or
-// renaming over) a file that is open in this mount renames it aside to
-// ".atoll-open-<ino>-<n>" in the same directory (NFS's "silly rename");
-// it is removed at the last release, and its fstat shows nlink 0. A mount
-// that dies leaves these names behind (rm them).
+// Every file open in this mount is held at its island (client.FS.HoldOpen
+// at the first open, ReleaseOpen at the last release), so an unlink or a
+// rename over, through this mount or any other client, leaves the inode
+// to the open descriptors: reads, writes and fstat (nlink 0) go on, and
+// the island reclaims it at the last release, or a session term after
+// the mount dies. Only when the island cannot be told (unreachable) does
+// unlinking or renaming over a file open here rename it aside to
+// ".atoll-open-<ino>-<n>" in the same directory (NFS's "silly rename"),
+// removed at the last release; a mount that dies then leaves the name
+// behind (rm it).
 //
 // # Caching
 //

@@ -539,7 +539,8 @@ func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) 
 		// its kept-back create may be dropped (client.FS.Unlink).
 		of = nil
 	}
-	if of != nil {
+	if of != nil && !a.fs.KeepOpen(ctx, vino) {
+		// The island could not be told that this mount has it open.
 		return status(a.renameAside(ctx, cred, of, dir, name))
 	}
 	err := a.fs.Unlink(ctx, cred, dir, name)
@@ -586,7 +587,7 @@ func (a *adapter) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, new
 	var victim *openFile
 	src, srcErr := a.fs.Lookup(ctx, cred, req.SrcDir, oldName)
 	dino, of, dok := a.victim(ctx, cred, req.DstDir, newName)
-	if req.Flags == 0 && srcErr == nil && of != nil && of.ino != src.Ino {
+	if req.Flags == 0 && srcErr == nil && of != nil && of.ino != src.Ino && !a.fs.KeepOpen(ctx, of.ino) {
 		if err := a.renameAside(ctx, cred, of, req.DstDir, newName); err != nil {
 			return status(err)
 		}

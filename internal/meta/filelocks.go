@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -70,6 +71,12 @@ type fileLocks struct {
 		ended map[uint64]bool // sessions known ended (cache of gLockEnded)
 	}
 	lastSweep time.Time // touched by the background loop only
+	// Figures of the last sweep and counters, for member reports
+	// (LockStats).
+	stats struct {
+		locks, waiters, sessions, openHeld, openUnlinked atomic.Uint64
+		sessionsEnded, openReclaimed                     atomic.Uint64
+	}
 }
 
 type lockWaiter struct {
@@ -523,6 +530,7 @@ func (i *Island) endSession(ctx context.Context, s uint64, why string) (int, err
 	delete(i.flocks.mu.held, s)
 	i.flocks.mu.Unlock()
 	i.met.lockSessionsEnded.Inc()
+	i.flocks.stats.sessionsEnded.Add(1)
 	i.log.Warn("meta: lock session ended; its locks are released", "session", fmt.Sprintf("%016x", s), "locks", released, "why", why)
 	return released, nil
 }
@@ -584,6 +592,12 @@ func (i *Island) sweepLocks(ctx context.Context) {
 	i.met.locksHeld.Set(float64(locks))
 	i.met.lockWaiters.Set(float64(waiting))
 	i.met.lockSessions.Set(float64(len(held)))
+	st := &i.flocks.stats
+	st.locks.Store(uint64(locks))
+	st.waiters.Store(uint64(waiting))
+	st.sessions.Store(uint64(len(held)))
+	st.openHeld.Store(uint64(heldOpen))
+	st.openUnlinked.Store(uint64(unlinked))
 	for _, s := range expired {
 		if _, err := i.endSession(ctx, s, fmt.Sprintf("not renewed for %v", term)); err != nil {
 			i.log.Info("meta: ending a lock session", "session", fmt.Sprintf("%016x", s), "err", err)

@@ -341,6 +341,15 @@ func (i *Island) LeaseStats() *member.LeaseStats {
 		Exclusive: st.Exclusive, Recalled: st.Recalled}
 }
 
+// LockStats returns the island's lock and open-file figures for its
+// member reports (the last session sweep's, and counters).
+func (i *Island) LockStats() *member.LockStats {
+	st := &i.flocks.stats
+	return &member.LockStats{Locks: st.locks.Load(), Waiters: st.waiters.Load(), Sessions: st.sessions.Load(),
+		SessionsEnded: st.sessionsEnded.Load(), OpenHeld: st.openHeld.Load(), OpenUnlinked: st.openUnlinked.Load(),
+		OpenReclaimed: st.openReclaimed.Load()}
+}
+
 // cacheCollector exports the pebble block cache figures, read at scrape
 // time (nothing once the island is closed).
 type cacheCollector struct {

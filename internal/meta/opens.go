@@ -152,6 +152,7 @@ func (i *Island) dropHold(b *pebble.Batch, n *inode, hs []uint64) error {
 		return err
 	}
 	i.met.openReclaimed.Inc()
+	i.flocks.stats.openReclaimed.Add(1)
 	return d.write(b)
 }
 

@@ -361,10 +361,11 @@ func (s *Server) serveIsland(ctx context.Context, h *hosted, viewReady <-chan st
 			Stats: func() cluster.MemberStats {
 				var ops uint64
 				var leases *cluster.LeaseStats
+				var locks *cluster.LockStats
 				if isl := h.island.Load(); isl != nil {
-					ops, leases = isl.Ops(), isl.LeaseStats()
+					ops, leases, locks = isl.Ops(), isl.LeaseStats(), isl.LockStats()
 				}
-				return cluster.MemberStats{Ops: ops, MetricsAddr: s.cfg.MetricsAddr, Replicas: s.replicaStats(), Leases: leases}
+				return cluster.MemberStats{Ops: ops, MetricsAddr: s.cfg.MetricsAddr, Replicas: s.replicaStats(), Leases: leases, Locks: locks}
 			},
 		})
 		if err != nil {

@@ -162,6 +162,19 @@ type Report struct {
 	IncrementsFailed  int64            `json:"increments_failed"`
 	Counters          []int64          `json:"counters"` // final values
 	LockViolations    int              `json:"lock_violations"`
+
+	// The open-file workload (opens.go): files held open by one client
+	// and removed (unlinked or renamed over) by another, the reads
+	// through the open descriptor after the removal that returned the
+	// file's bytes, that failed (by why), that returned other bytes or
+	// found the file gone while the holder's session lived (violations),
+	// and removed inodes not reclaimed after the heal.
+	OpenRemoved     int64            `json:"open_removed"`
+	OpenReadsOK     int64            `json:"open_reads_ok"`
+	OpenReadsFailed int64            `json:"open_reads_failed"`
+	OpenFailWhy     map[string]int64 `json:"open_fail_why,omitempty"`
+	OpenMismatches  int64            `json:"open_mismatches"`
+	OpenLeaked      int64            `json:"open_leaked"`
 }
 
 // Summary is the one-line form of a report.
@@ -170,10 +183,11 @@ func (r *Report) Summary() string {
 	if !r.Passed {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot; %d/%d probed soon after were reported sick, within %.0fs), %d/%d deletions repaired, %d disk-full, %d failed restarts retried; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s); %d locks taken (%d after a wait, longest %.1fs), %d lock requests failed, %d locks lost, increments %d acked, %d unknown, %d failed before the write, %d lock violations; fsck clean %v, fully redundant %v",
+	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot; %d/%d probed soon after were reported sick, within %.0fs), %d/%d deletions repaired, %d disk-full, %d failed restarts retried; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s); %d locks taken (%d after a wait, longest %.1fs), %d lock requests failed, %d locks lost, increments %d acked, %d unknown, %d failed before the write, %d lock violations; open files removed while open %d: %d read back whole, %d failed, %d wrong or gone under a live session, %d not reclaimed; fsck clean %v, fully redundant %v",
 		verdict, r.Seed, r.Seconds, r.Operations, r.UnknownOutcomes, r.Kills, r.Partitions, r.Hangs, r.CorruptionsDetected, r.Corruptions, r.CorruptionsMoot, r.ProbeDetected, r.CorruptionsProbed, r.ProbeDelayMaxSec,
 		r.DeletionsRepaired, r.Deletions, r.DiskFull, r.FailedRestarts, r.AckedBytes, r.LostBytes, r.ReadMismatches, r.HistoryViolations, r.HistoryCheck,
-		r.LockHolds, r.LockWaits, r.LockWaitMaxSec, r.LockFailures, r.LocksLost, r.IncrementsAcked, r.IncrementsUnknown, r.IncrementsFailed, r.LockViolations, r.FsckClean, r.FullyRedundant)
+		r.LockHolds, r.LockWaits, r.LockWaitMaxSec, r.LockFailures, r.LocksLost, r.IncrementsAcked, r.IncrementsUnknown, r.IncrementsFailed, r.LockViolations,
+		r.OpenRemoved, r.OpenReadsOK, r.OpenReadsFailed, r.OpenMismatches, r.OpenLeaked, r.FsckClean, r.FullyRedundant)
 }
 
 // groups of the namespace model.
@@ -387,6 +401,10 @@ func (e *engine) run(ctx context.Context) error {
 	if err := lw.setup(ctx, setup.(*libOps)); err != nil {
 		return err
 	}
+	ow := &openWorkload{w: w, clients: clients}
+	if err := setup.mkdir(ctx, "/opens"); err != nil {
+		return err
+	}
 
 	sched := Schedule(e.cfg.Seed, e.cfg.Duration, e.cfg.FaultEvery, e.topology())
 	e.rep.Schedule = sched
@@ -418,6 +436,16 @@ func (e *engine) run(ctx context.Context) error {
 			defer wg.Done()
 			lw.run(wctx, i, c, l, lr)
 		}()
+		// The open-file traffic: the same clients hold files open that
+		// any other client removes.
+		if o, ok := c.(opener); ok && len(clients) > 1 {
+			wg.Add(1)
+			or := rand.New(rand.NewPCG(e.cfg.Seed, uint64(i)+2001))
+			go func() {
+				defer wg.Done()
+				ow.run(wctx, i, o, or)
+			}()
+		}
 	}
 	probe, err := e.dial(ctx, e.ccfg.ClusterKeyPath())
 	if err != nil {
@@ -464,6 +492,7 @@ func (e *engine) run(ctx context.Context) error {
 	e.checkDamage(hctx, vc)
 	e.fsck(hctx)
 	e.checkLocks(hctx, lw, checker)
+	e.checkOpens(hctx, ow, vc.FS)
 
 	ops := hist.close()
 	res, short := check(ops, 5*time.Minute)
