@@ -151,7 +151,7 @@ type MemberStats struct {
 // island ended, OpenHeld the files held open at their islands, OpenLocal
 // those held under an exclusive lease only.
 type LockStats struct {
-	Locks, Waiters, Sessions, SessionsEnded         uint64
+	Locks, Waiters, Sessions, SessionsEnded          uint64
 	OpenHeld, OpenUnlinked, OpenReclaimed, OpenLocal uint64
 }
 
