@@ -4,16 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/filelock"
 	"github.com/atoll-fs/atoll/internal/islandload"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/testenv"
@@ -57,6 +64,40 @@ func TestIslandsShrinkAndGrowWhileServing(t *testing.T) {
 	s := startStorm(t, mnt, 6, dirs...)
 	time.Sleep(time.Second)
 
+	// A lock and an unlinked open file on island 1 move with its
+	// entries: another client still finds the lock held, and the
+	// descriptor still reads the file.
+	other := dialDev(t, cl)
+	lockedPath, heldPath := filepath.Join(dirs[0], "locked"), filepath.Join(dirs[0], "held-open")
+	for _, p := range []string{lockedPath, heldPath} {
+		if err := os.WriteFile(p, []byte("moves with its entry"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lf := openRW(t, lockedPath)
+	if _, err := posixLock(lf, unix.F_SETLK, unix.F_WRLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	hf, err := os.Open(heldPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hf.Close()
+	var hst syscall.Stat_t
+	if err := syscall.Fstat(int(hf.Fd()), &hst); err != nil {
+		t.Fatal(err)
+	}
+	if d, name, err := other.FS.ResolveParent(ctx, root, strings.TrimPrefix(heldPath, mnt)); err != nil {
+		t.Fatal(err)
+	} else if err := other.FS.Unlink(ctx, root, d.Ino, name); err != nil {
+		t.Fatal(err)
+	}
+	locked, err := other.FS.Resolve(ctx, root, strings.TrimPrefix(lockedPath, mnt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherLock := filelock.Lock{Owner: filelock.Owner{ID: 1}, Kind: filelock.POSIX, Type: filelock.Write, End: filelock.MaxEnd}
+
 	out := islandCmd(t, managerAddr(cl.Manager), "remove", "1", "--dry-run")
 	t.Logf("dry run: %s", out)
 	if m, _ := conn.Cluster.Map(ctx, 0); len(m.Moves) != 0 || entryCounts(m)[1] == 0 {
@@ -84,6 +125,25 @@ func TestIslandsShrinkAndGrowWhileServing(t *testing.T) {
 	}
 	if is, _ := m.Island(1); is.State != cluster.StateOut {
 		t.Fatalf("island 1 is %s after its removal", is.State)
+	}
+	if _, err := other.FS.SetLock(ctx, root, locked.Ino, otherLock, false, nil); !errors.Is(err, metawire.ErrWouldBlock) {
+		t.Fatalf("another client's lock on a file locked before its entry moved: %v, want EWOULDBLOCK", err)
+	}
+	if b, err := io.ReadAll(hf); err != nil || string(b) != "moves with its entry" {
+		t.Fatalf("the unlinked open file after its entry moved: %q, %v", b, err)
+	}
+	if err := hf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitReclaimed(t, other.FS, hst.Ino)
+	if _, err := posixLock(lf, unix.F_SETLK, unix.F_UNLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.FS.SetLock(ctx, root, locked.Ino, otherLock, false, nil); err != nil {
+		t.Fatalf("the lock after its holder's unlock, entry moved: %v", err)
+	}
+	if err := other.FS.Unlock(ctx, root, locked.Ino, otherLock); err != nil {
+		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
 

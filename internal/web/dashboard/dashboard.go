@@ -133,6 +133,21 @@ type MemberView struct {
 	// Leases are the member's lease figures (islands and mounts; see
 	// cluster.LeaseStats), absent for the others.
 	Leases *LeaseView `json:"leases,omitempty"`
+	// Locks are the member's lock and open-file figures (islands, mounts
+	// and gateways; see cluster.LockStats), absent for the others.
+	Locks *LockView `json:"locks,omitempty"`
+}
+
+// LockView is cluster.LockStats for the dashboard.
+type LockView struct {
+	Locks         uint64 `json:"locks"`
+	Waiters       uint64 `json:"waiters"`
+	Sessions      uint64 `json:"sessions"`
+	SessionsEnded uint64 `json:"sessions_ended"`
+	OpenHeld      uint64 `json:"open_held"`
+	OpenUnlinked  uint64 `json:"open_unlinked"`
+	OpenReclaimed uint64 `json:"open_reclaimed"`
+	OpenLocal     uint64 `json:"open_local"`
 }
 
 // LeaseView is cluster.LeaseStats for the dashboard.
@@ -250,6 +265,10 @@ func Build(sn cluster.Snapshot) View {
 			if x := st.Leases; x != nil {
 				mv.Leases = &LeaseView{Held: x.Held, Granted: x.Granted, Broken: x.Broken, Expired: x.Expired,
 					Exclusive: x.Exclusive, Recalled: x.Recalled, Kept: x.Kept, Sent: x.Sent}
+			}
+			if x := st.Locks; x != nil {
+				mv.Locks = &LockView{Locks: x.Locks, Waiters: x.Waiters, Sessions: x.Sessions, SessionsEnded: x.SessionsEnded,
+					OpenHeld: x.OpenHeld, OpenUnlinked: x.OpenUnlinked, OpenReclaimed: x.OpenReclaimed, OpenLocal: x.OpenLocal}
 			}
 			if k.Kind == cluster.KindStorage && !l.LastHeartbeat.IsZero() {
 				mv.ScrubProgress = progress(st.ScrubPassBytes, st.UsedBytes)

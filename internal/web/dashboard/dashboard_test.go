@@ -38,7 +38,8 @@ func testSnapshot() cluster.Snapshot {
 					ScrubPassBytes: 100, ScrubPasses: 2, Repairs: 1, MetricsAddr: "127.0.0.1:7600"}},
 				{Key: k1, LastHeartbeat: now.Add(-9 * time.Second), Stats: cluster.MemberStats{CapacityBytes: 1000, UsedBytes: 600}},
 				{Key: cluster.MemberKey{Kind: cluster.KindGateway, ID: 7}, LastHeartbeat: now, Stats: cluster.MemberStats{Degraded: 5,
-					Leases: &cluster.LeaseStats{Held: 3, Broken: 1, Kept: 30, Sent: 10}}},
+					Leases: &cluster.LeaseStats{Held: 3, Broken: 1, Kept: 30, Sent: 10},
+					Locks:  &cluster.LockStats{Locks: 2, OpenHeld: 5, OpenLocal: 1}}},
 			}},
 		Now:   now,
 		Rates: map[cluster.MemberKey]cluster.Rates{k0: {WriteBytesPerSec: 50}, k1: {WriteBytesPerSec: 70}},
@@ -70,6 +71,12 @@ func TestBuild(t *testing.T) {
 	}
 	if v.Members[2].ScrubProgress != -1 || v.Members[2].HeartbeatAgeMS != -1 || v.Members[2].Leases != nil {
 		t.Errorf("island without heartbeats: %+v", v.Members[2])
+	}
+	if k := v.Members[4].Locks; k == nil || k.Locks != 2 || k.OpenHeld != 5 || k.OpenLocal != 1 {
+		t.Errorf("gateway-7 locks: %+v", k)
+	}
+	if v.Members[2].Locks != nil {
+		t.Errorf("a member that reports no locks shows %+v", v.Members[2].Locks)
 	}
 	if l := v.Members[4].Leases; l == nil || l.Held != 3 || l.Broken != 1 || l.Kept != 30 || l.Sent != 10 {
 		t.Errorf("gateway-7 leases: %+v", l)
