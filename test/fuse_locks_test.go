@@ -300,10 +300,10 @@ func TestFUSELockCoherentData(t *testing.T) {
 // default rollback journal: every row is there and integrity_check is
 // ok. Without locks across mounts the same run ends "database disk
 // image is malformed". ATOLL_SQLITE_TXNS sets the transactions per
-// writer (the issue's 1,000; CI runs 100: about one run in four of
-// 3 x 1,000 still ends with a writer's "disk I/O error", a race of the
-// journal's removal by one mount with its opening by another, left open
-// in the issue's note). ATOLL_SQLITE_LOG adds CLI dot-commands.
+// writer (default the issue's 1,000, about 45 s here; before open files
+// were held at the islands about one run in four ended with a writer's
+// "disk I/O error": one mount removed the journal another had just
+// opened). ATOLL_SQLITE_LOG adds CLI dot-commands.
 func TestFUSESQLiteThreeMounts(t *testing.T) {
 	sqlite := lookTool(t, "sqlite3")
 	fuseUsable(t)
@@ -313,10 +313,9 @@ func TestFUSESQLiteThreeMounts(t *testing.T) {
 		_, m := mountFS(t, fc.newFS(t))
 		mounts = append(mounts, m)
 	}
-	n := envInt("ATOLL_SQLITE_TXNS", 100)
+	n := envInt("ATOLL_SQLITE_TXNS", 1000)
 	// ATOLL_SQLITE_DIR puts the database in a directory one mount makes
-	// (it holds it exclusively until the others come): see the issue's
-	// closing note on the race left there.
+	// (it holds it exclusively until the others come).
 	db := "test.db"
 	if sub := os.Getenv("ATOLL_SQLITE_DIR"); sub != "" {
 		if err := os.Mkdir(filepath.Join(mounts[0], sub), 0o755); err != nil {
