@@ -601,17 +601,24 @@ func (f *FS) endLeasesAndUnlock(ctx context.Context, buckets []uint32) {
 	if f.wb.on.Load() {
 		// Nothing more is kept back under them; what was is sent while
 		// they still stand, so the break is acknowledged after it.
+		var excl []uint32
 		for _, b := range buckets {
 			if l := f.cache.leases[b]; l != nil {
+				if l.exclusive {
+					excl = append(excl, b)
+				}
 				l.exclusive = false
 			}
 		}
 		f.cache.Unlock()
 		f.flushKept(ctx, buckets)
 		// Locks granted here under them go to the island first too,
-		// and the files held open here.
+		// and the files held open here under the exclusive ones (a
+		// shared lease's break comes from inside another client's
+		// change, which holds the inode locks a hold would wait for:
+		// untold holds there are the watch's).
 		f.handOverBuckets(ctx, buckets)
-		f.holdBuckets(ctx, buckets)
+		f.holdBuckets(ctx, excl)
 		f.cache.Lock()
 	}
 	for _, b := range buckets {

@@ -451,9 +451,43 @@ func (i *Island) lockSession(ctx context.Context, r *metawire.LockSessionReq, en
 		}
 	}
 	i.flocks.mu.Lock()
-	resp.Locks = uint32(i.flocks.mu.held[r.Session])
+	n, counted := i.flocks.mu.held[r.Session]
 	i.flocks.mu.Unlock()
+	if !counted {
+		// Not counted by the last sweep (up to a second old): a gateway
+		// restarted right after granting locks asks where its session
+		// holds them, and must not be told "nowhere".
+		n = i.countSession(r.Session)
+	}
+	resp.Locks = uint32(n)
 	return resp, nil
+}
+
+// countSession counts session s's locks and open-file holds on this
+// island now.
+func (i *Island) countSession(s uint64) int {
+	n := 0
+	if inos, err := i.lockedInodes(); err == nil {
+		for _, ino := range inos {
+			if set, err := readLocks(i.db, ino); err == nil && i.owns(ino) {
+				for _, l := range set {
+					if l.Owner.Session == s {
+						n++
+					}
+				}
+			}
+		}
+	}
+	if inos, err := i.heldInodes(); err == nil {
+		for _, ino := range inos {
+			if hs, err := readHolds(i.db, ino); err == nil && i.owns(ino) {
+				if _, found := slices.BinarySearch(hs, s); found {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 // releaseOwners releases, on every locked inode of the island, the locks

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/atoll-fs/atoll/internal/filelock"
 	"github.com/atoll-fs/atoll/internal/metawire"
 )
 
@@ -113,4 +114,33 @@ func TestHeldInodeOutlivesItsLastLink(t *testing.T) {
 	_, err = k.holdReq(dir.Ino, sb, metawire.LockHold)
 	wantErr(t, err, metawire.ErrInvalid, "hold of a directory")
 	c.mustFsck()
+}
+
+// A session's renewal counts its locks and holds as they are, not as the
+// last sweep (up to a second old) saw them: a gateway restarted right
+// after granting locks resumes its session where it holds them
+// (client.FS.ResumeLockSession), and "none" would make its clients'
+// unlocks no-ops.
+func TestLockSessionCountsWhatItHoldsNow(t *testing.T) {
+	c := newCluster(t, 1)
+	k := c.root()
+	f := must(k.create(rootIno(), "f", 0o644))
+	g := must(k.create(rootIno(), "g", 0o644))
+	const s = 0x5e55
+	var lr metawire.LockResp
+	req := metawire.LockReq{Cred: k.cred, Ino: f.Ino, Cmd: metawire.LockSet,
+		Lock: filelock.Lock{Owner: filelock.Owner{Session: s, ID: 1}, Kind: filelock.POSIX, Type: filelock.Write, End: 9}}
+	if err := c.call(metawire.OpLock, f.Ino, &req, &lr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.holdReq(g.Ino, s, metawire.LockHold); err != nil {
+		t.Fatal(err)
+	}
+	var resp metawire.LockSessionResp
+	if err := c.call(metawire.OpLockSession, f.Ino, &metawire.LockSessionReq{Session: s}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Ended || resp.Locks != 2 {
+		t.Fatalf("renewal right after a lock and a hold: %+v, want 2 held", resp)
+	}
 }
