@@ -223,10 +223,45 @@ func (f *FS) startLocalWatch() {
 		return
 	}
 	f.locks.mu.watching = true
+	f.every(localWatchEvery, f.watchLocal)
+}
+
+// watchLocal is one look of the local-lock watch: copies whose lease is
+// ending go to the island.
+func (f *FS) watchLocal() {
+	type copyOf struct {
+		ino, gen uint64
+		bucket   uint32
+	}
+	var copies []copyOf
+	f.locks.mu.Lock()
+	for ino, loc := range f.locks.mu.local {
+		copies = append(copies, copyOf{ino, loc.gen, loc.bucket})
+	}
+	f.locks.mu.Unlock()
+	var ending []uint64
+	for _, c := range copies {
+		if g, ok := f.exclusiveLease(c.bucket, 0); !ok || g != c.gen {
+			ending = append(ending, c.ino)
+		}
+	}
+	if len(ending) > 0 {
+		// The island's copy of the lease outlasts this side's by its
+		// margin: a hand-over begun with wbMinLease left ends within
+		// the lease.
+		ctx, cancel := context.WithTimeout(f.pollCtx, wbMinLease)
+		f.handOver(ctx, ending)
+		cancel()
+	}
+}
+
+// every runs fn every d on a goroutine the FS owns (waited for by
+// Close), until Close.
+func (f *FS) every(d time.Duration, fn func()) {
 	f.pollers.Add(1)
 	go func() {
 		defer f.pollers.Done()
-		t := time.NewTicker(localWatchEvery)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
@@ -234,30 +269,7 @@ func (f *FS) startLocalWatch() {
 				return
 			case <-t.C:
 			}
-			type copyOf struct {
-				ino, gen uint64
-				bucket   uint32
-			}
-			var copies []copyOf
-			f.locks.mu.Lock()
-			for ino, loc := range f.locks.mu.local {
-				copies = append(copies, copyOf{ino, loc.gen, loc.bucket})
-			}
-			f.locks.mu.Unlock()
-			var ending []uint64
-			for _, c := range copies {
-				if g, ok := f.exclusiveLease(c.bucket, 0); !ok || g != c.gen {
-					ending = append(ending, c.ino)
-				}
-			}
-			if len(ending) > 0 {
-				// The island's copy of the lease outlasts this side's by
-				// its margin: a hand-over begun with wbMinLease left ends
-				// within the lease.
-				ctx, cancel := context.WithTimeout(f.pollCtx, wbMinLease)
-				f.handOver(ctx, ending)
-				cancel()
-			}
+			fn()
 		}
 	}()
 }

@@ -320,20 +320,7 @@ func (f *FS) startOpenWatchLocked() {
 		return
 	}
 	f.opens.mu.watching = true
-	f.pollers.Add(1)
-	go func() {
-		defer f.pollers.Done()
-		t := time.NewTicker(openWatchEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-f.pollCtx.Done():
-				return
-			case <-t.C:
-			}
-			f.watchOpens()
-		}
-	}()
+	f.every(openWatchEvery, f.watchOpens)
 }
 
 // watchOpens is one look of the watch: holds kept here whose lease is

@@ -466,34 +466,16 @@ func (i *Island) lockSession(ctx context.Context, r *metawire.LockSessionReq, en
 // countSession counts session s's locks and open-file holds on this
 // island now.
 func (i *Island) countSession(s uint64) int {
-	n := 0
-	if inos, err := i.lockedInodes(); err == nil {
-		for _, ino := range inos {
-			if set, err := readLocks(i.db, ino); err == nil && i.owns(ino) {
-				for _, l := range set {
-					if l.Owner.Session == s {
-						n++
-					}
-				}
-			}
-		}
-	}
-	if inos, err := i.heldInodes(); err == nil {
-		for _, ino := range inos {
-			if hs, err := readHolds(i.db, ino); err == nil && i.owns(ino) {
-				if _, found := slices.BinarySearch(hs, s); found {
-					n++
-				}
-			}
-		}
-	}
-	return n
+	held := map[uint64]int{}
+	_ = i.countLocks(held)
+	i.countHolds(held)
+	return held[s]
 }
 
 // releaseOwners releases, on every locked inode of the island, the locks
 // of session s's owners that match.
 func (i *Island) releaseOwners(ctx context.Context, s uint64, match func(filelock.Owner) bool) (int, error) {
-	inos, err := i.lockedInodes()
+	inos, err := i.indexedInodes(gLockIndex)
 	if err != nil {
 		return 0, err
 	}
@@ -522,9 +504,10 @@ func (i *Island) releaseOwners(ctx context.Context, s uint64, match func(fileloc
 	return released, nil
 }
 
-// lockedInodes lists the inodes with lock records (the index).
-func (i *Island) lockedInodes() ([]namespace.Ino, error) {
-	p := globalKey(gLockIndex)
+// indexedInodes lists the inodes of an island-wide index of inodes
+// (gLockIndex: with lock records; gHoldIndex: with hold records).
+func (i *Island) indexedInodes(index byte) ([]namespace.Ino, error) {
+	p := globalKey(index)
 	it, err := i.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return nil, err
@@ -569,22 +552,12 @@ func (i *Island) endSession(ctx context.Context, s uint64, why string) (int, err
 	return released, nil
 }
 
-// sweepLocks (the background loop, about once a second) counts the
-// locks of every session and ends the sessions not renewed for a term:
-// a session first seen by this incarnation counts from then, so no
-// session ends earlier than a term after its last renewal anywhere.
-func (i *Island) sweepLocks(ctx context.Context) {
-	now := time.Now()
-	if now.Sub(i.flocks.lastSweep) < time.Second {
-		return
-	}
-	i.flocks.lastSweep = now
-	inos, err := i.lockedInodes()
+// countLocks adds each session's locks on this island to held.
+func (i *Island) countLocks(held map[uint64]int) error {
+	inos, err := i.indexedInodes(gLockIndex)
 	if err != nil {
-		return
+		return err
 	}
-	held := map[uint64]int{}
-	waiting := 0
 	for _, ino := range inos {
 		if !i.owns(ino) {
 			continue
@@ -597,6 +570,24 @@ func (i *Island) sweepLocks(ctx context.Context) {
 			held[l.Owner.Session]++
 		}
 	}
+	return nil
+}
+
+// sweepLocks (the background loop, about once a second) counts the
+// locks of every session and ends the sessions not renewed for a term:
+// a session first seen by this incarnation counts from then, so no
+// session ends earlier than a term after its last renewal anywhere.
+func (i *Island) sweepLocks(ctx context.Context) {
+	now := time.Now()
+	if now.Sub(i.flocks.lastSweep) < time.Second {
+		return
+	}
+	i.flocks.lastSweep = now
+	held := map[uint64]int{}
+	if err := i.countLocks(held); err != nil {
+		return
+	}
+	waiting := 0
 	locks := 0
 	for _, n := range held {
 		locks += n

@@ -156,29 +156,12 @@ func (i *Island) dropHold(b *pebble.Batch, n *inode, hs []uint64) error {
 	return d.write(b)
 }
 
-// heldInodes lists the inodes with hold records (the index).
-func (i *Island) heldInodes() ([]namespace.Ino, error) {
-	p := globalKey(gHoldIndex)
-	it, err := i.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
-	var inos []namespace.Ino
-	for it.First(); it.Valid(); it.Next() {
-		if k := it.Key(); len(k) == len(p)+8 {
-			inos = append(inos, namespace.Ino(binary.BigEndian.Uint64(k[len(p):])))
-		}
-	}
-	return inos, it.Error()
-}
-
 // countHolds adds each session's holds on this island to held (the
 // session sweep: a session that holds files open must be renewed like
 // one that holds locks), and returns how many inodes are held and how
 // many of them are unlinked.
 func (i *Island) countHolds(held map[uint64]int) (inodes, unlinked int) {
-	inos, err := i.heldInodes()
+	inos, err := i.indexedInodes(gHoldIndex)
 	if err != nil {
 		return 0, 0
 	}
@@ -204,7 +187,7 @@ func (i *Island) countHolds(held map[uint64]int) (inodes, unlinked int) {
 // releaseHolds drops session s's holds on every inode of the island (its
 // session ended), reclaiming the unlinked inodes nobody else holds.
 func (i *Island) releaseHolds(ctx context.Context, s uint64) error {
-	inos, err := i.heldInodes()
+	inos, err := i.indexedInodes(gHoldIndex)
 	if err != nil {
 		return err
 	}
