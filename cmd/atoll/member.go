@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/atoll-fs/atoll/internal/cluster"
 )
@@ -57,4 +60,57 @@ func checkAdvertised(flag, addr string) error {
 		return usageErr(flag, fmt.Errorf("%q: this address is registered with the managers, so it must be one the other machines can reach (e.g. 10.0.0.2%s), not a wildcard", addr, addr[strings.LastIndex(addr, ":"):]))
 	}
 	return nil
+}
+
+// newMemberCmd is `atoll member remove`: forgetting a gateway or mount the
+// map still lists (one that is gone; a live one registers again).
+func newMemberCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "member", Short: "Manage the cluster map's members"}
+	var addr string
+	rm := &cobra.Command{
+		Use:   "remove gateway/ID [--cluster ADDR]",
+		Short: "Forget a gateway or mount (as `atoll status` names it)",
+		Long: `Remove a gateway or mount from the cluster map. Gateways and mounts that stop
+heartbeating are removed by themselves after 15 minutes; this does it now.
+A gateway still running registers again. Storage servers and islands hold
+data and leave with ` + "`atoll drain`" + ` and the out state instead.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := parseMemberKey(args[0])
+			if err != nil {
+				return err
+			}
+			mc, _, err := managerClient(g, addr)
+			if err != nil {
+				return err
+			}
+			defer mc.Close()
+			epoch, err := mc.Remove(cmd.Context(), k.Kind, k.ID)
+			if err != nil {
+				return fmt.Errorf("member remove %s: %w", k, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s removed (map epoch %d)\n", k, epoch)
+			return nil
+		},
+	}
+	rm.Flags().StringVar(&addr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	cmd.AddCommand(rm)
+	return cmd
+}
+
+// parseMemberKey parses "KIND/ID" (kind as cluster.ParseKind reads it).
+func parseMemberKey(s string) (cluster.MemberKey, error) {
+	kind, id, ok := strings.Cut(s, "/")
+	if !ok {
+		return cluster.MemberKey{}, fmt.Errorf("member %q: want KIND/ID, e.g. gateway/123456", s)
+	}
+	k, err := cluster.ParseKind(kind)
+	if err != nil {
+		return cluster.MemberKey{}, err
+	}
+	n, err := strconv.ParseUint(id, 10, 32)
+	if err != nil {
+		return cluster.MemberKey{}, fmt.Errorf("member %q: bad id %q", s, id)
+	}
+	return cluster.MemberKey{Kind: k, ID: uint32(n)}, nil
 }

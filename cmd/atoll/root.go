@@ -88,7 +88,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newNFSCmd(g))
 	root.AddCommand(newMountCmd(g))
 	root.AddCommand(newFsckCmd(g), newLsCmd(g), newCpCmd(g), newPolicyCmd(g), newDfCmd(g), newLocksCmd(g))
-	root.AddCommand(newCleanCmd(g), newDrainCmd(g), newKeyCmd(g), newIslandCmd(g))
+	root.AddCommand(newCleanCmd(g), newDrainCmd(g), newKeyCmd(g), newIslandCmd(g), newMemberCmd(g))
 	return root
 }
 

@@ -141,6 +141,9 @@ type memberJSON struct {
 	// MetricsAddr is where the member serves Prometheus /metrics, as its
 	// heartbeats report it (absent when it serves none, or from a follower).
 	MetricsAddr string `json:"metrics_addr,omitempty"`
+	// RegisteredBy is the key (not the cluster key) that registered a
+	// gateway or mount: its address and figures are that key's word.
+	RegisteredBy string `json:"registered_by,omitempty"`
 	// Leases are the member's lease figures as its heartbeats report them
 	// (islands and mounts; absent otherwise, or from a follower).
 	Leases *leasesJSON `json:"leases,omitempty"`
@@ -330,7 +333,7 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 	for _, v := range st.Members() {
 		mj := memberJSON{Kind: v.Kind.String(), ID: v.ID, Addr: v.Addr, State: v.State.String(), PID: v.PID, HeartbeatAgeMS: -1,
 			CapacityBytes: v.CapacityBytes, UsedBytes: v.UsedBytes, Degraded: v.Degraded, MetricsAddr: metrics[v.Key()],
-			Leases: leases[v.Key()], Locks: locks[v.Key()]}
+			Leases: leases[v.Key()], Locks: locks[v.Key()], RegisteredBy: v.Owner}
 		if !v.LastHeartbeat.IsZero() {
 			mj.LastHB = v.LastHeartbeat.UTC().Format(time.RFC3339Nano)
 			mj.HeartbeatAgeMS = max(now.Sub(v.LastHeartbeat).Milliseconds(), 0)
@@ -414,7 +417,11 @@ func writeStatus(w io.Writer, st *cluster.Status, now time.Time) error {
 			if v.Degraded > 0 {
 				degraded = fmt.Sprintf("%d stripes", v.Degraded)
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.Kind, v.ID, v.Addr, v.State, v.PID, hb, capacity, used, degraded)
+			addr := v.Addr
+			if v.Owner != "" {
+				addr += " (key " + v.Owner + ")"
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.Kind, v.ID, addr, v.State, v.PID, hb, capacity, used, degraded)
 		}
 		tw.Flush()
 	}

@@ -267,6 +267,12 @@ func (c *Client) SetState(ctx context.Context, kind Kind, id uint32, st State) (
 	return c.callEpoch(ctx, OpSetState, Marshal(&SetStateReq{Kind: kind, ID: id, State: st}))
 }
 
+// Remove forgets a gateway or mount (storage servers and islands leave
+// by drain and out) and returns the resulting epoch.
+func (c *Client) Remove(ctx context.Context, kind Kind, id uint32) (uint64, error) {
+	return c.callEpoch(ctx, OpRemove, Marshal(&RemoveReq{Kind: kind, ID: id}))
+}
+
 // Format creates the namespace table over islands (nil: every registered
 // island that is not out) and returns the new map.
 func (c *Client) Format(ctx context.Context, islands []uint32) (*Map, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -17,7 +18,20 @@ const (
 	maxAddrLen   = 256
 	maxPolicyLen = 256
 	maxRaftIDLen = 128
+	maxOwnerLen  = 64 // a key name (auth)
 )
+
+// gatewayOwners counts the gateways a key other than the cluster key
+// registered.
+func (m *Map) gatewayOwners() int {
+	n := 0
+	for _, g := range m.Gateways {
+		if g.Owner != "" {
+			n++
+		}
+	}
+	return n
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -65,14 +79,24 @@ func EncodeMap(m *Map) []byte {
 		e.String(n.ClientAddr)
 	}
 	encodeTable(&e, m.Table)
-	// Optional tails, in this order: older readers never saw moves or a
-	// placement.
-	if len(m.Moves) > 0 || len(m.IslandServers) > 0 || len(m.Replicas) > 0 {
+	// Optional tails, in this order: older readers never saw moves, a
+	// placement or gateway owners.
+	owners := m.gatewayOwners()
+	if len(m.Moves) > 0 || len(m.IslandServers) > 0 || len(m.Replicas) > 0 || owners > 0 {
 		encodeMoves(&e, m.Moves)
 	}
-	if len(m.IslandServers) > 0 || len(m.Replicas) > 0 {
+	if len(m.IslandServers) > 0 || len(m.Replicas) > 0 || owners > 0 {
 		encodeServers(&e, m.IslandServers)
 		encodeSets(&e, m.Replicas)
+	}
+	if owners > 0 {
+		e.Uvarint(uint64(owners))
+		for _, g := range m.Gateways {
+			if g.Owner != "" {
+				e.U32(g.ID)
+				e.String(g.Owner)
+			}
+		}
 	}
 	e.U32(crc32.Checksum(e.B, castagnoli))
 	return e.B
@@ -151,6 +175,16 @@ func DecodeMap(b []byte) (*Map, error) {
 		m.IslandServers = decodeServers(d)
 		m.Replicas = decodeSets(d)
 	}
+	if d.More() {
+		for range d.Count(5) {
+			id, owner := d.U32(), d.Str()
+			i, ok := slices.BinarySearchFunc(m.Gateways, id, func(s Gateway, v uint32) int { return cmpInt(s.ID, v) })
+			if !ok || owner == "" || len(owner) > maxOwnerLen || m.Gateways[i].Owner != "" {
+				return nil, fmt.Errorf("%w: cluster map: bad owner of gateway %d", ErrBadRequest, id)
+			}
+			m.Gateways[i].Owner = owner
+		}
+	}
 	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("%w: cluster map: %v", ErrBadRequest, err)
 	}
@@ -202,6 +236,9 @@ func (m *Map) Validate() error {
 	for _, s := range m.Gateways {
 		if err := check(MemberKey{KindGateway, s.ID}, &prev, s.Addr, s.State, s.PID); err != nil {
 			return err
+		}
+		if len(s.Owner) > maxOwnerLen {
+			return bad("gateway %d: owner too long", s.ID)
 		}
 	}
 	seen := make(map[string]bool, len(m.Managers))

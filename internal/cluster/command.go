@@ -26,6 +26,7 @@ const (
 	cmdCancelMove   cmdType = 11
 	cmdIslandServer cmdType = 12
 	cmdSetReplicas  cmdType = 13
+	cmdRemove       cmdType = 14
 
 	cmdVersion uint8 = 1
 
@@ -61,6 +62,8 @@ func (t cmdType) String() string {
 		return "island-server"
 	case cmdSetReplicas:
 		return "set-replicas"
+	case cmdRemove:
+		return "remove"
 	}
 	return fmt.Sprintf("cmd(%d)", uint8(t))
 }
@@ -69,9 +72,10 @@ func (t cmdType) String() string {
 type command struct {
 	Type    cmdType
 	Key     MemberKey      // register, mark-up, set-state
-	Keys    []MemberKey    // mark-down
+	Keys    []MemberKey    // mark-down, remove
 	Addr    string         // register
 	PID     int            // register
+	Owner   string         // register: the registering key's name ("" for a member)
 	State   State          // set-state
 	Table   Table          // set-table
 	Policy  string         // set-policy
@@ -96,7 +100,10 @@ func (c *command) encode() []byte {
 		encodeKey(&e, c.Key)
 		e.String(c.Addr)
 		e.I64(int64(c.PID))
-	case cmdMarkDown:
+		if c.Owner != "" {
+			e.String(c.Owner)
+		}
+	case cmdMarkDown, cmdRemove:
 		e.Uvarint(uint64(len(c.Keys)))
 		for _, k := range c.Keys {
 			encodeKey(&e, k)
@@ -142,7 +149,10 @@ func decodeCommand(b []byte) (*command, error) {
 		c.Key = decodeKey(d)
 		c.Addr = d.Str()
 		c.PID = int(d.I64())
-	case cmdMarkDown:
+		if d.More() {
+			c.Owner = d.Str()
+		}
+	case cmdMarkDown, cmdRemove:
 		if n := d.Count(5); n > 0 {
 			c.Keys = make([]MemberKey, n)
 			for i := range c.Keys {
@@ -208,7 +218,9 @@ func validateKey(k MemberKey) error {
 func (m *Map) apply(c *command) (changed bool, err error) {
 	switch c.Type {
 	case cmdRegister:
-		changed, err = m.applyRegister(c.Key, c.Addr, c.PID)
+		changed, err = m.applyRegister(c.Key, c.Addr, c.PID, c.Owner)
+	case cmdRemove:
+		changed, err = m.applyRemove(c.Keys)
 	case cmdMarkDown:
 		for _, k := range c.Keys {
 			if f, ok := m.fields(k); ok && *f.state == StateUp {
@@ -258,7 +270,7 @@ func (m *Map) apply(c *command) (changed bool, err error) {
 	return true, nil
 }
 
-func (m *Map) applyRegister(k MemberKey, addr string, pid int) (bool, error) {
+func (m *Map) applyRegister(k MemberKey, addr string, pid int, owner string) (bool, error) {
 	if err := validateKey(k); err != nil {
 		return false, err
 	}
@@ -268,10 +280,30 @@ func (m *Map) applyRegister(k MemberKey, addr string, pid int) (bool, error) {
 	if pid < 0 {
 		return false, fmt.Errorf("%w: %s: negative pid %d", ErrBadRequest, k, pid)
 	}
+	if len(owner) > maxOwnerLen || owner != "" && k.Kind != KindGateway {
+		return false, fmt.Errorf("%w: %s: bad owner %.64q", ErrBadRequest, k, owner)
+	}
 	f, ok := m.fields(k)
 	if !ok {
+		if err := m.roomFor(k, addr, owner); err != nil {
+			return false, err
+		}
 		m.insert(k, addr, pid, StateUp)
+		if owner != "" {
+			m.Gateways[m.gatewayIndex(k.ID)].Owner = owner
+		}
 		return true, nil
+	}
+	if k.Kind == KindGateway {
+		g := &m.Gateways[m.gatewayIndex(k.ID)]
+		if owner != "" && g.Owner != owner {
+			// A tenant's key cannot take over another key's gateway (a
+			// member's key may: it is the cluster's).
+			return false, fmt.Errorf("%w: %s was registered by another key", ErrLimit, k)
+		}
+		if len(addr) > len(*f.addr) && m.encodedSize()+len(addr)-len(*f.addr) > MaxMapBytes {
+			return false, fmt.Errorf("%w: the map would pass %d bytes", ErrLimit, MaxMapBytes)
+		}
 	}
 	st := *f.state
 	if st == StateDown {
@@ -282,6 +314,71 @@ func (m *Map) applyRegister(k MemberKey, addr string, pid int) (bool, error) {
 	}
 	*f.addr, *f.pid, *f.state = addr, pid, st
 	return true, nil
+}
+
+// Bounds on what registering can add to the map: every member fetches the
+// whole map, and a frame carries at most wire.MaxFrame, so a tenant's key
+// registering gateways must not be able to grow it without end.
+const (
+	// MaxGateways bounds the gateways and mounts registered at once.
+	MaxGateways = 4096
+	// MaxGatewaysPerKey bounds those one key other than the cluster key
+	// registered.
+	MaxGatewaysPerKey = 64
+	// MaxMapBytes bounds the encoded map; registrations that would pass it
+	// are refused (the frame limit is far above).
+	MaxMapBytes = 2 << 20
+)
+
+// roomFor refuses a new member past the bounds above.
+func (m *Map) roomFor(k MemberKey, addr, owner string) error {
+	if k.Kind == KindGateway {
+		if len(m.Gateways) >= MaxGateways {
+			return fmt.Errorf("%w: %d gateways and mounts are registered (at most %d; `atoll member remove` frees entries)", ErrLimit, len(m.Gateways), MaxGateways)
+		}
+		if owner != "" {
+			n := 0
+			for _, g := range m.Gateways {
+				if g.Owner == owner {
+					n++
+				}
+			}
+			if n >= MaxGatewaysPerKey {
+				return fmt.Errorf("%w: key %q has %d gateways and mounts registered (at most %d per key)", ErrLimit, owner, n, MaxGatewaysPerKey)
+			}
+		}
+	}
+	// An upper estimate of the entry's encoded size.
+	if m.encodedSize()+len(addr)+len(owner)+48 > MaxMapBytes {
+		return fmt.Errorf("%w: the map would pass %d bytes", ErrLimit, MaxMapBytes)
+	}
+	return nil
+}
+
+// encodedSize is the size of EncodeMap(m).
+func (m *Map) encodedSize() int { return len(EncodeMap(m)) }
+
+func (m *Map) gatewayIndex(id uint32) int {
+	i, _ := slices.BinarySearchFunc(m.Gateways, id, func(s Gateway, v uint32) int { return cmpInt(s.ID, v) })
+	return i
+}
+
+// applyRemove forgets gateways (any state). Storage servers and islands
+// leave through drain and out, which move what they hold first.
+func (m *Map) applyRemove(keys []MemberKey) (bool, error) {
+	for _, k := range keys {
+		if k.Kind != KindGateway {
+			return false, fmt.Errorf("%w: %s: only gateways and mounts are removed; storage servers and islands leave with `atoll drain`", ErrBadRequest, k)
+		}
+	}
+	changed := false
+	for _, k := range keys {
+		if i, ok := slices.BinarySearchFunc(m.Gateways, k.ID, func(s Gateway, v uint32) int { return cmpInt(s.ID, v) }); ok {
+			m.Gateways = slices.Delete(m.Gateways, i, i+1)
+			changed = true
+		}
+	}
+	return changed, nil
 }
 
 func (m *Map) applySetState(k MemberKey, st State) (bool, error) {

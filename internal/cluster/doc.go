@@ -30,6 +30,15 @@
 //     keeps them, and the monitor does not mark such members down. Down is
 //     the monitor's: it is set only for up members that stopped
 //     heartbeating, and cleared by a heartbeat or a registration.
+//   - What a tenant can add is bounded (every member fetches the whole map,
+//     and one frame carries it): a gateway or mount registered with a key
+//     other than the cluster key records that key as its Owner; a key has
+//     at most MaxGatewaysPerKey, the map at most MaxGateways and
+//     MaxMapBytes encoded; a key cannot register over another key's entry
+//     (ErrLimit). Gateways silent for GatewayExpiry are removed by the
+//     leader (remove), and an admin removes one at once (OpRemove, `atoll
+//     member remove`). Storage servers and islands are never removed:
+//     they hold data and leave by drain and out.
 //   - Unless an operator pinned it (SetPolicy), DefaultPolicy follows the
 //     number of storage slots that are not out: ec:4+1 capped to what the
 //     slots allow (DefaultPolicyFor).
@@ -113,6 +122,9 @@
 //	        uvarint n, then n replica sets: u32 island, uvarint k, k × u32
 //	        server (the first is the preferred leader), uvarint k, k × u32
 //	        origin server (the set the group was formed with)
+//	uvarint n, then n gateway owners: u32 gateway id, str key name (the
+//	        key that registered it when not the cluster key; listed
+//	        gateways only, each once)
 //	u32 CRC32C (Castagnoli) of every byte above
 //
 // States are 1 up, 2 down, 3 draining, 4 out; kinds are 1 storage,
@@ -124,7 +136,8 @@
 // # Raft command encoding
 //
 //	u8 version (1), u8 type, then by type:
-//	1 register   u8 kind, u32 id, str addr, i64 pid
+//	1 register   u8 kind, u32 id, str addr, i64 pid[, str owner (a
+//	             gateway's registering key when not the cluster key)]
 //	2 mark-down  uvarint n, then n × (u8 kind, u32 id)
 //	3 mark-up    u8 kind, u32 id
 //	4 set-state  u8 kind, u32 id, u8 state (up, draining or out)
@@ -145,6 +158,7 @@
 //	             the origin sent is ignored: a placed island keeps its own,
 //	             a new island's is its servers), uvarint n, n × u32 server
 //	             marked out
+//	14 remove    uvarint n, then n × (u8 kind, u32 id): gateways only
 //
 // # Replica placement
 //

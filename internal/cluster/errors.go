@@ -21,6 +21,7 @@ const (
 	StatusFormatted     uint32 = 7
 	StatusUnavailable   uint32 = 8
 	StatusForbidden     uint32 = 9
+	StatusLimit         uint32 = 10
 )
 
 // Errors of the cluster protocol.
@@ -49,6 +50,9 @@ var (
 	// ErrUnavailable means no manager could serve the request (none
 	// reachable, no leader elected yet, or shutting down).
 	ErrUnavailable = errors.New("cluster manager unavailable")
+	// ErrLimit refuses a registration past a bound of the map (gateways
+	// per key, gateways, the map's size) or over another key's entry.
+	ErrLimit = errors.New("cluster map limit")
 )
 
 // statusTable maps sentinels to status codes: the one place both
@@ -64,6 +68,7 @@ var statusTable = []struct {
 	{ErrUnknownMember, StatusUnknownMember},
 	{ErrFormatted, StatusFormatted},
 	{ErrUnavailable, StatusUnavailable},
+	{ErrLimit, StatusLimit},
 	{auth.ErrForbidden, StatusForbidden},
 	{ErrInternal, StatusInternal},
 }

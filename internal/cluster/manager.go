@@ -34,6 +34,7 @@ import (
 // still far above a LAN round trip.
 const (
 	DefaultDownAfter          = 5 * time.Second
+	DefaultGatewayExpiry      = 15 * time.Minute
 	DefaultHeartbeatTimeout   = 500 * time.Millisecond
 	DefaultElectionTimeout    = 500 * time.Millisecond
 	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
@@ -61,7 +62,11 @@ type Config struct {
 	// DownAfter is how long a member may go without a heartbeat before the
 	// leader marks it down. Default DefaultDownAfter.
 	DownAfter time.Duration
-	Logger    *slog.Logger
+	// GatewayExpiry is how long a gateway or mount may go without a
+	// heartbeat before the leader removes it from the map (a live one
+	// registers again). Default DefaultGatewayExpiry.
+	GatewayExpiry time.Duration
+	Logger        *slog.Logger
 	// Registerer, when set, receives the manager's metrics (metrics.go).
 	Registerer prometheus.Registerer
 
@@ -108,7 +113,7 @@ func (c *Config) Validate() error {
 		name string
 		v    time.Duration
 	}{
-		{"--down-after", c.DownAfter}, {"heartbeat timeout", c.HeartbeatTimeout}, {"election timeout", c.ElectionTimeout},
+		{"--down-after", c.DownAfter}, {"gateway expiry", c.GatewayExpiry}, {"heartbeat timeout", c.HeartbeatTimeout}, {"election timeout", c.ElectionTimeout},
 		{"leader lease timeout", c.LeaderLeaseTimeout}, {"snapshot interval", c.SnapshotInterval}, {"apply timeout", c.ApplyTimeout},
 	} {
 		if d.v < 0 {
@@ -160,6 +165,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DownAfter == 0 {
 		c.DownAfter = DefaultDownAfter
+	}
+	if c.GatewayExpiry == 0 {
+		c.GatewayExpiry = DefaultGatewayExpiry
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = DefaultHeartbeatTimeout
@@ -687,6 +695,8 @@ func (m *Manager) handle(ctx context.Context, req *wire.Request) (wire.Response,
 		return m.handleMove(req)
 	case OpIslandServer, OpSetReplicas:
 		return m.handlePlacement(req)
+	case OpRemove:
+		return m.handleRemove(req)
 	}
 	return wire.Response{}, fmt.Errorf("cluster: op %d: %w: unknown operation", req.Op, ErrBadRequest)
 }
@@ -727,7 +737,11 @@ func (m *Manager) handleRegister(req *wire.Request) (wire.Response, error) {
 	// Record the sign of life first, so the monitor never sees the member
 	// up without one.
 	m.touch(k, nil)
-	res, err := m.apply(&command{Type: cmdRegister, Key: k, Addr: r.Addr, PID: r.PID})
+	c := &command{Type: cmdRegister, Key: k, Addr: r.Addr, PID: r.PID}
+	if !req.Peer.Caps.Has(auth.CapMember) {
+		c.Owner = req.Peer.Name
+	}
+	res, err := m.apply(c)
 	if err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: register %s: %w", k, err)
 	}
@@ -772,6 +786,39 @@ func (m *Manager) handleHeartbeat(req *wire.Request) (wire.Response, error) {
 		resp = HeartbeatResp{Epoch: res.Epoch, State: StateUp}
 	}
 	return wire.Response{Msg: Marshal(&resp)}, nil
+}
+
+func (m *Manager) handleRemove(req *wire.Request) (wire.Response, error) {
+	var r RemoveReq
+	if err := Unmarshal(req.Msg, &r); err != nil {
+		return wire.Response{}, fmt.Errorf("cluster: remove: %w", err)
+	}
+	k := MemberKey{r.Kind, r.ID}
+	if err := validateKey(k); err != nil {
+		return wire.Response{}, fmt.Errorf("cluster: remove: %w", err)
+	}
+	if err := m.leaderCheck(); err != nil {
+		return wire.Response{}, err
+	}
+	if _, _, ok := m.fsm.member(k); !ok {
+		return wire.Response{}, fmt.Errorf("cluster: remove %s: %w", k, ErrUnknownMember)
+	}
+	res, err := m.apply(&command{Type: cmdRemove, Keys: []MemberKey{k}})
+	if err != nil {
+		return wire.Response{}, fmt.Errorf("cluster: remove %s: %w", k, err)
+	}
+	m.forget(k)
+	m.log.Info("manager: member removed", "member", k.String(), "epoch", res.Epoch)
+	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+}
+
+// forget drops removed members from the heartbeat table.
+func (m *Manager) forget(keys ...MemberKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range keys {
+		delete(m.mu.live, k)
+	}
 }
 
 func (m *Manager) handleSetState(req *wire.Request) (wire.Response, error) {

@@ -101,21 +101,34 @@ func (m *Manager) stepDown() {
 func (m *Manager) checkLiveness() {
 	mp := m.fsm.Map()
 	now := time.Now()
-	var down []MemberKey
+	var down, expired []MemberKey
 	m.mu.Lock()
 	for _, v := range mp.Members() {
-		if v.State != StateUp {
-			continue
-		}
 		last := m.mu.leaderSince
 		if li, ok := m.mu.live[v.Key()]; ok && li.last.After(last) {
 			last = li.last
 		}
-		if now.Sub(last) > m.cfg.DownAfter && len(down) < maxMarkDown {
+		silent := now.Sub(last)
+		if v.Kind == KindGateway && silent > m.cfg.GatewayExpiry && len(expired) < maxMarkDown {
+			expired = append(expired, v.Key())
+			continue
+		}
+		if v.State == StateUp && silent > m.cfg.DownAfter && len(down) < maxMarkDown {
 			down = append(down, v.Key())
 		}
 	}
 	m.mu.Unlock()
+	if len(expired) > 0 {
+		// Gateways and mounts leave no data behind: one gone for long is
+		// forgotten, so dead mounts and a tenant's registrations do not
+		// accumulate in the map.
+		if res, err := m.apply(&command{Type: cmdRemove, Keys: expired}); err != nil {
+			m.log.Warn("manager: removing silent gateways", "members", len(expired), "err", err)
+		} else if res.Changed {
+			m.forget(expired...)
+			m.log.Info("manager: gateways removed (no heartbeat)", "members", len(expired), "after", m.cfg.GatewayExpiry, "epoch", res.Epoch)
+		}
+	}
 	if len(down) == 0 {
 		return
 	}

@@ -25,6 +25,7 @@ const (
 	OpCancelMove   uint16 = 12 // MoveIDReq -> EpochResp (leader)
 	OpIslandServer uint16 = 13 // IslandServerReq -> EpochResp (leader; island servers)
 	OpSetReplicas  uint16 = 14 // SetReplicasReq -> EpochResp (leader)
+	OpRemove       uint16 = 15 // RemoveReq -> EpochResp (leader; gateways only)
 )
 
 // opName names an operation in error messages.
@@ -58,6 +59,8 @@ func opName(op uint16) string {
 		return "island-server"
 	case OpSetReplicas:
 		return "set-replicas"
+	case OpRemove:
+		return "remove"
 	}
 	return fmt.Sprintf("op %d", op)
 }
@@ -294,6 +297,15 @@ func (r *SetStateReq) Decode(d *wire.Dec) {
 	r.ID = d.U32()
 	r.State = State(d.U8())
 }
+
+// RemoveReq forgets a gateway or mount (admin).
+type RemoveReq struct {
+	Kind Kind
+	ID   uint32
+}
+
+func (r *RemoveReq) Encode(e *wire.Enc) { e.U8(uint8(r.Kind)); e.U32(r.ID) }
+func (r *RemoveReq) Decode(d *wire.Dec) { r.Kind = Kind(d.U8()); r.ID = d.U32() }
 
 // EpochResp is the map epoch after a write.
 type EpochResp struct{ Epoch uint64 }

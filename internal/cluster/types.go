@@ -128,6 +128,10 @@ type Gateway struct {
 	State         State
 	PID           int
 	LastHeartbeat time.Time
+	// Owner names the key that registered the gateway ("" for a member,
+	// which holds the cluster key): registrations are bounded per key,
+	// and no other tenant's key may take the entry over.
+	Owner string
 }
 
 // ManagerNode is one manager (raft server) as recorded in the map, so a
@@ -301,6 +305,9 @@ type MemberView struct {
 	// storage server's, or a mount's or gateway's own writes (Status.Members
 	// fills it for every kind from the heartbeat table).
 	Degraded uint64
+	// Owner is the key that registered a gateway or mount ("" for the
+	// cluster key): what such a member reports is the tenant's word.
+	Owner string
 }
 
 // Key returns the member's key.
@@ -310,13 +317,13 @@ func (v MemberView) Key() MemberKey { return MemberKey{v.Kind, v.ID} }
 func (m *Map) Members() []MemberView {
 	out := make([]MemberView, 0, len(m.Storage)+len(m.Islands)+len(m.Gateways))
 	for _, s := range m.Storage {
-		out = append(out, MemberView{KindStorage, uint32(s.Slot), s.Addr, s.State, s.PID, s.LastHeartbeat, s.CapacityBytes, s.UsedBytes, s.Degraded})
+		out = append(out, MemberView{Kind: KindStorage, ID: uint32(s.Slot), Addr: s.Addr, State: s.State, PID: s.PID, LastHeartbeat: s.LastHeartbeat, CapacityBytes: s.CapacityBytes, UsedBytes: s.UsedBytes, Degraded: s.Degraded})
 	}
 	for _, s := range m.Islands {
 		out = append(out, MemberView{Kind: KindIsland, ID: s.ID, Addr: s.Addr, State: s.State, PID: s.PID, LastHeartbeat: s.LastHeartbeat})
 	}
 	for _, s := range m.Gateways {
-		out = append(out, MemberView{Kind: KindGateway, ID: s.ID, Addr: s.Addr, State: s.State, PID: s.PID, LastHeartbeat: s.LastHeartbeat})
+		out = append(out, MemberView{Kind: KindGateway, ID: s.ID, Addr: s.Addr, State: s.State, PID: s.PID, LastHeartbeat: s.LastHeartbeat, Owner: s.Owner})
 	}
 	return out
 }
