@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -29,6 +30,12 @@ type repairJob struct {
 }
 
 func (c *Client) enqueueRepair(j repairJob) {
+	if j.mode == repairRewrite && !c.mayRewrite() {
+		// The server marked the fragment corrupt (its repair queue) and
+		// the cleaner rewrites it; the stripe is reported degraded meanwhile.
+		c.recordDegraded(j.stripe, j.slots, []int{j.frag})
+		return
+	}
 	id := j.stripe.Fragment(j.frag)
 	c.repairMu.Lock()
 	if c.repairSeen[id] {
@@ -175,7 +182,7 @@ func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slot
 	// capacity); otherwise Append copies.
 	data := tr.Append(content)
 	if err := c.putFragment(ctx, slots[f], id, data, mode == repairRewrite); err != nil {
-		if mode == repairRecreate && errors.Is(err, fragment.ErrExists) {
+		if mode == repairRecreate && errors.Is(err, fragment.ErrExists) && c.mayRewrite() {
 			// It was there after all (a server that came back): rewrite it
 			// in place in case it is damaged, which checks identity too.
 			err = c.putFragment(ctx, slots[f], id, data, true)
@@ -189,6 +196,11 @@ func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slot
 	c.log.Debug("client: fragment repaired", "fragment", id.String(), "slot", slots[f])
 	return nil
 }
+
+// mayRewrite reports whether this client's key may rewrite stored
+// fragments in place: storage servers accept repairs from admin keys only
+// (a tenant's key could otherwise replace bytes with a forged CRC32C).
+func (c *Client) mayRewrite() bool { return c.cfg.Key == nil || c.cfg.Key.Caps.Has(auth.CapAdmin) }
 
 // stripeTrailer reads the trailer from any fragment other than skip.
 func (c *Client) stripeTrailer(ctx context.Context, sid fragment.StripeID, slots []uint16, skip int) (fragment.Trailer, error) {

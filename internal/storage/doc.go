@@ -117,6 +117,28 @@
 // the stats; repair is the caller's job (reconstruct from the stripe, then
 // Repair).
 //
+// # Who may repair
+//
+// A repair (PutReq.Repair) replaces a fragment's stored bytes with bytes
+// the server checks against the checksums it recorded at the put. Those
+// are CRC32C, and CRC32C is no defence against a deliberate change: it
+// is affine, so four chosen bytes make any edit keep a chunk's checksum
+// (and the block's, held by its parent at the island). A tenant's `user`
+// key replaced the first 16 bytes of another user's file this way, and
+// reads, mtime and fsck saw nothing (issue #43). So repairs need the admin
+// capability (the cluster key, the cleaner, `atoll clean`): a client with
+// a tenant's key that finds a corrupt fragment leaves it to the cleaner
+// (the server has queued it under its suspect records), and reports the stripe
+// degraded meanwhile.
+//
+// What this does not close: a plain put of a fragment id that is missing
+// (its server lost it) is still accepted from any write key, since ids
+// are the writer's own and a server cannot tell whose log an id belongs
+// to; a reader checks such bytes against the parent's CRC32C only. Closing
+// that needs a check no tenant can forge in the parent pointer: a
+// cryptographic hash per block as a per-file policy, measured against
+// CRC32C (not built yet).
+//
 // # Failpoints
 //
 // storage.put.{beforeData,afterData,afterMeta},

@@ -204,6 +204,15 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
 			return wire.Response{}, err
 		}
+		if m.Repair {
+			// A repair replaces stored bytes that readers check only
+			// against CRC32C, which anyone can forge: it is for the
+			// cluster's own repairers (the cleaner, members), never for a
+			// tenant's key (storage/doc.go, "Who may repair").
+			if err := req.Peer.Allow(auth.CapAdmin, "repair"); err != nil {
+				return wire.Response{}, fmt.Errorf("storage slot %d: put %s: %w", s.cfg.Slot, m.ID, err)
+			}
+		}
 		if m.Repair || int(m.ChunkSize) != s.store.ChunkSize() {
 			if err := checkCRCs(req.Payload, m.ChunkSize, m.CRCs); err != nil {
 				return wire.Response{}, fmt.Errorf("storage: put %s: %w", m.ID, err)
