@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"hash/crc32"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -155,4 +157,111 @@ func forgeCRC32C(t *testing.T, b, head []byte) []byte {
 		}
 	}
 	return out
+}
+
+// TestScopedKeyActsOnlyAsItsUsers is issue #43's attack 3 with a scoped
+// key: before, any key asserted any uid (the CLI sent 0), so alice's key
+// overwrote bob's 0600 file in his 0700 directory, chmodded and chowned
+// it, created setuid-root files and read every file. A key made with
+// `--uids 1000 --gids 1000` now acts as 1000 only, root is squashed to
+// nobody, and POSIX holds on block maps and commits too.
+func TestScopedKeyActsOnlyAsItsUsers(t *testing.T) {
+	cl, _ := startDev(t, 3, 1, 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := dialDev(t, cl)
+	bob := metawire.Cred{UID: 2000, GID: 2000}
+	alice := metawire.Cred{UID: 1000, GID: 1000}
+	if _, err := admin.FS.MkdirAll(ctx, metawire.Root, "/home", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.FS.MkdirAll(ctx, metawire.Root, "/shared", 0o777); err != nil {
+		t.Fatal(err)
+	}
+	home, err := admin.FS.MkdirAll(ctx, metawire.Root, "/home/bob", 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.FS.SetAttr(ctx, metawire.SetAttrReq{Cred: metawire.Root, Ino: home.Ino, Valid: metawire.SetUID | metawire.SetGID, UID: 2000, GID: 2000}); err != nil {
+		t.Fatal(err)
+	}
+	secret := []byte("bob's secret, 0600")
+	f, err := admin.FS.CreateFile(ctx, bob, "/home/bob/secret", 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, secret, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bobIno := f.Ino()
+	f.Release()
+
+	key, err := testKey.DeriveScoped("alice", auth.CapRead|auth.CapWrite, auth.Scope{UIDs: []uint32{1000}, GIDs: []uint32{1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := connect.Dial(ctx, []string{cl.Manager}, key, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	errno := func(what string, err error, want syscall.Errno) {
+		t.Helper()
+		if got := metawire.Errno(err); got != want {
+			t.Errorf("%s: %v (errno %v), want %v", what, err, got, want)
+		}
+	}
+	// Posing as bob is refused outright.
+	_, err = ac.FS.OpenPath(ctx, bob, "/home/bob/secret")
+	errno("as bob: open bob's file", err, syscall.EPERM)
+	// Root is squashed to nobody: no way into the 0700 directory.
+	_, err = ac.FS.Resolve(ctx, metawire.Root, "/home/bob/secret")
+	errno("as root: look up inside bob's 0700 directory", err, syscall.EACCES)
+	_, err = ac.FS.SetAttr(ctx, metawire.SetAttrReq{Cred: metawire.Root, Ino: bobIno, Valid: metawire.SetMode, Mode: 0o666})
+	errno("as root: chmod bob's file", err, syscall.EPERM)
+	_, err = ac.FS.SetAttr(ctx, metawire.SetAttrReq{Cred: metawire.Root, Ino: bobIno, Valid: metawire.SetUID, UID: 1000})
+	errno("as root: chown bob's file", err, syscall.EPERM)
+	// Alice herself: by inode number, past the directory, the block map
+	// and a commit are held to the file's bits.
+	_, err = ac.FS.BlockPointers(ctx, alice, bobIno)
+	errno("as alice: bob's block map", err, syscall.EACCES)
+	c, err := wire.Dial(ctx, cl.Map.Islands[0].Addr, wire.ClientConfig{Key: key, IOTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	commit := &metawire.CommitReq{Cred: alice, Writes: []metawire.FileWrite{{Ino: bobIno, Size: 5, SetInline: true, Inline: []byte("pwned")}}}
+	_, err = c.Call(ctx, metawire.OpCommit, admin.View.Map().Epoch, metawire.Marshal(commit), nil, nil)
+	errno("as alice: commit over bob's file", metawire.RemoteErr(err), syscall.EACCES)
+	// A setuid file "as root" lands as nobody's, not root's.
+	sf, err := ac.FS.CreateFile(ctx, metawire.Root, "/shared/suid", 0o4755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := sf.Attr()
+	sf.Release()
+	if sa.UID != auth.NobodyID {
+		t.Errorf("a file created as root through alice's key is owned by uid %d, want nobody", sa.UID)
+	}
+	// What alice may do, she does.
+	af, err := ac.FS.CreateFile(ctx, alice, "/shared/alice", 0o644)
+	if err != nil {
+		t.Fatalf("alice creating her own file: %v", err)
+	}
+	af.Release()
+	// Bob's bytes are untouched.
+	rf, err := admin.FS.OpenPath(ctx, metawire.Root, "/home/bob/secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := rf.ReadAt(ctx, buf, 0)
+	ra := rf.Attr()
+	rf.Release()
+	if string(buf[:n]) != string(secret) || ra.Mode&0o7777 != 0o600 || ra.UID != 2000 {
+		t.Errorf("bob's file now %q, mode %o, uid %d", buf[:n], ra.Mode&0o7777, ra.UID)
+	}
 }

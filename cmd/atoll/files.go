@@ -15,13 +15,15 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/metawire"
 )
 
-// The file CLI verbs: they talk to the cluster through the client library
-// as root. Paths inside Atoll are absolute ("/dir/file"); in `cp`, a path
+// The file CLI verbs: they talk to the cluster through the client library,
+// as root with an admin key and as the invoking user otherwise (cliCred).
+// Paths inside Atoll are absolute ("/dir/file"); in `cp`, a path
 // prefixed with "atoll:" is inside Atoll, anything else is local.
 
 func dialFS(cmd *cobra.Command, g *globalFlags, addr string) (*connect.Conn, error) {
@@ -34,6 +36,22 @@ func dialFS(cmd *cobra.Command, g *globalFlags, addr string) (*connect.Conn, err
 		return nil, err
 	}
 	return connect.Dial(cmd.Context(), clusterAddrs(addr), key, log)
+}
+
+// cliCred is who the file commands act as: root for an admin key (the
+// operator's), else the invoking user, whom the islands then hold to
+// POSIX permissions (and a scoped key to its scope).
+func cliCred(g *globalFlags) metawire.Cred {
+	if k, err := g.key(); err == nil && k.Caps.Has(auth.CapAdmin) {
+		return metawire.Root
+	}
+	c := metawire.Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+	if gs, err := os.Getgroups(); err == nil {
+		for _, g := range gs {
+			c.Groups = append(c.Groups, uint32(g))
+		}
+	}
+	return c
 }
 
 func newLsCmd(g *globalFlags) *cobra.Command {
@@ -53,7 +71,7 @@ func newLsCmd(g *globalFlags) *cobra.Command {
 			if len(args) == 1 {
 				p = args[0]
 			}
-			ctx, cred := cmd.Context(), metawire.Root
+			ctx, cred := cmd.Context(), cliCred(g)
 			a, err := c.FS.Resolve(ctx, cred, p)
 			if err != nil {
 				return err
@@ -150,7 +168,7 @@ func newCpCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			ctx, cred := cmd.Context(), metawire.Root
+			ctx, cred := cmd.Context(), cliCred(g)
 			if out { // local -> atoll
 				f, err := os.Open(src)
 				if err != nil {
@@ -253,7 +271,7 @@ func newPolicyCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			ctx, cred := cmd.Context(), metawire.Root
+			ctx, cred := cmd.Context(), cliCred(g)
 			a, err := c.FS.Resolve(ctx, cred, p)
 			if err != nil {
 				return err

@@ -51,9 +51,10 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 		},
 	}
 	initCmd.Flags().StringVar(&out, "out", "", "file to write (refused if it exists)")
-	var name, caps, newOut string
+	var name, caps, newOut, uids, gids string
+	var readOnly bool
 	newCmd := &cobra.Command{
-		Use:   "new --name NAME --caps CAPS --out FILE",
+		Use:   "new --name NAME [--caps CAPS | --read-only] [--uids 1000,...] [--gids 1000,...] --out FILE",
 		Short: "Derive a key with capabilities from the cluster key (--key, $ATOLL_KEY or ~/.config/atoll/admin.key)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -61,11 +62,21 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 			if err != nil {
 				return usageErr("--caps", err)
 			}
+			if readOnly {
+				c = auth.CapRead
+			}
+			var sc auth.Scope
+			if sc.UIDs, err = auth.ParseIDList(uids); err != nil {
+				return usageErr("--uids", err)
+			}
+			if sc.GIDs, err = auth.ParseIDList(gids); err != nil {
+				return usageErr("--gids", err)
+			}
 			ck, err := g.key()
 			if err != nil {
 				return err
 			}
-			k, err := ck.Derive(name, c)
+			k, err := ck.DeriveScoped(name, c, sc)
 			if err != nil {
 				return err
 			}
@@ -76,13 +87,16 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 			if err := auth.Save(newOut, k); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "key %q (%s) written to %s (mode 0600)\n", k.Name, k.Caps, newOut)
+			fmt.Fprintf(cmd.OutOrStdout(), "key %q (%s%s) written to %s (mode 0600)\n", k.Name, k.Caps, scopeNote(k.Scope), newOut)
 			return nil
 		},
 	}
 	newCmd.Flags().StringVar(&name, "name", "", "the key's name (letters, digits, . _ -), shown in servers' logs")
 	newCmd.Flags().StringVar(&caps, "caps", "user", "capabilities: read, write, admin, or user (read,write), comma-separated")
 	newCmd.Flags().StringVar(&newOut, "out", "", "file to write (default: print the key line)")
+	newCmd.Flags().StringVar(&uids, "uids", "", "user ids the key may act as, comma-separated (default: any, as a mount host's key; root only if listed, else squashed to nobody)")
+	newCmd.Flags().StringVar(&gids, "gids", "", "group ids the key may act as, comma-separated (default: any)")
+	newCmd.Flags().BoolVar(&readOnly, "read-only", false, "capability read only (same as --caps read)")
 	showCmd := &cobra.Command{
 		Use:   "show [FILE]",
 		Short: "Print a key's name and capabilities (not its secret)",
@@ -102,10 +116,18 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 			if k.IsCluster() {
 				kind = "cluster key"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s\n", kind, k.Name, k.Caps)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s%s\n", kind, k.Name, k.Caps, scopeNote(k.Scope))
 			return nil
 		},
 	}
 	cmd.AddCommand(initCmd, newCmd, showCmd)
 	return cmd
+}
+
+// scopeNote is "; uids=...;gids=..." for a scoped key, "" otherwise.
+func scopeNote(s auth.Scope) string {
+	if s.IsZero() {
+		return ""
+	}
+	return "; " + s.String()
 }

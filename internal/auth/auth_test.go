@@ -150,7 +150,7 @@ func TestKeyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := Load(p)
-	if err != nil || *got != *ck {
+	if err != nil || string(got.Marshal()) != string(ck.Marshal()) {
 		t.Fatalf("load: %v %v", got, err)
 	}
 	if err := os.Chmod(p, 0o644); err != nil {
@@ -161,11 +161,11 @@ func TestKeyFile(t *testing.T) {
 	}
 	os.Chmod(p, 0o600)
 	t.Setenv(EnvVar, strings.TrimSpace(string(ck.Marshal())))
-	if k, err := Resolve(""); err != nil || *k != *ck {
+	if k, err := Resolve(""); err != nil || string(k.Marshal()) != string(ck.Marshal()) {
 		t.Errorf("resolve from env line: %v", err)
 	}
 	t.Setenv(EnvVar, p)
-	if k, err := Resolve(""); err != nil || *k != *ck {
+	if k, err := Resolve(""); err != nil || string(k.Marshal()) != string(ck.Marshal()) {
 		t.Errorf("resolve from env path: %v", err)
 	}
 	t.Setenv(EnvVar, "")
@@ -185,5 +185,46 @@ func TestKeyFile(t *testing.T) {
 	m, _ := ck.Derive("m", CapRead)
 	if _, err := m.Derive("n", CapRead); err == nil {
 		t.Error("a derived key derived another")
+	}
+}
+
+// TestScopedKeys: a scoped key authenticates with its scope, survives its
+// file, and cannot be widened: the same secret with the scope removed or
+// changed, or a scope written another way, is refused.
+func TestScopedKeys(t *testing.T) {
+	ck := mustCluster(t)
+	v, _ := NewVerifier(ck)
+	sc := Scope{UIDs: []uint32{1000, 1001}, GIDs: []uint32{1000}}
+	alice, err := ck.DeriveScoped("alice", CapRead|CapWrite, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, serr, cerr := handshake(t, v, alice)
+	if serr != nil || cerr != nil || p.Scope.String() != "uids=1000,1001;gids=1000" {
+		t.Fatalf("scoped handshake: peer %v scope %q, server %v, client %v", p, p.Scope, serr, cerr)
+	}
+	back, err := Parse(alice.Marshal())
+	if err != nil || string(back.Marshal()) != string(alice.Marshal()) || back.Scope.String() != sc.String() {
+		t.Fatalf("key file round trip: %v %q", err, back.Marshal())
+	}
+	unscoped := *alice
+	unscoped.Scope = Scope{}
+	wider := *alice
+	wider.Scope = Scope{UIDs: []uint32{0, 1000, 1001}, GIDs: []uint32{1000}}
+	for name, k := range map[string]*Key{"scope removed": &unscoped, "scope widened": &wider} {
+		if _, serr, cerr := handshake(t, v, k); !errors.Is(serr, ErrRefused) || !errors.Is(cerr, ErrRefused) {
+			t.Errorf("%s: server %v, client %v; want refused", name, serr, cerr)
+		}
+	}
+	if _, err := ck.DeriveScoped("ops", CapRead|CapWrite|CapAdmin, sc); !errors.Is(err, ErrBadKey) {
+		t.Errorf("scoped admin key: %v", err)
+	}
+	for _, bad := range []string{"uids=", "uids=1;uids=2", "uid=1", "uids=x", "gids=1,99999999999"} {
+		if _, err := ParseScope(bad); err == nil {
+			t.Errorf("ParseScope(%q) accepted", bad)
+		}
+	}
+	if s, err := ParseScope("gids=7,3,3;uids=5"); err != nil || s.String() != "uids=5;gids=3,7" {
+		t.Errorf("ParseScope canonical: %q %v", s, err)
 	}
 }

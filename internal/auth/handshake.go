@@ -15,8 +15,9 @@ import (
 
 // Peer is who an authenticated connection belongs to.
 type Peer struct {
-	Name string
-	Caps Caps
+	Name  string
+	Caps  Caps
+	Scope Scope // what the key may act as (zero: anything its caps allow)
 }
 
 // Allow returns nil if p has every capability of need, else ErrForbidden
@@ -32,6 +33,10 @@ func (p Peer) Allow(need Caps, op string) error {
 func (p Peer) String() string { return fmt.Sprintf("%s(%s)", p.Name, p.Caps) }
 
 var magic = [5]byte{'A', 't', 'A', 'u', 1}
+
+// magicScoped starts the hello of a scoped key: the scope follows the
+// name (u8 length, Scope.String), and is covered by both proofs.
+var magicScoped = [5]byte{'A', 't', 'A', 'u', 2}
 
 const nonceSize = 32
 
@@ -58,10 +63,19 @@ func Client(conn net.Conn, k *Key, timeout time.Duration) error {
 	}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	defer conn.SetDeadline(time.Time{})
-	hello := make([]byte, 0, 7+len(k.Name)+nonceSize)
-	hello = append(hello, magic[:]...)
-	hello = append(hello, byte(k.Caps), byte(len(k.Name)))
-	hello = append(hello, k.Name...)
+	hello := make([]byte, 0, 8+len(k.Name)+nonceSize)
+	if k.Scope.IsZero() {
+		hello = append(hello, magic[:]...)
+		hello = append(hello, byte(k.Caps), byte(len(k.Name)))
+		hello = append(hello, k.Name...)
+	} else {
+		sc := k.Scope.String()
+		hello = append(hello, magicScoped[:]...)
+		hello = append(hello, byte(k.Caps), byte(len(k.Name)))
+		hello = append(hello, k.Name...)
+		hello = append(hello, byte(len(sc)))
+		hello = append(hello, sc...)
+	}
 	nonceC := make([]byte, nonceSize)
 	if _, err := rand.Read(nonceC); err != nil {
 		return err
@@ -114,11 +128,11 @@ func NewVerifier(k *Key) (*Verifier, error) {
 // peers with).
 func (v *Verifier) Key() *Key { return v.self }
 
-func (v *Verifier) secretFor(name string, caps Caps) [SecretSize]byte {
+func (v *Verifier) secretFor(name string, caps Caps, scope Scope) [SecretSize]byte {
 	if caps.Has(CapMember) {
 		return v.cluster
 	}
-	return derive(v.cluster, name, caps)
+	return derive(v.cluster, name, caps, scope)
 }
 
 // Server runs the server side of the handshake on conn and returns the
@@ -134,16 +148,34 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
 	if _, err := io.ReadFull(conn, head[:]); err != nil {
 		return Peer{}, fmt.Errorf("%w: no handshake: %v", ErrRefused, err)
 	}
-	if [5]byte(head[:5]) != magic {
+	scoped := [5]byte(head[:5]) == magicScoped
+	if [5]byte(head[:5]) != magic && !scoped {
 		return Peer{}, fmt.Errorf("%w: no handshake (the first bytes are not an atoll hello: an unauthenticated or older client)", ErrRefused)
 	}
 	caps, n := Caps(head[5]), int(head[6])
-	hello := make([]byte, 7+n+nonceSize)
+	hello := make([]byte, 7+n, 8+n+255+nonceSize)
 	copy(hello, head[:])
 	if _, err := io.ReadFull(conn, hello[7:]); err != nil {
 		return Peer{}, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
 	}
 	p := Peer{Name: string(hello[7 : 7+n]), Caps: caps}
+	var scopeText string
+	if scoped {
+		var l [1]byte
+		if _, err := io.ReadFull(conn, l[:]); err != nil {
+			return Peer{}, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+		}
+		sc := make([]byte, l[0])
+		if _, err := io.ReadFull(conn, sc); err != nil {
+			return Peer{}, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+		}
+		hello = append(append(hello, l[0]), sc...)
+		scopeText = string(sc)
+	}
+	hello = hello[:len(hello)+nonceSize]
+	if _, err := io.ReadFull(conn, hello[len(hello)-nonceSize:]); err != nil {
+		return Peer{}, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+	}
 	refuse := func(reason string) (Peer, error) {
 		if len(reason) > 255 {
 			reason = reason[:255]
@@ -154,7 +186,16 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
 	if err := checkName(p.Name); err != nil || caps == 0 || caps&^AllCaps != 0 {
 		return refuse("malformed key name or capabilities")
 	}
-	secret := v.secretFor(p.Name, caps)
+	if scoped {
+		// Only the canonical form derives the key's secret; anything
+		// else could not have been made by DeriveScoped.
+		sc, err := ParseScope(scopeText)
+		if err != nil || sc.IsZero() || sc.String() != scopeText || caps.Has(CapAdmin) {
+			return refuse("malformed key scope")
+		}
+		p.Scope = sc
+	}
+	secret := v.secretFor(p.Name, caps, p.Scope)
 	nonceS := make([]byte, nonceSize)
 	if _, err := rand.Read(nonceS); err != nil {
 		return Peer{}, err

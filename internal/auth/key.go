@@ -93,10 +93,11 @@ const SecretSize = 32
 // ClusterKeyName is the name of the cluster key.
 const ClusterKeyName = "cluster"
 
-// Key is a name, its capabilities and its secret.
+// Key is a name, its capabilities, its scope and its secret.
 type Key struct {
 	Name   string
 	Caps   Caps
+	Scope  Scope
 	Secret [SecretSize]byte
 }
 
@@ -128,15 +129,44 @@ func (k *Key) Derive(name string, caps Caps) (*Key, error) {
 	if caps == 0 {
 		return nil, fmt.Errorf("%w: no capabilities", ErrBadKey)
 	}
-	return &Key{Name: name, Caps: caps, Secret: derive(k.Secret, name, caps)}, nil
+	return &Key{Name: name, Caps: caps, Secret: derive(k.Secret, name, caps, Scope{})}, nil
 }
 
-func derive(cluster [SecretSize]byte, name string, caps Caps) [SecretSize]byte {
+// DeriveScoped is Derive for a key limited to scope. Admin keys are the
+// operator's and are not scoped.
+func (k *Key) DeriveScoped(name string, caps Caps, scope Scope) (*Key, error) {
+	d, err := k.Derive(name, caps)
+	if err != nil || scope.IsZero() {
+		return d, err
+	}
+	if caps.Has(CapAdmin) {
+		return nil, fmt.Errorf("%w: an admin key cannot be scoped", ErrBadKey)
+	}
+	if _, err := ParseScope(scope.String()); err != nil || len(scope.String()) > 255 {
+		return nil, fmt.Errorf("%w: scope %q", ErrBadKey, scope)
+	}
+	d.Scope = scope
+	d.Secret = derive(k.Secret, name, caps, scope)
+	return d, nil
+}
+
+// derive is a key's secret. A scoped key's derivation covers its scope
+// ("atoll-key-v2"), so neither a holder nor a server can take the scope
+// off without the cluster key; unscoped keys keep the v1 derivation.
+func derive(cluster [SecretSize]byte, name string, caps Caps, scope Scope) [SecretSize]byte {
 	m := hmac.New(sha256.New, cluster[:])
-	m.Write([]byte("atoll-key-v1\x00"))
+	if scope.IsZero() {
+		m.Write([]byte("atoll-key-v1\x00"))
+	} else {
+		m.Write([]byte("atoll-key-v2\x00"))
+	}
 	m.Write([]byte(name))
 	m.Write([]byte{0})
 	m.Write([]byte(caps.String()))
+	if !scope.IsZero() {
+		m.Write([]byte{0})
+		m.Write([]byte(scope.String()))
+	}
 	var out [SecretSize]byte
 	copy(out[:], m.Sum(nil))
 	return out
@@ -163,19 +193,37 @@ func (k *Key) Handle(purpose string) []byte {
 	return m.Sum(nil)
 }
 
-// Marshal is the key file's line.
+// Marshal is the key file's line (version 2 with the scope for a scoped
+// key).
 func (k *Key) Marshal() []byte {
-	return []byte(fmt.Sprintf("atoll-key 1 %s %s %s\n", k.Name, k.Caps, base64.RawURLEncoding.EncodeToString(k.Secret[:])))
+	sec := base64.RawURLEncoding.EncodeToString(k.Secret[:])
+	if !k.Scope.IsZero() {
+		return []byte(fmt.Sprintf("atoll-key 2 %s %s %s %s\n", k.Name, k.Caps, k.Scope, sec))
+	}
+	return []byte(fmt.Sprintf("atoll-key 1 %s %s %s\n", k.Name, k.Caps, sec))
 }
 
 // Parse reads a key file's line.
 func Parse(b []byte) (*Key, error) {
 	f := strings.Fields(string(bytes.TrimSpace(b)))
+	var scope Scope
+	if len(f) == 6 && f[0] == "atoll-key" && f[1] == "2" {
+		s, err := ParseScope(f[4])
+		if err != nil {
+			return nil, err
+		}
+		if s.IsZero() {
+			return nil, fmt.Errorf("%w: a version 2 key without a scope", ErrBadKey)
+		}
+		scope = s
+		f = append(f[:4], f[5])
+		f[1] = "1"
+	}
 	if len(f) != 5 || f[0] != "atoll-key" {
-		return nil, fmt.Errorf("%w: not an atoll key (want \"atoll-key 1 NAME CAPS SECRET\")", ErrBadKey)
+		return nil, fmt.Errorf("%w: not an atoll key (want \"atoll-key 1 NAME CAPS SECRET\" or \"atoll-key 2 NAME CAPS SCOPE SECRET\")", ErrBadKey)
 	}
 	if f[1] != "1" {
-		return nil, fmt.Errorf("%w: key format version %s (this build reads 1)", ErrBadKey, f[1])
+		return nil, fmt.Errorf("%w: key format version %s (this build reads 1 and 2)", ErrBadKey, f[1])
 	}
 	if err := checkName(f[2]); err != nil {
 		return nil, err
@@ -188,7 +236,10 @@ func Parse(b []byte) (*Key, error) {
 	if err != nil || len(sec) != SecretSize {
 		return nil, fmt.Errorf("%w: secret is not %d bytes of base64", ErrBadKey, SecretSize)
 	}
-	k := &Key{Name: f[2], Caps: caps}
+	if !scope.IsZero() && caps.Has(CapAdmin) {
+		return nil, fmt.Errorf("%w: an admin key cannot be scoped", ErrBadKey)
+	}
+	k := &Key{Name: f[2], Caps: caps, Scope: scope}
 	copy(k.Secret[:], sec)
 	return k, nil
 }

@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -496,7 +497,7 @@ func (d *Dev) Run(ctx context.Context) error {
 		if p := auth.UserKeyPath(); p != "" {
 			old, err := auth.Load(p)
 			switch {
-			case err == nil && *old == *d.key:
+			case err == nil && bytes.Equal(old.Marshal(), d.key.Marshal()):
 			case err == nil && old.IsCluster():
 				userKeyMsg = fmt.Sprintf("  (not replacing %s: it holds another cluster's key; export ATOLL_KEY above)\n", p)
 			default:

@@ -53,6 +53,12 @@ func (i *Island) readMap(ctx context.Context, r *metawire.ReadMapReq) (*metawire
 		return nil, fmt.Errorf("readmap %v: not a regular file: %w", ino, metawire.ErrInvalid)
 	}
 	resp := &metawire.ReadMapResp{Attr: n.attr()}
+	if _, scoped := scopeOf(ctx); scoped && !isOwner(&resp.Attr, &r.Cred) && !mayAccess(&resp.Attr, &r.Cred, accR) {
+		// A scoped key's users read what POSIX lets them: a trusted
+		// mount's key checks at open (a descriptor outlives a chmod), a
+		// tenant's key is held to the bits on every block map.
+		return nil, fmt.Errorf("readmap %v: %w: uid %d may not read it", ino, metawire.ErrAccess, r.Cred.UID)
+	}
 	if n.inline {
 		resp.Inline = n.data
 		return resp, nil
@@ -93,9 +99,12 @@ func (i *Island) readMap(ctx context.Context, r *metawire.ReadMapReq) (*metawire
 	return resp, it.Error()
 }
 
-// commit applies a batch of file deltas atomically. Islands do not check
-// permissions on commits: clients check them when a file is opened.
+// commit applies a batch of file deltas atomically. For a trusted mount's
+// key islands do not check permissions on commits (the client checked them
+// at open, and a descriptor outlives a chmod); a scoped (tenant's) key
+// commits only to files its identity owns or may write.
 func (i *Island) commit(ctx context.Context, r *metawire.CommitReq) (*metawire.CommitResp, error) {
+	_, scoped := scopeOf(ctx)
 	var inos []namespace.Ino
 	written := make([]uint64, len(r.Writes)) // file bytes each write brings (load)
 	for k := range r.Writes {
@@ -140,7 +149,7 @@ func (i *Island) commit(ctx context.Context, r *metawire.CommitReq) (*metawire.C
 		return i.withInodesOpt(ctx, inos, r.Lazy, func(b *pebble.Batch) error {
 			var d deltas
 			for k := range r.Writes {
-				a, err := i.applyWrite(b, &r.Cred, &r.Writes[k], &d)
+				a, err := i.applyWrite(b, &r.Cred, &r.Writes[k], &d, scoped)
 				if err != nil {
 					return err
 				}
@@ -159,7 +168,7 @@ func (i *Island) commit(ctx context.Context, r *metawire.CommitReq) (*metawire.C
 	return &resp, nil
 }
 
-func (i *Island) applyWrite(b *pebble.Batch, c *metawire.Cred, w *metawire.FileWrite, d *deltas) (metawire.Attr, error) {
+func (i *Island) applyWrite(b *pebble.Batch, c *metawire.Cred, w *metawire.FileWrite, d *deltas, scoped bool) (metawire.Attr, error) {
 	ino := namespace.Ino(w.Ino)
 	n, err := readInode(b, ino)
 	if err != nil {
@@ -172,6 +181,11 @@ func (i *Island) applyWrite(b *pebble.Batch, c *metawire.Cred, w *metawire.FileW
 		return metawire.Attr{}, fmt.Errorf("commit %v: %w", ino, metawire.ErrIsDir)
 	case !n.isReg():
 		return metawire.Attr{}, fmt.Errorf("commit %v: not a regular file: %w", ino, metawire.ErrInvalid)
+	}
+	if scoped {
+		if a := n.attr(); !isOwner(&a, c) && !mayAccess(&a, c, accW) {
+			return metawire.Attr{}, fmt.Errorf("commit %v: %w: uid %d may not write it", ino, metawire.ErrAccess, c.UID)
+		}
 	}
 	for _, blk := range w.Blocks {
 		if len(blk.Ptr) == 0 {

@@ -99,7 +99,7 @@ func (i *Island) dedup(ctx context.Context, op uint16, id wire.ReqID, msg []byte
 func (i *Island) replay(ctx context.Context, op uint16, msg []byte) ([]byte, error) {
 	switch op {
 	case metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink:
-		return serve(msg, &metawire.CreateReq{}, func(r *metawire.CreateReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.CreateReq{}, func(r *metawire.CreateReq) (metawire.Message, error) {
 			a, err := i.lookup(ctx, &metawire.NameReq{Cred: r.Cred, Dir: r.Dir, Name: r.Name})
 			if err != nil {
 				return nil, fmt.Errorf("replaying op %d: %w", op, err)
@@ -111,15 +111,15 @@ func (i *Island) replay(ctx context.Context, op uint16, msg []byte) ([]byte, err
 			return &metawire.CreateResp{Attr: a.Attr, DirAttr: d.Attr, Boot: i.boot}, nil
 		})
 	case metawire.OpLink:
-		return serve(msg, &metawire.LinkReq{}, func(r *metawire.LinkReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.LinkReq{}, func(r *metawire.LinkReq) (metawire.Message, error) {
 			return i.getAttr(ctx, &metawire.InoReq{Cred: r.Cred, Ino: r.Ino})
 		})
 	case metawire.OpSetAttr:
-		return serve(msg, &metawire.SetAttrReq{}, func(r *metawire.SetAttrReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.SetAttrReq{}, func(r *metawire.SetAttrReq) (metawire.Message, error) {
 			return i.getAttr(ctx, &metawire.InoReq{Cred: r.Cred, Ino: r.Ino})
 		})
 	case metawire.OpCommit:
-		return serve(msg, &metawire.CommitReq{}, func(r *metawire.CommitReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.CommitReq{}, func(r *metawire.CommitReq) (metawire.Message, error) {
 			resp := &metawire.CommitResp{Boot: i.boot}
 			for _, w := range r.Writes {
 				a, err := i.getAttr(ctx, &metawire.InoReq{Cred: metawire.Cred{}, Ino: w.Ino})

@@ -1,8 +1,51 @@
 package meta
 
 import (
+	"context"
+	"fmt"
+
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/metawire"
 )
+
+type scopeKey struct{}
+
+// withScope marks ctx as serving a connection whose key is scoped.
+func withScope(ctx context.Context, s auth.Scope) context.Context {
+	return context.WithValue(ctx, scopeKey{}, s)
+}
+
+func scopeOf(ctx context.Context) (auth.Scope, bool) {
+	s, ok := ctx.Value(scopeKey{}).(auth.Scope)
+	return s, ok
+}
+
+// applyScope holds a request's identity to its key's scope: a uid the
+// key may not use is refused, except root, which is squashed to nobody
+// (as NFS root_squash); a primary gid it may not use is refused, and
+// supplementary groups it may not use are dropped (that only takes rights
+// away). The request then goes through the ordinary permission checks as
+// that identity.
+func applyScope(s auth.Scope, c *metawire.Cred) error {
+	if !s.AllowsUID(c.UID) {
+		if c.UID != 0 {
+			return fmt.Errorf("%w: this key may not act as uid %d (scope %s)", metawire.ErrPerm, c.UID, s)
+		}
+		*c = metawire.Cred{UID: auth.NobodyID, GID: auth.NobodyID}
+		return nil
+	}
+	if !s.AllowsGID(c.GID) {
+		return fmt.Errorf("%w: this key may not act as gid %d (scope %s)", metawire.ErrPerm, c.GID, s)
+	}
+	kept := c.Groups[:0:0]
+	for _, g := range c.Groups {
+		if s.AllowsGID(g) {
+			kept = append(kept, g)
+		}
+	}
+	c.Groups = kept
+	return nil
+}
 
 // Access mask bits (AccessReq.Mask).
 const (

@@ -53,6 +53,9 @@ func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Respons
 		// Sent to this address for another island (whose leader moved).
 		return wire.Response{}, fmt.Errorf("%w: request for island %d reached island %d", metawire.ErrWrongIsland, req.Route, i.id)
 	}
+	if !req.Peer.Scope.IsZero() {
+		ctx = withScope(ctx, req.Peer.Scope)
+	}
 	out, err := i.handle(ctx, req.Op, req.Epoch, req.ReqID, req.Msg)
 	if err != nil {
 		return wire.Response{}, err
@@ -124,69 +127,69 @@ func (i *Island) handle(ctx context.Context, op uint16, epoch uint64, id wire.Re
 func (i *Island) dispatch(ctx context.Context, op uint16, msg []byte) ([]byte, error) {
 	switch op {
 	case metawire.OpLookup:
-		return serve(msg, &metawire.NameReq{}, func(r *metawire.NameReq) (metawire.Message, error) { return i.lookup(ctx, r) })
+		return serve(ctx, msg, &metawire.NameReq{}, func(r *metawire.NameReq) (metawire.Message, error) { return i.lookup(ctx, r) })
 	case metawire.OpGetAttr:
-		return serve(msg, &metawire.InoReq{}, func(r *metawire.InoReq) (metawire.Message, error) { return i.getAttr(ctx, r) })
+		return serve(ctx, msg, &metawire.InoReq{}, func(r *metawire.InoReq) (metawire.Message, error) { return i.getAttr(ctx, r) })
 	case metawire.OpSetAttr:
-		return serve(msg, &metawire.SetAttrReq{}, func(r *metawire.SetAttrReq) (metawire.Message, error) { return i.setAttr(ctx, r) })
+		return serve(ctx, msg, &metawire.SetAttrReq{}, func(r *metawire.SetAttrReq) (metawire.Message, error) { return i.setAttr(ctx, r) })
 	case metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink:
-		return serve(msg, &metawire.CreateReq{}, func(r *metawire.CreateReq) (metawire.Message, error) { return i.create(ctx, op, r) })
+		return serve(ctx, msg, &metawire.CreateReq{}, func(r *metawire.CreateReq) (metawire.Message, error) { return i.create(ctx, op, r) })
 	case metawire.OpReadlink:
-		return serve(msg, &metawire.InoReq{}, func(r *metawire.InoReq) (metawire.Message, error) { return i.readlink(ctx, r) })
+		return serve(ctx, msg, &metawire.InoReq{}, func(r *metawire.InoReq) (metawire.Message, error) { return i.readlink(ctx, r) })
 	case metawire.OpUnlink, metawire.OpRmdir:
-		return serve(msg, &metawire.NameReq{}, func(r *metawire.NameReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.NameReq{}, func(r *metawire.NameReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.remove(ctx, op == metawire.OpRmdir, r)
 		})
 	case metawire.OpUnlinkMany:
-		return serve(msg, &metawire.UnlinkManyReq{}, func(r *metawire.UnlinkManyReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.UnlinkManyReq{}, func(r *metawire.UnlinkManyReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.removeMany(ctx, r)
 		})
 	case metawire.OpRename:
-		return serve(msg, &metawire.RenameReq{}, func(r *metawire.RenameReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.RenameReq{}, func(r *metawire.RenameReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.rename(ctx, r)
 		})
 	case metawire.OpLink:
-		return serve(msg, &metawire.LinkReq{}, func(r *metawire.LinkReq) (metawire.Message, error) { return i.link(ctx, r) })
+		return serve(ctx, msg, &metawire.LinkReq{}, func(r *metawire.LinkReq) (metawire.Message, error) { return i.link(ctx, r) })
 	case metawire.OpReaddir:
-		return serve(msg, &metawire.ReaddirReq{}, func(r *metawire.ReaddirReq) (metawire.Message, error) { return i.readdir(ctx, r) })
+		return serve(ctx, msg, &metawire.ReaddirReq{}, func(r *metawire.ReaddirReq) (metawire.Message, error) { return i.readdir(ctx, r) })
 	case metawire.OpGetXattr:
-		return serve(msg, &metawire.XattrReq{}, func(r *metawire.XattrReq) (metawire.Message, error) { return i.getXattr(ctx, r) })
+		return serve(ctx, msg, &metawire.XattrReq{}, func(r *metawire.XattrReq) (metawire.Message, error) { return i.getXattr(ctx, r) })
 	case metawire.OpSetXattr:
-		return serve(msg, &metawire.XattrReq{}, func(r *metawire.XattrReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.XattrReq{}, func(r *metawire.XattrReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.setXattr(ctx, r)
 		})
 	case metawire.OpListXattr:
-		return serve(msg, &metawire.InoReq{}, func(r *metawire.InoReq) (metawire.Message, error) { return i.listXattr(ctx, r) })
+		return serve(ctx, msg, &metawire.InoReq{}, func(r *metawire.InoReq) (metawire.Message, error) { return i.listXattr(ctx, r) })
 	case metawire.OpRemoveXattr:
-		return serve(msg, &metawire.XattrReq{}, func(r *metawire.XattrReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.XattrReq{}, func(r *metawire.XattrReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.removeXattr(ctx, r)
 		})
 	case metawire.OpReadMap:
-		return serve(msg, &metawire.ReadMapReq{}, func(r *metawire.ReadMapReq) (metawire.Message, error) { return i.readMap(ctx, r) })
+		return serve(ctx, msg, &metawire.ReadMapReq{}, func(r *metawire.ReadMapReq) (metawire.Message, error) { return i.readMap(ctx, r) })
 	case metawire.OpCommit:
-		return serve(msg, &metawire.CommitReq{}, func(r *metawire.CommitReq) (metawire.Message, error) { return i.commit(ctx, r) })
+		return serve(ctx, msg, &metawire.CommitReq{}, func(r *metawire.CommitReq) (metawire.Message, error) { return i.commit(ctx, r) })
 	case metawire.OpClean:
-		return serve(msg, &metawire.CleanReq{}, func(r *metawire.CleanReq) (metawire.Message, error) { return i.clean(ctx, r) })
+		return serve(ctx, msg, &metawire.CleanReq{}, func(r *metawire.CleanReq) (metawire.Message, error) { return i.clean(ctx, r) })
 	case metawire.OpLiveBytes:
-		return serve(msg, &metawire.LiveReq{}, func(r *metawire.LiveReq) (metawire.Message, error) { return i.liveBytes(r) })
+		return serve(ctx, msg, &metawire.LiveReq{}, func(r *metawire.LiveReq) (metawire.Message, error) { return i.liveBytes(r) })
 	case metawire.OpStripeRefs:
-		return serve(msg, &metawire.RefsReq{}, func(r *metawire.RefsReq) (metawire.Message, error) { return i.stripeRefs(r) })
+		return serve(ctx, msg, &metawire.RefsReq{}, func(r *metawire.RefsReq) (metawire.Message, error) { return i.stripeRefs(r) })
 	case metawire.OpStatFS:
-		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) { return i.statFS() })
+		return serve(ctx, msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) { return i.statFS() })
 	case metawire.OpForget:
-		return serve(msg, &metawire.ForgetReq{}, func(r *metawire.ForgetReq) (metawire.Message, error) { return i.forget(r) })
+		return serve(ctx, msg, &metawire.ForgetReq{}, func(r *metawire.ForgetReq) (metawire.Message, error) { return i.forget(r) })
 	case metawire.OpLease:
-		return serve(msg, &metawire.LeaseReq{}, func(r *metawire.LeaseReq) (metawire.Message, error) { return i.leasedRead(ctx, r) })
+		return serve(ctx, msg, &metawire.LeaseReq{}, func(r *metawire.LeaseReq) (metawire.Message, error) { return i.leasedRead(ctx, r) })
 	case metawire.OpLeasePoll:
-		return serve(msg, &metawire.PollReq{}, func(r *metawire.PollReq) (metawire.Message, error) { return i.pollLeases(ctx, r) })
+		return serve(ctx, msg, &metawire.PollReq{}, func(r *metawire.PollReq) (metawire.Message, error) { return i.pollLeases(ctx, r) })
 	case metawire.OpLock:
-		return serve(msg, &metawire.LockReq{}, func(r *metawire.LockReq) (metawire.Message, error) { return i.lock(ctx, r) })
+		return serve(ctx, msg, &metawire.LockReq{}, func(r *metawire.LockReq) (metawire.Message, error) { return i.lock(ctx, r) })
 	case metawire.OpLockSession, metawire.OpLockEnd:
-		return serve(msg, &metawire.LockSessionReq{}, func(r *metawire.LockSessionReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.LockSessionReq{}, func(r *metawire.LockSessionReq) (metawire.Message, error) {
 			return i.lockSession(ctx, r, op == metawire.OpLockEnd)
 		})
 	case metawire.OpSync:
-		return serve(msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.Empty{}, func(*metawire.Empty) (metawire.Message, error) {
 			adopted, err := i.adopted()
 			if err != nil {
 				return nil, err
@@ -194,44 +197,58 @@ func (i *Island) dispatch(ctx context.Context, op uint16, msg []byte) ([]byte, e
 			return &metawire.SyncResp{Boot: i.boot, Adopted: adopted}, i.syncLog()
 		})
 	case metawire.OpAccess:
-		return serve(msg, &metawire.AccessReq{}, func(r *metawire.AccessReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.AccessReq{}, func(r *metawire.AccessReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.access(ctx, r)
 		})
 	case metawire.OpPrepare:
-		return serve(msg, &metawire.PrepareReq{}, func(r *metawire.PrepareReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.PrepareReq{}, func(r *metawire.PrepareReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.prepare(ctx, r)
 		})
 	case metawire.OpDecide:
-		return serve(msg, &metawire.DecideReq{}, func(r *metawire.DecideReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.DecideReq{}, func(r *metawire.DecideReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.decide(r.TxID, r.Commit)
 		})
 	case metawire.OpOutcome:
-		return serve(msg, &metawire.TxReq{}, func(r *metawire.TxReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.TxReq{}, func(r *metawire.TxReq) (metawire.Message, error) {
 			st, err := i.outcome(r.TxID)
 			return &metawire.OutcomeResp{State: st}, err
 		})
 	case metawire.OpAllocIno:
-		return serve(msg, &metawire.AllocInoReq{}, func(r *metawire.AllocInoReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.AllocInoReq{}, func(r *metawire.AllocInoReq) (metawire.Message, error) {
 			return i.allocRemote(r)
 		})
 	case metawire.OpFsck:
-		return serve(msg, &metawire.FsckReq{}, func(r *metawire.FsckReq) (metawire.Message, error) { return i.fsckPage(r) })
+		return serve(ctx, msg, &metawire.FsckReq{}, func(r *metawire.FsckReq) (metawire.Message, error) { return i.fsckPage(r) })
 	case metawire.OpEntryLoad:
-		return serve(msg, &metawire.EntryLoadReq{}, func(r *metawire.EntryLoadReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.EntryLoadReq{}, func(r *metawire.EntryLoadReq) (metawire.Message, error) {
 			return i.entryLoad(r)
 		})
 	case metawire.OpImportEntry:
-		return serve(msg, &metawire.ImportReq{}, func(r *metawire.ImportReq) (metawire.Message, error) {
+		return serve(ctx, msg, &metawire.ImportReq{}, func(r *metawire.ImportReq) (metawire.Message, error) {
 			return metawire.Empty{}, i.importEntry(ctx, r)
 		})
 	}
 	return nil, fmt.Errorf("%w: unknown op %d", metawire.ErrBadRequest, op)
 }
 
-// serve decodes msg into req, runs f and encodes its response.
-func serve[R metawire.Message](msg []byte, req R, f func(R) (metawire.Message, error)) ([]byte, error) {
+// serve decodes msg into req, holds the identity it asserts to the
+// connection key's scope, runs f and encodes its response.
+func serve[R metawire.Message](ctx context.Context, msg []byte, req R, f func(R) (metawire.Message, error)) ([]byte, error) {
 	if err := metawire.Unmarshal(msg, req); err != nil {
 		return nil, err
+	}
+	if sc, ok := scopeOf(ctx); ok {
+		switch r := any(req).(type) {
+		case metawire.Credentialed:
+			if err := applyScope(sc, r.Credential()); err != nil {
+				return nil, err
+			}
+		case *metawire.LeaseReq, *metawire.PollReq, *metawire.LockSessionReq, *metawire.Empty:
+			// A leased read's request is served (and checked) by
+			// dispatch; the others name no file and assert nobody.
+		default:
+			return nil, fmt.Errorf("%w: a scoped key has no use for this operation", metawire.ErrPerm)
+		}
 	}
 	resp, err := f(req)
 	if err != nil {

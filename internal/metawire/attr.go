@@ -122,6 +122,24 @@ func StickyDenies(dir *Attr, c *Cred, victimUID uint32) bool {
 	return StickyApplies(dir, c) && c.UID != victimUID
 }
 
+// Credentialed is a request that carries the identity it acts as
+// (islands check it against the connection key's scope).
+type Credentialed interface{ Credential() *Cred }
+
+func (r *InoReq) Credential() *Cred        { return &r.Cred }
+func (r *NameReq) Credential() *Cred       { return &r.Cred }
+func (r *UnlinkManyReq) Credential() *Cred { return &r.Cred }
+func (r *SetAttrReq) Credential() *Cred    { return &r.Cred }
+func (r *CreateReq) Credential() *Cred     { return &r.Cred }
+func (r *RenameReq) Credential() *Cred     { return &r.Cred }
+func (r *LinkReq) Credential() *Cred       { return &r.Cred }
+func (r *ReaddirReq) Credential() *Cred    { return &r.Cred }
+func (r *XattrReq) Credential() *Cred      { return &r.Cred }
+func (r *AccessReq) Credential() *Cred     { return &r.Cred }
+func (r *ReadMapReq) Credential() *Cred    { return &r.Cred }
+func (r *CommitReq) Credential() *Cred     { return &r.Cred }
+func (r *LockReq) Credential() *Cred       { return &r.Cred }
+
 // Root is the superuser credential.
 var Root = Cred{}
 

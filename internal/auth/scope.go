@@ -1,0 +1,120 @@
+package auth
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Scope limits what a key may act as. The zero Scope limits nothing (a
+// mount host's key acts for all its users, as an NFS AUTH_SYS client).
+//
+// A scoped key is bound to its scope: the scope is part of the secret's
+// derivation and of the handshake, so a holder cannot widen it.
+type Scope struct {
+	// UIDs are the user ids requests may assert (empty: any). Root (0)
+	// only when listed: otherwise a request as root is squashed to
+	// nobody (NobodyID) at the islands.
+	UIDs []uint32
+	// GIDs are the group ids requests may assert (empty: any):
+	// supplementary groups outside them are dropped, a primary group
+	// outside them is refused.
+	GIDs []uint32
+}
+
+// NobodyID is the uid and gid a squashed root acts as.
+const NobodyID = 65534
+
+// maxScopeIDs bounds each list (the handshake carries the scope in at
+// most 255 bytes).
+const maxScopeIDs = 16
+
+// IsZero reports whether s limits nothing.
+func (s Scope) IsZero() bool { return len(s.UIDs) == 0 && len(s.GIDs) == 0 }
+
+// String is the canonical form: "uids=1000,1001;gids=100" ("" for the
+// zero Scope). It is what derivation and the handshake use.
+func (s Scope) String() string {
+	var parts []string
+	list := func(name string, ids []uint32) {
+		if len(ids) == 0 {
+			return
+		}
+		f := make([]string, len(ids))
+		for i, id := range ids {
+			f[i] = strconv.FormatUint(uint64(id), 10)
+		}
+		parts = append(parts, name+"="+strings.Join(f, ","))
+	}
+	list("uids", s.UIDs)
+	list("gids", s.GIDs)
+	return strings.Join(parts, ";")
+}
+
+// ParseScope reads Scope.String's form; the lists come out sorted and
+// without duplicates, so parsing then printing is canonical.
+func ParseScope(str string) (Scope, error) {
+	var s Scope
+	if str == "" {
+		return s, nil
+	}
+	for _, part := range strings.Split(str, ";") {
+		name, val, ok := strings.Cut(part, "=")
+		var dst *[]uint32
+		switch {
+		case ok && name == "uids" && s.UIDs == nil:
+			dst = &s.UIDs
+		case ok && name == "gids" && s.GIDs == nil:
+			dst = &s.GIDs
+		default:
+			return Scope{}, fmt.Errorf("%w: scope %q: want uids=N,...;gids=N,...", ErrBadKey, str)
+		}
+		ids, err := parseIDs(val)
+		if err != nil {
+			return Scope{}, fmt.Errorf("%w: scope %q: %v", ErrBadKey, str, err)
+		}
+		*dst = ids
+	}
+	return s, nil
+}
+
+// parseIDs parses a comma list of ids into a sorted, deduplicated list.
+func parseIDs(val string) ([]uint32, error) {
+	var ids []uint32
+	for _, f := range strings.Split(val, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("bad id %q", f)
+		}
+		ids = append(ids, uint32(n))
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if len(ids) > maxScopeIDs {
+		return nil, fmt.Errorf("%d ids (at most %d)", len(ids), maxScopeIDs)
+	}
+	return ids, nil
+}
+
+// ParseIDList parses a comma list of ids as a command line gives them.
+func ParseIDList(val string) ([]uint32, error) {
+	if strings.TrimSpace(val) == "" {
+		return nil, nil
+	}
+	ids, err := parseIDs(val)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadKey, err)
+	}
+	return ids, nil
+}
+
+// AllowsUID reports whether requests may assert uid.
+func (s Scope) AllowsUID(uid uint32) bool {
+	return len(s.UIDs) == 0 || slices.Contains(s.UIDs, uid)
+}
+
+// AllowsGID reports whether requests may assert gid.
+func (s Scope) AllowsGID(gid uint32) bool {
+	return len(s.GIDs) == 0 || slices.Contains(s.GIDs, gid)
+}
