@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -263,5 +268,75 @@ func TestScopedKeyActsOnlyAsItsUsers(t *testing.T) {
 	rf.Release()
 	if string(buf[:n]) != string(secret) || ra.Mode&0o7777 != 0o600 || ra.UID != 2000 {
 		t.Errorf("bob's file now %q, mode %o, uid %d", buf[:n], ra.Mode&0o7777, ra.UID)
+	}
+}
+
+// TestFUSEWarmPathKeepsPermissions is issue #43's attack 4: the mount ran
+// without default_permissions, so once bob had used his files, the
+// kernel's cached names let uid 1000 read a 0644 file inside bob's 0700
+// directory, append to a 0666 file there, stat his 0600 file and
+// hard-link another user's 0600 file despite fs.protected_hardlinks=1.
+// Each must fail as on ext4.
+func TestFUSEWarmPathKeepsPermissions(t *testing.T) {
+	fuseUsable(t)
+	setpriv := lookTool(t, "setpriv")
+	fc := startFSCluster(t, 3, 1)
+	_, mnt := mountFS(t, fc.newFS(t))
+	for d := filepath.Dir(mnt); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bob := filepath.Join(mnt, "bob")
+	pub, shared, priv := filepath.Join(bob, "pub"), filepath.Join(bob, "shared"), filepath.Join(bob, "priv")
+	open := filepath.Join(mnt, "open") // a world-searchable directory
+	other := filepath.Join(open, "bobs")
+	drop := filepath.Join(mnt, "drop")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Mkdir(bob, 0o700))
+	must(os.Mkdir(open, 0o755))
+	must(os.Mkdir(drop, 0o777))
+	must(os.Chmod(drop, 0o777))
+	for p, mode := range map[string]os.FileMode{pub: 0o644, shared: 0o666, priv: 0o600, other: 0o600} {
+		must(os.WriteFile(p, []byte("bob's "+filepath.Base(p)+"\n"), mode))
+		must(os.Chmod(p, mode))
+		must(os.Chown(p, 2000, 2000))
+	}
+	must(os.Chown(bob, 2000, 2000))
+	as := func(uid int, args ...string) error {
+		id := strconv.Itoa(uid)
+		cmd := exec.Command(setpriv, append([]string{"--reuid=" + id, "--regid=" + id, "--clear-groups"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	for round := range 3 {
+		// Bob uses his files: the names and attributes are now cached.
+		if err := as(2000, "sh", "-c", "cat "+pub+" "+shared+" "+priv+" "+other+" >/dev/null"); err != nil {
+			t.Fatalf("bob reading his own files: %v", err)
+		}
+		for _, c := range []struct {
+			what string
+			args []string
+		}{
+			{"read a 0644 file in bob's 0700 directory", []string{"cat", pub}},
+			{"append to a 0666 file in bob's 0700 directory", []string{"sh", "-c", "echo x >> " + shared}},
+			{"stat a 0600 file in bob's 0700 directory", []string{"stat", priv}},
+			{"hard-link bob's 0600 file (protected_hardlinks)", []string{"ln", other, filepath.Join(drop, fmt.Sprintf("l%d", round))}},
+		} {
+			if err := as(1000, c.args...); err == nil {
+				t.Errorf("round %d: uid 1000 could %s", round, c.what)
+			}
+		}
+	}
+	if b, err := os.ReadFile(shared); err != nil || string(b) != "bob's shared\n" {
+		t.Errorf("bob's shared file: %q %v", b, err)
 	}
 }

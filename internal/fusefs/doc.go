@@ -33,8 +33,10 @@
 //     island with lazy changes (see client.FS.SetLazyCreate and
 //     SetLazyClose: the mount creates and closes lazily, as POSIX allows).
 //   - Every request is answered from client.FS with the caller's
-//     credentials, so the islands, not the kernel, check permissions
-//     (the mount uses allow_other and no default_permissions).
+//     credentials, and the islands check permissions; the kernel checks
+//     them first too (allow_other, default_permissions), from cached
+//     attributes, so a cached name never skips a directory's search
+//     permission.
 //
 // # Extended attributes
 //
@@ -166,7 +168,7 @@
 // New checks /dev/fuse and the mountpoint first (missing, not a directory,
 // already mounted, or a stale mount whose server died: the error says to
 // run fusermount3 -u or umount -l). Mount mounts directly as root (the
-// fusermount3 helper otherwise) with allow_other, 1 MiB requests and no
+// fusermount3 helper otherwise) with allow_other, 1 MiB requests and
 // default_permissions, then raises the kernel's read-ahead for the mount
 // from 128 KiB to Config.ReadAhead (8 MiB: sequential reads become 1 MiB
 // requests, several in flight, instead of 128 KiB ones); Run serves until

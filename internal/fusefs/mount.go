@@ -286,8 +286,16 @@ func (m *Mount) Mount() error {
 			m.log.Error("fusefs: panic in request handler", "panic", v)
 			return fuse.EIO
 		},
-		// No default_permissions: the islands check with the caller's
-		// credentials.
+		// default_permissions: the kernel checks the mode bits of every
+		// path component and of the file from its cached attributes
+		// before any request; the islands check again with the caller's
+		// credentials. Without it a name in the kernel's cache skipped
+		// the search permission of its directories: after bob used his
+		// files, another user read, appended to and hard-linked them in
+		// his 0700 directory (issue #43). The mount has no ACLs
+		// (system.posix_acl_* is EOPNOTSUPP), so mode bits are the whole
+		// check.
+		Options: []string{"default_permissions"},
 		//
 		// HANDLE_KILLPRIV_V2: the islands clear set-id bits on chown
 		// (SETATTR's FATTR_KILL_SUIDGID, metawire.SetKillSUID), on
