@@ -291,7 +291,9 @@ func TestSlowlorisAndFDExhaustion(t *testing.T) {
 		before := vmRSS(t, pid)
 		var conns []net.Conn
 		for i := 0; i < 1000; i++ {
-			c, err := net.DialTimeout("tcp", tg.addr, 5*time.Second)
+			// From other addresses than the keyed client's (127.0.0.1):
+			// each source gets only its share of handshakes.
+			c, err := dialFrom(fmt.Sprintf("127.0.0.%d", 2+i%40), tg.addr)
 			if err != nil {
 				t.Fatalf("%s: connection %d: %v", tg.name, i, err)
 			}
@@ -321,7 +323,7 @@ func TestSlowlorisAndFDExhaustion(t *testing.T) {
 		rec = append(rec, make([]byte, 40)...)
 		var conns []net.Conn
 		for i := 0; i < 1000; i++ {
-			c, err := net.DialTimeout("tcp", nfsAddr, 5*time.Second)
+			c, err := dialFrom(fmt.Sprintf("127.0.0.%d", 2+i%40), nfsAddr)
 			if err != nil {
 				t.Fatalf("nfs: connection %d: %v", i, err)
 			}
@@ -379,6 +381,13 @@ func TestSlowlorisAndFDExhaustion(t *testing.T) {
 	if err != nil {
 		t.Errorf("the storage server does not serve again after running out of file descriptors: %v", err)
 	}
+}
+
+// dialFrom connects to addr from the local address src (any 127/8
+// address on loopback: a simulated source host).
+func dialFrom(src, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	return d.Dial("tcp", addr)
 }
 
 // closesKeyless sends garbage to a port that admits only cluster members

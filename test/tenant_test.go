@@ -6,16 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/connect"
+	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -339,4 +343,76 @@ func TestFUSEWarmPathKeepsPermissions(t *testing.T) {
 	if b, err := os.ReadFile(shared); err != nil || string(b) != "bob's shared\n" {
 		t.Errorf("bob's shared file: %q %v", b, err)
 	}
+}
+
+// TestFloodFromNineSources is issue #43's attack 5: nine source
+// addresses opening 1,000 connections each (here 400 and 300: past each
+// source's share) (keyless, a partial hello, or
+// idle on NFS) filled the storage server's global cap of 8,192, and the
+// NFS gateway (no cap, no idle timeout) ran out of descriptors: keyed
+// clients and NFS clients were refused. Each source now gets a share (256
+// handshakes at once on wire ports, 256 connections on NFS), and a client
+// from a tenth address is served throughout.
+func TestFloodFromNineSources(t *testing.T) {
+	var nfsAddr string
+	cl, _ := startDev(t, 1, 1, 1, func(c *devcluster.Config) {
+		ap := netip.MustParseAddrPort(c.IslandListen)
+		nfsAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String()
+		c.NFSListen = nfsAddr
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	partial := append([]byte{'A', 't', 'A', 'u', 1, byte(auth.CapRead), 64}, strings.Repeat("x", 33)...)
+	flood := func(addr string, first []byte, each int) (kept int, conns []net.Conn) {
+		for src := 2; src <= 10; src++ {
+			for range each {
+				c, err := dialFrom(fmt.Sprintf("127.0.0.%d", src), addr)
+				if err != nil {
+					continue // refused at connect: the backlog
+				}
+				c.Write(first)
+				conns = append(conns, c)
+			}
+		}
+		// Count the connections the server kept open: a refused one reads
+		// EOF at once.
+		for _, c := range conns {
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+				kept++
+			}
+		}
+		return kept, conns
+	}
+	closeAll := func(cs []net.Conn) {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+
+	storage := cl.Map.Storage[0].Addr
+	kept, conns := flood(storage, partial, 400)
+	t.Logf("storage: %d of %d flood connections kept", kept, len(conns))
+	if kept > 9*auth.DefaultMaxHandshakesPerSource {
+		t.Errorf("storage kept %d keyless connections from 9 sources (share %d each)", kept, auth.DefaultMaxHandshakesPerSource)
+	}
+	c, err := wire.Dial(ctx, storage, wire.ClientConfig{Key: testKey, IOTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("a keyed client cannot connect during the flood: %v", err)
+	}
+	if _, err := c.Call(ctx, fragment.OpStat, 0, nil, nil, nil); err != nil && !errors.As(err, new(*wire.RemoteError)) {
+		t.Errorf("a keyed client is not served during the flood: %v", err)
+	}
+	c.Close()
+	closeAll(conns)
+
+	kept, conns = flood(nfsAddr, nil, 300)
+	t.Logf("nfs: %d of %d flood connections kept", kept, len(conns))
+	if kept > 9*256 {
+		t.Errorf("the NFS gateway kept %d connections from 9 sources (share 256 each)", kept)
+	}
+	if rep := dialRPC(t, nfsAddr).call(progNFS, 3, 0, nil); rep.denied || rep.stat != 0 {
+		t.Errorf("nfs does not answer NULL during the flood: %+v", rep)
+	}
+	closeAll(conns)
 }

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"log/slog"
 	"net"
 	"sync"
@@ -24,12 +25,19 @@ type Listener struct {
 	done     chan struct{}
 	once     sync.Once
 	wg       sync.WaitGroup
+	// handshakes bounds connections that have not proven a key yet, per
+	// source and in all; admitted ones are bounded by their user (raft's
+	// pool of a few connections per peer).
+	handshakes Gate
+	// warned is when an accept failure was last logged (acceptLoop only).
+	warned time.Time
 }
 
 // Listen listens on addr. Connections whose key lacks need are refused
 // (what names the port in logs and refusals).
 func Listen(addr string, key *Key, need Caps, what string, log *slog.Logger, refused *Refusals) (*Listener, error) {
-	l := &Listener{need: need, what: what, log: log, refused: refused, conns: make(chan net.Conn), done: make(chan struct{})}
+	l := &Listener{need: need, what: what, log: log, refused: refused, conns: make(chan net.Conn), done: make(chan struct{}),
+		handshakes: Gate{Max: DefaultMaxHandshakes, PerSource: DefaultMaxHandshakesPerSource}}
 	if l.refused == nil {
 		l.refused = &Refusals{}
 	}
@@ -63,7 +71,10 @@ func (l *Listener) acceptLoop() {
 			}
 			// EMFILE and friends: back off instead of spinning or stopping.
 			bo = min(max(2*bo, 5*time.Millisecond), time.Second)
-			l.log.Warn(l.what+": accept failed; retrying", "err", err, "retry_in", bo)
+			if time.Since(l.warned) >= time.Second {
+				l.warned = time.Now()
+				l.log.Warn(l.what+": accept failed; retrying", "err", err, "retry_in", bo)
+			}
 			select {
 			case <-l.done:
 				return
@@ -72,11 +83,18 @@ func (l *Listener) acceptLoop() {
 			continue
 		}
 		bo = 0
+		src := Source(c)
+		if l.verifier != nil && !l.handshakes.Enter(src) {
+			l.refused.Add(l.log, l.what+": refused connection", c.RemoteAddr().String(), errTooManyHandshakes)
+			c.Close()
+			continue
+		}
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
 			if l.verifier != nil {
 				p, err := l.verifier.Server(c, DefaultTimeout)
+				l.handshakes.Leave(src)
 				if err == nil {
 					err = p.Allow(l.need, l.what)
 				}
@@ -94,6 +112,8 @@ func (l *Listener) acceptLoop() {
 		}()
 	}
 }
+
+var errTooManyHandshakes = errors.New("too many connections in the handshake from this address or in all")
 
 // Accept returns the next admitted connection.
 func (l *Listener) Accept() (net.Conn, error) {

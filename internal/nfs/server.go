@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -122,6 +123,15 @@ type Config struct {
 	// MaxInFlight is the number of requests handled at once per
 	// connection. Default 64.
 	MaxInFlight int
+	// MaxConns bounds the connections served at once, MaxConnsPerSource
+	// those from one address (defaults 4096 and 256: far above what NFS
+	// clients open, one or a few per host, far below what exhausts the
+	// gateway's descriptors). Beyond them a connection is closed at once.
+	MaxConns, MaxConnsPerSource int
+	// IdleTimeout closes a connection that has sent nothing for this long
+	// (default 6 minutes, as Linux's nfsd; negative: never). Clients
+	// reconnect when they next need the server.
+	IdleTimeout time.Duration
 	// StatFS, when set, supplies FSSTAT figures.
 	StatFS func(ctx context.Context) (FSStat, error)
 	// Verifier is the write verifier; 0 picks a random one (it changes at
@@ -145,7 +155,7 @@ func (c *Config) Validate() error {
 	if c.FS == nil {
 		return errors.New("nfs: config: FS is required")
 	}
-	if c.FlushIdle < 0 || c.FlushMaxAge < 0 || c.MaxOpenFiles < 0 || c.MaxDirtyBytes < 0 || c.MaxInFlight < 0 {
+	if c.FlushIdle < 0 || c.FlushMaxAge < 0 || c.MaxOpenFiles < 0 || c.MaxDirtyBytes < 0 || c.MaxInFlight < 0 || c.MaxConns < 0 || c.MaxConnsPerSource < 0 {
 		return errors.New("nfs: config: negative duration or limit")
 	}
 	return nil
@@ -175,6 +185,12 @@ type Server struct {
 	mu    lockcheck.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup // accept loops and connections
+	// gate bounds connections per source and in all.
+	gate auth.Gate
+	// refused counts connections refused by gate (logged at most once a
+	// second), acceptWarned when an accept failure was last logged.
+	refused      auth.Refusals
+	acceptWarned time.Time
 }
 
 // New binds the listeners and returns a Server; Run serves.
@@ -200,6 +216,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 64
 	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 4096
+	}
+	if cfg.MaxConnsPerSource == 0 {
+		cfg.MaxConnsPerSource = 256
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 6 * time.Minute
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -209,7 +234,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Export.AnonGID == 0 {
 		cfg.Export.AnonGID = 65534
 	}
-	s := &Server{cfg: cfg, fs: cfg.FS, log: cfg.Logger, exp: cfg.Export, conns: map[net.Conn]struct{}{}, fsid: 0xa7011}
+	s := &Server{cfg: cfg, fs: cfg.FS, log: cfg.Logger, exp: cfg.Export, conns: map[net.Conn]struct{}{}, fsid: 0xa7011,
+		gate: auth.Gate{Max: cfg.MaxConns, PerSource: cfg.MaxConnsPerSource}}
 	if cfg.Verifier != 0 {
 		binary.BigEndian.PutUint64(s.verf[:], cfg.Verifier)
 	} else {
@@ -352,15 +378,26 @@ func (s *Server) accept(ln net.Listener, portmapOnly bool) {
 			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			s.log.Warn("nfs: accept", "err", err)
+			if time.Since(s.acceptWarned) >= time.Second {
+				s.acceptWarned = time.Now()
+				s.log.Warn("nfs: accept failed; retrying", "err", err, "retry_in", backoff)
+			}
 			time.Sleep(backoff)
 			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		backoff = 5 * time.Millisecond
+		src := auth.Source(nc)
+		if !s.gate.Enter(src) {
+			s.refused.Add(s.log, "nfs: refused connection", nc.RemoteAddr().String(),
+				fmt.Errorf("too many connections (%d from one address, %d in all at most)", s.gate.PerSource, s.gate.Max))
+			nc.Close()
+			continue
+		}
 		s.mu.Lock()
 		if s.ctx.Err() != nil {
 			s.mu.Unlock()
+			s.gate.Leave(src)
 			nc.Close()
 			return
 		}
@@ -373,6 +410,7 @@ func (s *Server) accept(ln net.Listener, portmapOnly bool) {
 			s.mu.Lock()
 			delete(s.conns, nc)
 			s.mu.Unlock()
+			s.gate.Leave(src)
 		}()
 	}
 }
@@ -422,13 +460,21 @@ func (s *Server) serveConn(nc net.Conn, portmapOnly bool) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		// Idle between records as long as the client likes; once a
-		// record has begun it must arrive within recordTimeout, so a
-		// client that sends half a record and stalls lets go of its
-		// goroutine and buffer.
+		// Idle between records up to IdleTimeout; once a record has
+		// begun it must arrive within recordTimeout, so a client that
+		// sends half a record and stalls lets go of its goroutine and
+		// buffer.
 		if br.Buffered() == 0 {
-			_ = nc.SetReadDeadline(time.Time{})
+			var idle time.Time
+			if s.cfg.IdleTimeout > 0 {
+				idle = time.Now().Add(s.cfg.IdleTimeout)
+			}
+			_ = nc.SetReadDeadline(idle)
 			if _, err := br.Peek(1); err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() && len(sem) > 0 {
+					continue // idle only once nothing is in flight
+				}
 				return
 			}
 		}

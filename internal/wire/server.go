@@ -116,8 +116,12 @@ type Server struct {
 		conns   map[net.Conn]struct{}
 		perPeer map[string]int // connections served per remote address
 	}
-	wg      sync.WaitGroup
-	refused auth.Refusals
+	// handshakes bounds connections still proving their key, per source
+	// and in all (far below MaxConns: anyone who reaches the port can
+	// open them, and they must not crowd out clients with keys).
+	handshakes auth.Gate
+	wg         sync.WaitGroup
+	refused    auth.Refusals
 	// refusedAccept counts failed accepts (EMFILE and the like).
 	refusedAccept atomic.Uint64
 }
@@ -188,6 +192,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, inflight: semaphore.NewWeighted(cfg.MaxInflightBytes), log: cfg.Logger}
 	s.mu.conns = make(map[net.Conn]struct{})
 	s.mu.perPeer = make(map[string]int)
+	s.handshakes = auth.Gate{Max: auth.DefaultMaxHandshakes, PerSource: auth.DefaultMaxHandshakesPerSource}
 	return s, nil
 }
 
@@ -222,12 +227,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			_ = tc.SetNoDelay(true)
 		}
 		peer := peerHost(c)
+		if s.cfg.Auth != nil && !s.handshakes.Enter(peer) {
+			s.refuse(ctx, c.RemoteAddr().String(), fmt.Errorf("too many connections in the handshake (%d from this address at most, %d in all)", s.handshakes.PerSource, s.handshakes.Max))
+			c.Close()
+			continue
+		}
 		s.mu.Lock()
 		if len(s.mu.conns) >= s.cfg.MaxConns || s.mu.perPeer[peer] >= s.cfg.MaxConnsPerPeer {
 			n := len(s.mu.conns)
 			s.mu.Unlock()
 			// Counted before the peer can see the close.
 			s.refuse(ctx, c.RemoteAddr().String(), fmt.Errorf("too many connections (%d served, at most %d, %d from one address)", n, s.cfg.MaxConns, s.cfg.MaxConnsPerPeer))
+			if s.cfg.Auth != nil {
+				s.handshakes.Leave(peer)
+			}
 			c.Close()
 			continue
 		}
@@ -277,7 +290,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	peer := Unauthenticated
 	if s.cfg.Auth != nil {
 		var err error
-		if peer, err = s.cfg.Auth.Server(c, auth.DefaultTimeout); err != nil {
+		peer, err = s.cfg.Auth.Server(c, auth.DefaultTimeout)
+		s.handshakes.Leave(peerHost(c))
+		if err != nil {
 			s.refuse(ctx, remote, err)
 			return
 		}
