@@ -416,3 +416,92 @@ func TestFloodFromNineSources(t *testing.T) {
 	}
 	closeAll(conns)
 }
+
+// TestRevokedKeyRefusedWithinAHeartbeat: `atoll key revoke tenant` makes
+// every server refuse the tenant's key: a connection that was serving it
+// stops at its next request, a new one is refused at the handshake, and
+// a key `atoll key new` makes afterwards (the next generation) works.
+// Before, revoking one key meant a new cluster key.
+func TestRevokedKeyRefusedWithinAHeartbeat(t *testing.T) {
+	cl, _ := startDev(t, 3, 1, 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := dialDev(t, cl)
+	old, _ := testKey.Derive("tenant", auth.CapRead|auth.CapWrite)
+	tc, err := connect.Dial(ctx, []string{cl.Manager}, old, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	if _, err := tc.FS.MkdirAll(ctx, metawire.Root, "/tenant", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	storage := cl.Map.Storage[0].Addr
+	sc, err := wire.Dial(ctx, storage, wire.ClientConfig{Key: old, IOTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	ic, err := wire.Dial(ctx, cl.Map.Islands[0].Addr, wire.ClientConfig{Key: old, IOTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ic.Close()
+	served := func(c *wire.Client, op uint16) bool {
+		_, err := c.Call(ctx, op, 0, nil, nil, nil)
+		return err == nil || errors.As(err, new(*wire.RemoteError)) && !strings.Contains(err.Error(), "revoked")
+	}
+	if !served(sc, fragment.OpStat) || !served(ic, metawire.OpStatFS) {
+		t.Fatal("the tenant's connections are not served before the revocation")
+	}
+
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, atoll(t), append(args, "--cluster", cl.Manager)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("atoll %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	start := time.Now()
+	t.Log(strings.TrimSpace(cli("key", "revoke", "tenant")))
+	var storageStopped, islandStopped time.Duration
+	for time.Since(start) < 30*time.Second && (storageStopped == 0 || islandStopped == 0) {
+		if storageStopped == 0 && !served(sc, fragment.OpStat) {
+			storageStopped = time.Since(start)
+		}
+		if islandStopped == 0 && !served(ic, metawire.OpStatFS) {
+			islandStopped = time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("revoked key stopped at the storage server after %v, at the island after %v", storageStopped, islandStopped)
+	if storageStopped == 0 || islandStopped == 0 {
+		t.Fatalf("the revoked key is still served (storage stopped %v, island %v)", storageStopped, islandStopped)
+	}
+	for name, addr := range map[string]string{"manager": cl.Manager, "storage": storage, "island": cl.Map.Islands[0].Addr} {
+		if _, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: old}); !errors.Is(err, auth.ErrRefused) {
+			t.Errorf("%s accepted the revoked key: %v", name, err)
+		}
+	}
+	// The next generation, from the CLI, works; the admin was never affected.
+	line := cli("key", "new", "--name", "tenant", "--caps", "user")
+	fresh, err := auth.Parse([]byte(line))
+	if err != nil || fresh.Scope.Gen != 1 {
+		t.Fatalf("key new after the revocation: %v, generation %d: %s", err, fresh.Scope.Gen, line)
+	}
+	nc, err := connect.Dial(ctx, []string{cl.Manager}, fresh, quietLogger())
+	if err != nil {
+		t.Fatalf("the next generation's key: %v", err)
+	}
+	defer nc.Close()
+	if _, err := nc.FS.Resolve(ctx, metawire.Root, "/tenant"); err != nil {
+		t.Errorf("the next generation's key is not served: %v", err)
+	}
+	if _, err := admin.FS.Resolve(ctx, metawire.Root, "/tenant"); err != nil {
+		t.Errorf("the admin after a revocation: %v", err)
+	}
+	if out := cli("key", "list"); !strings.Contains(out, "tenant") {
+		t.Errorf("key list does not show the revocation:\n%s", out)
+	}
+}

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"sort"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/cluster"
 )
 
 func newKeyCmd(g *globalFlags) *cobra.Command {
@@ -24,6 +28,14 @@ Other keys are derived from it with a name and capabilities:
   write   change them, acting for the users whose uid/gid the client asserts
   user    read,write: what a FUSE mount or an NFS gateway needs
   admin   drain, clean, fsck, set the table or the default policy
+
+A key other than admin may be limited to identities (--uids, --gids): it
+acts only as those users and groups, root squashed to nobody unless uid 0
+is listed. An unlimited read,write key acts for any uid its client asserts,
+as an NFS client does: give it to machines whose root you trust, and
+tenants limited keys. atoll key revoke NAME refuses every key made so far
+under NAME, within a heartbeat, on every server; the next atoll key new
+--name NAME makes one of the next generation.
 
 Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 	}
@@ -51,7 +63,7 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 		},
 	}
 	initCmd.Flags().StringVar(&out, "out", "", "file to write (refused if it exists)")
-	var name, caps, newOut, uids, gids string
+	var name, caps, newOut, uids, gids, addr string
 	var readOnly bool
 	newCmd := &cobra.Command{
 		Use:   "new --name NAME [--caps CAPS | --read-only] [--uids 1000,...] [--gids 1000,...] --out FILE",
@@ -76,6 +88,12 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 			if err != nil {
 				return err
 			}
+			// The generation after the name's last revocation.
+			if m, err := mapWithin(cmd.Context(), g, addr, 5*time.Second); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "atoll: cannot read the cluster's revocations (%v): the key gets generation 0, which servers refuse if %q was ever revoked\n", err, name)
+			} else {
+				sc.Gen = m.Revocations()[name]
+			}
 			k, err := ck.DeriveScoped(name, c, sc)
 			if err != nil {
 				return err
@@ -97,6 +115,70 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 	newCmd.Flags().StringVar(&uids, "uids", "", "user ids the key may act as, comma-separated (default: any, as a mount host's key; root only if listed, else squashed to nobody)")
 	newCmd.Flags().StringVar(&gids, "gids", "", "group ids the key may act as, comma-separated (default: any)")
 	newCmd.Flags().BoolVar(&readOnly, "read-only", false, "capability read only (same as --caps read)")
+	newCmd.Flags().StringVar(&addr, "cluster", "", "manager address(es), asked for the name's generation (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	var revokeAddr string
+	revokeCmd := &cobra.Command{
+		Use:   "revoke NAME [--cluster ADDR]",
+		Short: "Refuse every key made so far under NAME (admin); its connections are closed within a heartbeat",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mc, _, err := managerClient(g, revokeAddr)
+			if err != nil {
+				return err
+			}
+			defer mc.Close()
+			epoch, err := mc.Revoke(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("key revoke %s: %w", args[0], err)
+			}
+			m, err := mc.Map(cmd.Context(), epoch)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "keys named %q below generation %d revoked (map epoch %d); atoll key new --name %s makes generation %d\n",
+				args[0], m.Revocations()[args[0]], epoch, args[0], m.Revocations()[args[0]])
+			return nil
+		},
+	}
+	revokeCmd.Flags().StringVar(&revokeAddr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	var listAddr string
+	listCmd := &cobra.Command{
+		Use:   "list [--cluster ADDR]",
+		Short: "List what the cluster knows of keys: revoked names and the keys gateways and mounts registered with",
+		Long: `Keys are derived from the cluster key and are not stored anywhere, so the
+cluster knows a key only by what it did: the names revoked (with the
+generation new keys of that name get) and the keys that registered
+gateways and mounts.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := mapWithin(cmd.Context(), g, listAddr, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			users := map[string]int{}
+			for _, gw := range m.Gateways {
+				if gw.Owner != "" {
+					users[gw.Owner]++
+				}
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "revoked (%d):\n", len(m.Revoked))
+			for _, r := range m.Revoked {
+				fmt.Fprintf(w, "  %s\tgenerations below %d\n", r.Name, r.Below)
+			}
+			names := make([]string, 0, len(users))
+			for n := range users {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			fmt.Fprintf(w, "registering gateways and mounts (%d):\n", len(names))
+			for _, n := range names {
+				fmt.Fprintf(w, "  %s\t%d registered\n", n, users[n])
+			}
+			return nil
+		},
+	}
+	listCmd.Flags().StringVar(&listAddr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
 	showCmd := &cobra.Command{
 		Use:   "show [FILE]",
 		Short: "Print a key's name and capabilities (not its secret)",
@@ -120,8 +202,20 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(initCmd, newCmd, showCmd)
+	cmd.AddCommand(initCmd, newCmd, showCmd, revokeCmd, listCmd)
 	return cmd
+}
+
+// mapWithin fetches the cluster map, giving up after d.
+func mapWithin(ctx context.Context, g *globalFlags, addr string, d time.Duration) (*cluster.Map, error) {
+	mc, _, err := managerClient(g, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer mc.Close()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return mc.Map(ctx, 0)
 }
 
 // scopeNote is "; uids=...;gids=..." for a scoped key, "" otherwise.

@@ -104,6 +104,9 @@ starts; from then on the map decides. A server added later starts with
 					return err
 				}
 				cfg.Map = cluster.NewIslandMap(view)
+				follow := cluster.FollowRevocations(cfg.Key)
+				follow(view.Map())
+				view.OnChange(follow)
 			case mapFile != "":
 				m, err := meta.LoadMapFile(mapFile)
 				if err != nil {

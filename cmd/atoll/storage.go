@@ -50,6 +50,7 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			revocations := cluster.FollowRevocations(cfg.Key)
 			srv, err := storage.NewServer(cfg)
 			if err != nil {
 				closeServer(ms)
@@ -64,7 +65,7 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 				run = func(ctx context.Context) error {
 					return runWithMember(ctx, srv.Run, cluster.MemberConfig{
 						Managers: splitList(managers), Kind: cluster.KindStorage, ID: uint32(slot),
-						Addr: srv.Addr(), PID: os.Getpid(), Logger: log, Key: cfg.Key,
+						Addr: srv.Addr(), PID: os.Getpid(), Logger: log, Key: cfg.Key, OnMap: revocations,
 						Stats: func() cluster.MemberStats { return storageStats(srv, ms) },
 					})
 				}

@@ -228,3 +228,39 @@ func TestScopedKeys(t *testing.T) {
 		t.Errorf("ParseScope canonical: %q %v", s, err)
 	}
 }
+
+// TestRevokedGeneration: a verifier whose cluster key follows revocations
+// refuses keys of a revoked name below its generation, at the handshake,
+// and accepts the next generation; member keys are never revoked.
+func TestRevokedGeneration(t *testing.T) {
+	ck := mustCluster(t)
+	ck.Revocations = &Revocations{}
+	v, _ := NewVerifier(ck)
+	g0, _ := ck.Derive("tenant", CapRead|CapWrite)
+	g1, err := ck.DeriveScoped("tenant", CapRead|CapWrite, Scope{Gen: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm1, err := ck.DeriveScoped("ops", CapRead|CapWrite|CapAdmin, Scope{Gen: 1})
+	if err != nil {
+		t.Fatalf("admin key with a generation: %v", err)
+	}
+	if p, serr, cerr := handshake(t, v, g0); serr != nil || cerr != nil || v.Revoked(p) {
+		t.Fatalf("before revocation: %v %v", serr, cerr)
+	}
+	ck.Revocations.Set(map[string]uint32{"tenant": 1, "cluster": 5})
+	if _, serr, cerr := handshake(t, v, g0); !errors.Is(serr, ErrRefused) || !errors.Is(cerr, ErrRefused) || !strings.Contains(cerr.Error(), "revoked") {
+		t.Errorf("revoked generation 0: server %v, client %v", serr, cerr)
+	}
+	for _, k := range []*Key{g1, adm1, ck} {
+		if p, serr, cerr := handshake(t, v, k); serr != nil || cerr != nil || p.Scope.Gen != k.Scope.Gen {
+			t.Errorf("%s generation %d: server %v, client %v", k.Name, k.Scope.Gen, serr, cerr)
+		}
+	}
+	if !v.Revoked(Peer{Name: "tenant", Caps: CapRead}) || v.Revoked(Peer{Name: "tenant", Caps: CapRead, Scope: Scope{Gen: 1}}) {
+		t.Error("Revoked disagrees with the generations")
+	}
+	if b, err := Parse(g1.Marshal()); err != nil || b.Scope.Gen != 1 {
+		t.Errorf("generation through the key file: %v %+v", err, b)
+	}
+}

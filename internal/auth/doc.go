@@ -20,20 +20,44 @@
 //
 //	read    read names, attributes and data (a read-only key has only this)
 //	write   act for users: change names and data, asserting uid/gid the
-//	        way NFS AUTH_SYS does (mounts and gateways)
+//	        way NFS AUTH_SYS does (mounts and gateways), within the key's
+//	        scope if it has one
 //	admin   drain, clean, set the table or the default policy, format
 //	member  a cluster member (holds the cluster key): serve, register,
 //	        peer-island 2PC calls, the cleaner's operations
 //
 // The cluster key itself is the admin key `atoll dev` writes: it carries
-// every capability and may start any role. Revoking one derived key means
-// a new cluster key (documented limit: no revocation list yet).
+// every capability and may start any role.
+//
+// # Scopes and generations
+//
+// A derived key may carry a Scope: the uids and gids it may act as (not
+// for admin keys) and its generation. A scoped key's secret is
+//
+//	secret = HMAC-SHA256(cluster key, "atoll-key-v2" 0x00 name 0x00 caps 0x00 scope)
+//
+// where scope is Scope.String's canonical form ("uids=1000,1001;gids=100;
+// gen=2", lists sorted, parts omitted when empty), so the scope cannot be
+// widened or dropped without the cluster key. Islands hold every request
+// of a connection whose key limits identities to them (internal/meta
+// applyScope): another uid is refused, root is squashed to nobody unless
+// uid 0 is listed, groups outside the scope are dropped, and block maps
+// and commits are checked against the file's permission bits too.
+//
+// A key name is revoked by raising its generation in the cluster map
+// (`atoll key revoke NAME`); every server keeps the map's revocations in
+// the Revocations of the cluster key it verifies with, refuses a key of a
+// lower generation at the handshake, and closes a connection whose key
+// was revoked at its next request. `atoll key new` derives a name's next
+// generation from the map. Member keys (the cluster key) are never
+// revoked: revoking the cluster key means making a new one.
 //
 // # Key file
 //
 // One line of text, mode 0600 (Load refuses a file others can read):
 //
 //	atoll-key 1 NAME CAPS SECRET
+//	atoll-key 2 NAME CAPS SCOPE SECRET    (a scoped key)
 //
 // NAME is 1..64 characters of [A-Za-z0-9._-]; CAPS is a comma list of the
 // capability names above; SECRET is 32 bytes in base64 (RawURLEncoding).
@@ -43,6 +67,8 @@
 // # Handshake (before any frame; all integers big-endian)
 //
 //	client → server  hello:  "AtAu" | version 1 | caps u8 | len u8 | name | nonceC[32]
+//	                 or, for a scoped key, "AtAu" | version 2 | caps u8 |
+//	                 len u8 | name | len u8 | scope | nonceC[32]
 //	server → client  chal:   "AtAu" | version 1 | nonceS[32] | proofS[32]
 //	client → server  proofC[32]
 //	server → client  verdict: 0 ok | 1 refused, then u8 len | reason
@@ -51,7 +77,7 @@
 //	proofC = HMAC-SHA256(secret, "client" | hello | nonceS)
 //
 // where secret is the key's secret, which the server derives from the
-// cluster key and the claimed name and caps. The server's proof shows the
+// cluster key and the claimed name, caps and scope. The server's proof shows the
 // client it talks to a member (a forged server cannot compute it), and is
 // checked before the client proves anything; the client's proof shows the
 // server the claim is backed by the key. Fresh nonces on both sides make a
@@ -81,7 +107,21 @@
 // the POSIX permissions the mount enforces for its users. A mount or
 // gateway key is trusted to act for its users, as an NFS AUTH_SYS client
 // is; islands do not re-check POSIX permissions on block maps and commits
-// (a key that can assert any uid would pass them anyway).
+// for it (a key that can assert any uid would pass them anyway); they do
+// for a key limited to identities. What stays open for such a tenant's
+// key: storage reads are by fragment id with the read capability, so a
+// tenant who learns or guesses another file's fragment ids reads their
+// bytes past the islands' checks (per-stripe read tokens signed by the
+// islands would close it, at a cost on every read not measured yet).
+//
+// # Floods
+//
+// Anyone who reaches a port can open connections before proving a key.
+// Every listener admits them through a Gate: wire servers and raft ports
+// at most 256 handshakes per source address and 4,096 in all, so a flood
+// from a few addresses fills only its own share; the NFS gateway, whose
+// clients have no key, 256 connections per source and 4,096 in all, and
+// closes connections idle for 6 minutes.
 //
 // What the handshake does not do: it neither encrypts nor authenticates
 // the frames that follow, so an attacker on the path who can take over a

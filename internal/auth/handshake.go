@@ -114,6 +114,7 @@ func Client(conn net.Conn, k *Key, timeout time.Duration) error {
 type Verifier struct {
 	cluster [SecretSize]byte
 	self    *Key
+	revoked *Revocations
 }
 
 // NewVerifier returns a Verifier for the cluster key k.
@@ -121,8 +122,12 @@ func NewVerifier(k *Key) (*Verifier, error) {
 	if !k.IsCluster() {
 		return nil, fmt.Errorf("%w: a server needs the cluster key (capability member), not %q (%s)", ErrBadKey, k.Name, k.Caps)
 	}
-	return &Verifier{cluster: k.Secret, self: k}, nil
+	return &Verifier{cluster: k.Secret, self: k, revoked: k.Revocations}, nil
 }
+
+// Revoked reports whether p's key was revoked since it authenticated
+// (servers ask before each request, so a revoked key's connections stop).
+func (v *Verifier) Revoked(p Peer) bool { return v != nil && v.revoked.Revoked(p) }
 
 // Key is the cluster key the verifier holds (what a server dials its
 // peers with).
@@ -190,7 +195,7 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
 		// Only the canonical form derives the key's secret; anything
 		// else could not have been made by DeriveScoped.
 		sc, err := ParseScope(scopeText)
-		if err != nil || sc.IsZero() || sc.String() != scopeText || caps.Has(CapAdmin) {
+		if err != nil || sc.IsZero() || sc.String() != scopeText || caps.Has(CapAdmin) && sc.LimitsIDs() {
 			return refuse("malformed key scope")
 		}
 		p.Scope = sc
@@ -215,6 +220,9 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
 	}
 	if !hmac.Equal(got, proof(secret, "client", hello, nonceS)) {
 		return refuse(fmt.Sprintf("wrong key for %s", p))
+	}
+	if v.Revoked(p) {
+		return refuse(fmt.Sprintf("key %s generation %d was revoked (atoll key revoke)", p.Name, p.Scope.Gen))
 	}
 	if _, err := conn.Write([]byte{0, 0}); err != nil {
 		return Peer{}, fmt.Errorf("auth: sending verdict: %w", err)

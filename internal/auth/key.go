@@ -99,6 +99,10 @@ type Key struct {
 	Caps   Caps
 	Scope  Scope
 	Secret [SecretSize]byte
+	// Revocations, on a cluster key a server verifies with, are the key
+	// generations it refuses (set from the cluster map by the process
+	// serving; never written to the key file).
+	Revocations *Revocations
 }
 
 // NewClusterKey makes a fresh cluster key.
@@ -133,14 +137,14 @@ func (k *Key) Derive(name string, caps Caps) (*Key, error) {
 }
 
 // DeriveScoped is Derive for a key limited to scope. Admin keys are the
-// operator's and are not scoped.
+// operator's: their scope may hold a generation, no identities.
 func (k *Key) DeriveScoped(name string, caps Caps, scope Scope) (*Key, error) {
 	d, err := k.Derive(name, caps)
 	if err != nil || scope.IsZero() {
 		return d, err
 	}
-	if caps.Has(CapAdmin) {
-		return nil, fmt.Errorf("%w: an admin key cannot be scoped", ErrBadKey)
+	if caps.Has(CapAdmin) && scope.LimitsIDs() {
+		return nil, fmt.Errorf("%w: an admin key cannot be limited to identities", ErrBadKey)
 	}
 	if _, err := ParseScope(scope.String()); err != nil || len(scope.String()) > 255 {
 		return nil, fmt.Errorf("%w: scope %q", ErrBadKey, scope)
@@ -236,8 +240,8 @@ func Parse(b []byte) (*Key, error) {
 	if err != nil || len(sec) != SecretSize {
 		return nil, fmt.Errorf("%w: secret is not %d bytes of base64", ErrBadKey, SecretSize)
 	}
-	if !scope.IsZero() && caps.Has(CapAdmin) {
-		return nil, fmt.Errorf("%w: an admin key cannot be scoped", ErrBadKey)
+	if scope.LimitsIDs() && caps.Has(CapAdmin) {
+		return nil, fmt.Errorf("%w: an admin key cannot be limited to identities", ErrBadKey)
 	}
 	k := &Key{Name: f[2], Caps: caps, Scope: scope}
 	copy(k.Secret[:], sec)

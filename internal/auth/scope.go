@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Scope limits what a key may act as. The zero Scope limits nothing (a
@@ -21,6 +22,10 @@ type Scope struct {
 	// supplementary groups outside them are dropped, a primary group
 	// outside them is refused.
 	GIDs []uint32
+	// Gen is the key's generation: revoking a key name (the map's
+	// revocations) refuses every key of that name with a lower one, and
+	// the next key made under the name gets the new generation.
+	Gen uint32
 }
 
 // NobodyID is the uid and gid a squashed root acts as.
@@ -31,7 +36,10 @@ const NobodyID = 65534
 const maxScopeIDs = 16
 
 // IsZero reports whether s limits nothing.
-func (s Scope) IsZero() bool { return len(s.UIDs) == 0 && len(s.GIDs) == 0 }
+func (s Scope) IsZero() bool { return len(s.UIDs) == 0 && len(s.GIDs) == 0 && s.Gen == 0 }
+
+// LimitsIDs reports whether s limits identities (not only a generation).
+func (s Scope) LimitsIDs() bool { return len(s.UIDs) > 0 || len(s.GIDs) > 0 }
 
 // String is the canonical form: "uids=1000,1001;gids=100" ("" for the
 // zero Scope). It is what derivation and the handshake use.
@@ -49,6 +57,9 @@ func (s Scope) String() string {
 	}
 	list("uids", s.UIDs)
 	list("gids", s.GIDs)
+	if s.Gen > 0 {
+		parts = append(parts, "gen="+strconv.FormatUint(uint64(s.Gen), 10))
+	}
 	return strings.Join(parts, ";")
 }
 
@@ -63,6 +74,13 @@ func ParseScope(str string) (Scope, error) {
 		name, val, ok := strings.Cut(part, "=")
 		var dst *[]uint32
 		switch {
+		case ok && name == "gen" && s.Gen == 0:
+			n, err := strconv.ParseUint(val, 10, 32)
+			if err != nil || n == 0 {
+				return Scope{}, fmt.Errorf("%w: scope %q: bad generation", ErrBadKey, str)
+			}
+			s.Gen = uint32(n)
+			continue
 		case ok && name == "uids" && s.UIDs == nil:
 			dst = &s.UIDs
 		case ok && name == "gids" && s.GIDs == nil:
@@ -107,6 +125,38 @@ func ParseIDList(val string) ([]uint32, error) {
 		return nil, fmt.Errorf("%w: %v", ErrBadKey, err)
 	}
 	return ids, nil
+}
+
+// Revocations are the key generations a cluster refuses: a key named N
+// whose generation is below Below(N) was revoked. Servers keep them from
+// the cluster map (cluster.Map.Revoked); the zero value revokes nothing.
+// Safe for concurrent use.
+type Revocations struct {
+	m atomic.Pointer[map[string]uint32]
+}
+
+// Set replaces the revocations: name -> the lowest generation still valid.
+func (r *Revocations) Set(below map[string]uint32) { r.m.Store(&below) }
+
+// Revoked reports whether p's key was revoked (member keys never are: a
+// member holds the cluster key itself).
+func (r *Revocations) Revoked(p Peer) bool {
+	if r == nil || p.Caps.Has(CapMember) {
+		return false
+	}
+	m := r.m.Load()
+	return m != nil && p.Scope.Gen < (*m)[p.Name]
+}
+
+// Below is the lowest valid generation of name (0: never revoked).
+func (r *Revocations) Below(name string) uint32 {
+	if r == nil {
+		return 0
+	}
+	if m := r.m.Load(); m != nil {
+		return (*m)[name]
+	}
+	return 0
 }
 
 // AllowsUID reports whether requests may assert uid.

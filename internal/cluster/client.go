@@ -273,6 +273,12 @@ func (c *Client) Remove(ctx context.Context, kind Kind, id uint32) (uint64, erro
 	return c.callEpoch(ctx, OpRemove, Marshal(&RemoveReq{Kind: kind, ID: id}))
 }
 
+// Revoke revokes every key made so far under name and returns the
+// resulting epoch (the map's Revoked gives the generation new keys get).
+func (c *Client) Revoke(ctx context.Context, name string) (uint64, error) {
+	return c.callEpoch(ctx, OpRevoke, Marshal(&RevokeReq{Name: name}))
+}
+
 // Format creates the namespace table over islands (nil: every registered
 // island that is not out) and returns the new map.
 func (c *Client) Format(ctx context.Context, islands []uint32) (*Map, error) {

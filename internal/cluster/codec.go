@@ -80,22 +80,32 @@ func EncodeMap(m *Map) []byte {
 	}
 	encodeTable(&e, m.Table)
 	// Optional tails, in this order: older readers never saw moves, a
-	// placement or gateway owners.
+	// placement, gateway owners or revocations. A tail is written when it
+	// or any later one has something.
 	owners := m.gatewayOwners()
-	if len(m.Moves) > 0 || len(m.IslandServers) > 0 || len(m.Replicas) > 0 || owners > 0 {
+	tails := []bool{len(m.Moves) > 0, len(m.IslandServers) > 0 || len(m.Replicas) > 0, owners > 0, len(m.Revoked) > 0}
+	need := func(i int) bool { return slices.Contains(tails[i:], true) }
+	if need(0) {
 		encodeMoves(&e, m.Moves)
 	}
-	if len(m.IslandServers) > 0 || len(m.Replicas) > 0 || owners > 0 {
+	if need(1) {
 		encodeServers(&e, m.IslandServers)
 		encodeSets(&e, m.Replicas)
 	}
-	if owners > 0 {
+	if need(2) {
 		e.Uvarint(uint64(owners))
 		for _, g := range m.Gateways {
 			if g.Owner != "" {
 				e.U32(g.ID)
 				e.String(g.Owner)
 			}
+		}
+	}
+	if need(3) {
+		e.Uvarint(uint64(len(m.Revoked)))
+		for _, r := range m.Revoked {
+			e.String(r.Name)
+			e.U32(r.Below)
 		}
 	}
 	e.U32(crc32.Checksum(e.B, castagnoli))
@@ -185,6 +195,14 @@ func DecodeMap(b []byte) (*Map, error) {
 			m.Gateways[i].Owner = owner
 		}
 	}
+	if d.More() {
+		if n := d.Count(5); n > 0 {
+			m.Revoked = make([]RevokedKey, n)
+			for i := range m.Revoked {
+				m.Revoked[i] = RevokedKey{Name: d.Str(), Below: d.U32()}
+			}
+		}
+	}
 	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("%w: cluster map: %v", ErrBadRequest, err)
 	}
@@ -239,6 +257,11 @@ func (m *Map) Validate() error {
 		}
 		if len(s.Owner) > maxOwnerLen {
 			return bad("gateway %d: owner too long", s.ID)
+		}
+	}
+	for i, r := range m.Revoked {
+		if r.Name == "" || len(r.Name) > maxOwnerLen || r.Below == 0 || i > 0 && m.Revoked[i-1].Name >= r.Name {
+			return bad("bad revocation %q", r.Name)
 		}
 	}
 	seen := make(map[string]bool, len(m.Managers))

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -27,6 +28,7 @@ const (
 	cmdIslandServer cmdType = 12
 	cmdSetReplicas  cmdType = 13
 	cmdRemove       cmdType = 14
+	cmdRevoke       cmdType = 15
 
 	cmdVersion uint8 = 1
 
@@ -64,6 +66,8 @@ func (t cmdType) String() string {
 		return "set-replicas"
 	case cmdRemove:
 		return "remove"
+	case cmdRevoke:
+		return "revoke"
 	}
 	return fmt.Sprintf("cmd(%d)", uint8(t))
 }
@@ -75,7 +79,7 @@ type command struct {
 	Keys    []MemberKey    // mark-down, remove
 	Addr    string         // register
 	PID     int            // register
-	Owner   string         // register: the registering key's name ("" for a member)
+	Owner   string         // register: the registering key's name ("" for a member); revoke: the key name
 	State   State          // set-state
 	Table   Table          // set-table
 	Policy  string         // set-policy
@@ -130,6 +134,8 @@ func (c *command) encode() []byte {
 		encodeMoves(&e, c.Moves)
 	case cmdFinishMove, cmdCancelMove:
 		e.U64(c.MoveID)
+	case cmdRevoke:
+		e.String(c.Owner)
 	case cmdIslandServer:
 		(&IslandServerReq{Servers: c.Servers, Seed: c.Sets}).Encode(&e)
 	case cmdSetReplicas:
@@ -181,6 +187,8 @@ func decodeCommand(b []byte) (*command, error) {
 		c.Moves = decodeMoves(d)
 	case cmdFinishMove, cmdCancelMove:
 		c.MoveID = d.U64()
+	case cmdRevoke:
+		c.Owner = d.Str()
 	case cmdIslandServer:
 		var r IslandServerReq
 		r.Decode(d)
@@ -221,6 +229,8 @@ func (m *Map) apply(c *command) (changed bool, err error) {
 		changed, err = m.applyRegister(c.Key, c.Addr, c.PID, c.Owner)
 	case cmdRemove:
 		changed, err = m.applyRemove(c.Keys)
+	case cmdRevoke:
+		changed, err = m.applyRevoke(c.Owner)
 	case cmdMarkDown:
 		for _, k := range c.Keys {
 			if f, ok := m.fields(k); ok && *f.state == StateUp {
@@ -379,6 +389,27 @@ func (m *Map) applyRemove(keys []MemberKey) (bool, error) {
 		}
 	}
 	return changed, nil
+}
+
+// applyRevoke raises a key name's lowest valid generation by one: every
+// key of that name made so far is refused from now on.
+func (m *Map) applyRevoke(name string) (bool, error) {
+	if name == "" || len(name) > maxOwnerLen {
+		return false, fmt.Errorf("%w: bad key name %.64q", ErrBadRequest, name)
+	}
+	i, ok := slices.BinarySearchFunc(m.Revoked, name, func(r RevokedKey, n string) int { return strings.Compare(r.Name, n) })
+	if ok {
+		if m.Revoked[i].Below == math.MaxUint32 {
+			return false, fmt.Errorf("%w: key %q: no generation left", ErrLimit, name)
+		}
+		m.Revoked[i].Below++
+		return true, nil
+	}
+	if len(m.Revoked) >= MaxRevoked {
+		return false, fmt.Errorf("%w: %d key names revoked (at most %d)", ErrLimit, len(m.Revoked), MaxRevoked)
+	}
+	m.Revoked = slices.Insert(m.Revoked, i, RevokedKey{Name: name, Below: 1})
+	return true, nil
 }
 
 func (m *Map) applySetState(k MemberKey, st State) (bool, error) {

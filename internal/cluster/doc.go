@@ -39,6 +39,12 @@
 //     leader (remove), and an admin removes one at once (OpRemove, `atoll
 //     member remove`). Storage servers and islands are never removed:
 //     they hold data and leave by drain and out.
+//   - Revoked lists key names whose generations below Below are refused
+//     (OpRevoke, `atoll key revoke`). Every serving process hands the
+//     revocations of each map it gets to its key verifier
+//     (FollowRevocations): a revoked key is refused at its next
+//     handshake and its open connections at their next request, within a
+//     heartbeat of the revocation.
 //   - Unless an operator pinned it (SetPolicy), DefaultPolicy follows the
 //     number of storage slots that are not out: ec:4+1 capped to what the
 //     slots allow (DefaultPolicyFor).
@@ -125,6 +131,8 @@
 //	uvarint n, then n gateway owners: u32 gateway id, str key name (the
 //	        key that registered it when not the cluster key; listed
 //	        gateways only, each once)
+//	uvarint n, then n revoked key names: str name, u32 lowest valid
+//	        generation (sorted by name; auth.Revocations)
 //	u32 CRC32C (Castagnoli) of every byte above
 //
 // States are 1 up, 2 down, 3 draining, 4 out; kinds are 1 storage,
@@ -159,6 +167,7 @@
 //	             a new island's is its servers), uvarint n, n × u32 server
 //	             marked out
 //	14 remove    uvarint n, then n × (u8 kind, u32 id): gateways only
+//	15 revoke    str key name: its lowest valid generation goes up by one
 //
 // # Replica placement
 //

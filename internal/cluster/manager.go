@@ -340,9 +340,11 @@ func New(cfg Config) (*Manager, error) {
 	}
 	var verifier *auth.Verifier
 	if cfg.Key != nil {
+		FollowRevocations(cfg.Key)
 		if verifier, err = auth.NewVerifier(cfg.Key); err != nil {
 			return nil, fmt.Errorf("manager: %w", err)
 		}
+		m.followRevocations()
 	}
 	m.srv, err = wire.NewServer(wire.ServerConfig{
 		Auth:      verifier,
@@ -697,6 +699,8 @@ func (m *Manager) handle(ctx context.Context, req *wire.Request) (wire.Response,
 		return m.handlePlacement(req)
 	case OpRemove:
 		return m.handleRemove(req)
+	case OpRevoke:
+		return m.handleRevoke(req)
 	}
 	return wire.Response{}, fmt.Errorf("cluster: op %d: %w: unknown operation", req.Op, ErrBadRequest)
 }
@@ -810,6 +814,34 @@ func (m *Manager) handleRemove(req *wire.Request) (wire.Response, error) {
 	m.forget(k)
 	m.log.Info("manager: member removed", "member", k.String(), "epoch", res.Epoch)
 	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+}
+
+func (m *Manager) handleRevoke(req *wire.Request) (wire.Response, error) {
+	var r RevokeReq
+	if err := Unmarshal(req.Msg, &r); err != nil {
+		return wire.Response{}, fmt.Errorf("cluster: revoke: %w", err)
+	}
+	if r.Name == auth.ClusterKeyName {
+		return wire.Response{}, fmt.Errorf("cluster: revoke: %w: the cluster key is revoked by making a new cluster key", ErrBadRequest)
+	}
+	if err := m.leaderCheck(); err != nil {
+		return wire.Response{}, err
+	}
+	res, err := m.apply(&command{Type: cmdRevoke, Owner: r.Name})
+	if err != nil {
+		return wire.Response{}, fmt.Errorf("cluster: revoke %q: %w", r.Name, err)
+	}
+	m.followRevocations()
+	m.log.Info("manager: key revoked", "key", r.Name, "epoch", res.Epoch)
+	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+}
+
+// followRevocations hands the map's revocations to this manager's own
+// key verifier (a follower's map is as new as its log).
+func (m *Manager) followRevocations() {
+	if k := m.cfg.Key; k != nil && k.Revocations != nil {
+		k.Revocations.Set(m.fsm.Map().Revocations())
+	}
 }
 
 // forget drops removed members from the heartbeat table.

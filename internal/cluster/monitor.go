@@ -32,6 +32,7 @@ func (m *Manager) leaderLoop(ctx context.Context) {
 }
 
 func (m *Manager) tick() {
+	m.followRevocations()
 	isLeader := m.raft.State() == raft.Leader
 	term := m.raft.CurrentTerm()
 	m.mu.Lock()

@@ -26,6 +26,7 @@ const (
 	OpIslandServer uint16 = 13 // IslandServerReq -> EpochResp (leader; island servers)
 	OpSetReplicas  uint16 = 14 // SetReplicasReq -> EpochResp (leader)
 	OpRemove       uint16 = 15 // RemoveReq -> EpochResp (leader; gateways only)
+	OpRevoke       uint16 = 16 // RevokeReq -> EpochResp (leader)
 )
 
 // opName names an operation in error messages.
@@ -61,6 +62,8 @@ func opName(op uint16) string {
 		return "set-replicas"
 	case OpRemove:
 		return "remove"
+	case OpRevoke:
+		return "revoke"
 	}
 	return fmt.Sprintf("op %d", op)
 }
@@ -306,6 +309,12 @@ type RemoveReq struct {
 
 func (r *RemoveReq) Encode(e *wire.Enc) { e.U8(uint8(r.Kind)); e.U32(r.ID) }
 func (r *RemoveReq) Decode(d *wire.Dec) { r.Kind = Kind(d.U8()); r.ID = d.U32() }
+
+// RevokeReq revokes every key made so far under Name (admin).
+type RevokeReq struct{ Name string }
+
+func (r *RevokeReq) Encode(e *wire.Enc) { e.String(r.Name) }
+func (r *RevokeReq) Decode(d *wire.Dec) { r.Name = d.Str() }
 
 // EpochResp is the map epoch after a write.
 type EpochResp struct{ Epoch uint64 }

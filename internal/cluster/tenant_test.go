@@ -111,4 +111,25 @@ func TestMapOwnersRoundTrip(t *testing.T) {
 	if b := EncodeMap(m); len(b) >= len(EncodeMap(got)) {
 		t.Fatal("a map without owners carries the owners' tail")
 	}
+	// Revocations alone (every earlier tail empty), and applied twice.
+	if _, err := m.apply(&command{Type: cmdRevoke, Owner: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.apply(&command{Type: cmdRevoke, Owner: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.apply(&command{Type: cmdRevoke, Owner: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = DecodeMap(EncodeMap(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got.Revocations(); len(got.Revoked) != 2 || r["alice"] != 1 || r["bob"] != 2 || got.Revoked[0].Name != "alice" {
+		t.Fatalf("revocations %+v", got.Revoked)
+	}
+	c, err := decodeCommand((&command{Type: cmdRevoke, Owner: "bob"}).encode())
+	if err != nil || c.Owner != "bob" {
+		t.Fatalf("revoke command round trip: %+v %v", c, err)
+	}
 }

@@ -247,6 +247,27 @@ type Map struct {
 	// both empty until the first island server registers.
 	IslandServers []IslandServer
 	Replicas      []ReplicaSet
+	// Revoked are the revoked key names, sorted by name: keys of a name
+	// with a generation below Below are refused (auth.Revocations).
+	Revoked []RevokedKey
+}
+
+// RevokedKey is one revoked key name and its lowest valid generation.
+type RevokedKey struct {
+	Name  string
+	Below uint32
+}
+
+// MaxRevoked bounds the revoked key names the map lists.
+const MaxRevoked = 4096
+
+// Revocations is Revoked as auth.Revocations.Set takes it.
+func (m *Map) Revocations() map[string]uint32 {
+	out := make(map[string]uint32, len(m.Revoked))
+	for _, r := range m.Revoked {
+		out[r.Name] = r.Below
+	}
+	return out
 }
 
 // Clone returns a deep copy.
@@ -260,6 +281,7 @@ func (m *Map) Clone() *Map {
 	c.Moves = slices.Clone(m.Moves)
 	c.IslandServers = slices.Clone(m.IslandServers)
 	c.Replicas = cloneSets(m.Replicas)
+	c.Revoked = slices.Clone(m.Revoked)
 	return &c
 }
 

@@ -268,3 +268,18 @@ func (m IslandMap) IslandAddr(id namespace.IslandID) (string, bool) {
 	is, ok := m.Map().Island(uint32(id))
 	return is.Addr, ok && is.Addr != ""
 }
+
+// FollowRevocations makes the verifiers built from k (after this call)
+// refuse the keys the cluster map revokes: it gives k a Revocations if it
+// has none and returns the function to call with every new map (a
+// member's OnMap, a View's OnChange).
+func FollowRevocations(k *auth.Key) func(*Map) {
+	if k == nil {
+		return func(*Map) {}
+	}
+	if k.Revocations == nil {
+		k.Revocations = &auth.Revocations{}
+	}
+	r := k.Revocations
+	return func(m *Map) { r.Set(m.Revocations()) }
+}

@@ -53,7 +53,7 @@ func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Respons
 		// Sent to this address for another island (whose leader moved).
 		return wire.Response{}, fmt.Errorf("%w: request for island %d reached island %d", metawire.ErrWrongIsland, req.Route, i.id)
 	}
-	if !req.Peer.Scope.IsZero() {
+	if req.Peer.Scope.LimitsIDs() {
 		ctx = withScope(ctx, req.Peer.Scope)
 	}
 	out, err := i.handle(ctx, req.Op, req.Epoch, req.ReqID, req.Msg)

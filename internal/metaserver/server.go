@@ -131,6 +131,8 @@ type Server struct {
 	ln   net.Listener
 	srv  *wire.Server
 	view *cluster.View
+	// revocations follows the map's revoked keys (nil without a key).
+	revocations func(*cluster.Map)
 	// viewSet is stored once view is (before viewReady closes), for
 	// readers that do not wait for viewReady: probes.
 	viewSet atomic.Bool
@@ -206,6 +208,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.SetProbe(s.probe)
 	var verifier *auth.Verifier
 	if cfg.Key != nil {
+		s.revocations = cluster.FollowRevocations(cfg.Key)
 		if verifier, err = auth.NewVerifier(cfg.Key); err != nil {
 			return nil, fmt.Errorf("metaserver: %w", err)
 		}
@@ -273,6 +276,10 @@ func (s *Server) Run(ctx context.Context) error {
 		v, err := cluster.WaitView(ctx, s.mc, s.log, "island server")
 		if err != nil {
 			return
+		}
+		if s.revocations != nil {
+			s.revocations(v.Map())
+			v.OnChange(s.revocations)
 		}
 		s.view = v
 		s.viewSet.Store(true)

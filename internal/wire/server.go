@@ -372,6 +372,12 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			deadline = time.Now().Add(s.cfg.IOTimeout)
 			_ = c.SetReadDeadline(deadline)
 		}
+		if s.cfg.Auth.Revoked(peer) {
+			// Revoked since its handshake (the map's revocations): no
+			// further request of this key is served.
+			s.refuse(ctx, remote, fmt.Errorf("key %s generation %d was revoked", peer.Name, peer.Scope.Gen))
+			return
+		}
 		h, msg, err := ReadFrameHeader(br, hdr[:], nil, s.cfg.Limits)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
