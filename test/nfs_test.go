@@ -50,7 +50,9 @@ func startGateway(t *testing.T, fs *client.FS, listen string, mod func(*nfs.Conf
 		// Below the ephemeral range, so a restart can bind it again.
 		listen = addrAt(freeBase(t, 1))
 	}
-	cfg := nfs.Config{FS: fs, Listen: listen, Logger: quietLogger(), FlushIdle: 300 * time.Millisecond}
+	// As atoll nfs does: handles tagged under the gateway's key.
+	cfg := nfs.Config{FS: fs, Listen: listen, Logger: quietLogger(), FlushIdle: 300 * time.Millisecond,
+		Export: nfs.Export{HandleKey: testKey.Handle("nfs-handles")}}
 	if mod != nil {
 		mod(&cfg)
 	}

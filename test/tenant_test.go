@@ -22,6 +22,8 @@ import (
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/nfs"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -503,5 +505,54 @@ func TestRevokedKeyRefusedWithinAHeartbeat(t *testing.T) {
 	}
 	if out := cli("key", "list"); !strings.Contains(out, "tenant") {
 		t.Errorf("key list does not show the revocation:\n%s", out)
+	}
+}
+
+// TestNFSHandMadeHandleIsStale is issue #43's attack 6: NFS handles
+// carried a CRC, not a MAC, so uid 1000 read a file inside a 0700
+// directory it could not search with a handle made by hand from the
+// file's inode number. Handles now carry a tag under the gateway's key:
+// a hand-made one is NFS3ERR_STALE, while the gateway's own handle works
+// for whoever may use it.
+func TestNFSHandMadeHandleIsStale(t *testing.T) {
+	_, fs := nfsCluster(t)
+	ctx := context.Background()
+	root := metawire.Root
+	if _, err := fs.MkdirAll(ctx, root, "/locked", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.WriteFile(ctx, root, "/locked/f", []byte("behind a 0700 directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := fs.Resolve(ctx, root, "/locked/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, fs, "", nil)
+	c := dialRPC(t, g.addr)
+	c.asUser(1000, 1000)
+	rootFH := c.mount("/")
+	if st, _ := c.lookup(rootFH, "locked"); st != sOK {
+		t.Fatalf("lookup /locked: %d", st)
+	}
+	bare := namespace.Handle{Ino: namespace.Ino(a.Ino), Gen: a.Gen}.AppendBinary(nil)
+	if st, data, _ := c.read(bare, 0, 100); st != sStale {
+		t.Errorf("uid 1000 reading /locked/f through a hand-made handle: status %d, %q; want STALE", st, data)
+	}
+	// A tag made under another key is no better.
+	other := startGateway(t, fs, "", func(cfg *nfs.Config) { cfg.Export.HandleKey = []byte("another gateway's key, 32 bytes!") })
+	oc := dialRPC(t, other.addr)
+	oc.asUser(0, 0)
+	_, lh := oc.lookup(oc.mount("/"), "locked")
+	_, fh := oc.lookup(lh, "f")
+	if st, _, _ := c.read(fh, 0, 100); st != sStale {
+		t.Errorf("a handle tagged by a gateway with another key: status %d, want STALE", st)
+	}
+	// Root through this gateway gets a handle that reads.
+	c.asUser(0, 0)
+	_, lh = c.lookup(rootFH, "locked")
+	_, fh = c.lookup(lh, "f")
+	if st, data, _ := c.read(fh, 0, 100); st != sOK || string(data) != "behind a 0700 directory" {
+		t.Errorf("root reading through the gateway's handle: %d %q", st, data)
 	}
 }

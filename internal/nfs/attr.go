@@ -119,15 +119,22 @@ func (s *Server) putWcc(w *xdr.Writer, pre, post *metawire.Attr) {
 // export by its tag.
 func (s *Server) handleOf(a *metawire.Attr) []byte {
 	b := namespace.Handle{Ino: namespace.Ino(a.Ino), Gen: a.Gen}.AppendBinary(make([]byte, 0, namespace.HandleSize+handleTagSize))
-	if s.rootIno != 0 {
+	if s.tagged() {
 		b = append(b, s.handleTag(b)...)
 	}
 	return b
 }
 
+// tagged reports whether handles carry a tag: always with a HandleKey (the
+// atoll command derives one from the gateway's key), so a handle made by
+// hand is stale. Without, a client that crafts one (the inode number of a
+// file in a 0700 directory it cannot search) reaches the file past the
+// directory (issue #43).
+func (s *Server) tagged() bool { return len(s.exp.HandleKey) > 0 }
+
 // handleLen is the length of the handles handleOf makes.
 func (s *Server) handleLen() int {
-	if s.rootIno != 0 {
+	if s.tagged() {
 		return namespace.HandleSize + handleTagSize
 	}
 	return namespace.HandleSize
@@ -175,16 +182,22 @@ func (s *Server) getFH(r *xdr.Reader) fh {
 	return s.decodeFH(b)
 }
 
-// decodeFH decodes the bytes of an nfs_fh3 (getFH).
+// decodeFH decodes the bytes of an nfs_fh3 (getFH): what does not decode
+// is BADHANDLE, a well-formed handle without this gateway's tag STALE.
 func (s *Server) decodeFH(b []byte) fh {
-	if s.rootIno != 0 {
-		if len(b) != namespace.HandleSize+handleTagSize || !hmac.Equal(b[namespace.HandleSize:], s.handleTag(b[:namespace.HandleSize])) {
-			return fh{err: fmt.Errorf("%w: handle not issued for export %s", metawire.ErrStale, s.exp.Path)}
-		}
-		b = b[:namespace.HandleSize]
+	h, err := namespace.DecodeHandle(b[:min(len(b), namespace.HandleSize)])
+	if err != nil {
+		return fh{err: err}
 	}
-	h, err := namespace.DecodeHandle(b)
-	return fh{h: h, err: err}
+	if s.tagged() {
+		if len(b) != namespace.HandleSize+handleTagSize || !hmac.Equal(b[namespace.HandleSize:], s.handleTag(b[:namespace.HandleSize])) {
+			return fh{err: fmt.Errorf("%w: handle not issued by a gateway with this key for export %s", metawire.ErrStale, s.exp.Path)}
+		}
+	} else if len(b) != namespace.HandleSize {
+		_, err = namespace.DecodeHandle(b) // the length error
+		return fh{err: err}
+	}
+	return fh{h: h}
 }
 
 // sattr3.

@@ -61,14 +61,18 @@
 //
 // # File handles
 //
-// A handle is namespace.Handle{Ino, Gen} (20 bytes, versioned, CRC): it
-// names the inode only, so it is valid at every gateway and across
-// restarts. A handle that does not decode is NFS3ERR_BADHANDLE; an inode
-// that no longer exists, or whose generation differs, NFS3ERR_STALE. With
-// Export.Path below / (`atoll nfs --export DIR`) clients are confined to
-// that directory: only it mounts, LOOKUP ".." of it is itself, and every
-// handle carries a 16-byte tag, HMAC-SHA256(HandleKey, path, handle), so
-// a forged handle or one from an unconfined gateway is NFS3ERR_STALE.
+// A handle is namespace.Handle{Ino, Gen} (20 bytes, versioned, CRC) and a
+// 16-byte tag, HMAC-SHA256(HandleKey, export path, handle), HandleKey
+// derived from the gateway's key: it names the inode only, so it is valid
+// at every gateway with the same key and export, and across restarts. A
+// handle that does not decode is NFS3ERR_BADHANDLE; one whose tag is not
+// this gateway's (made by hand, or by a gateway with another key or
+// export), an inode that no longer exists, or whose generation differs,
+// NFS3ERR_STALE. (Inode numbers are never reused, so the generation is
+// constant.) A handle made by hand once reached a file in a 0700
+// directory its caller could not search. With Export.Path below /
+// (`atoll nfs --export DIR`) clients are confined to that directory: only
+// it mounts, LOOKUP ".." of it is itself.
 // (A file moved out of the export after a client looked it up stays
 // reachable through that handle.) An unconfined export, the default,
 // reaches the whole namespace.

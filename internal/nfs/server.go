@@ -48,9 +48,10 @@ type Export struct {
 	// HandleKey) so a forged or foreign handle is NFS3ERR_STALE, and
 	// LOOKUP ".." of the export's root is the root itself.
 	Path string
-	// HandleKey keys the tags of a confined export's handles; gateways
-	// with the same key and Path accept each other's handles. Required
-	// with Path.
+	// HandleKey keys the tags every handle carries (HMAC-SHA256 of the
+	// export path and the handle): a forged handle is NFS3ERR_STALE.
+	// Gateways with the same key and Path accept each other's handles.
+	// Required with Path; without it (in-process tests) handles are bare.
 	HandleKey []byte
 }
 
