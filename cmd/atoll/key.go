@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"time"
@@ -65,6 +66,7 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 	initCmd.Flags().StringVar(&out, "out", "", "file to write (refused if it exists)")
 	var name, caps, newOut, uids, gids, addr string
 	var readOnly bool
+	var gen int64
 	newCmd := &cobra.Command{
 		Use:   "new --name NAME [--caps CAPS | --read-only] [--uids 1000,...] [--gids 1000,...] --out FILE",
 		Short: "Derive a key with capabilities from the cluster key (--key, $ATOLL_KEY or ~/.config/atoll/admin.key)",
@@ -88,10 +90,20 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 			if err != nil {
 				return err
 			}
-			// The generation after the name's last revocation.
-			if m, err := mapWithin(cmd.Context(), g, addr, 5*time.Second); err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "atoll: cannot read the cluster's revocations (%v): the key gets generation 0, which servers refuse if %q was ever revoked\n", err, name)
-			} else {
+			// The generation after the name's last revocation, when a
+			// cluster is named (keys are also made before any runs).
+			switch {
+			case gen > math.MaxUint32:
+				return usageErr("--gen", fmt.Errorf("%d is above %d", gen, uint32(math.MaxUint32)))
+			case gen >= 0:
+				sc.Gen = uint32(gen)
+			case addr == "" && os.Getenv("ATOLL_CLUSTER") == "":
+				fmt.Fprintf(cmd.ErrOrStderr(), "atoll: no --cluster given: key %q gets generation 0 (if the name was ever revoked, pass --cluster to get its next generation)\n", name)
+			default:
+				m, err := mapWithin(cmd.Context(), g, addr, 10*time.Second)
+				if err != nil {
+					return fmt.Errorf("key new: reading the cluster's revocations: %w (pass --gen N to choose the generation yourself)", err)
+				}
 				sc.Gen = m.Revocations()[name]
 			}
 			k, err := ck.DeriveScoped(name, c, sc)
@@ -115,7 +127,8 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 	newCmd.Flags().StringVar(&uids, "uids", "", "user ids the key may act as, comma-separated (default: any, as a mount host's key; root only if listed, else squashed to nobody)")
 	newCmd.Flags().StringVar(&gids, "gids", "", "group ids the key may act as, comma-separated (default: any)")
 	newCmd.Flags().BoolVar(&readOnly, "read-only", false, "capability read only (same as --caps read)")
-	newCmd.Flags().StringVar(&addr, "cluster", "", "manager address(es), asked for the name's generation (default $ATOLL_CLUSTER, else "+defaultCluster+")")
+	newCmd.Flags().StringVar(&addr, "cluster", "", "manager address(es), asked for the name's next generation after a revocation (default $ATOLL_CLUSTER; none: generation 0)")
+	newCmd.Flags().Int64Var(&gen, "gen", -1, "the key's generation (default: the name's next one, from the cluster)")
 	var revokeAddr string
 	revokeCmd := &cobra.Command{
 		Use:   "revoke NAME [--cluster ADDR]",

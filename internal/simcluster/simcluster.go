@@ -148,7 +148,8 @@ func (c *Config) ClusterKeyPath() string { return filepath.Join(c.Dir, "keys", "
 
 // ClientKeyPath is the gateway's and the mount's key (deploy.md's
 // /etc/atoll/client.key): derived from the cluster key with the user
-// capabilities (read, write), so it can neither serve nor administer.
+// capabilities (read, write), limited to uid and gid 0, so it can neither
+// serve nor administer.
 func (c *Config) ClientKeyPath() string { return filepath.Join(c.Dir, "keys", "client.key") }
 
 // makeKeys runs deploy.md's step 0 on the manager's host: `atoll key init`
@@ -172,7 +173,10 @@ func makeKeys(ctx context.Context, cfg Config) error {
 		}
 	}
 	if _, err := os.Stat(uk); err != nil {
-		return run("key", "new", "--key", ck, "--name", "client", "--caps", "user", "--out", uk)
+		// Limited to root, as the mount and gateway act here: every
+		// request of the fault engine's clients goes through the islands'
+		// scope checks (internal/meta applyScope) under its faults.
+		return run("key", "new", "--key", ck, "--name", "client", "--caps", "user", "--uids", "0", "--gids", "0", "--out", uk)
 	}
 	return nil
 }
