@@ -113,6 +113,11 @@ type MemberView struct {
 	// HeartbeatAgeMS is the age of the last heartbeat, -1 when unknown.
 	HeartbeatAgeMS int64  `json:"heartbeat_age_ms"`
 	MetricsAddr    string `json:"metrics_addr"`
+	// ReportedBy is the key (not the cluster key) that registered a
+	// gateway or mount: everything it reports is that tenant's word, and
+	// the page shows it as such (no link to its metrics address; its
+	// degraded stripes apart from the total).
+	ReportedBy string `json:"reported_by,omitempty"`
 
 	CapacityBytes  uint64  `json:"capacity_bytes"`
 	UsedBytes      uint64  `json:"used_bytes"`
@@ -196,18 +201,21 @@ type Point struct {
 
 // Totals sum the members.
 type Totals struct {
-	Members       int     `json:"members"`
-	Up            int     `json:"up"`
-	Down          int     `json:"down"`
-	Other         int     `json:"other"` // draining or out
-	CapacityBytes uint64  `json:"capacity_bytes"`
-	UsedBytes     uint64  `json:"used_bytes"`
-	Degraded      uint64  `json:"degraded_stripes"`
-	Repairs       uint64  `json:"repairs"`
-	Corrupt       uint64  `json:"corrupt"`
-	ReadBps       float64 `json:"read_bps"`  // storage servers
-	WriteBps      float64 `json:"write_bps"` // storage servers
-	ScrubPasses   uint64  `json:"scrub_passes"`
+	Members       int    `json:"members"`
+	Up            int    `json:"up"`
+	Down          int    `json:"down"`
+	Other         int    `json:"other"` // draining or out
+	CapacityBytes uint64 `json:"capacity_bytes"`
+	UsedBytes     uint64 `json:"used_bytes"`
+	Degraded      uint64 `json:"degraded_stripes"`
+	// DegradedReported are the degraded stripes members registered by
+	// tenants' keys report (not in Degraded).
+	DegradedReported uint64  `json:"degraded_stripes_reported"`
+	Repairs          uint64  `json:"repairs"`
+	Corrupt          uint64  `json:"corrupt"`
+	ReadBps          float64 `json:"read_bps"`  // storage servers
+	WriteBps         float64 `json:"write_bps"` // storage servers
+	ScrubPasses      uint64  `json:"scrub_passes"`
 	// ScrubProgress is the storage servers' current passes together:
 	// bytes verified over bytes used, 0..1 (-1: nothing reported).
 	ScrubProgress float64 `json:"scrub_progress"`
@@ -250,7 +258,7 @@ func Build(sn cluster.Snapshot) View {
 	for _, m := range sn.Status.Members() {
 		k := m.Key()
 		mv := MemberView{Name: Name(k), Kind: k.Kind.String(), ID: k.ID, Addr: m.Addr, State: m.State.String(), PID: m.PID,
-			HeartbeatAgeMS: -1, ScrubProgress: -1, CapacityBytes: m.CapacityBytes, UsedBytes: m.UsedBytes, Degraded: m.Degraded}
+			HeartbeatAgeMS: -1, ScrubProgress: -1, CapacityBytes: m.CapacityBytes, UsedBytes: m.UsedBytes, Degraded: m.Degraded, ReportedBy: m.Owner}
 		if !m.LastHeartbeat.IsZero() {
 			mv.HeartbeatAgeMS = max(sn.Now.Sub(m.LastHeartbeat).Milliseconds(), 0)
 		}
@@ -299,7 +307,11 @@ func Build(sn cluster.Snapshot) View {
 			t.ReadBps += mv.ReadBps
 			t.WriteBps += mv.WriteBps
 		}
-		t.Degraded += mv.Degraded
+		if mv.ReportedBy != "" {
+			t.DegradedReported += mv.Degraded
+		} else {
+			t.Degraded += mv.Degraded
+		}
 		t.Repairs += mv.Repairs
 		t.Corrupt += mv.Corrupt
 		v.Members = append(v.Members, mv)

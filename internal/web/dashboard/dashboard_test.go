@@ -93,6 +93,15 @@ func TestBuild(t *testing.T) {
 		t.Errorf("throughput: %+v", v.Throughput)
 	}
 
+	// A gateway a tenant's key registered: its figures are marked as its
+	// word, and its degraded stripes stay out of the total.
+	sn := testSnapshot()
+	sn.Status.Map.Gateways[0].Owner = "alice"
+	tv := Build(sn)
+	if g := tv.Members[4]; g.ReportedBy != "alice" || tv.Totals.Degraded != 0 || tv.Totals.DegradedReported != 5 {
+		t.Errorf("tenant's gateway: reported by %q, totals %+v", g.ReportedBy, tv.Totals)
+	}
+
 	// A follower (or a manager before any registration) still renders.
 	empty := Build(cluster.Snapshot{Status: cluster.Status{RaftState: "Follower"}})
 	if empty.Raft.Heartbeats || empty.Members == nil || empty.Islands == nil || empty.Table.Owners == nil || empty.Throughput.Points == nil {
