@@ -254,12 +254,7 @@ func vmRSS(t *testing.T, pid int) int64 {
 // stop it serving keyed clients; and a storage server out of file
 // descriptors keeps its accept loop, serving again once they are free.
 func TestSlowlorisAndFDExhaustion(t *testing.T) {
-	var nfsAddr string
-	cl, _ := startDev(t, 1, 1, 1, func(c *devcluster.Config) {
-		ap := netip.MustParseAddrPort(c.IslandListen)
-		nfsAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String()
-		c.NFSListen = nfsAddr
-	})
+	cl, nfsAddr := startDevNFS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// 40 bytes of a hello that announces a 64-byte name: the server
@@ -381,6 +376,18 @@ func TestSlowlorisAndFDExhaustion(t *testing.T) {
 	if err != nil {
 		t.Errorf("the storage server does not serve again after running out of file descriptors: %v", err)
 	}
+}
+
+// startDevNFS starts a dev cluster of one storage server and one island
+// with its NFS gateway, and returns the gateway's address too.
+func startDevNFS(t *testing.T) (*devcluster.Cluster, string) {
+	var nfsAddr string
+	cl, _ := startDev(t, 1, 1, 1, func(c *devcluster.Config) {
+		ap := netip.MustParseAddrPort(c.IslandListen)
+		nfsAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String()
+		c.NFSListen = nfsAddr
+	})
+	return cl, nfsAddr
 }
 
 // dialFrom connects to addr from the local address src (any 127/8

@@ -1241,6 +1241,17 @@ func TestFUSETarLikeAttrsCostNoReopen(t *testing.T) {
 	}
 }
 
+// searchableToAll lets other users reach the mountpoint mnt (test
+// directories are 0700).
+func searchableToAll(t *testing.T, mnt string) {
+	t.Helper()
+	for d := filepath.Dir(mnt); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestFUSEKillsSetIDBits: with FUSE_HANDLE_KILLPRIV_V2 the kernel leaves
 // clearing set-user-id and set-group-id bits to the file system: a write
 // and a truncation by an unprivileged user and a chown clear them (the
@@ -1254,12 +1265,7 @@ func TestFUSEKillsSetIDBits(t *testing.T) {
 	}
 	fc := startFSCluster(t, 5, 1)
 	_, mnt := mountFS(t, fc.newFS(t))
-	// uid 1000 must reach the mountpoint (test directories are 0700).
-	for d := filepath.Dir(mnt); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	searchableToAll(t, mnt)
 	p := filepath.Join(mnt, "setid")
 	if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/connect"
-	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -288,11 +286,7 @@ func TestFUSEWarmPathKeepsPermissions(t *testing.T) {
 	setpriv := lookTool(t, "setpriv")
 	fc := startFSCluster(t, 3, 1)
 	_, mnt := mountFS(t, fc.newFS(t))
-	for d := filepath.Dir(mnt); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	searchableToAll(t, mnt)
 	bob := filepath.Join(mnt, "bob")
 	pub, shared, priv := filepath.Join(bob, "pub"), filepath.Join(bob, "shared"), filepath.Join(bob, "priv")
 	open := filepath.Join(mnt, "open") // a world-searchable directory
@@ -348,20 +342,14 @@ func TestFUSEWarmPathKeepsPermissions(t *testing.T) {
 }
 
 // TestFloodFromNineSources is issue #43's attack 5: nine source
-// addresses opening 1,000 connections each (here 400 and 300: past each
-// source's share) (keyless, a partial hello, or
-// idle on NFS) filled the storage server's global cap of 8,192, and the
+// addresses opening 1,000 connections each (keyless, a partial hello, or
+// idle on NFS; here 400 and 300, past each source's share) filled the storage server's global cap of 8,192, and the
 // NFS gateway (no cap, no idle timeout) ran out of descriptors: keyed
 // clients and NFS clients were refused. Each source now gets a share (256
 // handshakes at once on wire ports, 256 connections on NFS), and a client
 // from a tenth address is served throughout.
 func TestFloodFromNineSources(t *testing.T) {
-	var nfsAddr string
-	cl, _ := startDev(t, 1, 1, 1, func(c *devcluster.Config) {
-		ap := netip.MustParseAddrPort(c.IslandListen)
-		nfsAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String()
-		c.NFSListen = nfsAddr
-	})
+	cl, nfsAddr := startDevNFS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	partial := append([]byte{'A', 't', 'A', 'u', 1, byte(auth.CapRead), 64}, strings.Repeat("x", 33)...)
