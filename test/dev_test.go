@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/atoll-fs/atoll/internal/devcluster"
 	"github.com/atoll-fs/atoll/internal/testenv"
@@ -81,3 +82,58 @@ func TestDevClearErrors(t *testing.T) {
 }
 
 func addrAt(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// TestDevStopsWithItsParent (issue #42): `go run ./cmd/atoll dev` killed
+// with SIGTERM ended go run only, and the `atoll dev` child, its roles
+// and its mount stayed up, orphaned. atoll dev now stops cleanly when its
+// parent goes: here its parent shell is killed with SIGKILL.
+func TestDevStopsWithItsParent(t *testing.T) {
+	exe := atoll(t)
+	base := freeBase(t, 4)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	script := `"$0" dev --data "$1" --no-mount --storage 1 --islands 1 --island-replicas 1 --nfs-listen "" --web-listen "" --metrics-listen "" ` +
+		`--manager-listen "$2" --storage-listen "$3" --island-listen "$4" >"$5" 2>&1 & echo $! >"$5.pid"; wait`
+	sh := exec.Command("bash", "-c", script, exe, filepath.Join(dir, "data"), addrAt(base), addrAt(base+2), addrAt(base+3), out)
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Process.Kill()
+	var pid int
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		b, _ := os.ReadFile(out)
+		if strings.Contains(string(b), "ready") {
+			p, _ := os.ReadFile(out + ".pid")
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(p)))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("atoll dev not ready:\n%s", b)
+		}
+	}
+	if pid == 0 {
+		t.Fatal("no pid of atoll dev")
+	}
+	sh.Process.Kill()
+	sh.Wait()
+	for deadline := time.Now().Add(60 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("atoll dev (pid %d) outlived its parent by a minute", pid)
+		}
+	}
+	// Its roles went with it: nothing listens on the manager's port.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		c, err := net.Dial("tcp", addrAt(base))
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the manager outlived atoll dev")
+		}
+	}
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "stopped") && !strings.Contains(string(b), "stopping") {
+		t.Logf("atoll dev's output (no clean-stop line found):\n%s", b)
+	}
+}

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spf13/cobra"
 
@@ -45,6 +49,12 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 					cfg.Mount = ""
 				}
 			}
+			// Stop, cleanly, when whatever started us goes: `go run
+			// ./cmd/atoll dev` killed with SIGTERM ends go run only, and
+			// this process, its roles and its mount stayed up, orphaned.
+			if err := stopWithParent(); err != nil {
+				return err
+			}
 			d, err := devcluster.New(cfg)
 			if err != nil {
 				return err
@@ -70,4 +80,17 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 	f.DurationVar(&cfg.RebuildAfter, "rebuild-after", time.Minute, "rebuild a storage server's data onto the others once it has been unreachable this long")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:7600", "/metrics of the first storage server; the other storage servers, the islands, the NFS gateway and the mount take the next ports (empty: off)")
 	return cmd
+}
+
+// stopWithParent asks the kernel for SIGTERM (a clean stop, as Ctrl-C)
+// when this process's parent exits, and stops at once if it already has.
+func stopWithParent() error {
+	parent := os.Getppid()
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0); err != nil {
+		return fmt.Errorf("dev: prctl(PR_SET_PDEATHSIG): %w", err)
+	}
+	if os.Getppid() != parent {
+		return errors.New("dev: the process that started atoll dev is gone")
+	}
+	return nil
 }
