@@ -727,3 +727,27 @@ func TestScrubberFindingIsRepairedByCleaner(t *testing.T) {
 	}
 	checkFiles(t, fc.newFS(t), map[string][]byte{"/s": data})
 }
+
+// TestCleanSaysWhyNothingWasDeleted (issue #42): right after an overwrite
+// `atoll clean` said "deleted 0 stripes" and nothing else; the stripes
+// were dead but younger than the grace period. The report now counts
+// them and says when the first may go.
+func TestCleanSaysWhyNothingWasDeleted(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	for range 2 { // the second write leaves the first's stripe dead
+		if err := fs.WriteFile(ctx, root, "/over", bytes.Repeat([]byte("x"), 300<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newCleaner(t, fs, func(cfg *cleaner.Config) { cfg.Grace, cfg.UnsafeGrace = cleaner.DefaultGrace, false })
+	rep, err := c.Pass(ctx, cleaner.PassOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.DeletedStripes != 0 || rep.Waiting == 0 || rep.WaitingBytes == 0 ||
+		rep.WaitingSeconds <= 0 || rep.WaitingSeconds > cleaner.DefaultGrace.Seconds() || rep.Grace != cleaner.DefaultGrace.Seconds() {
+		t.Fatalf("a pass right after an overwrite: %+v", rep)
+	}
+}

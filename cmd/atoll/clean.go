@@ -110,6 +110,14 @@ func printReport(rep cleaner.Report, asJSON bool) {
 	fmt.Printf("stripes %d (%s on disk, %s live) in %.1fs\n", rep.Stripes, hsize(uint64(rep.Bytes)), hsize(uint64(rep.LiveBytes)), rep.Seconds)
 	fmt.Printf("deleted %d stripes (%s); copied %d stripes (%s, %d blocks moved, %d rejected: a writer won)\n",
 		rep.DeletedStripes, hsize(uint64(rep.DeletedBytes)), rep.CopiedStripes, hsize(uint64(rep.CopiedBytes)), rep.MovedBlocks, rep.RejectedBlocks)
+	if rep.Waiting > 0 {
+		// Dead stripes younger than the grace period stay: their writers
+		// may still commit to them. Say so, and when, rather than leave
+		// "deleted 0 stripes" unexplained.
+		fmt.Printf("waiting: %d dead stripes (%s) are younger than the grace period (%v) and are kept for now; the first can be deleted in %v (the manager's cleaner does it then; --grace shortens the period, never below %v)\n",
+			rep.Waiting, hsize(uint64(rep.WaitingBytes)), time.Duration(rep.Grace*float64(time.Second)).Round(time.Second),
+			time.Duration(rep.WaitingSeconds*float64(time.Second)).Round(time.Second), cleaner.MinGrace)
+	}
 	fmt.Printf("repaired %d fragments (%d failed, %d waiting for unreachable slots %v)\n", rep.Repaired, rep.RepairFailed, rep.RepairPending, rep.Unreachable)
 	if rep.StorageImbalance > 0 {
 		fmt.Printf("storage imbalance %.3f: rebalanced %d stripes (%s moved), %s estimated still to move\n",

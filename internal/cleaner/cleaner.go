@@ -183,6 +183,14 @@ type Report struct {
 	Unreachable    []uint16 `json:"unreachable_slots,omitempty"`
 	DeletedStripes int      `json:"deleted_stripes"`
 	DeletedBytes   int64    `json:"deleted_bytes"`
+	// Waiting are dead stripes (nothing points at them) younger than the
+	// grace period, which a pass leaves for later: their writers may still
+	// commit. WaitingSeconds is when the first of them may go; Grace the
+	// grace period, in seconds.
+	Waiting        int     `json:"waiting_stripes"`
+	WaitingBytes   int64   `json:"waiting_bytes"`
+	WaitingSeconds float64 `json:"waiting_first_in_seconds,omitempty"`
+	Grace          float64 `json:"grace_seconds"`
 	CopiedStripes  int      `json:"copied_stripes"`
 	CopiedBytes    int64    `json:"copied_bytes"`
 	MovedBlocks    int      `json:"moved_blocks"`
@@ -222,6 +230,7 @@ func (t *Report) add(r *Report) {
 	t.Stripes, t.Fragments, t.Bytes, t.LiveBytes = r.Stripes, r.Fragments, r.Bytes, r.LiveBytes
 	t.DeletedStripes += r.DeletedStripes
 	t.DeletedBytes += r.DeletedBytes
+	t.Waiting, t.WaitingBytes, t.WaitingSeconds, t.Grace = r.Waiting, r.WaitingBytes, r.WaitingSeconds, r.Grace
 	t.CopiedStripes += r.CopiedStripes
 	t.CopiedBytes += r.CopiedBytes
 	t.MovedBlocks += r.MovedBlocks
@@ -453,7 +462,18 @@ func (c *Cleaner) Pass(ctx context.Context, opts PassOptions) (rep Report, err e
 	if opts.Copy {
 		budget = c.cfg.CopyBudget
 	}
-	dead, copies := Plan(list, PlanConfig{Now: c.cfg.Now(), Grace: c.cfg.Grace, MaxLive: c.cfg.MaxLive, CopyBudget: budget})
+	now := c.cfg.Now()
+	dead, copies := Plan(list, PlanConfig{Now: now, Grace: c.cfg.Grace, MaxLive: c.cfg.MaxLive, CopyBudget: budget})
+	rep.Grace = c.cfg.Grace.Seconds()
+	for _, st := range list {
+		if age := now.Sub(st.Created); st.Live <= 0 && age < c.cfg.Grace {
+			rep.Waiting++
+			rep.WaitingBytes += st.Bytes
+			if in := (c.cfg.Grace - age).Seconds(); rep.WaitingSeconds == 0 || in < rep.WaitingSeconds {
+				rep.WaitingSeconds = in
+			}
+		}
+	}
 	if opts.DryRun {
 		rep.DryRun, rep.PlannedDeletes = true, len(dead)
 		if opts.Rebalance > 0 {
