@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -251,5 +252,34 @@ func TestCLICopyRoundTrip(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("%s (%d bytes) copied in and out: %d bytes back (%v)", c.name, c.size, len(got), err)
 		}
+	}
+}
+
+// TestCLICopyQuietWhenNotATerminal (issue #42): overwriting a file after
+// a storage server was killed printed one warning per stripe through
+// atoll cp's progress bar ("errors=<nil>"), and the bar's carriage
+// returns landed in log files. Now the bar shows only on a terminal and
+// degraded writes are one line every 10 s with a count and a reason.
+func TestCLICopyQuietWhenNotATerminal(t *testing.T) {
+	cl, _ := startDev(t, 5, 1, 0, nil)
+	src := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(src, randBytes(newRand(9), 40<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(cl.Child("storage0").PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(atoll(t), "cp", src, "atoll:/big", "--cluster", cl.Manager)
+	cmd.Stderr = &stderr
+	if out, err := cmd.Output(); err != nil {
+		t.Fatalf("cp with a server down: %v: %s %s", err, out, stderr.String())
+	}
+	e := stderr.String()
+	if strings.Contains(e, "\r") {
+		t.Errorf("a progress bar on a pipe: %q", e)
+	}
+	if n := strings.Count(e, "written degraded"); n == 0 || n > 2 || strings.Contains(e, "<nil>") {
+		t.Errorf("%d degraded-write warnings for one copy:\n%s", n, e)
 	}
 }

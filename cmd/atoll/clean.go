@@ -14,6 +14,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/atoll-fs/atoll/bench"
 	"github.com/atoll-fs/atoll/internal/auth"
@@ -69,9 +70,10 @@ func (f *cleanFlags) rebalance() float64 {
 	return f.tolerance
 }
 
-// passProgress draws a progress bar per phase of a pass on stderr.
+// passProgress draws a progress bar per phase of a pass on stderr when
+// it is a terminal.
 func passProgress(quiet bool) func(string, int, int) {
-	if quiet {
+	if quiet || !term.IsTerminal(int(os.Stderr.Fd())) {
 		return nil
 	}
 	var bar *progressbar.ProgressBar

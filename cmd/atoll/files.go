@@ -14,6 +14,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/connect"
@@ -226,8 +227,11 @@ func newCpCmd(g *globalFlags) *cobra.Command {
 // its create).
 const smallCopy = 64 << 10
 
+// newBar is a progress bar on standard error for copies of 8 MiB and
+// more, when standard error is a terminal (its carriage returns landed in
+// log files otherwise).
 func newBar(n int64, what string, quiet bool) io.Writer {
-	if quiet || n < 8<<20 {
+	if quiet || n < 8<<20 || !term.IsTerminal(int(os.Stderr.Fd())) {
 		return io.Discard
 	}
 	return progressbar.DefaultBytes(n, what)

@@ -134,6 +134,9 @@ type Client struct {
 	}
 	stats struct {
 		stripes, degradedStripes, bytes, blocksRead, degradedReads, corrupt, repairs, repairFail atomic.Uint64
+		// degradedWarned is when a degraded write was last logged (Unix
+		// ns): one line every 10 s at most, with the running count.
+		degradedWarned atomic.Int64
 	}
 
 	repairQ    chan repairJob

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/layout"
@@ -449,9 +450,18 @@ func (c *Client) writeStripe(ctx context.Context, s *stripe) error {
 	c.stats.stripes.Add(1)
 	c.stats.bytes.Add(uint64(L))
 	if len(missing) > 0 {
-		c.stats.degradedStripes.Add(1)
+		n := c.stats.degradedStripes.Add(1)
 		c.recordDegraded(s.id, s.place.Slots, missing)
-		c.log.Warn("client: stripe written degraded", "stripe", s.id.String(), "missing", missing, "errors", errors.Join(failures...))
+		// While a server is down every stripe is written degraded: one
+		// line every 10 s with the count, not one per stripe (they ran
+		// through atoll cp's progress bar).
+		if now, last := time.Now().UnixNano(), c.stats.degradedWarned.Load(); now-last >= int64(10*time.Second) && c.stats.degradedWarned.CompareAndSwap(last, now) {
+			why := "its slots were down when placed"
+			if len(failures) > 0 {
+				why = errors.Join(failures...).Error()
+			}
+			c.log.Warn("client: stripes written degraded (repaired once their servers are back)", "stripe", s.id.String(), "missing", missing, "why", why, "degraded_total", n)
+		}
 	}
 	return nil
 }
