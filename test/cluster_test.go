@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -281,5 +282,48 @@ func TestCLICopyQuietWhenNotATerminal(t *testing.T) {
 	}
 	if n := strings.Count(e, "written degraded"); n == 0 || n > 2 || strings.Contains(e, "<nil>") {
 		t.Errorf("%d degraded-write warnings for one copy:\n%s", n, e)
+	}
+}
+
+// TestDfCountsASharedDiskOnce (issue #42): atoll df summed the capacity of
+// five servers on one file system five times, and a down server's row
+// was a long repeated error chain. Servers now report their disk, df
+// counts it once and marks the others, and a down server's row says
+// "unreachable".
+func TestDfCountsASharedDiskOnce(t *testing.T) {
+	cl, _ := startDev(t, 5, 1, 0, nil)
+	if err := syscall.Kill(cl.Child("storage4").PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(atoll(t), "df", "--json", "--cluster", cl.Manager).Output()
+	if err != nil {
+		t.Fatalf("df: %v: %s", err, out)
+	}
+	var df struct {
+		Servers []struct {
+			Slot           uint16  `json:"slot"`
+			Capacity       uint64  `json:"capacity_bytes"`
+			SharesDiskWith *uint16 `json:"shares_disk_with"`
+			Error          string  `json:"error"`
+		} `json:"servers"`
+		Capacity uint64 `json:"capacity_bytes"`
+	}
+	if err := json.Unmarshal(out, &df); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(df.Servers) != 5 {
+		t.Fatalf("df: %s", out)
+	}
+	for _, s := range df.Servers[1:4] {
+		if s.SharesDiskWith == nil || *s.SharesDiskWith != 0 {
+			t.Errorf("slot %d on the same disk as slot 0 is not marked: %s", s.Slot, out)
+		}
+	}
+	c0 := df.Servers[0].Capacity
+	if df.Capacity < c0*9/10 || df.Capacity > c0*11/10 {
+		t.Errorf("total capacity %d, one disk's %d: %s", df.Capacity, c0, out)
+	}
+	if e := df.Servers[4].Error; !strings.Contains(e, "unreachable") || len(e) > 80 {
+		t.Errorf("the down server's row: %q", e)
 	}
 }

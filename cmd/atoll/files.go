@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -335,23 +336,39 @@ func newDfCmd(g *globalFlags) *cobra.Command {
 				Used      uint64 `json:"used_bytes"`
 				Free      uint64 `json:"free_bytes"`
 				Fragments uint64 `json:"fragments"`
-				Error     string `json:"error,omitempty"`
+				// SharesDiskWith is the first slot on the same file system:
+				// this row's size and free space are that disk's again, and
+				// the totals count them once.
+				SharesDiskWith *uint16 `json:"shares_disk_with,omitempty"`
+				Error          string  `json:"error,omitempty"`
 			}
 			var rows []row
 			var total row
+			firstOnDisk := map[uint64]uint16{}
 			for _, s := range c.View.Map().Storage {
 				r := row{Slot: s.Slot, Addr: s.Addr, State: s.State.String()}
 				st, err := c.Data.ServerStats(cmd.Context(), s.Slot)
 				if err != nil {
-					r.Error = err.Error()
+					r.Error = shortErr(err)
 				} else {
 					r.Capacity, r.Used, r.Free, r.Fragments = st.CapacityBytes, st.UsedBytes, st.FreeBytes, st.Fragments
-					total.Capacity += st.CapacityBytes
 					total.Used += st.UsedBytes
-					total.Free += st.FreeBytes
 					total.Fragments += st.Fragments
+					if first, ok := firstOnDisk[st.Disk]; ok && st.Disk != 0 {
+						r.SharesDiskWith = &first
+					} else {
+						firstOnDisk[st.Disk] = s.Slot
+						total.Capacity += st.CapacityBytes
+						total.Free += st.FreeBytes
+					}
 				}
 				rows = append(rows, r)
+			}
+			shared := 0
+			for _, r := range rows {
+				if r.SharesDiskWith != nil {
+					shared++
+				}
 			}
 			if asJSON {
 				b, _ := json.Marshal(map[string]any{"servers": rows, "capacity_bytes": total.Capacity, "used_bytes": total.Used,
@@ -366,15 +383,38 @@ func newDfCmd(g *globalFlags) *cobra.Command {
 					fmt.Fprintf(tw, "%d\t%s\t%s\t-\t-\t-\t- (%s)\n", r.Slot, r.Addr, r.State, r.Error)
 					continue
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Slot, r.Addr, r.State, hsize(r.Capacity), hsize(r.Used), hsize(r.Free), r.Fragments)
+				note := ""
+				if r.SharesDiskWith != nil {
+					note = fmt.Sprintf("\t(same disk as slot %d)", *r.SharesDiskWith)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d%s\n", r.Slot, r.Addr, r.State, hsize(r.Capacity), hsize(r.Used), hsize(r.Free), r.Fragments, note)
 			}
 			fmt.Fprintf(tw, "total\t\t\t%s\t%s\t%s\t%d\n", hsize(total.Capacity), hsize(total.Used), hsize(total.Free), total.Fragments)
+			if shared > 0 {
+				fmt.Fprintf(tw, "(%d servers share a disk with another: the totals count each disk once)\n", shared)
+			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().StringVar(&addr, "cluster", "", "manager address (default $ATOLL_CLUSTER or "+defaultCluster+")")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
+}
+
+// shortErr is an error's last cause in one line: a down server's row was
+// a long repeated chain.
+func shortErr(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), strings.Contains(msg, "connection refused"):
+		return "unreachable: connection refused"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), strings.Contains(msg, "i/o timeout"):
+		return "unreachable: timed out"
+	}
+	if i := strings.LastIndex(msg, ": "); i >= 0 && len(msg) > 80 {
+		msg = msg[i+2:]
+	}
+	return msg
 }
 
 func hsize(n uint64) string {

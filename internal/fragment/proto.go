@@ -328,6 +328,11 @@ type Stats struct {
 	ScrubBytes    uint64 // scanned in the current pass
 	CorruptFound  uint64 // corrupt chunks detected (reads and scrubs)
 	Repairs       uint64
+	// Disk names the file system the capacity comes from (a hash of the
+	// host's boot id and the device), so servers sharing one disk count
+	// it once; 0 when unknown or when the capacity is configured.
+	// Optional on the wire (absent: 0).
+	Disk uint64
 }
 
 func (r *Stats) Encode(e *wire.Enc) {
@@ -335,12 +340,18 @@ func (r *Stats) Encode(e *wire.Enc) {
 	for _, v := range []uint64{r.CapacityBytes, r.UsedBytes, r.FreeBytes, r.Fragments, r.ScrubPasses, r.ScrubBytes, r.CorruptFound, r.Repairs} {
 		e.U64(v)
 	}
+	if r.Disk != 0 {
+		e.U64(r.Disk)
+	}
 }
 
 func (r *Stats) Decode(d *wire.Dec) {
 	r.Slot = d.U16()
 	for _, p := range []*uint64{&r.CapacityBytes, &r.UsedBytes, &r.FreeBytes, &r.Fragments, &r.ScrubPasses, &r.ScrubBytes, &r.CorruptFound, &r.Repairs} {
 		*p = d.U64()
+	}
+	if d.More() {
+		r.Disk = d.U64()
 	}
 }
 

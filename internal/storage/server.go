@@ -363,7 +363,7 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 			Slot: s.cfg.Slot, CapacityBytes: uint64(st.CapacityBytes), UsedBytes: uint64(st.UsedBytes),
 			FreeBytes: uint64(st.FreeBytes), Fragments: uint64(st.Fragments),
 			ScrubPasses: uint64(st.Scrub.Passes), ScrubBytes: uint64(st.Scrub.PassBytes),
-			CorruptFound: uint64(st.CorruptDetected), Repairs: uint64(st.Repairs),
+			CorruptFound: uint64(st.CorruptDetected), Repairs: uint64(st.Repairs), Disk: st.Disk,
 		})}, nil
 	}
 	return wire.Response{}, fmt.Errorf("storage: %w: unknown op %d", fragment.ErrBadRequest, req.Op)

@@ -1,9 +1,12 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +20,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
 )
 
 // Failpoint names (see package faults).
@@ -100,7 +104,10 @@ type Stats struct {
 	CapacityBytes int64
 	UsedBytes     int64 // sum of committed fragment lengths
 	FreeBytes     int64 // how many more fragment bytes fit
-	Fragments     int64
+	// Disk names the file system the capacity comes from (diskID); 0 with
+	// a configured capacity or when unknown.
+	Disk      uint64
+	Fragments int64
 	// CorruptDetected counts sick ranges found by any path (reads, verify,
 	// append, scrubber); a range found twice counts twice.
 	CorruptDetected int64
@@ -110,6 +117,9 @@ type Stats struct {
 
 // Store is a fragment store. Its methods are safe for concurrent use.
 type Store struct {
+	// disk is diskID of the data directory, computed once (diskOnce).
+	diskOnce  sync.Once
+	disk      uint64
 	cfg       Config
 	fs        vfs.FS
 	log       *slog.Logger
@@ -524,8 +534,30 @@ func (s *Store) Stat() Stats {
 	case free >= 0:
 		st.CapacityBytes = st.UsedBytes + free
 		st.FreeBytes = free
+		s.diskOnce.Do(func() { s.disk = diskID(s.cfg.Dir) })
+		st.Disk = s.disk
 	}
 	return st
+}
+
+// diskID names the file system holding dir on this host: FNV-1a of the
+// kernel's boot id and the device number (device numbers repeat across
+// hosts). 0 when either is unknown (an in-memory vfs, no /proc).
+func diskID(dir string) uint64 {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write(bytes.TrimSpace(boot))
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], st.Dev)
+	h.Write(b[:])
+	return max(h.Sum64(), 1)
 }
 
 // reportCorrupt counts a sick range and tells OnCorrupt.
