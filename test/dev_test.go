@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -135,5 +137,55 @@ func TestDevStopsWithItsParent(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "stopped") && !strings.Contains(string(b), "stopping") {
 		t.Logf("atoll dev's output (no clean-stop line found):\n%s", b)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the children's output copiers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestDevCleanStopIsQuiet (issue #42): a clean stop of a cluster with
+// replicated islands printed 30 to 45 raft ERROR and WARN lines ("failed
+// to heartbeat", "stepping down") and looked like a crash. The servers
+// now stop together and raft's complaints during a stop are debug.
+func TestDevCleanStopIsQuiet(t *testing.T) {
+	base := freeBase(t, 8)
+	var out lockedBuffer
+	d, err := devcluster.New(devcluster.Config{DataDir: filepath.Join(t.TempDir(), "data"), Storage: 1, Islands: 3, IslandReplicas: 3,
+		Exe: atoll(t), LogLevel: "info", Out: &out,
+		ManagerListen: addrAt(base), StorageListen: addrAt(base + 2), IslandListen: addrAt(base + 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cl, err := d.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // raft heartbeats flowing between the replicas
+	mark := len(out.String())
+	cl.Stop()
+	var noisy []string
+	for _, line := range strings.Split(out.String()[mark:], "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			noisy = append(noisy, line)
+		}
+	}
+	if len(noisy) > 0 {
+		t.Errorf("%d warnings and errors during a clean stop:\n%s", len(noisy), strings.Join(noisy, "\n"))
 	}
 }

@@ -273,10 +273,26 @@ type Cluster struct {
 	KeyPath string
 }
 
-// Stop stops every role in reverse start order.
+// Stop stops every role: the clients (mount, NFS gateway) first, one at a
+// time in reverse start order, since they write back to the servers; then
+// every server at once, so that no island replica or manager watches its
+// peers go one by one and logs each as a failure (a clean stop looked
+// like a crash).
 func (c *Cluster) Stop() {
+	var servers []*Child
 	for i := len(c.Children) - 1; i >= 0; i-- {
-		_ = c.Children[i].Stop(10 * time.Second)
+		switch ch := c.Children[i]; ch.Name {
+		case "mount", "nfs":
+			_ = ch.Stop(10 * time.Second)
+		default:
+			servers = append(servers, ch)
+		}
+	}
+	for _, ch := range servers {
+		_ = ch.Signal(syscall.SIGTERM)
+	}
+	for _, ch := range servers {
+		_ = ch.Stop(10 * time.Second)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -39,11 +40,26 @@ func slogLevel(l hclog.Level) slog.Level {
 	return slog.LevelInfo
 }
 
+// stopping is set once this process is stopping on purpose (Stopping).
+var stopping atomic.Bool
+
+// Stopping tells every raft logger of this process that it is shutting
+// down on purpose: from then on raft's warnings and errors (peers that
+// stopped answering heartbeats, leadership lost, as every member of a
+// group going down together sees) are logged at debug. A clean stop of
+// `atoll dev` printed 30 to 45 of them and looked like a crash. The
+// process-wide flag matches what it records: the process got its stop
+// signal.
+func Stopping() { stopping.Store(true) }
+
 func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
 	}
 	lvl := slogLevel(level)
+	if lvl > slog.LevelDebug && stopping.Load() {
+		lvl = slog.LevelDebug
+	}
 	ctx := context.Background()
 	if !h.l.Enabled(ctx, lvl) {
 		return
