@@ -3,7 +3,6 @@ package test
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +30,7 @@ type tourStep struct {
 // the tour comes with a change to what it is expected to print.
 var tour = []tourStep{
 	{"go build -o bin/atoll ./cmd/atoll", nil},
-	{"./bin/atoll dev --data /tmp/atoll --islands 3 --rebuild-after 10s &", []string{`atoll dev ready: manager 127\.0\.0\.1:7300, 5 storage servers, 3 islands`}},
+	{"./bin/atoll dev --data /tmp/atoll --islands 3 --rebuild-after 10s &", []string{`atoll dev ready: manager 127\.0\.0\.1:\d+, 5 storage servers, 3 islands`}},
 	{"export ATOLL_CLUSTER=127.0.0.1:7300", nil},
 	{"./bin/atoll status", []string{`epoch \d+, formatted`, `(?m)^\s+storage\s+0\s+\S+\s+up\b`, `(?m)^\s+storage\s+4\s+\S+\s+up\b`, `islands \(3\)`}},
 	{"./bin/atoll cp ~/some-file atoll:/some-file", nil},
@@ -82,13 +81,16 @@ func TestReadmeTour(t *testing.T) {
 			t.Fatalf("tour command %d is %q in the README, the test expects %q: update `tour` in tour_test.go", i+1, cmds[i], tour[i].cmd)
 		}
 	}
-	for _, addr := range []string{"127.0.0.1:7300", "127.0.0.1:7380", "127.0.0.1:2049", "127.0.0.1:7400", "127.0.0.1:7500", "127.0.0.1:7600"} {
-		if l, err := net.Listen("tcp", addr); err == nil {
-			l.Close()
-		} else {
-			t.Fatalf("the tour's address %s is taken (is an `atoll dev` running?): %v", addr, err)
-		}
-	}
+	// The tour runs on free ports, not the defaults (another cluster may
+	// hold them): its commands are rewritten to name them. Layout from
+	// base: manager (and its raft port), dashboard, NFS, 5 storage
+	// servers at +10, 3 islands at +20 (their raft ports 50 above), 10
+	// metrics ports at +30.
+	base := freeBase(t, 80)
+	at := func(off int) string { return fmt.Sprintf("127.0.0.1:%d", base+off) }
+	ports := strings.NewReplacer("127.0.0.1:7300", at(0), "nfsport=2049&mountport=2049", fmt.Sprintf("nfsport=%d&mountport=%d", base+3, base+3))
+	devFlags := fmt.Sprintf(" --manager-listen %s --web-listen %s --nfs-listen %s --storage-listen %s --island-listen %s --metrics-listen %s",
+		at(0), at(2), at(3), at(10), at(20), at(30))
 
 	tmp := t.TempDir()
 	home := filepath.Join(tmp, "home")
@@ -104,9 +106,10 @@ func TestReadmeTour(t *testing.T) {
 	var sb strings.Builder
 	sb.WriteString("set -u\n")
 	for i, c := range cmds {
-		c = strings.ReplaceAll(c, "/tmp/", tmp+"/")
+		c = ports.Replace(strings.ReplaceAll(c, "/tmp/", tmp+"/"))
 		fmt.Fprintf(&sb, "echo '@@@ begin %d'\n", i)
 		if bg, ok := strings.CutSuffix(c, "&"); ok {
+			bg = strings.TrimSpace(bg) + devFlags
 			// The background cluster's output goes to a file the test reads;
 			// the next command starts once it is ready, as a reader waits.
 			fmt.Fprintf(&sb, "%s >%q 2>&1 &\necho $! >%q\n", bg, devLog, devPid)
