@@ -151,6 +151,14 @@ func TestDashboard(t *testing.T) {
 	if !strings.Contains(dom, `data-island="island-1"`) {
 		t.Errorf("the islands table does not list island-1")
 	}
+	// At 1400 px (issue #42) neither the page nor the members table
+	// overflows sideways (the page measures both after each poll).
+	wide := string(runChromium(t, chrome, "--dump-dom", "--window-size=1400,900", pageURL))
+	for _, attr := range []string{"data-page-overflow", "data-members-overflow"} {
+		if m := regexp.MustCompile(attr + `="(\d+)"`).FindStringSubmatch(wide); m == nil || m[1] != "0" {
+			t.Errorf("at 1400 px %s is %v, want 0", attr, m)
+		}
+	}
 	shot := filepath.Join(shots, "dashboard-up.png")
 	screenshot(t, chrome, pageURL, shot)
 	checkNotBlank(t, shot)
@@ -169,6 +177,11 @@ func TestDashboard(t *testing.T) {
 	})
 	dom = dumpDOM(t, chrome, pageURL)
 	checkRows(t, dom, names, "storage-1")
+	// The bad news in red, the rest plain: "1 down" is the members card's
+	// value (class bad), not "N up".
+	if !regexp.MustCompile(`class="card bad"><div class="label">members</div><div class="value">1 down</div>`).MatchString(dom) {
+		t.Errorf("the members card does not lead with \"1 down\" in red:\n%s", tail([]byte(dom), 3000))
+	}
 	shot = filepath.Join(shots, "dashboard-storage-1-down.png")
 	screenshot(t, chrome, pageURL, shot)
 	checkNotBlank(t, shot)

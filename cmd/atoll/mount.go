@@ -130,7 +130,9 @@ and repairs its reads found.`,
 					return runWithMember(ctx, serve, cluster.MemberConfig{
 						Managers: addrs, Kind: cluster.KindGateway, ID: gatewayID("mount:" + ms.Addr() + ":" + m.Mountpoint()),
 						Addr: ms.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update, Key: key,
-						Stats: func() cluster.MemberStats { return clientStats(conn.Data, conn.FS, 0, ms.Addr()) },
+						Stats: func() cluster.MemberStats {
+							return clientStats(conn.Data, conn.FS, 0, ms.Addr(), "mount at "+m.Mountpoint()+" on "+hostname())
+						},
 					})
 				}
 			}
@@ -209,4 +211,13 @@ func connectFS(ctx context.Context, addrs []string, key *auth.Key, log *slog.Log
 		c.Close()
 	}
 	return c, statfs, closeAll, nil
+}
+
+// hostname is this machine's name ("?" when unknown).
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "?"
+	}
+	return h
 }

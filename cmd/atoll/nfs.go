@@ -106,7 +106,7 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 					Managers: addrs, Kind: cluster.KindGateway, ID: id,
 					Addr: srv.Addr(), PID: os.Getpid(), Logger: log, OnMap: conn.View.Update, Key: key,
 					Stats: func() cluster.MemberStats {
-						return clientStats(conn.Data, conn.FS, srv.Requests(), advertisedMetrics(ms, srv.Addr()))
+						return clientStats(conn.Data, conn.FS, srv.Requests(), advertisedMetrics(ms, srv.Addr()), "NFS gateway at "+srv.Addr())
 					},
 				})
 			})
@@ -134,9 +134,10 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 // clientStats is what a client-side member (gateway, mount) reports with
 // each heartbeat: its data path's counters and the stripes it knows to be
 // degraded.
-func clientStats(data *client.Client, fs *client.FS, ops uint64, metricsAddr string) cluster.MemberStats {
+func clientStats(data *client.Client, fs *client.FS, ops uint64, metricsAddr, role string) cluster.MemberStats {
 	st := data.Stats()
 	ms := cluster.MemberStats{
+		Role:      role,
 		Degraded:  uint64(len(data.DegradedStripes())),
 		BytesRead: fs.BytesRead(), BytesWritten: st.BytesWritten, Ops: ops,
 		Corrupt: st.CorruptDetected, Repairs: st.Repairs,

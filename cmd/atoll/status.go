@@ -144,6 +144,9 @@ type memberJSON struct {
 	// RegisteredBy is the key (not the cluster key) that registered a
 	// gateway or mount: its address and figures are that key's word.
 	RegisteredBy string `json:"registered_by,omitempty"`
+	// Role is what a gateway says it is (mount at PATH on HOST, NFS
+	// gateway at ADDR), from its heartbeats.
+	Role string `json:"role,omitempty"`
 	// Leases are the member's lease figures as its heartbeats report them
 	// (islands and mounts; absent otherwise, or from a follower).
 	Leases *leasesJSON `json:"leases,omitempty"`
@@ -325,15 +328,17 @@ func writeStatusJSON(w io.Writer, st *cluster.Status, now time.Time) error {
 		out.Jobs = append(out.Jobs, jobJSON{Name: j.Name, Phase: j.Phase, Done: j.Done, Total: j.Total, ETASeconds: j.ETASeconds, Summary: j.Summary})
 	}
 	metrics := map[cluster.MemberKey]string{}
+	roles := map[cluster.MemberKey]string{}
 	for _, l := range st.Live {
 		metrics[l.Key] = l.Stats.MetricsAddr
+		roles[l.Key] = l.Stats.Role
 	}
 	leases := memberLeases(st)
 	locks := memberLocks(st)
 	for _, v := range st.Members() {
 		mj := memberJSON{Kind: v.Kind.String(), ID: v.ID, Addr: v.Addr, State: v.State.String(), PID: v.PID, HeartbeatAgeMS: -1,
 			CapacityBytes: v.CapacityBytes, UsedBytes: v.UsedBytes, Degraded: v.Degraded, MetricsAddr: metrics[v.Key()],
-			Leases: leases[v.Key()], Locks: locks[v.Key()], RegisteredBy: v.Owner}
+			Leases: leases[v.Key()], Locks: locks[v.Key()], RegisteredBy: v.Owner, Role: roles[v.Key()]}
 		if !v.LastHeartbeat.IsZero() {
 			mj.LastHB = v.LastHeartbeat.UTC().Format(time.RFC3339Nano)
 			mj.HeartbeatAgeMS = max(now.Sub(v.LastHeartbeat).Milliseconds(), 0)

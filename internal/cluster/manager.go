@@ -777,6 +777,9 @@ func (m *Manager) handleHeartbeat(req *wire.Request) (wire.Response, error) {
 	if len(r.Stats.MetricsAddr) > maxMetricsAddr {
 		r.Stats.MetricsAddr = "" // informational only: not worth refusing the heartbeat
 	}
+	if len(r.Stats.Role) > MaxRoleLen {
+		r.Stats.Role = r.Stats.Role[:MaxRoleLen]
+	}
 	m.touch(k, &r.Stats)
 	resp := HeartbeatResp{Epoch: epoch, State: v.State}
 	if v.State == StateDown {

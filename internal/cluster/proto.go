@@ -145,7 +145,13 @@ type MemberStats struct {
 	// Locks are the member's file lock and open-file figures (islands
 	// and client-side members); nil for the others.
 	Locks *LockStats
+	// Role says what a gateway is, for people ("mount at /mnt on host",
+	// "NFS gateway at 10.0.0.5:2049"); at most MaxRoleLen bytes.
+	Role string
 }
+
+// MaxRoleLen bounds MemberStats.Role (a longer one is cut).
+const MaxRoleLen = 128
 
 // LockStats are a member's lock and open-file figures. Islands: Locks
 // held on their inodes, Waiters (blocking requests waiting), Sessions
@@ -251,6 +257,7 @@ func encodeStats(e *wire.Enc, s *MemberStats) {
 			e.U64(v)
 		}
 	}
+	e.String(s.Role)
 }
 
 func decodeStats(d *wire.Dec, s *MemberStats) {
@@ -275,6 +282,7 @@ func decodeStats(d *wire.Dec, s *MemberStats) {
 		s.Locks = &LockStats{Locks: d.U64(), Waiters: d.U64(), Sessions: d.U64(), SessionsEnded: d.U64(),
 			OpenHeld: d.U64(), OpenUnlinked: d.U64(), OpenReclaimed: d.U64(), OpenLocal: d.U64()}
 	}
+	s.Role = d.Str()
 }
 
 // HeartbeatResp carries the current epoch, so a member notices a newer

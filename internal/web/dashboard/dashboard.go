@@ -118,6 +118,9 @@ type MemberView struct {
 	// the page shows it as such (no link to its metrics address; its
 	// degraded stripes apart from the total).
 	ReportedBy string `json:"reported_by,omitempty"`
+	// Role is what a gateway says it is ("mount at /mnt on host", "NFS
+	// gateway at ADDR"), from its heartbeats.
+	Role string `json:"role,omitempty"`
 
 	CapacityBytes  uint64  `json:"capacity_bytes"`
 	UsedBytes      uint64  `json:"used_bytes"`
@@ -267,7 +270,7 @@ func Build(sn cluster.Snapshot) View {
 			if !l.LastHeartbeat.IsZero() {
 				mv.HeartbeatAgeMS = max(sn.Now.Sub(l.LastHeartbeat).Milliseconds(), 0)
 			}
-			mv.MetricsAddr = st.MetricsAddr
+			mv.MetricsAddr, mv.Role = st.MetricsAddr, st.Role
 			mv.BytesRead, mv.BytesWritten, mv.Ops = st.BytesRead, st.BytesWritten, st.Ops
 			mv.ScrubPassBytes, mv.ScrubPasses, mv.Corrupt, mv.Repairs = st.ScrubPassBytes, st.ScrubPasses, st.Corrupt, st.Repairs
 			if x := st.Leases; x != nil {

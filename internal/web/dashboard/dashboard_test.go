@@ -37,7 +37,7 @@ func testSnapshot() cluster.Snapshot {
 				{Key: k0, LastHeartbeat: now.Add(-time.Second), Stats: cluster.MemberStats{CapacityBytes: 1000, UsedBytes: 400,
 					ScrubPassBytes: 100, ScrubPasses: 2, Repairs: 1, MetricsAddr: "127.0.0.1:7600"}},
 				{Key: k1, LastHeartbeat: now.Add(-9 * time.Second), Stats: cluster.MemberStats{CapacityBytes: 1000, UsedBytes: 600}},
-				{Key: cluster.MemberKey{Kind: cluster.KindGateway, ID: 7}, LastHeartbeat: now, Stats: cluster.MemberStats{Degraded: 5,
+				{Key: cluster.MemberKey{Kind: cluster.KindGateway, ID: 7}, LastHeartbeat: now, Stats: cluster.MemberStats{Degraded: 5, Role: "mount at /mnt on h1",
 					Leases: &cluster.LeaseStats{Held: 3, Broken: 1, Kept: 30, Sent: 10},
 					Locks:  &cluster.LockStats{Locks: 2, OpenHeld: 5, OpenLocal: 1}}},
 			}},
@@ -71,6 +71,9 @@ func TestBuild(t *testing.T) {
 	}
 	if v.Members[2].ScrubProgress != -1 || v.Members[2].HeartbeatAgeMS != -1 || v.Members[2].Leases != nil {
 		t.Errorf("island without heartbeats: %+v", v.Members[2])
+	}
+	if v.Members[4].Role != "mount at /mnt on h1" {
+		t.Errorf("gateway-7 role %q", v.Members[4].Role)
 	}
 	if k := v.Members[4].Locks; k == nil || k.Locks != 2 || k.OpenHeld != 5 || k.OpenLocal != 1 {
 		t.Errorf("gateway-7 locks: %+v", k)
