@@ -191,14 +191,14 @@ type Report struct {
 	WaitingBytes   int64   `json:"waiting_bytes"`
 	WaitingSeconds float64 `json:"waiting_first_in_seconds,omitempty"`
 	Grace          float64 `json:"grace_seconds"`
-	CopiedStripes  int      `json:"copied_stripes"`
-	CopiedBytes    int64    `json:"copied_bytes"`
-	MovedBlocks    int      `json:"moved_blocks"`
-	RejectedBlocks int      `json:"rejected_blocks"` // a writer won: the copy is dead
-	Repaired       int      `json:"repaired_fragments"`
-	RepairFailed   int      `json:"repair_failed"`
-	RepairPending  int      `json:"repair_pending"` // missing on unreachable slots
-	DrainRemaining int      `json:"drain_remaining"`
+	CopiedStripes  int     `json:"copied_stripes"`
+	CopiedBytes    int64   `json:"copied_bytes"`
+	MovedBlocks    int     `json:"moved_blocks"`
+	RejectedBlocks int     `json:"rejected_blocks"` // a writer won: the copy is dead
+	Repaired       int     `json:"repaired_fragments"`
+	RepairFailed   int     `json:"repair_failed"`
+	RepairPending  int     `json:"repair_pending"` // missing on unreachable slots
+	DrainRemaining int     `json:"drain_remaining"`
 	// Storage balance: max |used − mean| / mean over the storage slots at
 	// the start of the pass; the stripes and live bytes this pass moved to
 	// even them out, and the bytes estimated still to move after it.
