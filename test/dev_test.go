@@ -161,11 +161,13 @@ func (l *lockedBuffer) String() string {
 // TestDevCleanStopIsQuiet (issue #42): a clean stop of a cluster with
 // replicated islands printed 30 to 45 raft ERROR and WARN lines ("failed
 // to heartbeat", "stepping down") and looked like a crash. The servers
-// now stop together and raft's complaints during a stop are debug.
+// now stop together and raft's complaints during a stop are debug. The
+// cluster is two islands of three replicas (`atoll dev --islands 2`
+// refused to start): they run on three island servers.
 func TestDevCleanStopIsQuiet(t *testing.T) {
 	base := freeBase(t, 8)
 	var out lockedBuffer
-	d, err := devcluster.New(devcluster.Config{DataDir: filepath.Join(t.TempDir(), "data"), Storage: 1, Islands: 3, IslandReplicas: 3,
+	d, err := devcluster.New(devcluster.Config{DataDir: filepath.Join(t.TempDir(), "data"), Storage: 1, Islands: 2, IslandReplicas: 3,
 		Exe: atoll(t), LogLevel: "info", Out: &out,
 		ManagerListen: addrAt(base), StorageListen: addrAt(base + 2), IslandListen: addrAt(base + 3)})
 	if err != nil {
@@ -175,6 +177,14 @@ func TestDevCleanStopIsQuiet(t *testing.T) {
 	cl, err := d.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(cl.Map.Islands) != 2 || len(cl.Map.IslandServers) != 3 || len(cl.Map.Replicas) != 2 {
+		t.Fatalf("--islands 2 --island-replicas 3: islands %v, island servers %v, replica sets %v", cl.Map.Islands, cl.Map.IslandServers, cl.Map.Replicas)
+	}
+	for _, rs := range cl.Map.Replicas {
+		if len(rs.Servers) != 3 {
+			t.Fatalf("island %d has replicas on %v, want 3 servers", rs.Island, rs.Servers)
+		}
 	}
 	time.Sleep(2 * time.Second) // raft heartbeats flowing between the replicas
 	mark := len(out.String())

@@ -66,7 +66,7 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data", "atoll-data", "data directory (kept across restarts)")
 	f.IntVar(&cfg.Storage, "storage", 5, "storage servers")
 	f.IntVar(&cfg.Islands, "islands", 3, "metadata islands (0: data plane only)")
-	f.IntVar(&cfg.IslandReplicas, "island-replicas", 3, "replicas of each island (1, 3 or 5): above 1, the islands' processes are island servers each hosting replicas of several islands; 1 keeps one copy of each island (a lost island disk loses its part of the namespace)")
+	f.IntVar(&cfg.IslandReplicas, "island-replicas", 3, "replicas of each island (1, 3 or 5): above 1, the islands run on island servers (as many as islands, at least as many as replicas), each hosting replicas of several islands; 1 keeps one copy of each island (a lost island disk loses its part of the namespace)")
 	f.StringVar(&cfg.NFSListen, "nfs-listen", "127.0.0.1:2049", "NFS gateway address (empty: no gateway)")
 	f.StringVar(&cfg.Mount, "mount", "", "FUSE mountpoint (default DATA/mnt)")
 	f.BoolVar(&noMount, "no-mount", false, "do not mount with FUSE")

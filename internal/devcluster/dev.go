@@ -85,11 +85,8 @@ func (c *Config) Validate() error {
 	if c.Islands < 0 || c.Islands > 32 {
 		return errors.New("dev: --islands must be 0..32")
 	}
-	switch r := c.IslandReplicas; {
-	case r != 0 && r != 1 && r != 3 && r != 5:
+	if r := c.IslandReplicas; r != 0 && r != 1 && r != 3 && r != 5 {
 		return fmt.Errorf("dev: --island-replicas %d: want 1, 3 or 5", r)
-	case r > 1 && c.Islands < r:
-		return fmt.Errorf("dev: --island-replicas %d needs at least as many islands (their servers), have %d", r, c.Islands)
 	}
 	for flag, a := range map[string]string{"--manager-listen": c.ManagerListen, "--storage-listen": c.StorageListen, "--island-listen": c.IslandListen} {
 		if _, _, err := splitPort(a); err != nil {
@@ -102,7 +99,7 @@ func (c *Config) Validate() error {
 		}
 		if _, port, err := splitPort(a); err != nil {
 			return fmt.Errorf("dev: %s: %w", flag, err)
-		} else if flag == "--metrics-listen" && port+c.Storage+c.Islands+2 > 65535 {
+		} else if flag == "--metrics-listen" && port+c.Storage+c.IslandServers()+2 > 65535 {
 			return fmt.Errorf("dev: %s %s: not enough ports above it", flag, a)
 		}
 	}
@@ -243,22 +240,35 @@ type MetricsAddrs struct {
 	Mount   string
 }
 
+// IslandServers is how many island processes run: one per island, and
+// with replicated islands at least as many as the replicas of one (two
+// islands with three replicas each run on three island servers: a user
+// asking for two islands gets two).
+func (c *Config) IslandServers() int {
+	if c.Islands > 0 && c.IslandReplicas > 1 {
+		return max(c.Islands, c.IslandReplicas)
+	}
+	return c.Islands
+}
+
 // MetricsAddrs returns where each child serves /metrics: consecutive
-// ports from MetricsListen in the order storage, islands, NFS, mount.
+// ports from MetricsListen in the order storage, island processes, NFS,
+// mount.
 func (c *Config) MetricsAddrs() MetricsAddrs {
 	var m MetricsAddrs
+	n := c.IslandServers()
 	if c.MetricsListen == "" {
-		m.Storage, m.Islands = make([]string, c.Storage), make([]string, c.Islands)
+		m.Storage, m.Islands = make([]string, c.Storage), make([]string, n)
 		return m
 	}
 	for i := 0; i < c.Storage; i++ {
 		m.Storage = append(m.Storage, nthAddr(c.MetricsListen, i))
 	}
-	for i := 0; i < c.Islands; i++ {
+	for i := 0; i < n; i++ {
 		m.Islands = append(m.Islands, nthAddr(c.MetricsListen, c.Storage+i))
 	}
-	m.NFS = nthAddr(c.MetricsListen, c.Storage+c.Islands)
-	m.Mount = nthAddr(c.MetricsListen, c.Storage+c.Islands+1)
+	m.NFS = nthAddr(c.MetricsListen, c.Storage+n)
+	m.Mount = nthAddr(c.MetricsListen, c.Storage+n+1)
 	return m
 }
 
@@ -422,10 +432,10 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		}
 	}
 	var servers []string
-	for i := 1; i <= d.cfg.Islands; i++ {
+	for i := 1; i <= d.cfg.IslandServers(); i++ {
 		servers = append(servers, fmt.Sprintf("%d=%s", i, d.cfg.islandRaftAddr(i)))
 	}
-	for i := 1; i <= d.cfg.Islands; i++ {
+	for i := 1; i <= d.cfg.IslandServers(); i++ {
 		args := []string{"meta", "--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--id", strconv.Itoa(i), "--manager", mgr.Addr}
 		if d.cfg.IslandReplicas > 1 {
 			args = []string{"meta", "--dir", filepath.Join(d.cfg.DataDir, "island", strconv.Itoa(i)), "--server-id", strconv.Itoa(i),
@@ -526,6 +536,9 @@ func (d *Dev) Run(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(d.cfg.Out, "atoll dev ready: manager %s, %d storage servers, %d islands (epoch %d)\n", cl.Manager, d.cfg.Storage, d.cfg.Islands, cl.Map.Epoch)
+	if n := d.cfg.IslandServers(); n != d.cfg.Islands {
+		fmt.Fprintf(d.cfg.Out, "  (the %d islands' %d replicas each run on %d island servers)\n", d.cfg.Islands, d.cfg.IslandReplicas, n)
+	}
 	for _, c := range cl.Children {
 		line := fmt.Sprintf("  %-10s %-21s pid %-8d", c.Name, c.Addr, c.PID())
 		if c.MetricsAddr != "" {
