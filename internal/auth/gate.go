@@ -12,9 +12,9 @@ import (
 // addresses with 1,000 keyless connections each filled a storage
 // server's global cap, and legitimate clients were refused).
 //
-// Listeners keep two gates: one for connections still in the handshake
-// (small shares: anyone who can reach the port can open them) and one
-// for the connections served.
+// Wire servers and raft ports gate the connections still in the
+// handshake (anyone who can reach the port can open them); the NFS
+// gateway, whose clients have no key, gates every connection.
 type Gate struct {
 	// Max bounds the connections inside in all, PerSource those from one
 	// address; zero is no bound.
