@@ -188,7 +188,7 @@ func DecodeMap(b []byte) (*Map, error) {
 	if d.More() {
 		for range d.Count(5) {
 			id, owner := d.U32(), d.Str()
-			i, ok := slices.BinarySearchFunc(m.Gateways, id, func(s Gateway, v uint32) int { return cmpInt(s.ID, v) })
+			i, ok := m.gatewayIndex(id)
 			if !ok || owner == "" || len(owner) > maxOwnerLen || m.Gateways[i].Owner != "" {
 				return nil, fmt.Errorf("%w: cluster map: bad owner of gateway %d", ErrBadRequest, id)
 			}

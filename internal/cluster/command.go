@@ -300,12 +300,14 @@ func (m *Map) applyRegister(k MemberKey, addr string, pid int, owner string) (bo
 		}
 		m.insert(k, addr, pid, StateUp)
 		if owner != "" {
-			m.Gateways[m.gatewayIndex(k.ID)].Owner = owner
+			i, _ := m.gatewayIndex(k.ID)
+			m.Gateways[i].Owner = owner
 		}
 		return true, nil
 	}
 	if k.Kind == KindGateway {
-		g := &m.Gateways[m.gatewayIndex(k.ID)]
+		i, _ := m.gatewayIndex(k.ID)
+		g := &m.Gateways[i]
 		if owner != "" && g.Owner != owner {
 			// A tenant's key cannot take over another key's gateway (a
 			// member's key may: it is the cluster's).
@@ -368,11 +370,6 @@ func (m *Map) roomFor(k MemberKey, addr, owner string) error {
 // encodedSize is the size of EncodeMap(m).
 func (m *Map) encodedSize() int { return len(EncodeMap(m)) }
 
-func (m *Map) gatewayIndex(id uint32) int {
-	i, _ := slices.BinarySearchFunc(m.Gateways, id, func(s Gateway, v uint32) int { return cmpInt(s.ID, v) })
-	return i
-}
-
 // applyRemove forgets gateways (any state). Storage servers and islands
 // leave through drain and out, which move what they hold first.
 func (m *Map) applyRemove(keys []MemberKey) (bool, error) {
@@ -383,7 +380,7 @@ func (m *Map) applyRemove(keys []MemberKey) (bool, error) {
 	}
 	changed := false
 	for _, k := range keys {
-		if i, ok := slices.BinarySearchFunc(m.Gateways, k.ID, func(s Gateway, v uint32) int { return cmpInt(s.ID, v) }); ok {
+		if i, ok := m.gatewayIndex(k.ID); ok {
 			m.Gateways = slices.Delete(m.Gateways, i, i+1)
 			changed = true
 		}

@@ -56,6 +56,14 @@ func (f *fsm) member(k MemberKey) (MemberView, uint64, bool) {
 	return v, f.mu.m.Epoch, ok
 }
 
+// revocations is Map.Revocations without copying the map (the monitor
+// asks every tick).
+func (f *fsm) revocations() map[string]uint32 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mu.m.Revocations()
+}
+
 // manager looks a manager up by raft id without copying the map.
 func (f *fsm) manager(raftID string) (ManagerNode, bool) {
 	f.mu.RLock()

@@ -843,7 +843,7 @@ func (m *Manager) handleRevoke(req *wire.Request) (wire.Response, error) {
 // key verifier (a follower's map is as new as its log).
 func (m *Manager) followRevocations() {
 	if k := m.cfg.Key; k != nil && k.Revocations != nil {
-		k.Revocations.Set(m.fsm.Map().Revocations())
+		k.Revocations.Set(m.fsm.revocations())
 	}
 }
 

@@ -391,13 +391,18 @@ func (m *Map) fields(k MemberKey) (memberFields, bool) {
 			return memberFields{&s.Addr, &s.State, &s.PID, &s.LastHeartbeat}, true
 		}
 	case KindGateway:
-		i, ok := slices.BinarySearchFunc(m.Gateways, k.ID, func(s Gateway, v uint32) int { return cmpInt(s.ID, v) })
-		if ok {
+		if i, ok := m.gatewayIndex(k.ID); ok {
 			s := &m.Gateways[i]
 			return memberFields{&s.Addr, &s.State, &s.PID, &s.LastHeartbeat}, true
 		}
 	}
 	return memberFields{}, false
+}
+
+// gatewayIndex finds gateway id in the sorted Gateways: its index, or
+// where it would go.
+func (m *Map) gatewayIndex(id uint32) (int, bool) {
+	return slices.BinarySearchFunc(m.Gateways, id, func(s Gateway, v uint32) int { return cmpInt(s.ID, v) })
 }
 
 // insert adds a new member in sorted position. The caller checked that it

@@ -14,6 +14,7 @@ import (
 	"path"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -191,7 +192,7 @@ type Server struct {
 	// refused counts connections refused by gate (logged at most once a
 	// second), acceptWarned when an accept failure was last logged.
 	refused      auth.Refusals
-	acceptWarned time.Time
+	acceptWarned atomic.Int64 // Unix ns; the two accept loops share it
 }
 
 // New binds the listeners and returns a Server; Run serves.
@@ -379,8 +380,7 @@ func (s *Server) accept(ln net.Listener, portmapOnly bool) {
 			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			if time.Since(s.acceptWarned) >= time.Second {
-				s.acceptWarned = time.Now()
+			if now, last := time.Now().UnixNano(), s.acceptWarned.Load(); now-last >= int64(time.Second) && s.acceptWarned.CompareAndSwap(last, now) {
 				s.log.Warn("nfs: accept failed; retrying", "err", err, "retry_in", backoff)
 			}
 			time.Sleep(backoff)

@@ -113,9 +113,11 @@ type Server struct {
 
 	mu struct {
 		lockcheck.Mutex
-		conns   map[net.Conn]struct{}
-		perPeer map[string]int // connections served per remote address
+		conns map[net.Conn]struct{}
 	}
+	// served bounds the connections served, per remote address
+	// (MaxConnsPerPeer) and in all (MaxConns).
+	served auth.Gate
 	// handshakes bounds connections still proving their key, per source
 	// and in all (far below MaxConns: anyone who reaches the port can
 	// open them, and they must not crowd out clients with keys).
@@ -134,14 +136,6 @@ func (s *Server) refuse(ctx context.Context, remote string, why error) {
 		log = nil
 	}
 	s.refused.Add(log, "wire: refused connection", remote, why)
-}
-
-// peerHost is a connection's remote address without its port.
-func peerHost(c net.Conn) string {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP.String()
-	}
-	return c.RemoteAddr().String()
 }
 
 // Unauthenticated is the Peer of every connection to a server without
@@ -191,7 +185,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, inflight: semaphore.NewWeighted(cfg.MaxInflightBytes), log: cfg.Logger}
 	s.mu.conns = make(map[net.Conn]struct{})
-	s.mu.perPeer = make(map[string]int)
+	s.served = auth.Gate{Max: cfg.MaxConns, PerSource: cfg.MaxConnsPerPeer}
 	s.handshakes = auth.Gate{Max: auth.DefaultMaxHandshakes, PerSource: auth.DefaultMaxHandshakesPerSource}
 	return s, nil
 }
@@ -226,26 +220,23 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
-		peer := peerHost(c)
+		peer := auth.Source(c)
 		if s.cfg.Auth != nil && !s.handshakes.Enter(peer) {
 			s.refuse(ctx, c.RemoteAddr().String(), fmt.Errorf("too many connections in the handshake (%d from this address at most, %d in all)", s.handshakes.PerSource, s.handshakes.Max))
 			c.Close()
 			continue
 		}
-		s.mu.Lock()
-		if len(s.mu.conns) >= s.cfg.MaxConns || s.mu.perPeer[peer] >= s.cfg.MaxConnsPerPeer {
-			n := len(s.mu.conns)
-			s.mu.Unlock()
+		if !s.served.Enter(peer) {
 			// Counted before the peer can see the close.
-			s.refuse(ctx, c.RemoteAddr().String(), fmt.Errorf("too many connections (%d served, at most %d, %d from one address)", n, s.cfg.MaxConns, s.cfg.MaxConnsPerPeer))
+			s.refuse(ctx, c.RemoteAddr().String(), fmt.Errorf("too many connections (%d served, at most %d, %d from one address)", s.served.Len(), s.cfg.MaxConns, s.cfg.MaxConnsPerPeer))
 			if s.cfg.Auth != nil {
 				s.handshakes.Leave(peer)
 			}
 			c.Close()
 			continue
 		}
+		s.mu.Lock()
 		s.mu.conns[c] = struct{}{}
-		s.mu.perPeer[peer]++
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go func() {
@@ -279,19 +270,15 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		handlers.Wait()
 		s.mu.Lock()
 		delete(s.mu.conns, c)
-		if p := peerHost(c); s.mu.perPeer[p] <= 1 {
-			delete(s.mu.perPeer, p)
-		} else {
-			s.mu.perPeer[p]--
-		}
 		s.mu.Unlock()
+		s.served.Leave(auth.Source(c))
 	}()
 	remote := c.RemoteAddr().String()
 	peer := Unauthenticated
 	if s.cfg.Auth != nil {
 		var err error
 		peer, err = s.cfg.Auth.Server(c, auth.DefaultTimeout)
-		s.handshakes.Leave(peerHost(c))
+		s.handshakes.Leave(auth.Source(c))
 		if err != nil {
 			s.refuse(ctx, remote, err)
 			return
