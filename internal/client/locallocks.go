@@ -88,11 +88,23 @@ func (f *FS) localLock(ctx context.Context, cred metawire.Cred, ino uint64, l fi
 		if err := f.call(ctx, ino, metawire.OpLock, &req, &resp); err != nil || resp.Attr.Ino == 0 {
 			return at, false, nil // the island decides
 		}
-		if g, ok := f.exclusiveLease(bucket, 0); !ok || g != gen {
-			return at, false, nil
-		}
 		at = resp.Attr
 		f.locks.mu.Lock()
+		// The lease is checked again with f.locks.mu held: a break
+		// clears the lease's exclusive mark before its hand-over
+		// (handOverBuckets) looks for copies under f.locks.mu, so
+		// either this copy is made before that look, which hands it
+		// over, or the check sees the lease gone. Checked before
+		// taking the mutex, a break could end the lease and hand over
+		// nothing in between: the copy, installed after the island
+		// had let another session's lock through, granted a
+		// conflicting lock here, and its hand-over by the watch then
+		// failed, ending the lock session (SQLite on three mounts:
+		// EIO from pwrite and fdatasync of the database).
+		if g, ok := f.exclusiveLease(bucket, 0); !ok || g != gen {
+			f.locks.mu.Unlock()
+			return at, false, nil
+		}
 		if f.locks.mu.local[ino] == nil {
 			f.locks.mu.local[ino] = &localLocks{bucket: bucket, gen: gen, set: resp.Locks}
 			f.startLocalWatch()

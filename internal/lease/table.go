@@ -83,6 +83,7 @@ type Stats struct {
 	Granted, Broken, Expired uint64 // leases granted, broken (acknowledged), waited out
 	Exclusive                uint64 // of Granted, exclusive ones
 	Recalled                 uint64 // exclusive leases recalled for another session's read
+	LockShared               uint64 // exclusive leases granted shared for another session's lock request in flight
 	Renewed                  uint64 // lease terms extended by their session's polls
 	Holders                  int
 }
@@ -96,6 +97,7 @@ type Table struct {
 	fence  time.Time    // no change applied before it (Config.Fenced)
 	rfence time.Time    // no read served before it (Config.FencedReads)
 	excl   atomic.Int64 // buckets with an exclusive holder (expired ones until swept)
+	recs   atomic.Int64 // entries of buckets' recalling lists (done ones until pruned)
 	mu     struct {
 		lockcheck.Mutex
 		buckets  map[uint32]*bucket
@@ -128,6 +130,14 @@ type bucket struct {
 	// after a recall.
 	excl      uint64
 	contended time.Time
+	// lockers are the sessions with a file-lock request on the bucket in
+	// flight (Locking): none but the requester is made exclusive holder
+	// meanwhile.
+	lockers map[uint64]int
+	// recalling are the breaks of exclusive leases of the bucket not
+	// yet acknowledged (nor run out): every other session's read or
+	// lock request waits for them as the first one does (Recall).
+	recalling []waiter
 }
 
 // event is one generation move of a bucket and the session whose change
@@ -316,12 +326,55 @@ func (t *Table) grant(sessionID uint64, b uint32, m Mark, wantExcl bool) (seq ui
 	case bk.excl == sessionID:
 		excl = true
 	case wantExcl && !now.Before(bk.contended) && t.onlyHolderLocked(bk, sessionID, now):
+		if lockingForLocked(bk, sessionID) {
+			t.mu.stats.LockShared++
+			break
+		}
 		bk.excl, excl = sessionID, true
 		t.excl.Add(1)
 		t.mu.stats.Exclusive++
 	}
 	t.sweepLocked(now)
 	return s.seq, excl, true
+}
+
+// lockingForLocked reports whether a session other than id has a
+// file-lock request on bk in flight.
+func lockingForLocked(bk *bucket, id uint64) bool {
+	for s, n := range bk.lockers {
+		if n > 0 && s != id {
+			return true
+		}
+	}
+	return false
+}
+
+// Locking marks a file-lock request of session s (0: none) on a file of
+// bucket b as in flight until done is called, which must be once the
+// request has been answered (its change applied or abandoned). Call it
+// before the request's Recall: a holder of the exclusive lease may grant
+// the bucket's file locks itself from a copy of the island's lock set
+// read after its grant, so no other session may become exclusive holder
+// between a lock request's Recall and the moment its change is applied,
+// or that copy would miss the change (two owners would both hold a
+// conflicting lock, and the holder's hand-over to the island would fail).
+// Meanwhile GrantExclusive grants such a session a shared lease.
+func (t *Table) Locking(b uint32, s uint64) (done func()) {
+	t.mu.Lock()
+	bk := t.bucketLocked(b, t.now())
+	if bk.lockers == nil {
+		bk.lockers = map[uint64]int{}
+	}
+	bk.lockers[s]++
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if bk.lockers[s]--; bk.lockers[s] <= 0 {
+			delete(bk.lockers, s)
+		}
+		bk.used = t.now()
+	}
 }
 
 // onlyHolderLocked reports whether id is bk's only holder with a live
@@ -354,7 +407,7 @@ func (t *Table) Recall(ctx context.Context, buckets []uint32, except uint64) err
 			return err
 		}
 	}
-	if t.excl.Load() == 0 {
+	if !t.Exclusive() {
 		return nil
 	}
 	t.mu.Lock()
@@ -362,7 +415,17 @@ func (t *Table) Recall(ctx context.Context, buckets []uint32, except uint64) err
 	var ws []waiter
 	for _, b := range buckets {
 		bk := t.mu.buckets[b]
-		if bk == nil || bk.excl == 0 || bk.excl == except {
+		if bk == nil {
+			continue
+		}
+		// An exclusive lease recalled (or broken) for another session
+		// and not yet given back: its holder may still keep changes and
+		// locks the island does not have. Clearing bk.excl at the first
+		// recall let a second session's request run meanwhile (SQLite
+		// on three mounts: a PENDING lock granted at the island while
+		// the holder's copy had it locked for writing).
+		ws = append(ws, t.recallingLocked(bk, except, now)...)
+		if bk.excl == 0 || bk.excl == except {
 			continue
 		}
 		id := bk.excl
@@ -374,7 +437,9 @@ func (t *Table) Recall(ctx context.Context, buckets []uint32, except uint64) err
 			continue
 		}
 		t.mu.stats.Recalled++
-		ws = append(ws, t.queueBreakLocked(id, b, end, now))
+		w := t.queueBreakLocked(id, b, end, now)
+		t.noteRecallLocked(bk, w)
+		ws = append(ws, w)
 	}
 	t.mu.Unlock()
 	for _, w := range ws {
@@ -385,8 +450,36 @@ func (t *Table) Recall(ctx context.Context, buckets []uint32, except uint64) err
 	return nil
 }
 
-// Exclusive reports whether any bucket may have an exclusive holder.
-func (t *Table) Exclusive() bool { return t.excl.Load() != 0 }
+// Exclusive reports whether any bucket may have an exclusive holder, or
+// one whose recall is not yet acknowledged.
+func (t *Table) Exclusive() bool { return t.excl.Load() != 0 || t.recs.Load() != 0 }
+
+// noteRecallLocked records w, the break of bk's exclusive holder, until
+// it is acknowledged or runs out.
+func (t *Table) noteRecallLocked(bk *bucket, w waiter) {
+	bk.recalling = append(bk.recalling, w)
+	t.recs.Add(1)
+}
+
+// recallingLocked drops bk's recalls that are over and returns those
+// of sessions other than except.
+func (t *Table) recallingLocked(bk *bucket, except uint64, now time.Time) []waiter {
+	var out []waiter
+	keep := bk.recalling[:0]
+	for _, w := range bk.recalling {
+		if w.s.acked >= w.seq || !w.end.After(now) {
+			t.recs.Add(-1)
+			continue
+		}
+		keep = append(keep, w)
+		if w.id != except {
+			out = append(out, w)
+		}
+	}
+	clear(bk.recalling[len(keep):])
+	bk.recalling = keep
+	return out
+}
 
 // MustRecall reports whether Recall(buckets, except) would wait: a read
 // fence, or an exclusive lease of a session but except on one of them.
@@ -394,13 +487,14 @@ func (t *Table) MustRecall(buckets []uint32, except uint64) bool {
 	if t.ReadFenced() {
 		return true
 	}
-	if t.excl.Load() == 0 {
+	if !t.Exclusive() {
 		return false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now := t.now()
 	for _, b := range buckets {
-		if bk := t.mu.buckets[b]; bk != nil && bk.excl != 0 && bk.excl != except {
+		if bk := t.mu.buckets[b]; bk != nil && (bk.excl != 0 && bk.excl != except || len(t.recallingLocked(bk, except, now)) > 0) {
 			return true
 		}
 	}
@@ -415,10 +509,11 @@ func (t *Table) queueBreakLocked(id uint64, b uint32, end, now time.Time) waiter
 	s.pending = append(s.pending, Break{Bucket: b, Seq: s.seq})
 	close(s.wake)
 	s.wake = make(chan struct{})
-	return waiter{s, s.seq, end}
+	return waiter{id, s, s.seq, end}
 }
 
 type waiter struct {
+	id  uint64 // the session broken
 	s   *session
 	seq uint64
 	end time.Time
@@ -460,13 +555,18 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 				continue
 			}
 			delete(bk.holders, id)
-			if id == bk.excl {
+			wasExcl := id == bk.excl
+			if wasExcl {
 				t.clearExclLocked(bk)
 			}
 			if !end.After(now) {
 				continue
 			}
-			ws = append(ws, t.queueBreakLocked(id, b, end, now))
+			w := t.queueBreakLocked(id, b, end, now)
+			if wasExcl {
+				t.noteRecallLocked(bk, w)
+			}
+			ws = append(ws, w)
 		}
 	}
 	t.mu.Unlock()
@@ -481,7 +581,8 @@ func (t *Table) breakLeases(ctx context.Context, buckets []uint32, except uint64
 				delete(bk.changers, except)
 			}
 			t.moveLocked(bk, except)
-			if bk.changing == 0 && len(bk.holders) == 0 && !now.Before(bk.contended) {
+			t.recallingLocked(bk, 0, now)
+			if bk.changing == 0 && len(bk.holders) == 0 && len(bk.lockers) == 0 && len(bk.recalling) == 0 && !now.Before(bk.contended) {
 				// Nobody holds it: a mark taken meanwhile finds no record
 				// and is refused, and a table that only sees writes stays
 				// empty.
@@ -614,6 +715,8 @@ func (t *Table) Poll(ctx context.Context, sessionID, ack uint64, wait time.Durat
 		for _, b := range s.pending {
 			if b.Seq > ack {
 				keep = append(keep, b)
+			} else if bk := t.mu.buckets[b.Bucket]; bk != nil && len(bk.recalling) > 0 {
+				t.recallingLocked(bk, 0, now) // acknowledged: over
 			}
 		}
 		s.pending = keep
@@ -710,7 +813,8 @@ func (t *Table) sweepLocked(now time.Time) {
 				}
 			}
 		}
-		if len(bk.holders) == 0 && bk.changing == 0 && now.Sub(bk.used) > idle && !now.Before(bk.contended) {
+		t.recallingLocked(bk, 0, now)
+		if len(bk.holders) == 0 && bk.changing == 0 && len(bk.lockers) == 0 && len(bk.recalling) == 0 && now.Sub(bk.used) > idle && !now.Before(bk.contended) {
 			delete(t.mu.buckets, b)
 		}
 	}

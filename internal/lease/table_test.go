@@ -462,3 +462,98 @@ func TestLongPollAnswersAtAGrant(t *testing.T) {
 		t.Fatal("the long poll did not answer at the grant")
 	}
 }
+
+// TestNoExclusiveGrantBesideALockRequest: a session whose file-lock
+// request is in flight on a bucket (between its Recall and its change)
+// keeps every other session from being made the bucket's exclusive
+// holder: that holder would copy the file's lock set without the change
+// and grant itself a conflicting lock from the copy. The requester's own
+// grant stays exclusive, and after done other sessions' do again.
+func TestNoExclusiveGrantBesideALockRequest(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tb := New(Config{Term: time.Hour})
+	listen(ctx, tb, 7)
+	listen(ctx, tb, 8)
+	// Session 8's lock request: nothing to recall yet.
+	done := tb.Locking(1, 8)
+	if err := tb.Recall(ctx, []uint32{1}, 8); err != nil {
+		t.Fatal(err)
+	}
+	// Session 7 reads the bucket meanwhile: a lease, but shared.
+	if _, excl, ok := tb.GrantExclusive(7, 1, tb.Begin(1)); !ok || excl {
+		t.Fatalf("grant beside another session's lock request: excl %v ok %v, want a shared lease", excl, ok)
+	}
+	if tb.Exclusive() || tb.MustRecall([]uint32{1}, 8) {
+		t.Fatal("an exclusive holder beside a lock request in flight")
+	}
+	if st := tb.Stats(); st.LockShared != 1 || st.Exclusive != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Other buckets are not held back.
+	if _, excl, _ := tb.GrantExclusive(7, 2, tb.Begin(2)); !excl {
+		t.Fatal("bucket 2 not exclusive")
+	}
+	done()
+	// The change applied: 7 may hold bucket 1 exclusively again (it is
+	// its only holder; 8 holds no lease there).
+	if _, excl, ok := tb.GrantExclusive(7, 1, tb.Begin(1)); !ok || !excl {
+		t.Fatalf("grant after the lock request: excl %v ok %v", excl, ok)
+	}
+	// A session's own lock request does not hold back its own grant.
+	done = tb.Locking(2, 7)
+	defer done()
+	if _, excl, ok := tb.GrantExclusive(7, 2, tb.Begin(2)); !ok || !excl {
+		t.Fatalf("renewal beside the holder's own lock request: excl %v ok %v", excl, ok)
+	}
+}
+
+// TestRecallInProgressHoldsEveryone: while an exclusive lease recalled
+// for one session is not yet given back, another session's request waits
+// for the same acknowledgement (its holder may still keep changes or
+// locks the island lacks); the holder's own requests (its hand-over) do
+// not. Clearing the exclusive mark at the first recall let the second
+// session through at once.
+func TestRecallInProgressHoldsEveryone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tb := New(Config{Term: time.Hour})
+	if _, err := tb.Poll(ctx, 7, 0, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	listen(ctx, tb, 8)
+	listen(ctx, tb, 9)
+	if _, excl, ok := tb.GrantExclusive(7, 1, tb.Begin(1)); !ok || !excl {
+		t.Fatalf("exclusive grant: excl %v ok %v", excl, ok)
+	}
+	first := make(chan error, 1)
+	go func() { first <- tb.Recall(ctx, []uint32{1}, 8) }()
+	bs, err := tb.Poll(ctx, 7, 0, time.Minute)
+	if err != nil || len(bs) != 1 || bs[0].Bucket != 1 {
+		t.Fatalf("break %+v, %v", bs, err)
+	}
+	if !tb.MustRecall([]uint32{1}, 9) {
+		t.Fatal("another session's request would not wait for the recall in progress")
+	}
+	if tb.MustRecall([]uint32{1}, 7) {
+		t.Fatal("the holder's own request would wait for its own recall")
+	}
+	second := make(chan error, 1)
+	go func() { second <- tb.Recall(ctx, []uint32{1}, 9) }()
+	select {
+	case err := <-second:
+		t.Fatalf("second session's recall returned before the acknowledgement: %v", err)
+	case err := <-first:
+		t.Fatalf("first recall returned before the acknowledgement: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	go func() { _, _ = tb.Poll(ctx, 7, bs[0].Seq, time.Minute) }()
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tb.Exclusive() || tb.MustRecall([]uint32{1}, 9) {
+		t.Fatal("still recalling after the acknowledgement")
+	}
+}

@@ -250,6 +250,31 @@ func (i *Island) recall(ctx context.Context, op uint16, msg []byte) error {
 	return nil
 }
 
+// lockInFlight marks a file-lock request that reads or changes a file's
+// locks (not a list, a cancel, or an open-file hold) as in flight on the
+// file's bucket until done (lease.Table.Locking): the exclusive lease of
+// the bucket is recalled first (recall), and no other session may be
+// granted it until the change is applied. Without this, a lease granted
+// between the recall and the change let its holder copy the file's lock
+// set without the change (LockList) and grant itself a conflicting lock
+// from the copy: SQLite on three mounts, under load, saw the hand-over of
+// such a PENDING-byte lock refused, the session ended, and its next
+// write to the database fail EIO.
+func (i *Island) lockInFlight(ctx context.Context, op uint16, msg []byte) (done func()) {
+	if op != metawire.OpLock {
+		return nil
+	}
+	var r metawire.LockReq
+	if err := metawire.Unmarshal(msg, &r); err != nil {
+		return nil // the op itself answers a malformed request
+	}
+	switch r.Cmd {
+	case metawire.LockList, metawire.LockCancel, metawire.LockHold, metawire.LockUnhold:
+		return nil
+	}
+	return i.leases.Locking(namespace.Ino(r.Ino).Bucket(), sessionOf(ctx))
+}
+
 // routeInos are the inodes whose buckets a client request reads or
 // changes directly (a transaction's other buckets are reached through
 // its participants, whose changes break leases as any change does).

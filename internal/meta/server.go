@@ -114,6 +114,11 @@ func (i *Island) handle(ctx context.Context, op uint16, epoch uint64, id wire.Re
 		// exclusive leases.
 		ctx = withSession(ctx, binary.BigEndian.Uint64(id[:8]))
 	}
+	// Before the recall: no other session becomes the exclusive holder
+	// of a file's bucket while a lock request on it runs (lockInFlight).
+	if done := i.lockInFlight(ctx, op, msg); done != nil {
+		defer done()
+	}
 	if err := i.recall(ctx, op, msg); err != nil {
 		return nil, err
 	}
