@@ -1557,6 +1557,7 @@ func TestFUSEPrebornFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	since := fc.islandOpsSince(t, "create", "commit", "unlink", "setattr")
+	short0 := fs.CreatesShortLease()
 	const n = 1000
 	data := bytes.Repeat([]byte("preborn "), 512)
 	for i := 0; i < n; i++ {
@@ -1568,11 +1569,16 @@ func TestFUSEPrebornFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := since(); got["create"]+got["commit"]+got["unlink"]+got["setattr"] != 0 {
-		t.Fatalf("%d files created and removed in the window: island requests %v, want none (recalls %v, exclusive %v, breaks %d)", n, got, fc.islandMetric(t, "atoll_meta_lease_recalls_total"), fc.islandMetric(t, "atoll_meta_lease_exclusive_total"), fs.LeaseBreaks())
+	// None goes to the island, but for a create the client sends at once
+	// because its exclusive lease had under a second left: a renewal by
+	// poll that a loaded machine delays (CI: 1 of 1,000, with its commit
+	// and unlink). At most 1 in 20 of those, or the lease is not kept.
+	short := fs.CreatesShortLease() - short0
+	if got := since(); got["create"] > float64(short) || got["commit"]+got["unlink"]+got["setattr"] > 2*float64(short) || short > n/20 {
+		t.Fatalf("%d files created and removed in the window: island requests %v, want none but for the %d creates sent on a lease about to end (at most %d) (recalls %v, exclusive %v, breaks %d)", n, got, short, n/20, fc.islandMetric(t, "atoll_meta_lease_recalls_total"), fc.islandMetric(t, "atoll_meta_lease_exclusive_total"), fs.LeaseBreaks())
 	}
-	if c := fs.CreatesCancelled(); c != n {
-		t.Fatalf("%d creates cancelled, want %d", c, n)
+	if c := fs.CreatesCancelled(); c != n-short {
+		t.Fatalf("%d creates cancelled, want %d (%d sent on a short lease)", c, n-short, short)
 	}
 	// Files that stay.
 	kept := map[string][]byte{}

@@ -93,6 +93,9 @@ func (f *FS) createBehindOnce(req metawire.CreateReq, bucket uint32) (_ metawire
 	defer f.cache.Unlock()
 	l := f.liveLeaseLocked(bucket, now)
 	if l == nil || !l.exclusive || l.expires.Sub(now) < wbMinLease {
+		if l != nil && l.exclusive {
+			f.wb.shortLease.Add(1)
+		}
 		return metawire.CreateResp{}, behindNo
 	}
 	// The name must be known missing under this lease.
@@ -355,6 +358,11 @@ func (f *FS) CreatesCancelled() uint64 {
 	defer f.wb.mu.Unlock()
 	return f.wb.mu.cancelled
 }
+
+// CreatesShortLease returns how many creates were sent at once, though
+// their directory's lease was exclusive, because it had less than
+// wbMinLease left: its renewal (by polls) was late.
+func (f *FS) CreatesShortLease() uint64 { return f.wb.shortLease.Load() }
 
 // CreatePending reports whether ino's create is kept back.
 func (f *FS) CreatePending(ino uint64) bool {

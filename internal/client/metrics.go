@@ -26,7 +26,7 @@ import (
 //	atoll_client_unreachable_fails_total       counter  island requests failed at once: their island was given up on (unreachable.go)
 //	atoll_client_open_files{held}              gauge    files held open for the mount's users: held island|local (opens.go)
 //	atoll_client_writebehind_total{what,outcome} counter changes kept back under exclusive leases:
-//	                                                    what attr|create, outcome kept|sent|failed|cancelled
+//	                                                    what attr|create, outcome kept|sent|failed|cancelled|short_lease
 //	                                                    (a create removed before it was sent: no island request)
 
 // fsCounters are the FS's own counters (the data client keeps the rest).
@@ -95,7 +95,7 @@ func newClientDescs() clientDescs {
 			"Files this client holds open for its users (the mount), by where the hold is: island (another client's unlink keeps the file) or local (under an exclusive lease, told at its recall).",
 			[]string{"held"}, nil),
 		writeBehind: prometheus.NewDesc("atoll_client_writebehind_total",
-			"Changes kept back under exclusive leases (what: attr, create, unlink) by outcome: kept (answered without a request), sent, failed, cancelled (a create removed before it was sent).",
+			"Changes kept back under exclusive leases (what: attr, create, unlink) by outcome: kept (answered without a request), sent, failed, cancelled (a create removed before it was sent), short_lease (a create sent at once: its exclusive lease had under a second left).",
 			[]string{"what", "outcome"}, nil),
 	}
 }
@@ -159,6 +159,7 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		wb("create", "sent", sent)
 		wb("create", "failed", failed)
 		wb("create", "cancelled", k.fs.CreatesCancelled())
+		wb("create", "short_lease", k.fs.CreatesShortLease())
 		kept, sent, failed = k.fs.UnlinksBehind()
 		wb("unlink", "kept", kept)
 		wb("unlink", "sent", sent)

@@ -48,7 +48,11 @@ type writeBehind struct {
 	// flush takes it exclusively to wait for those.
 	sending sync.RWMutex
 	async   sync.WaitGroup // flushes started beside a change (flushBeforeChange)
-	mu      struct {
+	// shortLease counts creates sent at once because the exclusive
+	// lease of their directory had less than wbMinLease left (its
+	// renewal by polls was late, as on a loaded machine).
+	shortLease atomic.Uint64
+	mu         struct {
 		lockcheck.Mutex
 		m        map[uint64]*pendingAttr
 		deadline time.Time
