@@ -186,15 +186,7 @@ func lockView(l filelock.Lock) lockJSON {
 	return v
 }
 
-func kindName(k filelock.Kind) string {
-	switch k {
-	case filelock.POSIX:
-		return "posix"
-	case filelock.Flock:
-		return "flock"
-	}
-	return fmt.Sprintf("kind%d", k)
-}
+func kindName(k filelock.Kind) string { return k.String() }
 
 func typeName(t filelock.Type) string {
 	switch t {

@@ -471,6 +471,24 @@ func (f *FS) Unlock(ctx context.Context, cred metawire.Cred, ino uint64, l filel
 	return nil
 }
 
+// UnlockWritten releases l as Unlock does, after writeBack has sent
+// what its owner wrote under it; writeBack is skipped when l was granted
+// here under an exclusive lease that still stands (no other client can
+// take a lock or read the file before this FS acknowledges the lease's
+// break, and the OnLeaseBreak hook writes back first). Used for the
+// append lock, whose every write would otherwise be a commit. The
+// write-back's error is returned first; the lock goes either way.
+func (f *FS) UnlockWritten(ctx context.Context, cred metawire.Cred, ino uint64, l filelock.Lock, writeBack func(context.Context) error) error {
+	if f.localUnlock(ino, l, false) {
+		return nil
+	}
+	werr := writeBack(ctx)
+	if err := f.Unlock(ctx, cred, ino, l); err != nil && werr == nil {
+		return err
+	}
+	return werr
+}
+
 // UnlockOwner releases every lock owner holds on ino (a close of the
 // owner's descriptor, the release of an open file description). It asks
 // the island only when this FS knows the owner holds something there.

@@ -15,6 +15,12 @@
 // Flock locks always cover the whole file (0..MaxEnd); an owner holds at
 // most one, which Apply upgrades or downgrades in place.
 //
+// A third kind, Append, is no application's: a client holds it, whole
+// file and exclusive, while it appends to a file opened O_APPEND (from
+// reading the file's end to committing the write), so that appends from
+// several clients never land on the same end. It behaves as Flock and
+// conflicts only with itself.
+//
 // # POSIX semantics
 //
 // For one owner the POSIX locks follow Linux (fs/locks.c,
@@ -50,7 +56,7 @@
 //	count times, 38 bytes each, all big-endian fixed width:
 //	  u64  Owner.Session
 //	  u64  Owner.ID
-//	  u8   Kind (1 POSIX, 2 Flock)
+//	  u8   Kind (1 POSIX, 2 Flock, 3 Append)
 //	  u8   Type (1 Read, 2 Write)
 //	  u64  Start
 //	  u64  End

@@ -13,7 +13,28 @@ type Kind uint8
 const (
 	POSIX Kind = 1 // fcntl byte-range locks, OFD locks, NLM
 	Flock Kind = 2 // BSD flock: whole file
+	// Append is held (exclusive, whole file) by a client while it
+	// appends to a file opened O_APPEND: from the end it reads under
+	// it to the commit of the write, so appends of several clients
+	// never take the same end. No application lock conflicts with it.
+	Append Kind = 3
 )
+
+func (k Kind) String() string {
+	switch k {
+	case POSIX:
+		return "posix"
+	case Flock:
+		return "flock"
+	case Append:
+		return "append"
+	}
+	return fmt.Sprintf("kind%d", uint8(k))
+}
+
+// wholeFile reports whether locks of kind k always span the whole file,
+// one per owner.
+func (k Kind) wholeFile() bool { return k == Flock || k == Append }
 
 // Type is shared or exclusive.
 type Type uint8
@@ -57,14 +78,14 @@ var (
 // that says what is wrong.
 func (l Lock) Valid() error {
 	switch {
-	case l.Kind != POSIX && l.Kind != Flock:
+	case l.Kind != POSIX && !l.Kind.wholeFile():
 		return fmt.Errorf("%w: unknown kind %d", ErrInvalid, l.Kind)
 	case l.Type != Read && l.Type != Write:
 		return fmt.Errorf("%w: unknown type %d", ErrInvalid, l.Type)
 	case l.Start > l.End:
 		return fmt.Errorf("%w: start %d after end %d", ErrInvalid, l.Start, l.End)
-	case l.Kind == Flock && (l.Start != 0 || l.End != MaxEnd):
-		return fmt.Errorf("%w: flock lock on %d..%d, not the whole file", ErrInvalid, l.Start, l.End)
+	case l.Kind.wholeFile() && (l.Start != 0 || l.End != MaxEnd):
+		return fmt.Errorf("%w: %s lock on %d..%d, not the whole file", ErrInvalid, l.Kind, l.Start, l.End)
 	}
 	return nil
 }
@@ -164,8 +185,9 @@ func (s Set) Apply(l Lock) Set {
 		switch {
 		case e.Owner != l.Owner || e.Kind != l.Kind:
 			out = append(out, e)
-		case l.Kind == Flock:
-			// The owner's one flock lock: dropped, l takes its place.
+		case l.Kind.wholeFile():
+			// The owner's one flock (or append) lock: dropped, l takes
+			// its place.
 		case e.Type == l.Type && (overlaps(e, l) || touches(e, l) || touches(l, e)):
 			// Same type touching the request: absorbed into it, as Linux
 			// extends one lock rather than keeping neighbours. Tested against
@@ -195,7 +217,7 @@ func (s Set) Unlock(o Owner, k Kind, start, end uint64) Set {
 		switch {
 		case e.Owner != o || e.Kind != k:
 			out = append(out, e)
-		case k == Flock:
+		case k.wholeFile():
 			// dropped
 		default:
 			// Pieces come out in order, so the Set stays sorted.

@@ -510,3 +510,33 @@ func ExampleSet_Apply() {
 	// 1 10 19
 	// 2 20 99
 }
+
+// TestAppendKind: the lock a client holds while it appends conflicts only
+// with another owner's append lock, never with an application's POSIX or
+// flock lock on the same file, and is one whole-file lock per owner.
+func TestAppendKind(t *testing.T) {
+	app := func(o Owner) Lock { return Lock{Owner: o, Kind: Append, Type: Write, End: MaxEnd} }
+	var s Set
+	s = s.Apply(Lock{Owner: B, Kind: POSIX, Type: Write, End: MaxEnd})
+	s = s.Apply(Lock{Owner: B, Kind: Flock, Type: Write, End: MaxEnd})
+	if c, ok := s.Conflict(app(A)); ok {
+		t.Fatalf("append lock conflicts with %+v", c)
+	}
+	s = s.Apply(app(A))
+	if _, ok := s.Conflict(app(B)); !ok {
+		t.Fatal("two owners' append locks do not conflict")
+	}
+	if _, ok := s.Conflict(app(A)); ok {
+		t.Fatal("an owner's append lock conflicts with its own")
+	}
+	if got := len(s.Apply(app(A))); got != 3 {
+		t.Fatalf("append lock taken twice: %d locks, want 3", got)
+	}
+	s = s.Unlock(A, Append, 0, 0)
+	if _, ok := s.Conflict(app(B)); ok || len(s) != 2 {
+		t.Fatalf("after the unlock: %v", s)
+	}
+	if err := (Lock{Owner: A, Kind: Append, Type: Write, End: 9}).Valid(); err == nil {
+		t.Fatal("an append lock on part of the file is valid")
+	}
+}

@@ -205,6 +205,23 @@
 // until the file is locked again or closed: a mount cut off from its
 // island never lands a write under a lock someone else may hold by then.
 //
+// # Appends
+//
+// A write through a descriptor with O_APPEND (at open, or set later with
+// fcntl: the kernel sends the descriptor's flags with each WRITE) ignores
+// the kernel's offset, which is the end it caches, stale when another
+// host appended: under the file's append lock (filelock.Append, which no
+// application lock conflicts with) it takes the island's end, writes
+// there, and writes back before the lock goes (append.go). Under this
+// mount's exclusive lease the lock, the end and the write stay local
+// (one appender: as fast as plain writes) and the appends are written
+// back when the lease breaks, before the break is acknowledged. Opens
+// with O_APPEND get direct I/O, so the kernel's pages never hold the
+// bytes at the offset it guessed; for descriptors given O_APPEND by
+// fcntl the pages are dropped after the write. A write larger than the
+// mount's max_write reaches here as several WRITEs, each appended on its
+// own: another host's append can land between them.
+//
 // # Interrupts
 //
 // Lookups, reads and listings stop when the kernel interrupts them (a

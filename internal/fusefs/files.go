@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,11 @@ type openFile struct {
 	// under mu at the first open, taken under adapter.mu by the last
 	// release).
 	held atomic.Bool
+
+	// appendMu orders this mount's appends (O_APPEND writes); appended:
+	// appends not yet written back may be held here (append.go).
+	appendMu sync.Mutex
+	appended atomic.Bool
 
 	// Guarded by adapter.mu.
 	refs   int

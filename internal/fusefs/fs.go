@@ -74,7 +74,7 @@ func newAdapter(cfg *Config) *adapter {
 		dirs:          map[uint64]*dirStream{},
 	}
 	a.muts.m = map[*mutation]struct{}{}
-	cfg.FS.OnLeaseBreak(a.kernelBreak)
+	cfg.FS.OnLeaseBreak(a.leaseBroken)
 	return a
 }
 
@@ -744,6 +744,7 @@ func (a *adapter) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 			a.dropKernelAttr(in.NodeId)
 		}
 		a.setKeepCache(out)
+		a.appendOpenFlags(in.Flags, out)
 	}
 	return st
 }
@@ -837,6 +838,7 @@ func (a *adapter) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string,
 		return st
 	}
 	a.setKeepCache(&out.OpenOut)
+	a.appendOpenFlags(flags, &out.OpenOut)
 	at := r.Attr
 	if r.Existed {
 		if f := a.lookupOpen(at.Ino); f != nil {
@@ -907,6 +909,9 @@ func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 	if err := of.lockCheck(); err != nil {
 		a.ioError("write", of.ino, err)
 		return 0, status(err)
+	}
+	if a.appends(h, in.Flags) {
+		return a.appendWrite(cancel, h, data)
 	}
 	of.mu.RLock()
 	f := of.file.Load()

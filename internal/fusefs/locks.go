@@ -159,17 +159,7 @@ func (a *adapter) noteLockOwner(h *handle, owner uint64) {
 // differ; the kernel's attributes are dropped, and its pages unless they
 // hold the version the island has (pageVersions).
 func (a *adapter) revalidate(ctx context.Context, of *openFile, at metawire.Attr) {
-	of.mu.Lock()
-	if f := of.file.Load(); f != nil && !of.dirty() {
-		cur := f.Attr()
-		if at.Version != cur.Version || at.Size != cur.Size || at.Policy != cur.Policy {
-			if err := a.reopenLocked(ctx, of); err != nil {
-				a.log.Debug("fusefs: reopening a file just locked", "ino", fmt.Sprintf("%x", of.ino), "err", err)
-			}
-		}
-	}
-	dirty := of.dirty()
-	of.mu.Unlock()
+	dirty := a.revalidateFile(ctx, of, at)
 	if a.server == nil {
 		return
 	}
@@ -182,6 +172,22 @@ func (a *adapter) revalidate(ctx context.Context, of *openFile, at metawire.Attr
 		return
 	}
 	a.dropKernelAttr(node)
+}
+
+// revalidateFile is revalidate's part in this mount: the shared File is
+// opened again unless it has unflushed writes (reported: dirty).
+func (a *adapter) revalidateFile(ctx context.Context, of *openFile, at metawire.Attr) (dirty bool) {
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	if f := of.file.Load(); f != nil && !of.dirty() {
+		cur := f.Attr()
+		if at.Version != cur.Version || at.Size != cur.Size || at.Policy != cur.Policy {
+			if err := a.reopenLocked(ctx, of); err != nil {
+				a.log.Debug("fusefs: reopening a file just locked", "ino", fmt.Sprintf("%x", of.ino), "err", err)
+			}
+		}
+	}
+	return of.dirty()
 }
 
 // unlockOwners drops the locks the owners hold on of's inode (a close
