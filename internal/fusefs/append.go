@@ -91,26 +91,15 @@ func (a *adapter) appendWrite(cancel <-chan struct{}, h *handle, data []byte) (u
 	}
 	of.mu.RLock()
 	f := of.file.Load()
-	n, werr := f.WriteAt(ctx, data, int64(f.Size()))
-	if t := f.WroteAt(); t != 0 {
-		of.mtime.Store(t)
-	} else {
-		of.mtime.Store(time.Now().UnixNano())
-	}
-	of.writes.Add(1)
+	n, werr := a.writeAt(ctx, of, f, data, int64(f.Size()))
 	// Before the unlock: a break after it writes these back (leaseBroken).
 	of.appended.Store(true)
 	of.mu.RUnlock()
-	durable := a.cfg.WriteCache == WriteSync
-	uerr := a.fs.UnlockWritten(ctx, h.cred, of.ino, l, func(ctx context.Context) error { return of.flush(ctx, durable) })
+	uerr := a.fs.UnlockWritten(ctx, h.cred, of.ino, l, func(ctx context.Context) error { return of.flush(ctx, false) })
 	if uerr != nil {
 		// The release of the descriptor drops it if the island still
 		// holds it: another client's append would wait for it.
 		a.noteLockOwner(h, appendOwner)
-	} else if durable {
-		// Under the lease, nothing was written back: WriteSync is durable
-		// before write(2) returns.
-		uerr = of.flush(ctx, true)
 	}
 	if h.flags&syscall.O_APPEND == 0 {
 		// O_APPEND set by fcntl after the open: the kernel's pages, not

@@ -914,9 +914,24 @@ func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 		return a.appendWrite(cancel, h, data)
 	}
 	of.mu.RLock()
-	f := of.file.Load()
 	ctx, done := a.mutCtx(cancel)
-	n, err := f.WriteAt(ctx, data, int64(in.Offset))
+	n, err := a.writeAt(ctx, of, of.file.Load(), data, int64(in.Offset))
+	done()
+	of.mu.RUnlock()
+	if err != nil {
+		a.ioError("write", of.ino, err)
+		if n == 0 {
+			return 0, status(err)
+		}
+	}
+	return uint32(n), fuse.OK
+}
+
+// writeAt writes data at off into f, of's File (of.mu held shared), and
+// with WriteSync makes it durable before returning (n is 0 if that
+// fails).
+func (a *adapter) writeAt(ctx context.Context, of *openFile, f *client.File, data []byte, off int64) (n int, err error) {
+	n, err = f.WriteAt(ctx, data, off)
 	// The File's time of the write, which its commit gives the file:
 	// the kernel gets the same mtime now as every stat after close.
 	if t := f.WroteAt(); t != 0 {
@@ -929,21 +944,24 @@ func (a *adapter) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 	of.writes.Add(1)
 	if err == nil && a.cfg.WriteCache == WriteSync {
 		// Durable before write(2) returns: data, commit and create.
-		err = of.flushShared(ctx, true)
-		a.ioError("write", of.ino, err)
-		if err != nil {
+		if err = of.flushShared(ctx, true); err != nil {
 			n = 0
 		}
 	}
-	done()
-	of.mu.RUnlock()
-	if err != nil {
-		a.ioError("write", of.ino, err)
-		if n == 0 {
-			return 0, status(err)
-		}
+	return n, err
+}
+
+// writeShared is writeAt for a write that must be whole: an error (a
+// short write too) is logged and returned.
+func (a *adapter) writeShared(ctx context.Context, of *openFile, f *client.File, data []byte, off int64) error {
+	n, err := a.writeAt(ctx, of, f, data, off)
+	if err == nil && n < len(data) {
+		err = fmt.Errorf("fusefs: short write of zeros: %d of %d bytes at %d", n, len(data), off)
 	}
-	return uint32(n), fuse.OK
+	if err != nil {
+		a.ioError("fallocate", of.ino, err)
+	}
+	return err
 }
 
 func (a *adapter) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
@@ -1046,14 +1064,30 @@ func (a *adapter) releaseLocks(h *handle, in *fuse.ReleaseIn) {
 	}
 }
 
-// Fallocate supports mode 0 (posix_fallocate): the file grows to cover
-// the range; the range reads as zeros (holes: Atoll allocates on write).
+// Fallocate modes the kernel passes on (linux/falloc.h).
+const (
+	fallocKeepSize  = 0x01
+	fallocPunchHole = 0x02
+	fallocZeroRange = 0x10
+)
+
+// fallocZeros is the most zeros one write of Fallocate carries.
+const fallocZeros = 1 << 20
+
+// Fallocate: mode 0 (posix_fallocate) grows the file to cover the range,
+// which reads as zeros (holes: Atoll allocates on write); KEEP_SIZE alone
+// has nothing to allocate. PUNCH_HOLE (with KEEP_SIZE, as Linux requires)
+// and ZERO_RANGE make the range read as zeros by writing zeros (inside
+// the size, and ZERO_RANGE without KEEP_SIZE grows the file): the space
+// is not given back. COLLAPSE_RANGE, INSERT_RANGE and UNSHARE_RANGE
+// answer EOPNOTSUPP.
 func (a *adapter) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 	h := a.getHandle(in.Fh)
 	if h == nil {
 		return fuse.EBADF
 	}
-	if in.Mode != 0 {
+	keep, punch, zero := in.Mode&fallocKeepSize != 0, in.Mode&fallocPunchHole != 0, in.Mode&fallocZeroRange != 0
+	if in.Mode&^(fallocKeepSize|fallocPunchHole|fallocZeroRange) != 0 || punch && (!keep || zero) {
 		return fuse.Status(syscall.EOPNOTSUPP)
 	}
 	if !h.writable() {
@@ -1063,9 +1097,32 @@ func (a *adapter) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.S
 	if end < in.Offset || int64(end) < 0 {
 		return fuse.Status(syscall.EFBIG)
 	}
+	if !punch && !zero && keep {
+		return fuse.OK
+	}
 	ctx, done := a.mutCtx(cancel)
 	defer done()
 	of := h.of
+	if punch || zero {
+		if err := of.lockCheck(); err != nil {
+			a.ioError("fallocate", of.ino, err)
+			return status(err)
+		}
+		of.mu.RLock()
+		defer of.mu.RUnlock()
+		f := of.file.Load()
+		if keep {
+			end = min(end, f.Size())
+		}
+		zeros := make([]byte, min(fallocZeros, max(end, in.Offset)-in.Offset))
+		for off := in.Offset; off < end; off += uint64(len(zeros)) {
+			n := min(uint64(len(zeros)), end-off)
+			if err := a.writeShared(ctx, of, f, zeros[:n], int64(off)); err != nil {
+				return status(err)
+			}
+		}
+		return fuse.OK
+	}
 	return status(a.modifyOpen(ctx, of, func() error {
 		if f := of.file.Load(); f != nil && f.Size() >= end {
 			return nil
