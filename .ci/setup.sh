@@ -6,6 +6,7 @@
 #   - fuse3 (fusermount3), pjdfstest and fsx (crates.io), user `tests`: FUSE suites
 #   - iproute2 and nftables: simulated hosts (network namespaces, partitions)
 #   - sqlite3 and util-linux's flock: lock tests across mounts
+#   - python3: a reader that maps files (its SIGBUS must not hit the mount's process)
 # `make test` runs this first; `make setup` runs it alone. Idempotent: a
 # machine that has everything installs nothing. Run by a user who cannot
 # install (not root, no passwordless sudo) with something missing, it
@@ -25,6 +26,7 @@ have ip || missing_apt+=(iproute2)
 have nft || missing_apt+=(nftables)
 have sqlite3 || missing_apt+=(sqlite3)
 have flock || missing_apt+=(util-linux)
+have python3 || missing_apt+=(python3)
 missing_crates=()
 have pjdfstest || missing_crates+=(pjdfstest)
 have fsx || missing_crates+=(fsx)

@@ -163,6 +163,15 @@
 // it and the process never exits: Abort (atoll mount --abort) ends it,
 // and internal/devcluster does so for the roles it kills.
 //
+// Sizes the kernel is given never go back to an older data version of a
+// regular file (told.go): the kernel takes a smaller size for a
+// truncation, cuts reads at it and ends a mapping under its reader with
+// SIGBUS, and an older version's attributes come from replies answered
+// from the cache or sent in another order than computed while another
+// client grows the file. A read that ends short of the newest size told
+// opens the File again and reads once more (staleEnd): the open's File
+// predates the commit that size came from.
+//
 // # Mounting
 //
 // New checks /dev/fuse and the mountpoint first (missing, not a directory,

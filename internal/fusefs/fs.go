@@ -43,6 +43,11 @@ type adapter struct {
 	// readdirs counts the listing requests the kernel sent (Readdirs),
 	// lookups its LOOKUP and GETATTR requests (Lookups).
 	readdirs, lookups atomic.Uint64
+	// staleReopens counts Files opened again for a read that ended short
+	// of the size the kernel was given (staleEnd); told is the newest
+	// data version of each regular file the kernel was given.
+	staleReopens atomic.Uint64
+	told         toldVersions
 
 	muts struct { // changing requests in flight (mutCtx)
 		lockcheck.Mutex
@@ -213,12 +218,19 @@ func (a *adapter) merge(at metawire.Attr) metawire.Attr {
 	orphan := of != nil && of.orphan != nil
 	a.mu.Unlock()
 	if of == nil {
-		return at
+		return a.told.tell(at)
 	}
 	if orphan && at.Nlink <= 1 {
 		at.Nlink = 0
 	}
-	if of.dirty() {
+	if !of.dirty() {
+		if f := of.file.Load(); f != nil {
+			if fa := f.Attr(); fa.Gen == at.Gen && fa.Version > at.Version {
+				at = withData(at, fa)
+			}
+		}
+		at = a.told.tell(at)
+	} else {
 		if f := of.file.Load(); f != nil {
 			at.Size = f.Size()
 			if mt := of.mtime.Load(); mt > at.Mtime {
@@ -863,10 +875,21 @@ func (a *adapter) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 		buf = buf[:in.Size]
 	}
 	of := h.of
+	ctx := reqCtx(cancel, &in.InHeader)
 	of.mu.RLock()
 	f := of.file.Load()
-	data, release, err := f.ReadView(reqCtx(cancel, &in.InHeader), buf, int64(in.Offset))
+	data, release, err := f.ReadView(ctx, buf, int64(in.Offset))
 	of.mu.RUnlock()
+	if err == nil && len(data) < len(buf) && a.staleEnd(ctx, of, f, in.Offset+uint64(len(data))) {
+		// The kernel was told a larger size than this File has: another
+		// client grew the file since the open. A short read would make
+		// the kernel shrink the file (and fault a mapping of it).
+		release()
+		of.mu.RLock()
+		f = of.file.Load()
+		data, release, err = f.ReadView(ctx, buf, int64(in.Offset))
+		of.mu.RUnlock()
+	}
 	if err != nil {
 		a.ioError("read", of.ino, err)
 		if len(data) == 0 {
@@ -875,6 +898,31 @@ func (a *adapter) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 		}
 	}
 	return &viewResult{data: data, release: release}, fuse.OK
+}
+
+// staleEnd reports whether f, of's File, ends at end though the kernel
+// was given a larger size for the file (a.told), and if so opens the
+// File again (unless it has unflushed writes, or another read did so
+// already).
+func (a *adapter) staleEnd(ctx context.Context, of *openFile, f *client.File, end uint64) bool {
+	told, ok := a.told.size(of.ino)
+	if !ok || told <= end || f.Size() >= told || of.dirty() {
+		return false
+	}
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	if of.file.Load() != f {
+		return true // opened again meanwhile
+	}
+	if of.dirty() {
+		return false
+	}
+	if err := a.reopenLocked(ctx, of); err != nil {
+		a.log.Debug("fusefs: reopening a file read short of its size", "ino", fmt.Sprintf("%x", of.ino), "err", err)
+		return false
+	}
+	a.staleReopens.Add(1)
+	return true
 }
 
 // viewResult is a read reply sent straight from the client's read-ahead

@@ -165,6 +165,11 @@ func (m *Mount) Readdirs() uint64 { return m.ad.readdirs.Load() }
 // this mount: names and attributes the kernel keeps cost none.
 func (m *Mount) Lookups() uint64 { return m.ad.lookups.Load() }
 
+// StaleReopens returns how many times a read that ended short of the
+// size the kernel was given opened its file again (another client had
+// grown it since the open).
+func (m *Mount) StaleReopens() uint64 { return m.ad.staleReopens.Load() }
+
 // CheckFuseDevice reports a clear error when /dev/fuse is missing or
 // cannot be opened.
 func CheckFuseDevice() error {
