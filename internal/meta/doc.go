@@ -175,7 +175,10 @@
 // (link count and times of a directory, ctime of a renamed inode) and
 // Check (shared lock on a fact: a rename of a directory into another
 // parent checks every ancestor of the destination up to the root, so no
-// concurrent rename can make a directory its own ancestor). Actions
+// concurrent rename can make a directory its own ancestor). A rename with
+// RENAME_EXCHANGE is two AddEntry actions, each expecting the other's
+// inode, plus SetParent for a directory that changes parent (and the
+// parents' link counts), across islands as any rename. Actions
 // re-verify the facts the operation read; a fact that changed is a
 // conflict, and the operation starts over (ErrBusy to the client only
 // after many attempts). OpUnlinkMany is the unlinks of several names of

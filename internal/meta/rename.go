@@ -19,13 +19,15 @@ func (i *Island) rename(ctx context.Context, r *metawire.RenameReq) error {
 	case r.Flags&^(metawire.RenameNoReplace|metawire.RenameExchange) != 0,
 		r.Flags == metawire.RenameNoReplace|metawire.RenameExchange:
 		return fmt.Errorf("rename: flags %#x: %w", r.Flags, metawire.ErrInvalid)
-	case r.Flags&metawire.RenameExchange != 0:
-		return fmt.Errorf("rename: exchange: %w", metawire.ErrNotSupported)
 	}
 	if !namespace.Ino(r.DstDir).Valid() {
 		return fmt.Errorf("rename: destination %v: %w", namespace.Ino(r.DstDir), metawire.ErrStale)
 	}
-	err := i.retry(ctx, func() error { return i.renameOnce(ctx, r) })
+	once := i.renameOnce
+	if r.Flags&metawire.RenameExchange != 0 {
+		once = i.exchangeOnce
+	}
+	err := i.retry(ctx, func() error { return once(ctx, r) })
 	if err != nil {
 		return fmt.Errorf("rename %v/%q to %v/%q: %w", src, r.SrcName, namespace.Ino(r.DstDir), r.DstName, err)
 	}
@@ -174,6 +176,138 @@ func (i *Island) renameOnce(ctx context.Context, r *metawire.RenameReq) error {
 	}
 	// Hold the destination's ancestry still until the decision, so no
 	// concurrent rename can make the moved directory its own ancestor.
+	for _, a := range chain {
+		as = append(as, metawire.Action{Kind: metawire.ActCheck, Ino: uint64(a.dir), Type: metawire.ModeDir,
+			Flags: metawire.ActCheckParent, Target: uint64(a.parent)})
+	}
+	return i.execute(ctx, as)
+}
+
+// exchangeOnce swaps two names (RENAME_EXCHANGE): SrcName then names
+// what DstName named and the other way round, atomically, both existing
+// and of any types; a directory that changes parent gets its ".." and
+// the parents' link counts follow. As rename(2): write and search
+// permission on both directories, the sticky bit on each for the entry
+// leaving it, write permission on a directory that changes parent, and
+// neither directory may end up inside itself.
+func (i *Island) exchangeOnce(ctx context.Context, r *metawire.RenameReq) error {
+	S, T := namespace.Ino(r.SrcDir), namespace.Ino(r.DstDir)
+	c := &r.Cred
+	sAttr, err := i.attrOf(ctx, S)
+	if err != nil {
+		return err
+	}
+	tAttr := sAttr
+	if T != S {
+		if tAttr, err = i.attrOf(ctx, T); err != nil {
+			return err
+		}
+	}
+	if !sAttr.IsDir() || !tAttr.IsDir() {
+		return metawire.ErrNotDir
+	}
+	if !mayAccess(&sAttr, c, accX) || !mayAccess(&tAttr, c, accX) {
+		return metawire.ErrAccess
+	}
+	if isDots(r.SrcName) || isDots(r.DstName) {
+		return fmt.Errorf("exchanging . or ..: %w", metawire.ErrInvalid)
+	}
+	if err := checkName(r.SrcName); err != nil {
+		return err
+	}
+	if err := checkName(r.DstName); err != nil {
+		return err
+	}
+	x, ok, err := i.entryOf(ctx, S, r.SrcName)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return metawire.ErrNotFound
+	}
+	y, ok, err := i.entryOf(ctx, T, r.DstName)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return metawire.ErrNotFound
+	}
+	if x.ino == y.ino {
+		// Two links to one inode (or one name twice): nothing changes.
+		return i.execute(ctx, []metawire.Action{
+			{Kind: metawire.ActCheckEntry, Ino: uint64(S), Name: r.SrcName, Target: uint64(x.ino)},
+			{Kind: metawire.ActCheckEntry, Ino: uint64(T), Name: r.DstName, Target: uint64(x.ino)},
+		})
+	}
+	if !mayAccess(&sAttr, c, accW|accX) || !mayAccess(&tAttr, c, accW|accX) {
+		return metawire.ErrAccess
+	}
+	xDir, yDir := x.typ == metawire.ModeDir, y.typ == metawire.ModeDir
+	moveX, moveY := xDir && S != T, yDir && S != T
+	var chain []ancestor
+	if moveX {
+		c, err := i.ancestors(ctx, T, x.ino)
+		if err != nil {
+			return err
+		}
+		chain = append(chain, c...)
+	}
+	if moveY {
+		c, err := i.ancestors(ctx, S, y.ino)
+		if err != nil {
+			return err
+		}
+		chain = append(chain, c...)
+	}
+	for _, e := range []struct {
+		dir   *metawire.Attr
+		ino   namespace.Ino
+		moved bool
+	}{{&sAttr, x.ino, moveX}, {&tAttr, y.ino, moveY}} {
+		if !stickyApplies(e.dir, c) && !e.moved {
+			continue
+		}
+		at, err := i.attrOf(ctx, e.ino)
+		if err != nil {
+			return vanished(err)
+		}
+		if stickyDenies(e.dir, c, at.UID) {
+			return fmt.Errorf("sticky directory: %w", metawire.ErrPerm)
+		}
+		if e.moved && !mayAccess(&at, c, accW) {
+			return fmt.Errorf("moving a directory needs write permission on it: %w", metawire.ErrAccess)
+		}
+	}
+	now := i.now()
+	as := []metawire.Action{
+		{Kind: metawire.ActAddEntry, Ino: uint64(S), Name: r.SrcName, Target: uint64(y.ino), Type: y.typ, Expect: uint64(x.ino), Time: now},
+		{Kind: metawire.ActAddEntry, Ino: uint64(T), Name: r.DstName, Target: uint64(x.ino), Type: x.typ, Expect: uint64(y.ino), Time: now},
+	}
+	for _, e := range []struct {
+		ino      namespace.Ino
+		typ      uint32
+		moved    bool
+		from, to namespace.Ino
+	}{{x.ino, x.typ, moveX, S, T}, {y.ino, y.typ, moveY, T, S}} {
+		if e.moved {
+			as = append(as, metawire.Action{Kind: metawire.ActSetParent, Ino: uint64(e.ino), Target: uint64(e.to), Expect: uint64(e.from), Time: now})
+		} else {
+			as = append(as, metawire.Action{Kind: metawire.ActTouch, Ino: uint64(e.ino), Type: e.typ, Time: now})
+		}
+	}
+	// A directory changing parent takes its ".." link along.
+	deltaS := int32(0)
+	if moveX {
+		deltaS--
+	}
+	if moveY {
+		deltaS++
+	}
+	if deltaS != 0 {
+		as = append(as,
+			metawire.Action{Kind: metawire.ActTouch, Ino: uint64(S), Delta: deltaS, Time: now},
+			metawire.Action{Kind: metawire.ActTouch, Ino: uint64(T), Delta: -deltaS, Time: now})
+	}
 	for _, a := range chain {
 		as = append(as, metawire.Action{Kind: metawire.ActCheck, Ino: uint64(a.dir), Type: metawire.ModeDir,
 			Flags: metawire.ActCheckParent, Target: uint64(a.parent)})

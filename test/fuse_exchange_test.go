@@ -1,0 +1,139 @@
+package test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestFUSERenameExchange: renameat2(RENAME_EXCHANGE) swaps two names
+// atomically, as on a local file system: files in one directory, a
+// directory and a file across directories (the directory's ".." and the
+// parents' link counts follow), seen the same through another mount;
+// a missing name is ENOENT, a directory swapped into its own subtree
+// EINVAL, NOREPLACE with EXCHANGE EINVAL, and a sticky directory
+// protects another user's entry.
+func TestFUSERenameExchange(t *testing.T) {
+	_, _, _, ma, mb := twoMounts(t)
+	write := func(p, data string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(p string) string {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	nlink := func(p string) uint64 {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return uint64(st.Nlink)
+	}
+	const exchange, noreplace = 2, 1
+	// Two files in one directory.
+	if err := os.Mkdir(filepath.Join(ma, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(ma, "x", "a"), "A")
+	write(filepath.Join(ma, "x", "b"), "B")
+	if err := renameat2(filepath.Join(ma, "x", "a"), filepath.Join(ma, "x", "b"), exchange); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := read(filepath.Join(ma, "x", "a")), read(filepath.Join(ma, "x", "b")); a != "B" || b != "A" {
+		t.Fatalf("after the exchange a=%q b=%q, want B and A", a, b)
+	}
+	// A directory (with a file in it) and a file, across directories.
+	if err := os.MkdirAll(filepath.Join(ma, "p", "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(ma, "p", "dir", "inner"), "in")
+	if err := os.Mkdir(filepath.Join(ma, "q"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(ma, "q", "file"), "F")
+	pLinks, qLinks := nlink(filepath.Join(ma, "p")), nlink(filepath.Join(ma, "q"))
+	if err := renameat2(filepath.Join(ma, "p", "dir"), filepath.Join(ma, "q", "file"), exchange); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(filepath.Join(ma, "p", "dir")); got != "F" {
+		t.Fatalf("p/dir holds %q, want the file", got)
+	}
+	if got := read(filepath.Join(ma, "q", "file", "inner")); got != "in" {
+		t.Fatalf("q/file/inner holds %q", got)
+	}
+	if got := read(filepath.Join(ma, "q", "file", "..", "file", "inner")); got != "in" {
+		t.Fatalf("q/file/../file/inner holds %q: the directory's .. did not follow", got)
+	}
+	if p, q := nlink(filepath.Join(ma, "p")), nlink(filepath.Join(ma, "q")); p != pLinks-1 || q != qLinks+1 {
+		t.Fatalf("links of p %d, q %d; want %d and %d", p, q, pLinks-1, qLinks+1)
+	}
+	// The other mount sees the same.
+	waitEvent(t, "the other mount sees the exchange", func() error {
+		if _, err := os.Stat(filepath.Join(mb, "q", "file", "inner")); err != nil {
+			return err
+		}
+		return nil
+	})
+	if got := read(filepath.Join(mb, "p", "dir")); got != "F" {
+		t.Fatalf("through the other mount p/dir holds %q", got)
+	}
+	// Errors.
+	wantErrno(t, "exchange with a missing name", renameat2(filepath.Join(ma, "x", "a"), filepath.Join(ma, "x", "none"), exchange), syscall.ENOENT)
+	if err := os.Mkdir(filepath.Join(ma, "q", "file", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, "exchange of a directory into its own subtree", renameat2(filepath.Join(ma, "q", "file"), filepath.Join(ma, "q", "file", "sub"), exchange), syscall.EINVAL)
+	wantErrno(t, "NOREPLACE with EXCHANGE", renameat2(filepath.Join(ma, "x", "a"), filepath.Join(ma, "x", "b"), exchange|noreplace), syscall.EINVAL)
+	// Sticky: another user's entry stays.
+	if err := os.Mkdir(filepath.Join(ma, "tmp"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Chmod(filepath.Join(ma, "tmp"), 0o1777); err != nil { // os.Chmod drops 0o1000
+		t.Fatal(err)
+	}
+	write(filepath.Join(ma, "tmp", "roots"), "r")
+	searchableToAll(t, ma)
+	setpriv, python := lookTool(t, "setpriv"), lookTool(t, "python3")
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		python = "/usr/bin/python3" // one nobody may run (not a shim under /root)
+	}
+	asNobody := func(script string, args ...string) error {
+		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", script}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() > 0 && ee.ExitCode() < 200 {
+			return syscall.Errno(ee.ExitCode())
+		}
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := asNobody(`import sys; open(sys.argv[1], "w").write("m")`, filepath.Join(ma, "tmp", "mine")); err != nil {
+		t.Fatal(err)
+	}
+	const exchangeAs = `import ctypes, sys
+l = ctypes.CDLL(None, use_errno=True)
+r = l.renameat2(-100, sys.argv[1].encode(), -100, sys.argv[2].encode(), 2)
+sys.exit(ctypes.get_errno() if r else 0)`
+	wantErrno(t, "exchange with root's entry in a sticky directory", asNobody(exchangeAs, filepath.Join(ma, "tmp", "mine"), filepath.Join(ma, "tmp", "roots")), syscall.EPERM)
+	if err := asNobody(exchangeAs, filepath.Join(ma, "tmp", "mine"), filepath.Join(ma, "x", "a")); !errorsIsErrno(err, syscall.EACCES) {
+		t.Fatalf("exchange into a directory nobody may write: %v, want EACCES", err)
+	}
+}
+
+func errorsIsErrno(err error, want syscall.Errno) bool {
+	e, ok := err.(syscall.Errno)
+	return ok && e == want
+}
