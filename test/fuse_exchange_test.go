@@ -1,6 +1,8 @@
 package test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +10,10 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/atoll-fs/atoll/internal/fsck"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
 // TestFUSERenameExchange: renameat2(RENAME_EXCHANGE) swaps two names
@@ -136,4 +142,71 @@ sys.exit(ctypes.get_errno() if r else 0)`
 func errorsIsErrno(err error, want syscall.Errno) bool {
 	e, ok := err.(syscall.Errno)
 	return ok && e == want
+}
+
+// TestRenameExchangeAcrossIslands: exchanges between directories of
+// three islands (files with files, a directory with a file) leave every
+// name holding what the other held, through another client, and fsck
+// finds the namespace consistent (entries, parents, link counts).
+func TestRenameExchangeAcrossIslands(t *testing.T) {
+	fc := startFSCluster(t, 5, 3)
+	a, b := fc.newFS(t), fc.newFS(t)
+	ctx := context.Background()
+	const n = 8
+	dirs := make([]metawire.Attr, n)
+	for i := range n {
+		d, err := a.MkdirAll(ctx, root, fmt.Sprintf("/ex/d%d", i), 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs[i] = d
+		if err := a.WriteFile(ctx, root, fmt.Sprintf("/ex/d%d/f", i), []byte{byte('0' + i)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.MkdirAll(ctx, root, "/ex/d0/sub/deeper", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	islands := map[namespace.IslandID]bool{}
+	for _, d := range dirs {
+		isl, _, _ := fc.view.IslandFor(namespace.Ino(d.Ino).Bucket())
+		islands[isl] = true
+	}
+	if len(islands) < 2 {
+		t.Fatalf("the %d directories landed on %d island(s); the test needs several", n, len(islands))
+	}
+	want := map[int]byte{}
+	for i := range n {
+		want[i] = byte('0' + i)
+	}
+	for i := range n - 1 {
+		err := a.Rename(ctx, metawire.RenameReq{Cred: root, SrcDir: dirs[i].Ino, SrcName: "f", DstDir: dirs[i+1].Ino, DstName: "f", Flags: metawire.RenameExchange})
+		if err != nil {
+			t.Fatalf("exchange d%d/f and d%d/f: %v", i, i+1, err)
+		}
+		want[i], want[i+1] = want[i+1], want[i]
+	}
+	// A directory (with a subtree) and a file, across directories.
+	if err := a.Rename(ctx, metawire.RenameReq{Cred: root, SrcDir: dirs[0].Ino, SrcName: "sub", DstDir: dirs[n-1].Ino, DstName: "f", Flags: metawire.RenameExchange}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n - 1 {
+		got, err := b.ReadFile(ctx, root, fmt.Sprintf("/ex/d%d/f", i))
+		if err != nil || len(got) != 1 || got[0] != want[i] {
+			t.Fatalf("d%d/f through another client: %q %v, want %q", i, got, err, want[i])
+		}
+	}
+	if got, err := b.ReadFile(ctx, root, "/ex/d0/sub"); err != nil || len(got) != 1 || got[0] != want[n-1] {
+		t.Fatalf("d0/sub: %q %v, want the file %q", got, err, want[n-1])
+	}
+	if _, err := b.Resolve(ctx, root, fmt.Sprintf("/ex/d%d/f/deeper", n-1)); err != nil {
+		t.Fatalf("the directory moved into d%d: %v", n-1, err)
+	}
+	rep, err := fsck.Run(ctx, fc.clusterMap(), testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() {
+		t.Fatalf("fsck after the exchanges: %v", rep.Problems())
+	}
 }
