@@ -21,7 +21,8 @@ import (
 // directory and a file across directories (the directory's ".." and the
 // parents' link counts follow), seen the same through another mount;
 // a missing name is ENOENT, a directory swapped into its own subtree
-// EINVAL, NOREPLACE with EXCHANGE EINVAL, and a sticky directory
+// EINVAL, NOREPLACE with EXCHANGE EINVAL, WHITEOUT (not supported)
+// EINVAL as rename(2) answers an unsupported flag, and a sticky directory
 // protects another user's entry.
 func TestFUSERenameExchange(t *testing.T) {
 	_, _, _, ma, mb := twoMounts(t)
@@ -101,6 +102,7 @@ func TestFUSERenameExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantErrno(t, "exchange of a directory into its own subtree", renameat2(filepath.Join(ma, "q", "file"), filepath.Join(ma, "q", "file", "sub"), exchange), syscall.EINVAL)
+	wantErrno(t, "RENAME_WHITEOUT (not supported)", renameat2(filepath.Join(ma, "x", "a"), filepath.Join(ma, "x", "c"), 4), syscall.EINVAL)
 	wantErrno(t, "NOREPLACE with EXCHANGE", renameat2(filepath.Join(ma, "x", "a"), filepath.Join(ma, "x", "b"), exchange|noreplace), syscall.EINVAL)
 	// Sticky: another user's entry stays.
 	if err := os.Mkdir(filepath.Join(ma, "tmp"), 0o1777); err != nil {

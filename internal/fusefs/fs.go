@@ -597,7 +597,9 @@ func (a *adapter) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, new
 		return fuse.EINVAL
 	}
 	if in.Flags&renameWhiteout != 0 {
-		return fuse.Status(syscall.EOPNOTSUPP)
+		// rename(2): EINVAL for a flag the file system does not support
+		// (what xfstests and overlayfs probe for).
+		return fuse.EINVAL
 	}
 	if in.Flags&renameNoReplace != 0 {
 		req.Flags |= metawire.RenameNoReplace
