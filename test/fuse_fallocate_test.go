@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -78,6 +79,21 @@ func TestFUSEFallocateModes(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(mb, "f"))
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("through the other mount: %d bytes (%v), want %d; first difference at %d", len(got), err, len(want), firstDiff(got, want))
+	}
+	// A terabyte zeroed past the end: the file grows, nothing is written.
+	start := time.Now()
+	if err := unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE, int64(len(want)), 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := f.Stat(); err != nil || st.Size() != int64(len(want))+1<<40 {
+		t.Fatalf("after zeroing a terabyte past the end: %v %v", st.Size(), err)
+	}
+	tail := make([]byte, 10)
+	if n, err := f.ReadAt(tail, int64(len(want))+1<<40-10); n != 10 || !bytes.Equal(tail, make([]byte, 10)) {
+		t.Fatalf("the last bytes: %q %v", tail[:n], err)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Fatalf("zeroing a terabyte past the end took %v: it wrote", d)
 	}
 }
 

@@ -1127,9 +1127,9 @@ const fallocZeros = 1 << 20
 // Fallocate: mode 0 (posix_fallocate) grows the file to cover the range,
 // which reads as zeros (holes: Atoll allocates on write); KEEP_SIZE alone
 // has nothing to allocate. PUNCH_HOLE (with KEEP_SIZE, as Linux requires)
-// and ZERO_RANGE make the range read as zeros by writing zeros (inside
-// the size, and ZERO_RANGE without KEEP_SIZE grows the file): the space
-// is not given back. COLLAPSE_RANGE, INSERT_RANGE and UNSHARE_RANGE
+// and ZERO_RANGE make the range read as zeros by writing zeros inside the
+// size (the space is not given back); ZERO_RANGE without KEEP_SIZE then
+// grows the file as mode 0 does. COLLAPSE_RANGE, INSERT_RANGE and UNSHARE_RANGE
 // answer EOPNOTSUPP.
 func (a *adapter) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 	h := a.getHandle(in.Fh)
@@ -1158,20 +1158,27 @@ func (a *adapter) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.S
 			a.ioError("fallocate", of.ino, err)
 			return status(err)
 		}
+		// Zeros are written inside the size only: past it the file
+		// reads as zeros already, and grows (without KEEP_SIZE) as for
+		// mode 0 below, so a large range past the end costs nothing.
 		of.mu.RLock()
-		defer of.mu.RUnlock()
 		f := of.file.Load()
-		if keep {
-			end = min(end, f.Size())
+		zend := min(end, f.Size())
+		var zeros []byte
+		if zend > in.Offset {
+			zeros = make([]byte, min(fallocZeros, zend-in.Offset))
 		}
-		zeros := make([]byte, min(fallocZeros, max(end, in.Offset)-in.Offset))
-		for off := in.Offset; off < end; off += uint64(len(zeros)) {
-			n := min(uint64(len(zeros)), end-off)
+		for off := in.Offset; off < zend; off += uint64(len(zeros)) {
+			n := min(uint64(len(zeros)), zend-off)
 			if err := a.writeShared(ctx, of, f, zeros[:n], int64(off)); err != nil {
+				of.mu.RUnlock()
 				return status(err)
 			}
 		}
-		return fuse.OK
+		of.mu.RUnlock()
+		if keep {
+			return fuse.OK
+		}
 	}
 	return status(a.modifyOpen(ctx, of, func() error {
 		if f := of.file.Load(); f != nil && f.Size() >= end {
