@@ -231,6 +231,16 @@
 // mount's max_write reaches here as several WRITEs, each appended on its
 // own: another host's append can land between them.
 //
+// # O_TMPFILE
+//
+// The island has no nameless create: Tmpfile (tmpfile.go) creates the
+// file under a hidden name, opens it (the island holds it for this
+// mount) and removes the name, which the hold outlives (nlink 0, as an
+// unlinked open file); linkat names it (LINK), and its last close
+// without one reclaims it. If the island cannot take the hold, the
+// hidden name stays until the link or the last close (visible in
+// listings meanwhile).
+//
 // # Interrupts
 //
 // Lookups, reads and listings stop when the kernel interrupts them (a

@@ -312,8 +312,10 @@ func (a *adapter) newHandle(h *handle) uint64 {
 func (a *adapter) getHandle(fh uint64) *handle {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.handles[fh]
+	return a.getHandleLocked(fh)
 }
+
+func (a *adapter) getHandleLocked(fh uint64) *handle { return a.handles[fh] }
 
 func (a *adapter) dropHandle(fh uint64) *handle {
 	a.mu.Lock()

@@ -477,11 +477,15 @@ func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name
 func (a *adapter) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	cred := a.cred(&in.InHeader)
 	at, err := a.fs.Link(ctx, metawire.LinkReq{
-		Cred: a.cred(&in.InHeader), Ino: ino(in.Oldnodeid), Dir: ino(in.NodeId), Name: name,
+		Cred: cred, Ino: ino(in.Oldnodeid), Dir: ino(in.NodeId), Name: name,
 	})
 	if err != nil {
 		return status(err)
+	}
+	if a.adoptTmpfile(ctx, cred, at.Ino) {
+		at.Nlink--
 	}
 	a.fillEntry(out, in.NodeId, name, at)
 	return fuse.OK
