@@ -43,40 +43,52 @@ func vanished(err error) error {
 	return err
 }
 
-func (i *Island) renameOnce(ctx context.Context, r *metawire.RenameReq) error {
+// renameStart reads and checks what a rename and an exchange both need,
+// in Linux's order: both directories (search permission), both names,
+// and the source entry x, which must exist.
+func (i *Island) renameStart(ctx context.Context, r *metawire.RenameReq) (sAttr, tAttr metawire.Attr, x dirent, err error) {
 	S, T := namespace.Ino(r.SrcDir), namespace.Ino(r.DstDir)
 	c := &r.Cred
-	sAttr, err := i.attrOf(ctx, S)
-	if err != nil {
-		return err
+	if sAttr, err = i.attrOf(ctx, S); err != nil {
+		return
 	}
-	tAttr := sAttr
+	tAttr = sAttr
 	if T != S {
 		if tAttr, err = i.attrOf(ctx, T); err != nil {
-			return err
+			return
 		}
 	}
 	if !sAttr.IsDir() || !tAttr.IsDir() {
-		return metawire.ErrNotDir
+		err = metawire.ErrNotDir
+		return
 	}
 	if !mayAccess(&sAttr, c, accX) || !mayAccess(&tAttr, c, accX) {
-		return metawire.ErrAccess
+		err = metawire.ErrAccess
+		return
 	}
 	if isDots(r.SrcName) || isDots(r.DstName) {
-		return fmt.Errorf("renaming . or ..: %w", metawire.ErrInvalid)
+		err = fmt.Errorf("renaming . or ..: %w", metawire.ErrInvalid)
+		return
 	}
-	if err := checkName(r.SrcName); err != nil {
-		return err
+	if err = checkName(r.SrcName); err != nil {
+		return
 	}
-	if err := checkName(r.DstName); err != nil {
-		return err
+	if err = checkName(r.DstName); err != nil {
+		return
 	}
 	x, ok, err := i.entryOf(ctx, S, r.SrcName)
+	if err == nil && !ok {
+		err = metawire.ErrNotFound
+	}
+	return sAttr, tAttr, x, err
+}
+
+func (i *Island) renameOnce(ctx context.Context, r *metawire.RenameReq) error {
+	S, T := namespace.Ino(r.SrcDir), namespace.Ino(r.DstDir)
+	c := &r.Cred
+	sAttr, tAttr, x, err := i.renameStart(ctx, r)
 	if err != nil {
 		return err
-	}
-	if !ok {
-		return metawire.ErrNotFound
 	}
 	y, yok, err := i.entryOf(ctx, T, r.DstName)
 	if err != nil {
@@ -193,37 +205,9 @@ func (i *Island) renameOnce(ctx context.Context, r *metawire.RenameReq) error {
 func (i *Island) exchangeOnce(ctx context.Context, r *metawire.RenameReq) error {
 	S, T := namespace.Ino(r.SrcDir), namespace.Ino(r.DstDir)
 	c := &r.Cred
-	sAttr, err := i.attrOf(ctx, S)
+	sAttr, tAttr, x, err := i.renameStart(ctx, r)
 	if err != nil {
 		return err
-	}
-	tAttr := sAttr
-	if T != S {
-		if tAttr, err = i.attrOf(ctx, T); err != nil {
-			return err
-		}
-	}
-	if !sAttr.IsDir() || !tAttr.IsDir() {
-		return metawire.ErrNotDir
-	}
-	if !mayAccess(&sAttr, c, accX) || !mayAccess(&tAttr, c, accX) {
-		return metawire.ErrAccess
-	}
-	if isDots(r.SrcName) || isDots(r.DstName) {
-		return fmt.Errorf("exchanging . or ..: %w", metawire.ErrInvalid)
-	}
-	if err := checkName(r.SrcName); err != nil {
-		return err
-	}
-	if err := checkName(r.DstName); err != nil {
-		return err
-	}
-	x, ok, err := i.entryOf(ctx, S, r.SrcName)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return metawire.ErrNotFound
 	}
 	y, ok, err := i.entryOf(ctx, T, r.DstName)
 	if err != nil {
