@@ -60,6 +60,9 @@ func (a *adapter) appendWrite(cancel <-chan struct{}, h *handle, data []byte) (u
 	defer of.appendMu.Unlock()
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	// O_APPEND set by fcntl after the open: the kernel's pages, not
+	// direct, hold the bytes at the offset it guessed.
+	dropPages := h.flags&syscall.O_APPEND == 0
 	l := appendLock()
 	at, err := a.fs.SetLock(ctx, h.cred, of.ino, l, true, cancel)
 	if err != nil {
@@ -83,10 +86,11 @@ func (a *adapter) appendWrite(cancel <-chan struct{}, h *handle, data []byte) (u
 			}
 		}
 		// The descriptor's I/O is direct; the kernel's pages for other
-		// descriptors are dropped after the reply (inside a WRITE the
+		// descriptors go, as at a lock (revalidate), unless they hold
+		// the island's version: after the reply (inside a WRITE the
 		// kernel may hold what an invalidation waits for).
-		if !a.revalidateFile(ctx, of, at) {
-			a.dropPagesLater(of.ino)
+		if !a.revalidateFile(ctx, of, at) && !a.pages.open(of.ino, at.Gen, at.Version) {
+			dropPages = true
 		}
 	}
 	of.mu.RLock()
@@ -101,9 +105,7 @@ func (a *adapter) appendWrite(cancel <-chan struct{}, h *handle, data []byte) (u
 		// holds it: another client's append would wait for it.
 		a.noteLockOwner(h, appendOwner)
 	}
-	if h.flags&syscall.O_APPEND == 0 {
-		// O_APPEND set by fcntl after the open: the kernel's pages, not
-		// direct, hold the bytes at the offset it guessed.
+	if dropPages {
 		a.dropPagesLater(of.ino)
 	}
 	if werr == nil {
