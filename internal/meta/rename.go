@@ -106,15 +106,7 @@ func (i *Island) renameOnce(ctx context.Context, r *metawire.RenameReq) error {
 		}
 	}
 	if yok && y.ino == x.ino {
-		// Both names are links to one inode: nothing to do, if that held
-		// at one instant. The two reads above took no lock, and may
-		// straddle another rename of the same name (the source read
-		// before it, the destination after): check both entries together
-		// under shared locks, and start over if either moved.
-		return i.execute(ctx, []metawire.Action{
-			{Kind: metawire.ActCheckEntry, Ino: uint64(S), Name: r.SrcName, Target: uint64(x.ino)},
-			{Kind: metawire.ActCheckEntry, Ino: uint64(T), Name: r.DstName, Target: uint64(x.ino)},
-		})
+		return i.checkSameInode(ctx, r, x.ino)
 	}
 	if !mayAccess(&sAttr, c, accW|accX) {
 		return metawire.ErrAccess
@@ -186,13 +178,31 @@ func (i *Island) renameOnce(ctx context.Context, r *metawire.RenameReq) error {
 	if deltaT != 0 {
 		as = append(as, metawire.Action{Kind: metawire.ActTouch, Ino: uint64(T), Delta: deltaT, Time: now})
 	}
-	// Hold the destination's ancestry still until the decision, so no
-	// concurrent rename can make the moved directory its own ancestor.
+	return i.execute(ctx, appendChainChecks(as, chain))
+}
+
+// checkSameInode is a rename or exchange of two names of one inode:
+// nothing to do, if that held at one instant. The two reads that found it
+// took no lock, and may straddle another rename of the same name (the
+// source read before it, the destination after): both entries are checked
+// together under shared locks, and the operation starts over if either
+// moved.
+func (i *Island) checkSameInode(ctx context.Context, r *metawire.RenameReq, ino namespace.Ino) error {
+	return i.execute(ctx, []metawire.Action{
+		{Kind: metawire.ActCheckEntry, Ino: r.SrcDir, Name: r.SrcName, Target: uint64(ino)},
+		{Kind: metawire.ActCheckEntry, Ino: r.DstDir, Name: r.DstName, Target: uint64(ino)},
+	})
+}
+
+// appendChainChecks holds the ancestry of a directory's new parent still
+// until the decision, so no concurrent rename can make the moved
+// directory its own ancestor.
+func appendChainChecks(as []metawire.Action, chain []ancestor) []metawire.Action {
 	for _, a := range chain {
 		as = append(as, metawire.Action{Kind: metawire.ActCheck, Ino: uint64(a.dir), Type: metawire.ModeDir,
 			Flags: metawire.ActCheckParent, Target: uint64(a.parent)})
 	}
-	return i.execute(ctx, as)
+	return as
 }
 
 // exchangeOnce swaps two names (RENAME_EXCHANGE): SrcName then names
@@ -217,11 +227,7 @@ func (i *Island) exchangeOnce(ctx context.Context, r *metawire.RenameReq) error 
 		return metawire.ErrNotFound
 	}
 	if x.ino == y.ino {
-		// Two links to one inode (or one name twice): nothing changes.
-		return i.execute(ctx, []metawire.Action{
-			{Kind: metawire.ActCheckEntry, Ino: uint64(S), Name: r.SrcName, Target: uint64(x.ino)},
-			{Kind: metawire.ActCheckEntry, Ino: uint64(T), Name: r.DstName, Target: uint64(x.ino)},
-		})
+		return i.checkSameInode(ctx, r, x.ino)
 	}
 	if !mayAccess(&sAttr, c, accW|accX) || !mayAccess(&tAttr, c, accW|accX) {
 		return metawire.ErrAccess
@@ -292,11 +298,7 @@ func (i *Island) exchangeOnce(ctx context.Context, r *metawire.RenameReq) error 
 			metawire.Action{Kind: metawire.ActTouch, Ino: uint64(S), Delta: deltaS, Time: now},
 			metawire.Action{Kind: metawire.ActTouch, Ino: uint64(T), Delta: -deltaS, Time: now})
 	}
-	for _, a := range chain {
-		as = append(as, metawire.Action{Kind: metawire.ActCheck, Ino: uint64(a.dir), Type: metawire.ModeDir,
-			Flags: metawire.ActCheckParent, Target: uint64(a.parent)})
-	}
-	return i.execute(ctx, as)
+	return i.execute(ctx, appendChainChecks(as, chain))
 }
 
 type ancestor struct{ dir, parent namespace.Ino }
