@@ -25,6 +25,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/fsck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
 )
 
 // fsckClean waits until fsck over conn's map runs (every island serves
@@ -93,18 +94,40 @@ func islandLeaders(t *testing.T, cl *devcluster.Cluster, conn *connect.Conn) map
 }
 
 // waitPreferredLeaders waits until island k is served by island server k
-// (the placement's preferred leader), so a test knows whom it kills.
+// (the placement's preferred leader), so a test knows whom it kills. A
+// leader registers before it serves (it may still wait for the map), so
+// every island must also answer at its registered address: a test that
+// then takes the managers away must not catch a leader between the two.
 func waitPreferredLeaders(t *testing.T, cl *devcluster.Cluster, conn *connect.Conn, islands int) {
 	t.Helper()
-	waitEvent(t, "every island led by its preferred server", func() error {
+	waitEvent(t, "every island led by its preferred server, and serving", func() error {
 		ls := islandLeaders(t, cl, conn)
 		for k := 1; k <= islands; k++ {
 			if c := ls[uint32(k)]; c == nil || c.Name != fmt.Sprintf("island%d", k) {
 				return fmt.Errorf("island %d led by %v", k, c)
 			}
 		}
+		for _, is := range conn.View.Map().Islands {
+			if err := islandAnswers(is.Addr, is.ID); err != nil {
+				return fmt.Errorf("island %d at %s: %w", is.ID, is.Addr, err)
+			}
+		}
 		return nil
 	})
+}
+
+// islandAnswers asks island id at addr for its statistics (a request
+// only an island that serves answers).
+func islandAnswers(addr string, id uint32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: testKey, IOTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.CallRoute(ctx, id, wire.ReqID{}, metawire.OpStatFS, 0, metawire.Marshal(&metawire.Empty{}), nil, nil)
+	return err
 }
 
 // storm runs workers that create, write, rename and unlink files through
