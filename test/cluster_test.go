@@ -27,7 +27,7 @@ import (
 // built once per run with -tags failpoints,deadlock: only such a build
 // honours ATOLL_FAILPOINTS, and its mutexes report lock-order inversions
 // (test/doc.go).
-func atoll(t *testing.T) string { return testenv.Atoll(t, "failpoints", "deadlock") }
+func atoll(t testing.TB) string { return testenv.Atoll(t, "failpoints", "deadlock") }
 
 // testKey is the cluster key of every cluster the tests start (also in
 // $ATOLL_KEY, for the processes they start).
@@ -185,7 +185,7 @@ func startChild(t *testing.T, slot int, env ...string) *childServer {
 // ephemeral range, keeping extra ports after them free for the caller; it
 // returns the cluster and its first port. tune may adjust the config.
 // Everything stops at the end of the test.
-func startDev(t *testing.T, storage, islands, extra int, tune func(*devcluster.Config)) (*devcluster.Cluster, int) {
+func startDev(t testing.TB, storage, islands, extra int, tune func(*devcluster.Config)) (*devcluster.Cluster, int) {
 	t.Helper()
 	base := freeBase(t, storage+islands+2+extra) // manager, its raft port, storage, islands
 	cfg := devcluster.Config{
@@ -213,7 +213,7 @@ func startDev(t *testing.T, storage, islands, extra int, tune func(*devcluster.C
 
 // dialDev connects a client to a startDev cluster, closed at the end of
 // the test.
-func dialDev(t *testing.T, cl *devcluster.Cluster) *connect.Conn {
+func dialDev(t testing.TB, cl *devcluster.Cluster) *connect.Conn {
 	t.Helper()
 	conn, err := connect.Dial(context.Background(), []string{cl.Manager}, testKey, quietLogger())
 	if err != nil {

@@ -65,7 +65,8 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 				run = func(ctx context.Context) error {
 					return runWithMember(ctx, srv.Run, cluster.MemberConfig{
 						Managers: splitList(managers), Kind: cluster.KindStorage, ID: uint32(slot),
-						Addr: srv.Addr(), PID: os.Getpid(), Logger: log, Key: cfg.Key, OnMap: revocations,
+						Addr: srv.Addr(), PID: os.Getpid(), Logger: log, Key: cfg.Key,
+						OnMap: func(m *cluster.Map) { revocations(m); srv.SetDown(downSlots(m)) },
 						Stats: func() cluster.MemberStats { return storageStats(srv, ms) },
 					})
 				}
@@ -84,6 +85,17 @@ func newStorageCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&managers, "manager", "", "manager address(es), comma-separated: register and heartbeat (empty: standalone)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:7600 (empty: off)")
 	return cmd
+}
+
+// downSlots lists the storage slots m marks down or out.
+func downSlots(m *cluster.Map) []uint16 {
+	var out []uint16
+	for _, st := range m.Storage {
+		if st.State == cluster.StateDown || st.State == cluster.StateOut {
+			out = append(out, st.Slot)
+		}
+	}
+	return out
 }
 
 // storageStats is what a storage server reports with each heartbeat.

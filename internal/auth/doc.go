@@ -97,22 +97,20 @@
 // heartbeating a storage server or island member, a gateway or mount
 // write, changing the map admin. Raft connections need member.
 //
-// Storage access is by key, not by per-stripe tokens (HDFS block tokens):
-// a client writes its own log stripes before any island knows of them,
-// so a token per stripe would cost a round trip to an island on every
-// stripe of the data path, and fragments are immutable and checked
-// against their parents' checksums on every read, so a write key cannot
-// change bytes another client's files point to without the reader
-// noticing. The cost: any key with read can read any fragment, bypassing
-// the POSIX permissions the mount enforces for its users. A mount or
-// gateway key is trusted to act for its users, as an NFS AUTH_SYS client
-// is; islands do not re-check POSIX permissions on block maps and commits
-// for it (a key that can assert any uid would pass them anyway); they do
-// for a key limited to identities. What stays open for such a tenant's
-// key: storage reads are by fragment id with the read capability, so a
-// tenant who learns or guesses another file's fragment ids reads their
-// bytes past the islands' checks (per-stripe read tokens signed by the
-// islands would close it, at a cost on every read not measured yet).
+// Storage access is by key for trusted keys and by token for tenants'
+// keys. A client writes its own log stripes before any island knows of
+// them, so a token per stripe for every reader would cost a round trip
+// to an island on every stripe of the data path; fragments are immutable
+// and checked against their parents' checksums on every read. So a key
+// that may act as any uid (a mount host's, a gateway's, the cleaner's)
+// reads any fragment by id, as an NFS AUTH_SYS client is trusted to act
+// for its users, and islands do not re-check POSIX permissions on its
+// block maps and commits. A key limited to identities (a tenant's) writes
+// logs with its own prefix (LogPrefix) and reads other logs' fragments
+// only with a read token (ReadToken) that an island gives it beside each
+// block pointer after checking the file's bits for its identity; storage
+// servers check the token and that the read stays within the block
+// (internal/storage, "Tenants' keys"; fragment.Grant).
 //
 // # Floods
 //

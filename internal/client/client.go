@@ -426,11 +426,18 @@ func (c *Client) encoder(k, m int) (reedsolomon.Encoder, error) {
 }
 
 // logID derives a stable log id from the client id and the policy class.
-func logID(client uint64, pol layout.Policy) uint64 {
+// Under a key limited to identities (a tenant's) the high 32 bits are the
+// key's log prefix (auth.LogPrefix): storage servers let such a key write
+// and read freely only its own logs.
+func logID(client uint64, pol layout.Policy, key *auth.Key) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], client)
 	h.Write(b[:])
 	h.Write([]byte(pol.String()))
-	return h.Sum64()
+	id := h.Sum64()
+	if key != nil && key.Scope.LimitsIDs() {
+		id = uint64(auth.LogPrefix(key.Name))<<32 | id&0xffffffff
+	}
+	return id
 }

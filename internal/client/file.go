@@ -41,7 +41,8 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 	// read as zeros before). A version change between pages starts over.
 	var resp metawire.ReadMapResp
 	var blocks []metawire.Block
-	var mark cacheMark // of the first page's request: its attributes are cached
+	var tokens [][]byte // read tokens for a tenant's key, by block (nil: none)
+	var mark cacheMark  // of the first page's request: its attributes are cached
 	for first, tries := uint64(0), 0; ; {
 		var page metawire.ReadMapResp
 		f.cache.Lock()
@@ -54,13 +55,18 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 			if tries++; tries > 10 {
 				return nil, fmt.Errorf("client: inode %x: block map keeps changing: %w", ino, metawire.ErrBusy)
 			}
-			first, blocks = 0, nil
+			first, blocks, tokens = 0, nil, nil
 			continue
 		}
 		if first == 0 {
 			resp, mark = page, m
 		}
 		blocks = append(blocks, page.Blocks...)
+		if len(page.Tokens) == len(page.Blocks) {
+			tokens = append(tokens, page.Tokens...)
+		} else {
+			tokens = append(tokens, make([][]byte, len(page.Blocks))...)
+		}
 		if len(page.Blocks) < mapPage || page.Attr.Inline {
 			break
 		}
@@ -68,7 +74,7 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 	}
 	resp.Blocks = blocks
 	bm := &blockMap{version: resp.Attr.Version, inline: resp.Inline, ptrs: make(map[uint64]layout.Pointer, len(resp.Blocks))}
-	for _, b := range resp.Blocks {
+	for k, b := range resp.Blocks {
 		if len(b.Ptr) == 0 {
 			continue
 		}
@@ -76,6 +82,7 @@ func (f *FS) readMap(ctx context.Context, cred metawire.Cred, ino uint64, versio
 		if err != nil || len(rest) != 0 {
 			return nil, fmt.Errorf("client: inode %x block %d: %w", ino, b.Index, metawire.ErrIO)
 		}
+		p.Token = tokens[k]
 		bm.ptrs[b.Index] = p
 	}
 	// Under the file's lease (held when the request was sent) the

@@ -65,7 +65,7 @@ func (c *Client) Log(ctx context.Context, pol layout.Policy) (*Log, error) {
 	}
 	c.mu.Unlock()
 
-	id := logID(c.cfg.ClientID, pol)
+	id := logID(c.cfg.ClientID, pol, c.cfg.Key)
 	next, err := c.resumeSeq(ctx, id)
 	if err != nil {
 		return nil, err

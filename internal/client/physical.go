@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 
 	"github.com/atoll-fs/atoll/internal/fragment"
+	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -86,10 +87,14 @@ func equalCRCs(info fragment.Info, crcs []uint32) bool {
 	return true
 }
 
-// readFragment reads len(dst) bytes at off. It returns the number of bytes
+// readFragment reads len(dst) bytes at off, with the read token of block
+// p if the island gave one (a tenant's key; p may be nil). It returns the number of bytes
 // read and the fragment's stored length (content plus trailer).
-func (c *Client) readFragment(ctx context.Context, slot uint16, id fragment.ID, off int64, dst []byte) (int, int64, error) {
+func (c *Client) readFragment(ctx context.Context, slot uint16, id fragment.ID, off int64, dst []byte, p *layout.Pointer) (int, int64, error) {
 	req := &fragment.ReadReq{ID: id, Off: uint64(off), Len: uint32(len(dst))}
+	if p != nil && len(p.Token) > 0 {
+		req.Token, req.Grant = p.Token, p.Grant()
+	}
 	rep, err := c.call(ctx, slot, fragment.OpRead, req, nil, dst)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read %s: %w", id, err)

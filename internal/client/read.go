@@ -65,7 +65,7 @@ func (c *Client) Read(ctx context.Context, p *layout.Pointer, dst []byte) error 
 func (c *Client) readSpan(ctx context.Context, p *layout.Pointer, frag, off int, dst []byte) error {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
 	defer cancel()
-	n, stored, err := c.readFragment(rctx, p.Slots[frag], p.Fragment(frag), int64(off), dst)
+	n, stored, err := c.readFragment(rctx, p.Slots[frag], p.Fragment(frag), int64(off), dst, p)
 	if errors.Is(err, fragment.ErrOutOfRange) {
 		clear(dst) // the fragment's content ends before off
 		return nil

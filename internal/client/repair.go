@@ -142,7 +142,7 @@ func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slot
 				n := tr.ContentLen(j, ec)
 				got, err := 0, error(nil)
 				if n > 0 {
-					got, _, err = c.readFragment(ctx, slots[j], sid.Fragment(j), 0, b[:n])
+					got, _, err = c.readFragment(ctx, slots[j], sid.Fragment(j), 0, b[:n], nil)
 				}
 				if err == nil && int64(got) == n {
 					clear(b[n:])
@@ -220,7 +220,7 @@ func (c *Client) stripeTrailer(ctx context.Context, sid fragment.StripeID, slots
 			continue
 		}
 		b := make([]byte, fragment.TrailerSize)
-		n, _, err := c.readFragment(ctx, slots[j], id, int64(info.Length)-fragment.TrailerSize, b)
+		n, _, err := c.readFragment(ctx, slots[j], id, int64(info.Length)-fragment.TrailerSize, b, nil)
 		if err != nil || n != len(b) {
 			errs = append(errs, fmt.Errorf("%s: trailer read: %v", id, err))
 			continue
@@ -243,7 +243,7 @@ func (c *Client) readContent(ctx context.Context, slot uint16, id fragment.ID, n
 	}
 	buf := wire.GetBuf(int(n))
 	defer wire.PutBuf(buf)
-	got, _, err := c.readFragment(ctx, slot, id, 0, buf)
+	got, _, err := c.readFragment(ctx, slot, id, 0, buf, nil)
 	if err != nil {
 		return nil, err
 	}

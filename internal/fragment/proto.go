@@ -143,10 +143,109 @@ type ReadReq struct {
 	ID  ID
 	Off uint64
 	Len uint32
+	// Token and Grant, optional (absent on the wire when Token is empty):
+	// the read token (auth.ReadToken) an island gave a key limited to
+	// identities for the block Grant describes. Storage servers require
+	// them from such a key for a fragment outside its own logs.
+	Token []byte
+	Grant Grant
 }
 
-func (r *ReadReq) Encode(e *wire.Enc) { e.B = r.ID.AppendBinary(e.B); e.U64(r.Off); e.U32(r.Len) }
-func (r *ReadReq) Decode(d *wire.Dec) { r.ID = decodeID(d); r.Off = d.U64(); r.Len = d.U32() }
+func (r *ReadReq) Encode(e *wire.Enc) {
+	e.B = r.ID.AppendBinary(e.B)
+	e.U64(r.Off)
+	e.U32(r.Len)
+	if len(r.Token) > 0 {
+		e.Bytes(r.Token)
+		r.Grant.encode(e)
+	}
+}
+
+func (r *ReadReq) Decode(d *wire.Dec) {
+	r.ID = decodeID(d)
+	r.Off = d.U64()
+	r.Len = d.U32()
+	if d.More() {
+		r.Token = append([]byte(nil), d.Bytes()...)
+		r.Grant.decode(d)
+	}
+}
+
+// Grant is what a read token lets a tenant's key read of one stripe: one
+// block, [Offset, Offset+Length) of the stripe's data laid over K data
+// fragments of Shard bytes each (layout.Spans), whose fragments are on
+// Slots. Log stripes hold many files' blocks, so a grant is narrow:
+//
+//   - a data fragment: only the block's own piece in it;
+//   - a parity fragment (or a mirror's copy): the rows of a piece (the
+//     same offsets), which a degraded read needs;
+//   - another data fragment's rows of a piece too, but only while the
+//     slot holding that piece is down in the cluster map (the storage
+//     server's view): a degraded read rebuilds the piece from them.
+//
+// So a token shows its holder the block, parity over its rows (a linear
+// combination of the blocks sharing them), and those blocks themselves
+// only while the block cannot be read any other way.
+type Grant struct {
+	K      uint8
+	Shard  uint32
+	Offset uint32
+	Length uint32
+	Slots  []uint16
+}
+
+func (g *Grant) encode(e *wire.Enc) {
+	e.U8(g.K)
+	e.U32(g.Shard)
+	e.U32(g.Offset)
+	e.U32(g.Length)
+	e.Uvarint(uint64(len(g.Slots)))
+	for _, s := range g.Slots {
+		e.U16(s)
+	}
+}
+
+func (g *Grant) decode(d *wire.Dec) {
+	g.K, g.Shard, g.Offset, g.Length = d.U8(), d.U32(), d.U32(), d.U32()
+	g.Slots = make([]uint16, d.Count(2))
+	for i := range g.Slots {
+		g.Slots[i] = d.U16()
+	}
+}
+
+// Canonical is the form a token signs: stripe (log, seq) and the grant.
+func (g Grant) Canonical(s StripeID) []byte {
+	e := wire.Enc{B: make([]byte, 0, 8+8+13+1+2*len(g.Slots))}
+	e.U64(s.Log)
+	e.U64(s.Seq)
+	g.encode(&e)
+	return e.B
+}
+
+// Allows reports whether the grant covers reading [off, off+n) of
+// fragment index; down says whether a slot is down in the reader's map.
+func (g Grant) Allows(index uint16, off uint64, n uint32, down func(slot uint16) bool) bool {
+	if g.Shard == 0 || g.K == 0 || int(index) >= len(g.Slots) || int(g.K) > len(g.Slots) ||
+		uint64(g.Offset)+uint64(g.Length) > uint64(g.K)*uint64(g.Shard) {
+		return false
+	}
+	end := off + uint64(n)
+	shard := uint64(g.Shard)
+	for o, rest := uint64(g.Offset), uint64(g.Length); rest > 0; {
+		frag, row := o/shard, o%shard
+		l := min(shard-row, rest)
+		if off >= row && end <= row+l { // within this piece's rows
+			switch {
+			case uint64(index) == frag, index >= uint16(g.K):
+				return true
+			case down != nil && down(g.Slots[frag]):
+				return true
+			}
+		}
+		o, rest = o+l, rest-l
+	}
+	return false
+}
 
 // ReadResp accompanies read bytes with the fragment's total length, so a
 // reader can tell where the stripe trailer starts without another round trip.

@@ -21,6 +21,15 @@ type Pointer struct {
 	Length uint32
 	CRC    uint32
 	Slots  []uint16 // Slots[i] holds fragment i
+	// Token is the block's read token for a key limited to identities
+	// (auth.ReadToken over Grant), as an island gave it beside the
+	// pointer; not part of the binary form.
+	Token []byte
+}
+
+// Grant is what a read token for this block lets its holder read.
+func (p *Pointer) Grant() fragment.Grant {
+	return fragment.Grant{K: p.K, Shard: p.Shard, Offset: p.Offset, Length: p.Length, Slots: p.Slots}
 }
 
 // ErrBadPointer is returned for pointers that do not decode or are

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/fragment"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -96,7 +97,34 @@ func (i *Island) readMap(ctx context.Context, r *metawire.ReadMapReq) (*metawire
 		})
 		next = append(append(next[:0], k...), 0) // the smallest key after k
 	}
-	return resp, it.Error()
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	i.addReadTokens(ctx, resp)
+	return resp, nil
+}
+
+// addReadTokens gives a key limited to identities, which has passed the
+// read check above, the read token of every block the map points to
+// outside its own logs (storage servers refuse it those fragments
+// without one; auth.ReadToken, fragment.Grant). Other keys get none: storage trusts
+// them with every log.
+func (i *Island) addReadTokens(ctx context.Context, resp *metawire.ReadMapResp) {
+	p, ok := scopedPeer(ctx)
+	if !ok || i.cfg.Key == nil || len(resp.Blocks) == 0 {
+		return
+	}
+	resp.Tokens = make([][]byte, len(resp.Blocks))
+	for k, b := range resp.Blocks {
+		if len(b.Ptr) == 0 {
+			continue
+		}
+		ptr, _, err := decodePointer(b.Ptr)
+		if err != nil || auth.OwnsLog(p.Name, ptr.Stripe.Log) {
+			continue
+		}
+		resp.Tokens[k] = i.cfg.Key.ReadToken(p.Name, ptr.Grant().Canonical(ptr.Stripe))
+	}
 }
 
 // commit applies a batch of file deltas atomically. For a trusted mount's

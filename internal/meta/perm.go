@@ -10,14 +10,21 @@ import (
 
 type scopeKey struct{}
 
-// withScope marks ctx as serving a connection whose key is scoped.
-func withScope(ctx context.Context, s auth.Scope) context.Context {
-	return context.WithValue(ctx, scopeKey{}, s)
+// withScope marks ctx as serving a connection whose key (p) is limited to
+// identities.
+func withScope(ctx context.Context, p auth.Peer) context.Context {
+	return context.WithValue(ctx, scopeKey{}, p)
 }
 
 func scopeOf(ctx context.Context) (auth.Scope, bool) {
-	s, ok := ctx.Value(scopeKey{}).(auth.Scope)
-	return s, ok
+	p, ok := ctx.Value(scopeKey{}).(auth.Peer)
+	return p.Scope, ok
+}
+
+// scopedPeer is the key of a scoped request (scopeOf), for its name.
+func scopedPeer(ctx context.Context) (auth.Peer, bool) {
+	p, ok := ctx.Value(scopeKey{}).(auth.Peer)
+	return p, ok
 }
 
 // applyScope holds a request's identity to its key's scope: a uid the

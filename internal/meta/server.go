@@ -54,7 +54,7 @@ func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Respons
 		return wire.Response{}, fmt.Errorf("%w: request for island %d reached island %d", metawire.ErrWrongIsland, req.Route, i.id)
 	}
 	if req.Peer.Scope.LimitsIDs() {
-		ctx = withScope(ctx, req.Peer.Scope)
+		ctx = withScope(ctx, req.Peer)
 	}
 	out, err := i.handle(ctx, req.Op, req.Epoch, req.ReqID, req.Msg)
 	if err != nil {

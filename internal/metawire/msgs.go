@@ -550,17 +550,34 @@ type ReadMapResp struct {
 	Attr   Attr
 	Inline []byte
 	Blocks []Block
+	// Tokens, optional (absent on the wire when empty), are given only to
+	// a key limited to identities: Tokens[i] is the read token
+	// (auth.ReadToken) of the block Blocks[i] points to, without which
+	// storage servers refuse that key another log's fragments.
+	Tokens [][]byte
 }
 
 func (r *ReadMapResp) Encode(e *wire.Enc) {
 	r.Attr.Encode(e)
 	e.Bytes(r.Inline)
 	encodeBlocks(e, r.Blocks)
+	if len(r.Tokens) > 0 {
+		e.Uvarint(uint64(len(r.Tokens)))
+		for _, t := range r.Tokens {
+			e.Bytes(t)
+		}
+	}
 }
 func (r *ReadMapResp) Decode(d *wire.Dec) {
 	r.Attr.Decode(d)
 	r.Inline = append([]byte(nil), d.Bytes()...)
 	r.Blocks = decodeBlocks(d)
+	if d.More() {
+		r.Tokens = make([][]byte, d.Count(1))
+		for i := range r.Tokens {
+			r.Tokens[i] = append([]byte(nil), d.Bytes()...)
+		}
+	}
 }
 
 // FileWrite is one file's delta in a commit: the new size, the data

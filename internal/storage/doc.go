@@ -132,12 +132,45 @@
 // degraded meanwhile.
 //
 // What this does not close: a plain put of a fragment id that is missing
-// (its server lost it) is still accepted from any write key, since ids
-// are the writer's own and a server cannot tell whose log an id belongs
-// to; a reader checks such bytes against the parent's CRC32C only. Closing
-// that needs a check no tenant can forge in the parent pointer: a
-// cryptographic hash per block as a per-file policy, measured against
-// CRC32C (not built yet).
+// (its server lost it) is still accepted from a trusted mount host's
+// `user` key, and a reader checks such bytes against the parent's CRC32C
+// only. A tenant's key (one limited to identities) may put only into its
+// own logs (below), so it cannot plant bytes under another tenant's ids.
+// Closing it for mount hosts needs a check no key can forge in the parent
+// pointer: a cryptographic hash per block as a per-file policy, measured
+// against CRC32C (not built yet).
+//
+// # Tenants' keys: their own logs, and read tokens for the rest
+//
+// A key limited to identities (auth.Scope.LimitsIDs) gets from a storage
+// server only what the islands let its users read. Its clients write logs
+// whose ids carry the key's prefix (auth.LogPrefix, the high 32 bits), and
+// in those logs it may append, put, read, ask infos and the newest stripe
+// freely. In any other log it may only read, and only with a read token:
+// islands add one per block to the block maps they answer such a key
+// (metawire.ReadMapResp.Tokens), after checking the file's permission bits
+// for the request's identity, and the token (auth.ReadToken, an HMAC under
+// the cluster key that only members hold, bound to the key's name) signs
+// the block's place in its stripe (fragment.Grant). The read must lie in
+// the block's own piece of a data fragment, or in the same rows of a
+// parity fragment (a mirror's copy), or, while the slot holding a piece
+// is down in this server's map, in those rows of the other data fragments
+// (what a degraded read rebuilds from). A log stripe holds many files'
+// blocks, so a token per stripe would show its holder its neighbours'
+// bytes; a token per block shows them only through the parity over its
+// rows (a linear combination, not the bytes) and, while a server is down,
+// in the rows a rebuild needs.
+//
+// Costs and limits: one HMAC-SHA256 per block map entry at the island and
+// per tenant read at the server (neither measured yet); a token does not
+// expire (a reader that once could read a block could have kept its
+// bytes), so a chmod does not take back tokens already handed out; keys
+// of one name share their logs (a tenant's mounts read each other's
+// logs); a degraded read whose data fragment is bad but whose slot is not
+// marked down (a corrupt fragment, or the seconds before the map marks a
+// dead server down) is refused to a tenant until the cleaner repairs the
+// stripe or the map catches up. Other keys (mount hosts, gateways, the
+// cleaner) are trusted with every log, as before.
 //
 // # Failpoints
 //

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -63,6 +64,24 @@ type Server struct {
 	srv   *wire.Server
 	log   *slog.Logger
 	met   *serverMetrics
+	// down is the set of slots the cluster map says are down (SetDown):
+	// while a block's slot is down, its read token also covers its rows
+	// in the stripe's other data fragments (fragment.Grant).
+	down atomic.Pointer[map[uint16]bool]
+}
+
+// SetDown records the slots the newest cluster map marks down or out.
+func (s *Server) SetDown(slots []uint16) {
+	m := make(map[uint16]bool, len(slots))
+	for _, sl := range slots {
+		m[sl] = true
+	}
+	s.down.Store(&m)
+}
+
+func (s *Server) slotDown(slot uint16) bool {
+	m := s.down.Load()
+	return m != nil && (*m)[slot]
 }
 
 // NewServer opens the store (running crash recovery) and binds the listener.
@@ -194,6 +213,34 @@ func statusOf(err error) uint32 {
 	return fragment.StatusInternal
 }
 
+// tenantLog lets a key limited to identities (a tenant's) reach only its
+// own logs (auth.OwnsLog): appends, puts and fragment infos elsewhere are
+// refused. Other keys are trusted with every log, as before.
+func (s *Server) tenantLog(p auth.Peer, op string, log uint64) error {
+	if !p.Scope.LimitsIDs() || auth.OwnsLog(p.Name, log) {
+		return nil
+	}
+	return fmt.Errorf("storage slot %d: %s in log %016x: %w: key %q may reach only its own logs", s.cfg.Slot, op, log, auth.ErrForbidden, p.Name)
+}
+
+// tenantRead lets a tenant's key read a fragment of its own logs, or the
+// rows of a block an island gave it a read token for (after checking the
+// file's permissions for the key's identity; fragment.Grant).
+func (s *Server) tenantRead(p auth.Peer, m *fragment.ReadReq) error {
+	if !p.Scope.LimitsIDs() || auth.OwnsLog(p.Name, m.ID.Log) || s.cfg.Key == nil {
+		return nil // (a server without keys has only unscoped peers)
+	}
+	switch {
+	case len(m.Token) == 0:
+		return fmt.Errorf("storage slot %d: read %s: %w: key %q needs a read token for another log's fragment", s.cfg.Slot, m.ID, auth.ErrForbidden, p.Name)
+	case !s.cfg.Key.CheckReadToken(p.Name, m.Grant.Canonical(m.ID.Stripe()), m.Token):
+		return fmt.Errorf("storage slot %d: read %s: %w: bad read token for key %q", s.cfg.Slot, m.ID, auth.ErrForbidden, p.Name)
+	case !m.Grant.Allows(m.ID.Index, m.Off, m.Len, s.slotDown):
+		return fmt.Errorf("storage slot %d: read %s [%d,+%d): %w: outside the block its token grants", s.cfg.Slot, m.ID, m.Off, m.Len, auth.ErrForbidden)
+	}
+	return nil
+}
+
 func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, error) {
 	if err := req.Peer.Allow(needs(req.Op), opNames[req.Op]); err != nil {
 		return wire.Response{}, fmt.Errorf("storage slot %d: %w", s.cfg.Slot, err)
@@ -202,6 +249,9 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 	case fragment.OpPut:
 		var m fragment.PutReq
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		if err := s.tenantLog(req.Peer, "put", m.ID.Log); err != nil {
 			return wire.Response{}, err
 		}
 		if m.Repair {
@@ -232,6 +282,9 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
 			return wire.Response{}, err
 		}
+		if err := s.tenantLog(req.Peer, "append", m.ID.Log); err != nil {
+			return wire.Response{}, err
+		}
 		n, err := s.store.Append(ctx, m.ID, req.Payload)
 		if err != nil {
 			return wire.Response{}, err
@@ -244,6 +297,9 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 		}
 		if m.Len > MaxFragmentSize || m.Off > MaxFragmentSize {
 			return wire.Response{}, fmt.Errorf("storage: read %s: %w: range [%d,+%d)", m.ID, fragment.ErrBadRequest, m.Off, m.Len)
+		}
+		if err := s.tenantRead(req.Peer, &m); err != nil {
+			return wire.Response{}, err
 		}
 		info, err := s.store.Info(ctx, m.ID)
 		if err != nil {
@@ -275,6 +331,9 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 	case fragment.OpInfo:
 		var m fragment.IDReq
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		if err := s.tenantLog(req.Peer, "info", m.ID.Log); err != nil {
 			return wire.Response{}, err
 		}
 		info, err := s.store.Info(ctx, m.ID)
@@ -333,6 +392,9 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 	case fragment.OpNewest:
 		var m fragment.LogReq
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
+			return wire.Response{}, err
+		}
+		if err := s.tenantLog(req.Peer, "newest", m.Log); err != nil {
 			return wire.Response{}, err
 		}
 		seq, ok, err := s.store.Newest(ctx, m.Log)

@@ -1,0 +1,47 @@
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+)
+
+// TokenSize is the length of a read token.
+const TokenSize = 16
+
+// ReadToken is the read token for grant given to the key named name:
+// HMAC-SHA256(cluster key, "atoll-read-v1" 0x00 name 0x00 grant), first
+// 16 bytes, where grant is the canonical form of what it lets the key
+// read (fragment.Grant: a block's place in one stripe). Islands hand it
+// out beside a block pointer to a key limited to identities, after their
+// permission checks; storage servers require it from such a key for
+// another log's fragments. k must be the cluster key: only members can
+// make one. Bound to the name, a token one tenant obtained is worthless
+// on another tenant's key.
+func (k *Key) ReadToken(name string, grant []byte) []byte {
+	m := hmac.New(sha256.New, k.Secret[:])
+	m.Write([]byte("atoll-read-v1\x00"))
+	m.Write([]byte(name))
+	m.Write([]byte{0})
+	m.Write(grant)
+	return m.Sum(nil)[:TokenSize]
+}
+
+// CheckReadToken reports whether token is name's token for grant.
+func (k *Key) CheckReadToken(name string, grant, token []byte) bool {
+	return len(token) == TokenSize && hmac.Equal(token, k.ReadToken(name, grant))
+}
+
+// LogPrefix is the high 32 bits every log id written under a key limited
+// to identities carries: SHA-256("atoll-log-v1" 0x00 name), first 4
+// bytes. Storage servers let such a key append to, and read without a
+// token, only logs with its prefix, so one tenant's key neither reads nor
+// adds to another's logs by guessing their ids. Not secret: names are the
+// administrator's choice, and a prefix only routes a key to its own logs.
+func LogPrefix(name string) uint32 {
+	h := sha256.Sum256([]byte("atoll-log-v1\x00" + name))
+	return binary.BigEndian.Uint32(h[:4])
+}
+
+// OwnsLog reports whether log id is one of name's logs (LogPrefix).
+func OwnsLog(name string, log uint64) bool { return uint32(log>>32) == LogPrefix(name) }
