@@ -30,9 +30,10 @@ type repairJob struct {
 }
 
 func (c *Client) enqueueRepair(j repairJob) {
-	if j.mode == repairRewrite && !c.mayRewrite() {
+	if j.mode == repairRewrite && !c.mayRewrite() || !c.mayRepairLog(j.stripe.Log) {
 		// The server marked the fragment corrupt (its repair queue) and
-		// the cleaner rewrites it; the stripe is reported degraded meanwhile.
+		// the cleaner rewrites it, or the stripe is another log's that a
+		// tenant's key may not rebuild: it is reported degraded meanwhile.
 		c.recordDegraded(j.stripe, j.slots, []int{j.frag})
 		return
 	}
@@ -200,6 +201,14 @@ func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slot
 // mayRewrite reports whether this client's key may rewrite stored
 // fragments in place: storage servers accept repairs from admin keys only
 // (a tenant's key could otherwise replace bytes with a forged CRC32C).
+// mayRepairLog: a tenant's key (limited to identities) can neither read
+// the rest of another log's stripe nor put into it (storage/doc.go,
+// "Tenants' keys"), so such stripes are left to the repair service.
+func (c *Client) mayRepairLog(log uint64) bool {
+	k := c.cfg.Key
+	return k == nil || !k.Scope.LimitsIDs() || auth.OwnsLog(k.Name, log)
+}
+
 func (c *Client) mayRewrite() bool { return c.cfg.Key == nil || c.cfg.Key.Caps.Has(auth.CapAdmin) }
 
 // stripeTrailer reads the trailer from any fragment other than skip.
