@@ -27,6 +27,12 @@ have nft || missing_apt+=(nftables)
 have sqlite3 || missing_apt+=(sqlite3)
 have flock || missing_apt+=(util-linux)
 have python3 || missing_apt+=(python3)
+# The SMB gateway: Samba's smbd and pdbedit, nss_wrapper, smbclient and
+# smbtorture (samba-testsuite) for its tests.
+have smbd && have pdbedit || missing_apt+=(samba)
+have smbclient || missing_apt+=(smbclient)
+have smbtorture || missing_apt+=(samba-testsuite)
+[ -e /usr/lib/x86_64-linux-gnu/libnss_wrapper.so ] || [ -e /usr/lib/aarch64-linux-gnu/libnss_wrapper.so ] || missing_apt+=(libnss-wrapper)
 missing_crates=()
 have pjdfstest || missing_crates+=(pjdfstest)
 have fsx || missing_crates+=(fsx)
@@ -66,7 +72,7 @@ getent passwd tests >/dev/null || "${sudo[@]}" useradd -M -g tests tests
 getent passwd nobody >/dev/null || "${sudo[@]}" useradd -M nobody
 getent group nogroup >/dev/null || getent group nobody >/dev/null || "${sudo[@]}" groupadd nogroup
 
-for t in nfs-cp jq fusermount3 pjdfstest fsx ip nft sqlite3 flock; do
+for t in nfs-cp jq fusermount3 pjdfstest fsx ip nft sqlite3 flock smbd pdbedit smbclient smbtorture; do
 	have "$t" || { echo "setup: $t still missing after installing" >&2; exit 1; }
 done
 have chromium || have chromium-browser || { echo "setup: chromium still missing after installing" >&2; exit 1; }

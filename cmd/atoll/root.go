@@ -85,7 +85,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newStorageCmd(g), newDevCmd(g), newBenchCmd(g))
 	root.AddCommand(newMetaCmd(g), newTortureCmd(g))
 	root.AddCommand(newManagerCmd(g), newStatusCmd(g), newFormatCmd(g))
-	root.AddCommand(newNFSCmd(g))
+	root.AddCommand(newNFSCmd(g), newSMBCmd(g))
 	root.AddCommand(newMountCmd(g))
 	root.AddCommand(newFsckCmd(g), newLsCmd(g), newCpCmd(g), newPolicyCmd(g), newDfCmd(g), newLocksCmd(g))
 	root.AddCommand(newCleanCmd(g), newDrainCmd(g), newKeyCmd(g), newIslandCmd(g), newMemberCmd(g))

@@ -1,0 +1,258 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/smb"
+	"github.com/atoll-fs/atoll/internal/testenv"
+)
+
+// smbGateway is an `atoll smb` process of a test.
+type smbGateway struct {
+	cmd  *exec.Cmd
+	dir  string
+	addr string
+	done chan error
+}
+
+func needSMB(t *testing.T) string {
+	t.Helper()
+	fuseUsable(t)
+	lookTool(t, "smbd")
+	lookTool(t, "pdbedit")
+	if err := (&smb.Config{Managers: []string{"x"}, Key: testKey, Listen: "127.0.0.1:1", Dir: "x"}).Validate(); err != nil {
+		testenv.Missing(t, "%v (make setup installs it)", err)
+	}
+	return lookTool(t, "smbclient")
+}
+
+// startSMB starts a gateway serving the namespace's path as share
+// "atoll" and waits until alice can list it.
+func startSMB(t *testing.T, cl *devcluster.Cluster, dir, addr, path string) *smbGateway {
+	t.Helper()
+	g := &smbGateway{dir: dir, addr: addr, done: make(chan error, 1)}
+	g.cmd = exec.Command(atoll(t), "smb", "--cluster", cl.Manager, "--dir", dir, "--listen", addr, "--path", path, "--log-level", "warn")
+	g.cmd.Stdout, g.cmd.Stderr = os.Stderr, os.Stderr
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { g.done <- g.cmd.Wait() }()
+	t.Cleanup(func() { g.stop(t) })
+	waitEvent(t, "the SMB gateway serving", func() error {
+		select {
+		case err := <-g.done:
+			g.done <- err
+			t.Fatalf("atoll smb exited: %v", err)
+		default:
+		}
+		_, err := g.client(t, "alice%pw-alice", "ls")
+		return err
+	})
+	return g
+}
+
+// stop ends the gateway as its supervisor would (SIGTERM) and checks it
+// took its smbd and its mount with it.
+func (g *smbGateway) stop(t *testing.T) {
+	if g.cmd.ProcessState != nil || g.cmd.Process == nil {
+		return
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-g.done:
+		g.done <- err
+		if err != nil {
+			t.Errorf("atoll smb after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = g.cmd.Process.Kill()
+		t.Errorf("atoll smb did not stop within 30s of SIGTERM")
+	}
+}
+
+// client runs smbclient's commands as user ("name%password").
+func (g *smbGateway) client(t *testing.T, user, commands string) (string, error) {
+	t.Helper()
+	host, port, _ := strings.Cut(g.addr, ":")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "smbclient", "//"+host+"/atoll", "-p", port, "-U", user, "-c", commands).CombinedOutput()
+	s := string(out)
+	if err == nil && strings.Contains(s, "NT_STATUS_") {
+		err = fmt.Errorf("smbclient: %s", strings.TrimSpace(s))
+	}
+	if err != nil {
+		return s, fmt.Errorf("smbclient %q as %s: %v: %s", commands, strings.Split(user, "%")[0], err, strings.TrimSpace(s))
+	}
+	return s, nil
+}
+
+// TestSMBGateway: a dev cluster's namespace over SMB through `atoll smb`
+// (smbd over the gateway's own mount), with the cluster's users: files
+// written over SMB are alice's and read back exactly through the client
+// library and a FUSE mount, and the other way round; wrong passwords,
+// unknown and removed users are refused; POSIX permissions hold for SMB
+// users as for any other; SIGTERM and kill -9 of the gateway leave no
+// smbd or mount behind, and a new gateway on the same directory serves.
+func TestSMBGateway(t *testing.T) {
+	needSMB(t)
+	cl, base := startDev(t, 3, 1, 2, nil)
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	alice, bob := metawire.Cred{UID: 1000, GID: 1000}, metawire.Cred{UID: 2000, GID: 2000}
+	share, err := conn.FS.MkdirAll(ctx, metawire.Root, "/share", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.FS.SetAttr(ctx, metawire.SetAttrReq{Cred: metawire.Root, Ino: share.Ino, Valid: metawire.SetUID | metawire.SetGID, UID: 1000, GID: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	users := func(stdin string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(atoll(t), append(append([]string{"smb", "user"}, args...), "--cluster", cl.Manager)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("atoll smb user %v: %v: %s", args, err, out)
+		}
+	}
+	users("pw-alice\n", "add", "alice", "--uid", "1000", "--gid", "1000")
+	users("", "add", "carol", "--uid", "3000", "--gid", "3000", "--password", "pw-carol")
+
+	dir := filepath.Join(t.TempDir(), "smb")
+	searchableToAll(t, dir)
+	addr := fmt.Sprintf("127.0.0.1:%d", base+2+3+1)
+	g := startSMB(t, cl, dir, addr, "/share")
+
+	// Over SMB, then read through the library and a FUSE mount.
+	data := make([]byte, 3<<20+12345)
+	rand.Read(data)
+	local := filepath.Join(t.TempDir(), "big.bin")
+	if err := os.WriteFile(local, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	back := filepath.Join(t.TempDir(), "back.bin")
+	if _, err := g.client(t, "alice%pw-alice", fmt.Sprintf("put %s big.bin; mkdir d; rename big.bin d/big2.bin; put %s gone.bin; del gone.bin; get d/big2.bin %s", local, local, back)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(back); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("SMB get of what SMB put: %d bytes, %v", len(got), err)
+	}
+	f, err := conn.FS.OpenPath(ctx, metawire.Root, "/share/d/big2.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.Attr()
+	got := make([]byte, len(data)+1)
+	n, _ := f.ReadAt(ctx, got, 0)
+	f.Release()
+	if n != len(data) || !bytes.Equal(got[:n], data) || a.UID != 1000 || a.GID != 1000 {
+		t.Fatalf("the file SMB wrote, through the library: %d bytes (right: %v), uid %d gid %d", n, bytes.Equal(got[:n], data), a.UID, a.GID)
+	}
+	if _, err := conn.FS.Resolve(ctx, metawire.Root, "/share/gone.bin"); metawire.Errno(err) != syscall.ENOENT {
+		t.Fatalf("a file deleted over SMB: %v", err)
+	}
+	_, mnt := mountFS(t, conn.FS)
+	if got, err := os.ReadFile(filepath.Join(mnt, "share", "d", "big2.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the file SMB wrote, through a FUSE mount: %d bytes, %v", len(got), err)
+	}
+
+	// Written elsewhere (the library as alice), read over SMB.
+	other := bytes.Repeat([]byte("from the library. "), 5000)
+	if err := conn.FS.WriteFile(ctx, alice, "/share/lib.txt", other, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.client(t, "alice%pw-alice", "get lib.txt "+back); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(back); !bytes.Equal(got, other) {
+		t.Fatalf("SMB get of a file the library wrote: %d bytes", len(got))
+	}
+
+	// POSIX permissions hold for SMB users: bob's 0600 file is not
+	// alice's to read; carol may not write in alice's 0755 directory.
+	if err := conn.FS.WriteFile(ctx, metawire.Root, "/share/bob.txt", []byte("bob's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ba, err := conn.FS.Resolve(ctx, metawire.Root, "/share/bob.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.FS.SetAttr(ctx, metawire.SetAttrReq{Cred: metawire.Root, Ino: ba.Ino, Valid: metawire.SetUID | metawire.SetGID, UID: bob.UID, GID: bob.GID}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := g.client(t, "alice%pw-alice", "get bob.txt "+back); err == nil || !strings.Contains(out, "NT_STATUS_ACCESS_DENIED") {
+		t.Errorf("alice reading bob's 0600 file over SMB: %v", err)
+	}
+	if out, err := g.client(t, "carol%pw-carol", "put "+local+" carol.bin"); err == nil || !strings.Contains(out, "NT_STATUS_ACCESS_DENIED") {
+		t.Errorf("carol writing in alice's 0755 directory over SMB: %v", err)
+	}
+
+	// Logons: a wrong password, an unknown user; a removed user within
+	// the gateway's users refresh.
+	for _, u := range []string{"alice%wrong", "mallory%pw-alice"} {
+		if out, err := g.client(t, u, "ls"); err == nil || !strings.Contains(out, "NT_STATUS_LOGON_FAILURE") {
+			t.Errorf("logon as %s: %v", u, err)
+		}
+	}
+	users("", "remove", "carol")
+	waitEvent(t, "carol refused after her removal", func() error {
+		if out, err := g.client(t, "carol%pw-carol", "ls"); err == nil || !strings.Contains(out, "NT_STATUS_LOGON_FAILURE") {
+			return fmt.Errorf("carol's logon: %v", err)
+		}
+		return nil
+	})
+
+	// SIGTERM: the gateway stops its smbd and its mount.
+	mntDir := filepath.Join(dir, "mnt")
+	g.stop(t)
+	checkGone := func(why string) {
+		t.Helper()
+		waitEvent(t, "no smbd or mount left "+why, func() error {
+			if out, _ := exec.Command("pgrep", "-f", "smbd -s "+filepath.Join(dir, "smb.conf")).Output(); len(out) > 0 {
+				return fmt.Errorf("smbd still running: %s", out)
+			}
+			if isMountpoint(mntDir) {
+				return fmt.Errorf("%s still mounted", mntDir)
+			}
+			return nil
+		})
+	}
+	checkGone("after SIGTERM")
+
+	// kill -9: its children follow it, and a new gateway serves.
+	g = startSMB(t, cl, dir, addr, "/share")
+	_ = g.cmd.Process.Kill()
+	<-g.done
+	g.done <- nil
+	checkGone("after kill -9")
+	g = startSMB(t, cl, dir, addr, "/share")
+	if _, err := g.client(t, "alice%pw-alice", "get d/big2.bin "+back); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(back); !bytes.Equal(got, data) {
+		t.Fatal("the file after the gateway's restart differs")
+	}
+}
+
+// isMountpoint reports whether path is a mountpoint now.
+func isMountpoint(path string) bool {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, ln := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(ln); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
+}
