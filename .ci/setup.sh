@@ -40,7 +40,10 @@ have cargo || [ ${#missing_crates[@]} -eq 0 ] || missing_apt+=(cargo)
 missing_users=()
 getent passwd tests >/dev/null || missing_users+=(tests)
 
-if [ ${#missing_apt[@]} -eq 0 ] && [ ${#missing_crates[@]} -eq 0 ] && [ ${#missing_users[@]} -eq 0 ]; then
+missing_pip=()
+python3 -c 'import smbprotocol' 2>/dev/null || missing_pip+=(smbprotocol)
+
+if [ ${#missing_apt[@]} -eq 0 ] && [ ${#missing_crates[@]} -eq 0 ] && [ ${#missing_users[@]} -eq 0 ] && [ ${#missing_pip[@]} -eq 0 ]; then
 	echo "setup: everything the suite needs is installed"
 	exit 0
 fi
@@ -50,7 +53,7 @@ if [ "$(id -u)" != 0 ]; then
 	if have sudo && sudo -n true 2>/dev/null; then
 		sudo=(sudo -n)
 	else
-		echo "setup: missing: ${missing_apt[*]} ${missing_crates[*]} ${missing_users[*]/#/user }" >&2
+		echo "setup: missing: ${missing_apt[*]} ${missing_crates[*]} ${missing_pip[*]} ${missing_users[*]/#/user }" >&2
 		echo "setup: this user cannot install them; run once as root:  sudo make setup" >&2
 		exit 1
 	fi
@@ -71,6 +74,15 @@ getent group tests >/dev/null || "${sudo[@]}" groupadd tests
 getent passwd tests >/dev/null || "${sudo[@]}" useradd -M -g tests tests
 getent passwd nobody >/dev/null || "${sudo[@]}" useradd -M nobody
 getent group nogroup >/dev/null || getent group nobody >/dev/null || "${sudo[@]}" groupadd nogroup
+
+# smbprotocol (PyPI): the SMB2 client the SMB lock tests drive.
+if ! python3 -c 'import smbprotocol' 2>/dev/null; then
+	echo "setup: pip install smbprotocol"
+	python3 -m pip install -q smbprotocol 2>/dev/null ||
+		python3 -m pip install -q --break-system-packages smbprotocol ||
+		{ "${sudo[@]}" apt-get install -y -qq python3-pip && python3 -m pip install -q --break-system-packages smbprotocol; }
+fi
+python3 -c 'import smbprotocol' || { echo "setup: python3 cannot import smbprotocol after installing" >&2; exit 1; }
 
 for t in nfs-cp jq fusermount3 pjdfstest fsx ip nft sqlite3 flock smbd pdbedit smbclient smbtorture; do
 	have "$t" || { echo "setup: $t still missing after installing" >&2; exit 1; }

@@ -1,10 +1,12 @@
 package test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/smb"
 	"github.com/atoll-fs/atoll/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // smbGateway is an `atoll smb` process of a test.
@@ -255,4 +258,120 @@ func isMountpoint(path string) bool {
 		}
 	}
 	return false
+}
+
+// smbLocker runs testdata/smblock.py: an SMB2 client that takes an
+// exclusive byte-range lock through a gateway and holds it until
+// release.
+type smbLocker struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	first string // "granted" or "conflict STATUS"
+}
+
+func smbLock(t *testing.T, g *smbGateway, user, pass, name string, off, n int64) *smbLocker {
+	t.Helper()
+	host, port, _ := strings.Cut(g.addr, ":")
+	l := &smbLocker{cmd: exec.Command("python3", filepath.Join("testdata", "smblock.py"), host, port, "atoll", user, pass, name, fmt.Sprint(off), fmt.Sprint(n))}
+	var err error
+	if l.stdin, err = l.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := l.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	l.cmd.Stderr = &errb
+	if err := l.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	l.first = strings.TrimSpace(line)
+	if l.first == "" {
+		_ = l.cmd.Wait()
+		t.Fatalf("smblock.py printed nothing: %s", errb.String())
+	}
+	t.Cleanup(l.release)
+	return l
+}
+
+func (l *smbLocker) release() {
+	if l.cmd.ProcessState == nil {
+		l.stdin.Close()
+		_ = l.cmd.Wait()
+	}
+}
+
+// TestSMBLocksAcrossGatewaysAndMounts: SMB byte-range locks are the
+// cluster's locks. A lock held through a FUSE mount refuses the same
+// range to an SMB client (another range is granted); a lock held through
+// one gateway refuses the range through a second gateway and through the
+// mount; released, the other gateway gets it.
+func TestSMBLocksAcrossGatewaysAndMounts(t *testing.T) {
+	needSMB(t)
+	if err := exec.Command("python3", "-c", "import smbprotocol").Run(); err != nil {
+		testenv.Missing(t, "python3's smbprotocol is not installed (make setup installs it)")
+	}
+	cl, base := startDev(t, 3, 1, 3, nil)
+	ctx := context.Background()
+	conn := dialDev(t, cl)
+	share, err := conn.FS.MkdirAll(ctx, metawire.Root, "/share", 0o777)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = share
+	cmd := exec.Command(atoll(t), "smb", "user", "add", "alice", "--uid", "1000", "--gid", "1000", "--password", "pw-alice", "--cluster", cl.Manager)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if err := conn.FS.WriteFile(ctx, metawire.Cred{UID: 1000, GID: 1000}, "/share/lock.dat", bytes.Repeat([]byte("x"), 4096), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	var gws []*smbGateway
+	for i := range 2 {
+		dir := filepath.Join(t.TempDir(), "smb")
+		searchableToAll(t, dir)
+		gws = append(gws, startSMB(t, cl, dir, fmt.Sprintf("127.0.0.1:%d", base+2+3+1+i), "/share"))
+	}
+	_, mnt := mountFS(t, conn.FS)
+	f := openRW(t, filepath.Join(mnt, "share", "lock.dat"))
+
+	// Held through the mount: refused over SMB, another range granted.
+	if _, err := posixLock(f, unix.F_SETLK, unix.F_WRLCK, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if l := smbLock(t, gws[0], "alice", "pw-alice", "lock.dat", 50, 10); !strings.HasPrefix(l.first, "conflict") {
+		t.Fatalf("SMB lock over a range the mount holds: %s", l.first)
+	}
+	other := smbLock(t, gws[0], "alice", "pw-alice", "lock.dat", 200, 10)
+	if other.first != "granted" {
+		t.Fatalf("SMB lock beside the mount's range: %s", other.first)
+	}
+	other.release()
+	if _, err := posixLock(f, unix.F_SETLK, unix.F_UNLCK, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+
+	// Held through gateway 1: refused through gateway 2 and the mount.
+	held := smbLock(t, gws[0], "alice", "pw-alice", "lock.dat", 1000, 100)
+	if held.first != "granted" {
+		t.Fatalf("SMB lock through gateway 1: %s", held.first)
+	}
+	if l := smbLock(t, gws[1], "alice", "pw-alice", "lock.dat", 1050, 10); !strings.HasPrefix(l.first, "conflict") {
+		t.Fatalf("the same range through gateway 2: %s", l.first)
+	}
+	wantErrno(t, "the same range through the mount", func() error {
+		_, err := posixLock(f, unix.F_SETLK, unix.F_WRLCK, 1090, 20)
+		return err
+	}(), syscall.EAGAIN)
+	held.release()
+	waitEvent(t, "gateway 2 granted the range gateway 1 released", func() error {
+		l := smbLock(t, gws[1], "alice", "pw-alice", "lock.dat", 1050, 10)
+		defer l.release()
+		if l.first != "granted" {
+			return fmt.Errorf("%s", l.first)
+		}
+		return nil
+	})
 }
