@@ -8,7 +8,7 @@ PKGS := ./...
 export PATH := $(PATH):$(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 SHELL := /bin/bash
 
-.PHONY: bench-locks all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-meta-replicas bench-fs bench-clean clean
+.PHONY: bench-locks all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-meta-replicas bench-fs bench-clean clean smbtorture
 
 all: build
 
@@ -150,6 +150,12 @@ fsx: build
 nfs-test: setup
 	$(GO) test -race -timeout 10m ./internal/nfs/...
 	$(GO) test -race -timeout 10m -run 'TestNFS' ./test/
+
+# Samba's smbtorture against atoll smb and against the same Samba over a
+# local ext4 directory, side by side (report in smbtorture-report.txt);
+# ATOLL_SMBTORTURE_SUITES="smb2.lock smb2.rw" runs only those suites.
+smbtorture: setup
+	ATOLL_SMBTORTURE=1 $(GO) test -count=1 -run TestSMBTortureBesideExt4 -v -timeout 180m ./test/
 
 nfs-fuzz:
 	$(GO) test -run XXX -fuzz FuzzRPC -fuzztime 30s ./internal/nfs/
