@@ -97,7 +97,11 @@ func TestSMBTortureBesideExt4(t *testing.T) {
 	if err := smbd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = smbd.Process.Kill(); _ = smbd.Wait(); _ = exec.Command("pkill", "-f", "smbd -s "+refConf).Run() })
+	t.Cleanup(func() {
+		_ = smbd.Process.Kill()
+		_ = smbd.Wait()
+		_ = exec.Command("pkill", "-f", "smbd -s "+refConf).Run()
+	})
 	refGw := &smbGateway{addr: refAddr}
 	waitEvent(t, "the reference smbd serving", func() error { _, err := refGw.client(t, "alice%pw-alice", "ls"); return err })
 
