@@ -1628,3 +1628,70 @@ func TestFUSEPrebornFiles(t *testing.T) {
 		t.Fatalf("another client lists %d entries (%v), want %d", len(list.Entries)-2, err, len(kept))
 	}
 }
+
+// TestFUSEOpenDirectorySeesItsMountsChanges: a directory opened, then
+// changed through the same mount (creates, a mkdir, an unlink, a rename
+// in), then read and read again after rewinding, lists the changes as on
+// a local disk. The mount had buffered the listing at open for the
+// attribute timeout, and smbd, which opens a directory before it creates
+// in it, listed 0 of 100 new files (smbtorture's smb2.dir.find).
+func TestFUSEOpenDirectorySeesItsMountsChanges(t *testing.T) {
+	fuseUsable(t)
+	fc := startFSCluster(t, 3, 1)
+	// Long cache timeouts: a stale listing would still be served when
+	// the directory is read, however slow the creates.
+	_, mnt := mountFSWith(t, fc.newFS(t), func(c *fusefs.Config) { c.AttrTTL, c.EntryTTL = time.Minute, time.Minute })
+	dir := filepath.Join(mnt, "d")
+	if err := os.Mkdir(filepath.Join(mnt, "elsewhere"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "elsewhere", "moved"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Opened new and empty, as smbd opens a directory it then fills.
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.WriteFile(filepath.Join(dir, "old"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 100 {
+		n := fmt.Sprintf("f%03d", i)
+		nf, err := os.Create(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nf.Close()
+		want = append(want, n)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(mnt, "elsewhere", "moved"), filepath.Join(dir, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, "moved", "sub")
+	slices.Sort(want)
+	for _, when := range []string{"first read", "after rewinding"} {
+		names, err := f.Readdirnames(-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, want) {
+			t.Fatalf("%s of a directory opened before its changes: %d names %v..., want %d", when, len(names), names[:min(5, len(names))], len(want))
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -438,6 +438,7 @@ func (a *adapter) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 	}
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	defer a.dirChanged(in.NodeId)
 	r, err := a.fs.Create(ctx, metawire.CreateReq{
 		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: mode, Rdev: in.Rdev, Exclusive: true,
 	})
@@ -451,6 +452,7 @@ func (a *adapter) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 func (a *adapter) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	defer a.dirChanged(in.NodeId)
 	r, err := a.fs.Mkdir(ctx, metawire.CreateReq{
 		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: in.Mode & metawire.ModePerm,
 	})
@@ -464,6 +466,7 @@ func (a *adapter) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	defer a.dirChanged(h.NodeId)
 	r, err := a.fs.Symlink(ctx, metawire.CreateReq{
 		Cred: a.cred(h), Dir: ino(h.NodeId), Name: name, Target: target, Exclusive: true,
 	})
@@ -477,6 +480,7 @@ func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name
 func (a *adapter) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	defer a.dirChanged(in.NodeId)
 	cred := a.cred(&in.InHeader)
 	at, err := a.fs.Link(ctx, metawire.LinkReq{
 		Cred: cred, Ino: ino(in.Oldnodeid), Dir: ino(in.NodeId), Name: name,
@@ -556,6 +560,7 @@ func (a *adapter) renameAside(ctx context.Context, cred metawire.Cred, of *openF
 func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	defer a.dirChanged(h.NodeId)
 	cred, dir := a.cred(h), ino(h.NodeId)
 	vino, of, ok := a.victim(ctx, cred, dir, name)
 	if of != nil && a.fs.CreatePending(vino) && a.releasedSoon(of, 50) {
@@ -582,6 +587,7 @@ func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) 
 func (a *adapter) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	defer a.dirChanged(h.NodeId)
 	return status(a.fs.Rmdir(ctx, a.cred(h), ino(h.NodeId), name))
 }
 
@@ -595,6 +601,7 @@ const (
 func (a *adapter) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	defer a.dirChanged(in.NodeId, in.Newdir)
 	cred := a.cred(&in.InHeader)
 	req := metawire.RenameReq{Cred: cred, SrcDir: ino(in.NodeId), SrcName: oldName, DstDir: ino(in.Newdir), DstName: newName}
 	if in.Flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
@@ -826,6 +833,7 @@ func (a *adapter) openHandle(ctx context.Context, cred metawire.Cred, i uint64, 
 func (a *adapter) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
+	defer a.dirChanged(in.NodeId)
 	cred, dir := a.cred(&in.InHeader), ino(in.NodeId)
 	mode := in.Mode&metawire.ModePerm | metawire.ModeFile
 	r, err := a.fs.Create(ctx, metawire.CreateReq{
@@ -1202,7 +1210,7 @@ func (a *adapter) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 			return status(err)
 		}
 	}
-	ds := &dirStream{}
+	ds := &dirStream{ino: i}
 	a.mu.Lock()
 	a.nextFh++
 	out.Fh = a.nextFh
@@ -1210,6 +1218,20 @@ func (a *adapter) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 	a.mu.Unlock()
 	a.cacheListing(ctx, cred, i, ds, out)
 	return fuse.OK
+}
+
+// dirChanged marks the buffered listings of the open directories among
+// nodes stale: called after every change of names through this mount.
+func (a *adapter) dirChanged(nodes ...uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ds := range a.dirs {
+		for _, n := range nodes {
+			if ds.ino == ino(n) {
+				ds.stale.Store(true)
+			}
+		}
+	}
 }
 
 func (a *adapter) ReleaseDir(in *fuse.ReleaseIn) {
@@ -1224,6 +1246,11 @@ func (a *adapter) ReleaseDir(in *fuse.ReleaseIn) {
 // buffer while their offsets continue where the last one ended and the
 // buffer is younger than the attribute timeout.
 type dirStream struct {
+	ino uint64 // the directory's inode
+	// stale is set when this mount changes the directory (dirChanged):
+	// the buffer no longer serves, so a process that opened a directory,
+	// created in it and read it (Samba's smbd does) sees what it made.
+	stale   atomic.Bool
 	mu      lockcheck.Mutex
 	plus    bool   // the entries carry attributes
 	next    uint64 // the offset the buffer continues from
@@ -1277,9 +1304,12 @@ func (a *adapter) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 	for {
 		var ents []metawire.Dirent
 		var eof bool
-		if ds != nil && ds.valid && ds.next == cookie && (ds.plus || !plus) && time.Since(ds.at) < a.cfg.AttrTTL {
+		if ds != nil && ds.valid && !ds.stale.Load() && ds.next == cookie && (ds.plus || !plus) && time.Since(ds.at) < a.cfg.AttrTTL {
 			ents, eof = ds.entries, ds.eof
 		} else {
+			if ds != nil {
+				ds.stale.Store(false) // a change from now on marks it again
+			}
 			resp, err := a.fs.Readdir(ctx, cred, dir, cookie, want, plus)
 			if err != nil {
 				if cookie != in.Offset {
