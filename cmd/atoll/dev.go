@@ -68,6 +68,7 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 	f.IntVar(&cfg.Islands, "islands", 3, "metadata islands (0: data plane only)")
 	f.IntVar(&cfg.IslandReplicas, "island-replicas", 3, "replicas of each island (1, 3 or 5): above 1, the islands run on island servers (as many as islands, at least as many as replicas), each hosting replicas of several islands; 1 keeps one copy of each island (a lost island disk loses its part of the namespace)")
 	f.StringVar(&cfg.NFSListen, "nfs-listen", "127.0.0.1:2049", "NFS gateway address (empty: no gateway)")
+	f.StringVar(&cfg.SMBListen, "smb-listen", "", "serve the namespace over SMB as share atoll here, e.g. 127.0.0.1:4450 (needs root, samba and libnss-wrapper; empty: no SMB gateway)")
 	f.StringVar(&cfg.Mount, "mount", "", "FUSE mountpoint (default DATA/mnt)")
 	f.BoolVar(&noMount, "no-mount", false, "do not mount with FUSE")
 	f.StringArrayVar(&cfg.MountArgs, "mount-arg", nil, "pass one more flag to the mount (repeatable), e.g. --mount-arg=--write-behind=false")

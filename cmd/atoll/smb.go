@@ -55,6 +55,7 @@ else $ATOLL_CLUSTER, else ` + defaultCluster + `.`,
 	f.StringVar(&cfg.Share, "share", "atoll", "share name")
 	f.StringVar(&cfg.Path, "path", "/", "directory of the namespace the share serves")
 	f.StringVar(&mountArgs, "mount-args", "", "extra flags for the gateway's atoll mount, space-separated")
+	f.StringVar(&cfg.AddrFile, "addr-file", "", "write the listening address to this file once serving")
 	cmd.AddCommand(newSMBUserCmd(g))
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
@@ -29,6 +30,7 @@ type Config struct {
 	StorageListen string   // host:port of slot 0; slot i listens on port+i
 	IslandListen  string   // host:port of island 1; island i on port+i-1
 	NFSListen     string   // NFS gateway address ("" = no gateway)
+	SMBListen     string   // SMB gateway address ("" = no gateway; needs root and Samba)
 	Mount         string   // FUSE mountpoint ("" = no mount)
 	MountArgs     []string // more flags for `atoll mount` (benchmarks: --write-behind=false)
 	// WebListen is the manager's dashboard, /api/cluster and /metrics
@@ -292,7 +294,7 @@ func (c *Cluster) Stop() {
 	var servers []*Child
 	for i := len(c.Children) - 1; i >= 0; i-- {
 		switch ch := c.Children[i]; ch.Name {
-		case "mount", "nfs":
+		case "mount", "nfs", "smb":
 			_ = ch.Stop(10 * time.Second)
 		default:
 			servers = append(servers, ch)
@@ -504,6 +506,11 @@ func (d *Dev) Start(ctx context.Context) (_ *Cluster, err error) {
 		c.Addr, c.MetricsAddr = abs, metrics.Mount
 		cl.Children = append(cl.Children, c)
 	}
+	if d.cfg.Islands > 0 && d.cfg.SMBListen != "" {
+		if _, err := start("smb", d.cfg.SMBListen, "", "smb", "--cluster", mgr.Addr, "--dir", smbDir(d.cfg.DataDir)); err != nil {
+			return nil, err
+		}
+	}
 	return cl, nil
 }
 
@@ -568,6 +575,10 @@ func (d *Dev) Run(ctx context.Context) error {
 	}
 	if c := cl.Child("mount"); c != nil {
 		fmt.Fprintf(d.cfg.Out, "  FUSE:      ls %s\n", c.Addr)
+	}
+	if c := cl.Child("smb"); c != nil {
+		host, port, _ := net.SplitHostPort(c.Addr)
+		fmt.Fprintf(d.cfg.Out, "  SMB:       smbclient //%s/atoll -p %s -U NAME   (first: ATOLL_CLUSTER=%s atoll smb user add NAME --uid UID --gid GID)\n", host, port, cl.Manager)
 	}
 	fmt.Fprintf(d.cfg.Out, "  benchmark: atoll bench data --cluster %s --size 256MiB\n", cl.Manager)
 	reported := map[*Child]bool{}
@@ -639,6 +650,28 @@ func (d *Dev) waitRegistered(ctx context.Context, cl *cluster.Client) (*cluster.
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// smbDir is where dev's SMB gateway keeps its state: DATA/smb, unless a
+// directory above it is closed to other users (a data directory in
+// root's home), which smbd, acting as each user, could not pass to
+// reach the gateway's mount: then a directory in the system's temporary
+// directory named after DATA.
+func smbDir(data string) string {
+	abs, err := filepath.Abs(data)
+	if err != nil {
+		return filepath.Join(data, "smb")
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			h := fnv.New32a()
+			h.Write([]byte(abs))
+			return filepath.Join(os.TempDir(), fmt.Sprintf("atoll-dev-smb-%08x", h.Sum32()))
+		}
+		if d == "/" {
+			return filepath.Join(abs, "smb")
 		}
 	}
 }

@@ -45,6 +45,9 @@ type Config struct {
 	Atoll, Smbd, Pdbedit, NSSWrapper string
 	// MountArgs are extra flags for the gateway's `atoll mount`.
 	MountArgs []string
+	// AddrFile, if set, gets Listen and a newline once smbd serves (what
+	// atoll dev waits for).
+	AddrFile string
 	// UserSync is how often the users file is read again (default 5s).
 	UserSync time.Duration
 	Logger   *slog.Logger
@@ -181,6 +184,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 				return fmt.Errorf("smb: smbd did not serve %s: %w", g.cfg.Listen, err)
 			}
 			g.log.Info("smb: serving", "share", g.cfg.Share, "path", g.cfg.Path, "listen", g.cfg.Listen)
+			if g.cfg.AddrFile != "" {
+				if err := writeAtomic(g.cfg.AddrFile, []byte(g.cfg.Listen+"\n"), 0o644); err != nil {
+					return err
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
