@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func TestSMBTortureBesideExt4(t *testing.T) {
 	if s := os.Getenv("ATOLL_SMBTORTURE_SUITES"); s != "" {
 		suites = strings.Fields(s)
 	}
-	cl, base := startDev(t, 5, 1, 2, nil)
+	cl, base := startDev(t, 5, 1, 3, nil)
 	ctx := context.Background()
 	conn := dialDev(t, cl)
 	share, err := conn.FS.MkdirAll(ctx, metawire.Root, "/share", 0o755)
@@ -55,55 +56,62 @@ func TestSMBTortureBesideExt4(t *testing.T) {
 	atollAddr := fmt.Sprintf("127.0.0.1:%d", base+2+5+1)
 	startSMB(t, cl, dir, atollAddr, "/share")
 
-	// The reference: the gateway's own smb.conf and users, with the
-	// share on a local directory and Samba's state elsewhere.
-	ref := filepath.Join(t.TempDir(), "ref")
-	local := filepath.Join(ref, "share")
-	for _, d := range []string{ref, local} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	searchableToAll(t, local)
-	if err := os.Chown(local, 1000, 1000); err != nil {
-		t.Fatal(err)
-	}
+	// The references: the gateway's own smb.conf and users, with the
+	// share on a local directory and Samba's state elsewhere; and the
+	// same with oplocks and leases on (Samba's defaults), to show what
+	// turning them off costs.
 	conf, err := os.ReadFile(filepath.Join(dir, "smb.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	refAddr := fmt.Sprintf("127.0.0.1:%d", base+2+5+2)
-	c := string(conf)
-	c = strings.ReplaceAll(c, filepath.Join(dir, "samba"), filepath.Join(ref, "samba"))
-	c = regexp.MustCompile(`(?m)^  path = .*$`).ReplaceAllString(c, "  path = "+local)
-	c = regexp.MustCompile(`(?m)^  smb ports = .*$`).ReplaceAllString(c, "  smb ports = "+strings.Split(refAddr, ":")[1])
-	for _, s := range []string{"private", "lock", "state", "cache", "pid", "ncalrpc", "log"} {
-		if err := os.MkdirAll(filepath.Join(ref, "samba", s), 0o700); err != nil {
+	env := append(os.Environ(), "LD_PRELOAD="+nssWrapperLib(t), "NSS_WRAPPER_PASSWD="+filepath.Join(dir, "nss", "passwd"), "NSS_WRAPPER_GROUP="+filepath.Join(dir, "nss", "group"))
+	startRef := func(addr string, oplocks bool) {
+		ref := filepath.Join(t.TempDir(), "ref")
+		local := filepath.Join(ref, "share")
+		if err := os.MkdirAll(local, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		searchableToAll(t, local)
+		if err := os.Chown(local, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+		c := string(conf)
+		c = strings.ReplaceAll(c, filepath.Join(dir, "samba"), filepath.Join(ref, "samba"))
+		c = regexp.MustCompile(`(?m)^  path = .*$`).ReplaceAllString(c, "  path = "+local)
+		c = regexp.MustCompile(`(?m)^  smb ports = .*$`).ReplaceAllString(c, "  smb ports = "+strings.Split(addr, ":")[1])
+		if oplocks {
+			c = regexp.MustCompile(`(?m)^  (oplocks|level2 oplocks|smb2 leases) = no\n`).ReplaceAllString(c, "")
+		}
+		for _, s := range []string{"private", "lock", "state", "cache", "pid", "ncalrpc", "log"} {
+			if err := os.MkdirAll(filepath.Join(ref, "samba", s), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		refConf := filepath.Join(ref, "smb.conf")
+		if err := os.WriteFile(refConf, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pdb := exec.Command("pdbedit", "-s", refConf, "-a", "-u", "alice", "-t")
+		pdb.Env, pdb.Stdin = env, strings.NewReader("pw-alice\npw-alice\n")
+		if out, err := pdb.CombinedOutput(); err != nil {
+			t.Fatalf("pdbedit: %v: %s", err, out)
+		}
+		smbd := exec.Command("smbd", "-s", refConf, "--foreground", "--no-process-group")
+		smbd.Env = env
+		smbd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // smbd signals its process group when it stops
+		if err := smbd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = syscall.Kill(-smbd.Process.Pid, syscall.SIGKILL)
+			_ = smbd.Wait()
+		})
+		refGw := &smbGateway{addr: addr}
+		waitEvent(t, "a reference smbd serving", func() error { _, err := refGw.client(t, "alice%pw-alice", "ls"); return err })
 	}
-	refConf := filepath.Join(ref, "smb.conf")
-	if err := os.WriteFile(refConf, []byte(c), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := append(os.Environ(), "LD_PRELOAD="+nssWrapperLib(t), "NSS_WRAPPER_PASSWD="+filepath.Join(dir, "nss", "passwd"), "NSS_WRAPPER_GROUP="+filepath.Join(dir, "nss", "group"))
-	pdb := exec.Command("pdbedit", "-s", refConf, "-a", "-u", "alice", "-t")
-	pdb.Env, pdb.Stdin = env, strings.NewReader("pw-alice\npw-alice\n")
-	if out, err := pdb.CombinedOutput(); err != nil {
-		t.Fatalf("pdbedit: %v: %s", err, out)
-	}
-	smbd := exec.Command("smbd", "-s", refConf, "--foreground", "--no-process-group")
-	smbd.Env = env
-	if err := smbd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = smbd.Process.Kill()
-		_ = smbd.Wait()
-		_ = exec.Command("pkill", "-f", "smbd -s "+refConf).Run()
-	})
-	refGw := &smbGateway{addr: refAddr}
-	waitEvent(t, "the reference smbd serving", func() error { _, err := refGw.client(t, "alice%pw-alice", "ls"); return err })
+	refAddr, defAddr := fmt.Sprintf("127.0.0.1:%d", base+2+5+2), fmt.Sprintf("127.0.0.1:%d", base+2+5+3)
+	startRef(refAddr, false)
+	startRef(defAddr, true)
 
 	type result map[string]string // test -> success, failure, error, skip
 	run := func(addr, suite string) result {
@@ -125,11 +133,11 @@ func TestSMBTortureBesideExt4(t *testing.T) {
 		return r
 	}
 	var report strings.Builder
-	fmt.Fprintf(&report, "smbtorture %s, Samba %s; passes / tests\n%-28s %12s %12s\n", time.Now().Format(time.DateTime), sambaVersion(), "suite", "ext4", "atoll")
+	fmt.Fprintf(&report, "smbtorture %s, Samba %s; passes / tests\n%-28s %12s %12s %16s\n", time.Now().Format(time.DateTime), sambaVersion(), "suite", "ext4", "atoll", "ext4+oplocks")
 	var worse []string
-	totals := [4]int{}
+	totals := [6]int{}
 	for _, suite := range suites {
-		re, ra := run(refAddr, suite), run(atollAddr, suite)
+		re, ra, rd := run(refAddr, suite), run(atollAddr, suite), run(defAddr, suite)
 		count := func(r result) (int, int) {
 			p := 0
 			for _, v := range r {
@@ -141,15 +149,19 @@ func TestSMBTortureBesideExt4(t *testing.T) {
 		}
 		pe, ne := count(re)
 		pa, na := count(ra)
-		totals[0], totals[1], totals[2], totals[3] = totals[0]+pe, totals[1]+ne, totals[2]+pa, totals[3]+na
-		fmt.Fprintf(&report, "%-28s %5d / %-4d %5d / %-4d\n", suite, pe, ne, pa, na)
+		pd, nd := count(rd)
+		for k, v := range []int{pe, ne, pa, na, pd, nd} {
+			totals[k] += v
+		}
+		fmt.Fprintf(&report, "%-28s %5d / %-4d %5d / %-4d %7d / %-4d\n", suite, pe, ne, pa, na, pd, nd)
 		for name, v := range re {
 			if v == "success" && ra[name] != "success" {
 				worse = append(worse, fmt.Sprintf("%s.%s: %s on atoll", suite, name, ra[name]))
 			}
 		}
 	}
-	fmt.Fprintf(&report, "%-28s %5d / %-4d %5d / %-4d\n", "total", totals[0], totals[1], totals[2], totals[3])
+	fmt.Fprintf(&report, "%-28s %5d / %-4d %5d / %-4d %7d / %-4d\n", "total", totals[0], totals[1], totals[2], totals[3], totals[4], totals[5])
+	fmt.Fprintf(&report, "(ext4 and atoll: the gateway's smb.conf, oplocks and leases off; ext4+oplocks: the same with Samba's defaults for them)\n")
 	slices.Sort(worse)
 	fmt.Fprintf(&report, "\npass on ext4, not on atoll: %d\n", len(worse))
 	for _, w := range worse {
