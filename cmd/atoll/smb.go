@@ -56,6 +56,7 @@ else $ATOLL_CLUSTER, else ` + defaultCluster + `.`,
 	f.StringVar(&cfg.Path, "path", "/", "directory of the namespace the share serves")
 	f.StringVar(&mountArgs, "mount-args", "", "extra flags for the gateway's atoll mount, space-separated")
 	f.StringVar(&cfg.AddrFile, "addr-file", "", "write the listening address to this file once serving")
+	f.BoolVar(&cfg.CaseSensitive, "case-sensitive", false, "names are case-sensitive, as on Linux (faster creates in large directories; Windows and macOS clients expect case-blind names)")
 	cmd.AddCommand(newSMBUserCmd(g))
 	return cmd
 }

@@ -71,6 +71,9 @@ func renderConf(cfg *Config, l layout) (string, error) {
 	line("path", path)
 	line("read only", "no")
 	line("guest ok", "no")
+	if cfg.CaseSensitive {
+		line("case sensitive", "yes")
+	}
 	line("ea support", "yes")
 	line("store dos attributes", "yes")
 	line("vfs objects", "catia fruit streams_xattr")

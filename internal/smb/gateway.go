@@ -43,6 +43,12 @@ type Config struct {
 	// PATH); NSSWrapper the nss_wrapper library (default: found in the
 	// usual library directories).
 	Atoll, Smbd, Pdbedit, NSSWrapper string
+	// CaseSensitive makes the share's names case-sensitive, as on Linux.
+	// The default is Samba's: names compare case-blind for clients that
+	// expect it (Windows, macOS), which costs a scan of the directory for
+	// every name that does not exist yet (each create); through a mount
+	// that is a listing from the island every time (package doc, "Cost").
+	CaseSensitive bool
 	// MountArgs are extra flags for the gateway's `atoll mount`.
 	MountArgs []string
 	// AddrFile, if set, gets Listen and a newline once smbd serves (what
