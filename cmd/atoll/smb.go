@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/smb"
 )
@@ -63,18 +64,29 @@ else $ATOLL_CLUSTER, else ` + defaultCluster + `.`,
 
 func newSMBUserCmd(g *globalFlags) *cobra.Command {
 	var addr string
-	connectFS := func(ctx context.Context) (*connect.Conn, error) {
+	// withUsers connects, reads the cluster's SMB users and hands them
+	// to fn with the client to save them through.
+	withUsers := func(ctx context.Context, fn func(fs *client.FS, us []smb.User) error) error {
 		key, err := g.key()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		log, err := g.logger()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		return connect.Dial(dctx, clusterAddrs(addr), key, log)
+		c, err := connect.Dial(dctx, clusterAddrs(addr), key, log)
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		us, err := smb.LoadUsers(ctx, c.FS)
+		if err != nil {
+			return err
+		}
+		return fn(c.FS, us)
 	}
 	user := &cobra.Command{Use: "user", Short: "The cluster's SMB users (kept in the cluster, read by every gateway)"}
 	user.PersistentFlags().StringVar(&addr, "cluster", "", "manager address(es) (default $ATOLL_CLUSTER, else "+defaultCluster+")")
@@ -100,16 +112,9 @@ func newSMBUserCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			c, err := connectFS(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			us, err := smb.LoadUsers(ctx, c.FS)
-			if err != nil {
-				return err
-			}
-			if err := smb.SaveUsers(ctx, c.FS, smb.SetUser(us, u)); err != nil {
+			if err := withUsers(ctx, func(fs *client.FS, us []smb.User) error {
+				return smb.SaveUsers(ctx, fs, smb.SetUser(us, u))
+			}); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "smb user %s: uid %d, gid %d (gateways load it within seconds)\n", u.Name, u.UID, u.GID)
@@ -127,20 +132,13 @@ func newSMBUserCmd(g *globalFlags) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, err := connectFS(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			us, err := smb.LoadUsers(ctx, c.FS)
-			if err != nil {
-				return err
-			}
-			us, ok := smb.RemoveUser(us, args[0])
-			if !ok {
-				return fmt.Errorf("atoll smb user remove: no user %q", args[0])
-			}
-			return smb.SaveUsers(ctx, c.FS, us)
+			return withUsers(ctx, func(fs *client.FS, us []smb.User) error {
+				us, ok := smb.RemoveUser(us, args[0])
+				if !ok {
+					return fmt.Errorf("atoll smb user remove: no user %q", args[0])
+				}
+				return smb.SaveUsers(ctx, fs, us)
+			})
 		},
 	}
 	list := &cobra.Command{
@@ -148,20 +146,12 @@ func newSMBUserCmd(g *globalFlags) *cobra.Command {
 		Short: "List the users (name, uid, gid)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := connectFS(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			us, err := smb.LoadUsers(ctx, c.FS)
-			if err != nil {
-				return err
-			}
-			for _, u := range us {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%d\t%d\n", u.Name, u.UID, u.GID)
-			}
-			return nil
+			return withUsers(cmd.Context(), func(_ *client.FS, us []smb.User) error {
+				for _, u := range us {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s\t%d\t%d\n", u.Name, u.UID, u.GID)
+				}
+				return nil
+			})
 		},
 	}
 	user.AddCommand(add, remove, list)
