@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -137,6 +138,24 @@ func TestSMBGateway(t *testing.T) {
 	searchableToAll(t, dir)
 	addr := fmt.Sprintf("127.0.0.1:%d", base+2+3+1)
 	g := startSMB(t, cl, dir, addr, "/share")
+	waitEvent(t, "the SMB gateway listed by atoll status", func() error {
+		out, err := exec.Command(atoll(t), "status", "--json", "--cluster", cl.Manager).Output()
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Members []struct{ Kind, Addr, State, Role string }
+		}
+		if err := json.Unmarshal(out, &st); err != nil {
+			return err
+		}
+		for _, m := range st.Members {
+			if m.Kind == "gateway" && m.Addr == addr && m.State == "up" && strings.HasPrefix(m.Role, "SMB gateway at "+addr) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no SMB gateway at %s among %+v", addr, st.Members)
+	})
 
 	// Over SMB, then read through the library and a FUSE mount.
 	data := make([]byte, 3<<20+12345)

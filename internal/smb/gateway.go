@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/cluster"
 )
 
 // Config configures a gateway.
@@ -175,6 +177,25 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer func() {
 		if smbd != nil {
 			smbd.stop(g.log)
+		}
+	}()
+	// Registered as a gateway, so status and the dashboard list it.
+	mctx, stopMember := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopMember(); wg.Wait() }()
+	wg.Add(1)
+	go func() { // owned by Run: ends with mctx
+		defer wg.Done()
+		host, _ := os.Hostname()
+		h := fnv.New32a()
+		h.Write([]byte(host + "|smb:" + g.cfg.Listen))
+		role := fmt.Sprintf("SMB gateway at %s (share %s = %s) on %s", g.cfg.Listen, g.cfg.Share, g.cfg.Path, host)
+		if err := cluster.RunMember(mctx, cluster.MemberConfig{
+			Managers: g.cfg.Managers, Kind: cluster.KindGateway, ID: h.Sum32(), Addr: g.cfg.Listen, PID: os.Getpid(),
+			Logger: g.log, Key: g.cfg.Key,
+			Stats: func() cluster.MemberStats { return cluster.MemberStats{Role: role} },
+		}); err != nil {
+			g.log.Warn("smb: registering with the managers failed; serving unlisted", "err", err)
 		}
 	}()
 	backoff := time.Second
