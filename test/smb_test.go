@@ -393,4 +393,40 @@ func TestSMBLocksAcrossGatewaysAndMounts(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A lock holder's gateway killed with -9: its smbd goes with it, so
+	// the lock is released (its mount's lock session ends) and the range
+	// is granted through the other gateway; what was written through the
+	// killed gateway reads whole through the other.
+	data := make([]byte, 1<<20+7)
+	rand.Read(data)
+	local := filepath.Join(t.TempDir(), "w.bin")
+	if err := os.WriteFile(local, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gws[0].client(t, "alice%pw-alice", "put "+local+" written.bin"); err != nil {
+		t.Fatal(err)
+	}
+	held = smbLock(t, gws[0], "alice", "pw-alice", "lock.dat", 3000, 100)
+	if held.first != "granted" {
+		t.Fatalf("SMB lock through gateway 1: %s", held.first)
+	}
+	_ = gws[0].cmd.Process.Kill()
+	<-gws[0].done
+	gws[0].done <- nil
+	waitEvent(t, "gateway 2 granted the range of the killed gateway's client", func() error {
+		l := smbLock(t, gws[1], "alice", "pw-alice", "lock.dat", 3000, 100)
+		defer l.release()
+		if l.first != "granted" {
+			return fmt.Errorf("%s", l.first)
+		}
+		return nil
+	})
+	back := filepath.Join(t.TempDir(), "back.bin")
+	if _, err := gws[1].client(t, "alice%pw-alice", "get written.bin "+back); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(back); !bytes.Equal(got, data) {
+		t.Fatalf("a file written through the killed gateway, through the other: %d bytes", len(got))
+	}
 }
