@@ -8,7 +8,7 @@ PKGS := ./...
 export PATH := $(PATH):$(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 SHELL := /bin/bash
 
-.PHONY: bench-locks all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-meta-replicas bench-fs bench-clean clean smbtorture
+.PHONY: bench-locks all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-meta-replicas bench-fs bench-clean clean smbtorture xfstests
 
 all: build
 
@@ -150,6 +150,12 @@ fsx: build
 nfs-test: setup
 	$(GO) test -race -timeout 10m ./internal/nfs/...
 	$(GO) test -race -timeout 10m -run 'TestNFS' ./test/
+
+# xfstests' generic/quick (or XFSTESTS_TESTS) on Atoll FUSE mounts of two
+# dev clusters, built from its public repository under XFSTESTS_WORK
+# (scripts/xfstests.sh; root; hours for the whole group).
+xfstests: build
+	bash scripts/xfstests.sh
 
 # Samba's smbtorture against atoll smb and against the same Samba over a
 # local ext4 directory, side by side (report in smbtorture-report.txt);
