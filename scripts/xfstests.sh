@@ -58,8 +58,16 @@ cleanup() {
 	wait 2>/dev/null || true
 }
 trap cleanup EXIT
-start_cluster() { # name base-port
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+start_cluster() { # name base-port: the first base whose ports are free
 	local name=$1 base=$2
+	for _ in 1 2 3 4 5 6 7 8; do
+		if port_free $base && port_free $((base + 1)) && port_free $((base + 100)) && port_free $((base + 102)) && port_free $((base + 200)) && port_free $((base + 201)); then
+			break
+		fi
+		base=$((base + 2000))
+	done
+	eval "${name}_cluster=127.0.0.1:$base"
 	rm -rf "$work/$name"
 	mkdir -p "$work/$name"
 	"$work/atoll" dev --data "$work/$name/data" --no-mount --storage 3 --islands 2 --island-replicas 1 --nfs-listen "" --web-listen "" --metrics-listen "" \
@@ -81,11 +89,11 @@ cat >/sbin/mount.fuse.atoll <<HELPER
 #!/bin/bash
 dev=\$1 mnt=\$2
 case "\$dev" in
-atoll-test) cl=127.0.0.1:37300 key=$work/test/data/admin.key ;;
-atoll-scratch) cl=127.0.0.1:38300 key=$work/scratch/data/admin.key ;;
+atoll-test) cl=$test_cluster key=$work/test/data/admin.key ;;
+atoll-scratch) cl=$scratch_cluster key=$work/scratch/data/admin.key ;;
 *) echo "mount.fuse.atoll: unknown device \$dev" >&2; exit 1 ;;
 esac
-setsid $work/atoll mount --cluster \$cl --key \$key --log-level warn "\$mnt" >>$work/mount.log 2>&1 </dev/null &
+setsid $work/atoll mount --cluster \$cl --key \$key --fsname "\$dev" --plain-type --log-level warn "\$mnt" >>$work/mount.log 2>&1 </dev/null &
 for _ in \$(seq 300); do mountpoint -q "\$mnt" && exit 0; sleep 0.1; done
 echo "mount.fuse.atoll: \$mnt not mounted" >&2
 exit 1

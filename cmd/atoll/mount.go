@@ -149,6 +149,8 @@ and repairs its reads found.`,
 	f.BoolVar(&cfg.LocalLocks, "local-locks", false, "keep fcntl and flock locks in this host's kernel: they no longer conflict with other hosts' (unsafe for shared files; single-host use)")
 	f.IntVar(&cfg.ReadAhead, "read-ahead", fusefs.DefaultReadAhead, "the kernel's read-ahead for the mount in bytes, set when running as root (negative: the kernel's default, 128 KiB)")
 	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
+	f.BoolVar(&cfg.PlainType, "plain-type", false, "mount with type fuse instead of fuse.atoll (xfstests' FSTYP=fuse wants it)")
+	f.StringVar(&cfg.FsName, "fsname", "atoll", "the mount's source as mount(8), df and findmnt show it (e.g. a name per cluster; xfstests' mount helper passes its device name)")
 	f.BoolVar(&leases, "leases", true, "hold leases on directories: names and attributes stay cached until another client changes them (false: cached for the timeouts only)")
 	f.BoolVar(&writeBehind, "write-behind", true, "with --leases: while no other client uses a directory, keep chown/chmod/utimes of its files back (up to 1 s) and send each file's as one change; another client's access, fsync and unmount send them first")
 	f.BoolVar(&abort, "abort", false, "abort the FUSE connection of the mount at MOUNTPOINT (its process killed but still there, the mountpoint hanging), then exit")

@@ -83,7 +83,13 @@ func newAdapter(cfg *Config) *adapter {
 	return a
 }
 
-func (a *adapter) String() string          { return "atoll" }
+// String is the mount's subtype (type fuse.atoll); none with PlainType.
+func (a *adapter) String() string {
+	if a.cfg.PlainType {
+		return ""
+	}
+	return "atoll"
+}
 func (a *adapter) SetDebug(bool)           {}
 func (a *adapter) Init(*fuse.Server)       {}
 func (a *adapter) OnUnmount()              {}

@@ -46,6 +46,9 @@ type Config struct {
 	LocalLocks bool
 	// FsName is the "device" column of mount(8) and df. Default "atoll".
 	FsName string
+	// PlainType mounts with type "fuse" instead of "fuse.atoll" (what
+	// xfstests' FSTYP=fuse checks for).
+	PlainType bool
 	// InterruptGrace is how long a request that changes something keeps
 	// waiting for its island or storage servers once the caller is
 	// interrupted (a signal: SIGKILL, Ctrl-C) before it gives up with
@@ -312,6 +315,9 @@ func (m *Mount) Mount() error {
 		// fcntl, OFD and flock locks come here and go to the islands,
 		// so they conflict across mounts (locks.go).
 		EnableLocks: !m.cfg.LocalLocks,
+	}
+	if m.cfg.PlainType {
+		opts.Name = "" // go-fuse then asks the adapter's String, also ""
 	}
 	srv, err := fuse.NewServer(m.ad, m.mp, opts)
 	if err != nil {
