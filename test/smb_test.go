@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/devcluster"
+	"github.com/atoll-fs/atoll/internal/fusefs"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/smb"
 	"github.com/atoll-fs/atoll/internal/testenv"
@@ -245,7 +246,7 @@ func TestSMBGateway(t *testing.T) {
 			if out, _ := exec.Command("pgrep", "-f", "smbd -s "+filepath.Join(dir, "smb.conf")).Output(); len(out) > 0 {
 				return fmt.Errorf("smbd still running: %s", out)
 			}
-			if isMountpoint(mntDir) {
+			if fusefs.IsMountpoint(mntDir) {
 				return fmt.Errorf("%s still mounted", mntDir)
 			}
 			return nil
@@ -266,17 +267,6 @@ func TestSMBGateway(t *testing.T) {
 	if got, _ := os.ReadFile(back); !bytes.Equal(got, data) {
 		t.Fatal("the file after the gateway's restart differs")
 	}
-}
-
-// isMountpoint reports whether path is a mountpoint now.
-func isMountpoint(path string) bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, ln := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(ln); len(f) > 4 && f[4] == path {
-			return true
-		}
-	}
-	return false
 }
 
 // smbLocker runs testdata/smblock.py: an SMB2 client that takes an

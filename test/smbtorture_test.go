@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/smb"
 )
 
 // smbtortureSuites are the SMB2 suites that apply to a file server
@@ -64,7 +65,11 @@ func TestSMBTortureBesideExt4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "LD_PRELOAD="+nssWrapperLib(t), "NSS_WRAPPER_PASSWD="+filepath.Join(dir, "nss", "passwd"), "NSS_WRAPPER_GROUP="+filepath.Join(dir, "nss", "group"))
+	nss, err := smb.FindNSSWrapper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "LD_PRELOAD="+nss, "NSS_WRAPPER_PASSWD="+filepath.Join(dir, "nss", "passwd"), "NSS_WRAPPER_GROUP="+filepath.Join(dir, "nss", "group"))
 	startRef := func(addr string, oplocks bool) {
 		ref := filepath.Join(t.TempDir(), "ref")
 		local := filepath.Join(ref, "share")
@@ -172,16 +177,6 @@ func TestSMBTortureBesideExt4(t *testing.T) {
 	if len(worse) > 0 {
 		t.Errorf("%d smbtorture tests pass on ext4 and not on atoll (smbtorture-report.txt)", len(worse))
 	}
-}
-
-func nssWrapperLib(t *testing.T) string {
-	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libnss_wrapper.so", "/usr/lib/aarch64-linux-gnu/libnss_wrapper.so"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	t.Fatal("libnss_wrapper.so not found")
-	return ""
 }
 
 func sambaVersion() string {

@@ -42,21 +42,6 @@ func TestTenantReadsOnlyBlocksItWasGiven(t *testing.T) {
 	// users) in one go: their blocks share its log, and stripes.
 	pub := bytes.Repeat([]byte("bob's public text. "), 6000)
 	sec := bytes.Repeat([]byte("BOB'S SECRET TEXT! "), 6000)
-	write := func(c *connect.Conn, cred metawire.Cred, path string, mode uint32, data []byte) uint64 {
-		t.Helper()
-		f, err := c.FS.CreateFile(ctx, cred, path, mode)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Release()
-		if _, err := f.WriteAt(ctx, data, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return f.Ino()
-	}
 	var pubIno, secIno uint64
 	{
 		fp, err := admin.FS.CreateFile(ctx, bob, "/shared/pub", 0o644)
@@ -121,7 +106,9 @@ func TestTenantReadsOnlyBlocksItWasGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	mine := bytes.Repeat([]byte("alice's own. "), 9000)
-	write(ac, alice, "/shared/alice", 0o600, mine)
+	if err := ac.FS.WriteFile(ctx, alice, "/shared/alice", mine, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := readAll(dialAlice(), "/shared/alice", mine); err != nil {
 		t.Fatalf("alice's own file through a fresh client: %v", err)
 	}
@@ -258,17 +245,9 @@ func BenchmarkTenantReadTokens(b *testing.B) {
 	ctx := context.Background()
 	admin := dialDev(b, cl)
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4<<20) // 64 MiB
-	f, err := admin.FS.CreateFile(ctx, metawire.Root, "/big", 0o644)
-	if err != nil {
+	if err := admin.FS.WriteFile(ctx, metawire.Root, "/big", data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := f.WriteAt(ctx, data, 0); err != nil {
-		b.Fatal(err)
-	}
-	if err := f.Flush(ctx); err != nil {
-		b.Fatal(err)
-	}
-	f.Release()
 	tenant, err := testKey.DeriveScoped("alice", auth.CapRead|auth.CapWrite, auth.Scope{UIDs: []uint32{1000}, GIDs: []uint32{1000}})
 	if err != nil {
 		b.Fatal(err)
@@ -283,18 +262,11 @@ func BenchmarkTenantReadTokens(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		f, err := tc.FS.CreateFile(ctx, cred, "/alice/big", 0o644)
+		err = tc.FS.WriteFile(ctx, cred, "/alice/big", data, 0o644)
+		tc.Close()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := f.WriteAt(ctx, data, 0); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Flush(ctx); err != nil {
-			b.Fatal(err)
-		}
-		f.Release()
-		tc.Close()
 	}
 	read := func(key *auth.Key, path string) time.Duration {
 		c, err := connect.Dial(ctx, []string{cl.Manager}, key, quietLogger())

@@ -19,6 +19,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/fusefs"
+	"github.com/atoll-fs/atoll/internal/smb"
 )
 
 // Config configures a local development cluster.
@@ -657,21 +658,18 @@ func (d *Dev) waitRegistered(ctx context.Context, cl *cluster.Client) (*cluster.
 // smbDir is where dev's SMB gateway keeps its state: DATA/smb, unless a
 // directory above it is closed to other users (a data directory in
 // root's home), which smbd, acting as each user, could not pass to
-// reach the gateway's mount: then a directory in the system's temporary
-// directory named after DATA.
+// reach the gateway's mount (smb.CheckReachable): then a directory in
+// the system's temporary directory named after DATA.
 func smbDir(data string) string {
 	abs, err := filepath.Abs(data)
 	if err != nil {
 		return filepath.Join(data, "smb")
 	}
-	for d := abs; ; d = filepath.Dir(d) {
-		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-			h := fnv.New32a()
-			h.Write([]byte(abs))
-			return filepath.Join(os.TempDir(), fmt.Sprintf("atoll-dev-smb-%08x", h.Sum32()))
-		}
-		if d == "/" {
-			return filepath.Join(abs, "smb")
-		}
+	dir := filepath.Join(abs, "smb")
+	if smb.CheckReachable(dir) == nil {
+		return dir
 	}
+	h := fnv.New32a()
+	h.Write([]byte(abs))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("atoll-dev-smb-%08x", h.Sum32()))
 }

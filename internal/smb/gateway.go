@@ -21,6 +21,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/fusefs"
 )
 
 // Config configures a gateway.
@@ -117,17 +118,42 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.NSSWrapper == "" {
-		for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libnss_wrapper.so", "/usr/lib/aarch64-linux-gnu/libnss_wrapper.so", "/usr/lib64/libnss_wrapper.so", "/usr/lib/libnss_wrapper.so"} {
-			if _, err := os.Stat(p); err == nil {
-				c.NSSWrapper = p
-				break
-			}
+		p, err := FindNSSWrapper()
+		if err != nil {
+			return err
 		}
-		if c.NSSWrapper == "" {
-			return fmt.Errorf("%w: libnss_wrapper.so not found (Debian package libnss-wrapper)", ErrConfig)
-		}
+		c.NSSWrapper = p
 	}
 	return nil
+}
+
+// FindNSSWrapper returns the nss_wrapper library's path, looked for in
+// the usual library directories.
+func FindNSSWrapper() (string, error) {
+	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libnss_wrapper.so", "/usr/lib/aarch64-linux-gnu/libnss_wrapper.so", "/usr/lib64/libnss_wrapper.so", "/usr/lib/libnss_wrapper.so"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: libnss_wrapper.so not found (Debian package libnss-wrapper)", ErrConfig)
+}
+
+// CheckReachable reports (ErrConfig) the first directory above dir that
+// other users cannot search: smbd reaches the gateway's mount in dir as
+// each SMB user, so every directory above it needs o+x.
+func CheckReachable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("smb: %w", err)
+	}
+	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%w: %s is not searchable by other users (mode %o), and smbd reaches the mount in --dir as each user: choose a --dir whose parents all have o+x", ErrConfig, d, fi.Mode().Perm())
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
 }
 
 // Gateway serves one share of the cluster over SMB: an `atoll mount` it
@@ -165,13 +191,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer mount.stop(g.log)
 	if err := g.syncUsers(ctx); err != nil {
 		return err
-	}
-	conf, err := renderConf(&g.cfg, g.l)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(g.l.conf(), []byte(conf), 0o644); err != nil {
-		return fmt.Errorf("smb: %w", err)
 	}
 	var smbd *child
 	defer func() {
@@ -239,6 +258,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 }
 
+// prepare makes Config.Dir's layout and writes smb.conf (which pdbedit
+// reads too), once per start.
 func (g *Gateway) prepare() error {
 	// smbd reaches the mount as each user: the way down to it must be
 	// searchable by all (Samba's own directories stay private).
@@ -252,25 +273,14 @@ func (g *Gateway) prepare() error {
 			}
 		}
 	}
-	abs, err := filepath.Abs(g.cfg.Dir)
-	if err != nil {
-		return fmt.Errorf("smb: %w", err)
+	if err := CheckReachable(g.cfg.Dir); err != nil {
+		return err
 	}
-	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
-		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("%w: %s is not searchable by other users (mode %o), and smbd reaches the mount in --dir as each user: choose a --dir whose parents all have o+x", ErrConfig, d, fi.Mode().Perm())
-		}
-		if d == "/" || d == "." {
-			break
-		}
+	private := []string{filepath.Dir(g.l.passwd())}
+	for _, s := range sambaDirs {
+		private = append(private, g.l.samba(s))
 	}
-	for _, d := range append([]string{filepath.Dir(g.l.passwd()), filepath.Dir(g.l.samba("x"))}, func() []string {
-		var out []string
-		for _, s := range sambaDirs {
-			out = append(out, g.l.samba(s))
-		}
-		return out
-	}()...) {
+	for _, d := range private {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("smb: %w", err)
 		}
@@ -279,22 +289,20 @@ func (g *Gateway) prepare() error {
 	if mounted(g.l.mnt()) {
 		_ = exec.Command("fusermount3", "-u", "-z", g.l.mnt()).Run()
 	}
+	conf, err := renderConf(&g.cfg, g.l)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(g.l.conf(), []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("smb: %w", err)
+	}
 	return nil
 }
 
-// mounted reports whether path is a mountpoint in this namespace.
+// mounted reports whether path is a mountpoint now.
 func mounted(path string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	abs, _ := filepath.Abs(path)
-	for _, ln := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(ln); len(f) > 4 && f[4] == abs {
-			return true
-		}
-	}
-	return false
+	abs, err := filepath.Abs(path)
+	return err == nil && fusefs.IsMountpoint(abs)
 }
 
 // child is a supervised process: done closes when it exits, err is why.
@@ -456,13 +464,6 @@ func (g *Gateway) syncUsers(ctx context.Context) error {
 		return err
 	}
 	defer os.Remove(g.l.smbpasswd())
-	// The configuration must exist for pdbedit: the first sync runs
-	// before smbd's start writes it.
-	if conf, err := renderConf(&g.cfg, g.l); err != nil {
-		return err
-	} else if err := os.WriteFile(g.l.conf(), []byte(conf), 0o644); err != nil {
-		return fmt.Errorf("smb: %w", err)
-	}
 	if len(users) > 0 {
 		if out, err := g.pdbedit(ctx, "-i", "smbpasswd:"+g.l.smbpasswd()); err != nil {
 			return fmt.Errorf("smb: importing users: %v: %s", err, out)

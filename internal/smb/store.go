@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 
 	"github.com/atoll-fs/atoll/internal/client"
@@ -13,15 +12,10 @@ import (
 
 // LoadUsers reads the cluster's users file (none yet: no users) as root.
 func LoadUsers(ctx context.Context, fs *client.FS) ([]User, error) {
-	f, err := fs.OpenPath(ctx, metawire.Root, UsersPath)
+	b, err := fs.ReadFile(ctx, metawire.Root, UsersPath)
 	if errors.Is(err, metawire.ErrNotFound) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("smb: opening %s: %w", UsersPath, err)
-	}
-	defer f.Release()
-	b, err := io.ReadAll(f.Reader(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("smb: reading %s: %w", UsersPath, err)
 	}
