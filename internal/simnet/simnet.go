@@ -8,10 +8,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // ErrNoPartitions is returned by Partition on a loopback net.
@@ -57,6 +59,10 @@ type Host struct {
 	Addr netip.Addr
 	ns   string // network namespace ("" on a loopback net)
 	idx  int
+	// cg maps a cgroup v1 controller to the host's cgroup (nil: none,
+	// see BudgetsAvailable); disk is the budgeted disk's "MAJ:MIN".
+	cg   map[string]string
+	disk string
 }
 
 // Net is a set of hosts on one bridge.
@@ -169,6 +175,7 @@ func (n *Net) setup(ctx context.Context) error {
 			}
 		}
 	}
+	n.makeCgroups()
 	return nil
 }
 
@@ -211,11 +218,14 @@ func (n *Net) Host(name string) *Host {
 }
 
 // Command runs exe inside h's network namespace (as exec.CommandContext).
+// On a net with cgroups the process first joins the host's cgroups (its
+// budget and its counters); its pid is the program's own either way.
 func (h *Host) Command(ctx context.Context, exe string, args ...string) *exec.Cmd {
 	if h.ns == "" {
 		return exec.CommandContext(ctx, exe, args...)
 	}
-	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + h.ns, "--", exe}, args...)...)
+	argv := h.enterCgroups(append([]string{"nsenter", "--net=/run/netns/" + h.ns, "--", exe}, args...))
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
 }
 
 // Mode is the direction of a cut.
@@ -393,7 +403,10 @@ func (n *Net) teardown() error {
 		if h.ns == "" {
 			continue
 		}
-		// Deleting the namespace deletes eth0 and so its veth peer.
+		// Deleting the namespace deletes eth0 and so its veth peer, but
+		// the kernel does it later: a net made right after with the same
+		// name would find the peer still there. Delete it now.
+		_ = run(ctx, "ip", "link", "del", fmt.Sprintf("atv-%s-%d", n.cfg.Name, h.idx))
 		if err := run(ctx, "ip", "netns", "del", h.ns); err != nil && first == nil {
 			first = err
 		}
@@ -402,6 +415,9 @@ func (n *Net) teardown() error {
 		if err := run(ctx, "ip", "link", "del", n.bridge); err != nil && first == nil {
 			first = err
 		}
+	}
+	if err := n.removeCgroups(); err != nil && first == nil {
+		first = err
 	}
 	return first
 }
@@ -415,6 +431,14 @@ func (n *Net) cleanupRun(ctx context.Context) {
 // (leftovers of killed runs). Only for a machine where no run is going.
 func CleanupStale(ctx context.Context) {
 	removeStale(ctx, "atl-", "atb-")
+	for _, c := range budgetControllers {
+		ds, _ := os.ReadDir(filepath.Join(CgroupRoot, c, cgroupParent))
+		for _, d := range ds {
+			if d.IsDir() {
+				_ = syscall.Rmdir(filepath.Join(CgroupRoot, c, cgroupParent, d.Name()))
+			}
+		}
+	}
 }
 
 func removeStale(ctx context.Context, nsPrefix, bridgePrefix string) {

@@ -79,7 +79,7 @@ func helper(what, addr string) int {
 		}
 		return 0
 	}
-	return 2
+	return budgetHelper(what, addr)
 }
 
 func helperCmd(ctx context.Context, h *Host, what, addr string) *exec.Cmd {
