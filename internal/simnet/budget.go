@@ -143,10 +143,21 @@ func (n *Net) makeCgroups() {
 	}
 }
 
-// removeCgroups deletes the hosts' cgroups; their processes must be gone
-// (a cgroup with tasks cannot be removed: it waits a little for exits).
+// removeCgroups deletes the hosts' cgroups. A process still in one is
+// killed first: the host it ran on is gone.
 func (n *Net) removeCgroups() error {
 	var first error
+	for _, h := range n.hosts {
+		if d, ok := h.cg["cpuacct"]; ok {
+			if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil {
+				for _, f := range strings.Fields(string(b)) {
+					if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
+		}
+	}
 	for _, h := range n.hosts {
 		for _, d := range h.cg {
 			if err := removeCgroup(d); err != nil && first == nil {

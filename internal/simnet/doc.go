@@ -30,6 +30,24 @@
 // Established TCP connections see their packets dropped, exactly as
 // behind a failed switch port: they time out, they are not reset.
 //
+// # Budgets
+//
+// Every host of an isolated net also gets a cgroup under the cgroup v1
+// cpu, cpuacct and blkio controllers (/sys/fs/cgroup/C/atoll-simnet/R-NAME)
+// and Host.Command starts its program inside them (a shell writes its own
+// pid to cgroup.procs and execs, so the pid is the program's). SetBudget
+// turns a host into a small machine: a CPU quota in cores (CFS quota over
+// 100 ms), a disk rate and IOPS cap (blkio throttle on the disk holding
+// the host's data directory; cgroup v1 charges reads, direct writes and
+// fsync's writeback, not background writeback), and a link rate each way
+// (tc tbf on eth0 and on its veth peer). A link delay needs tc's netem;
+// on a kernel without it (this project's CI VM) SetBudget refuses the
+// delay with ErrNoBudgets and links keep the veth's own tens of µs.
+// Usage reads a host's CPU-seconds, disk bytes and link bytes;
+// ReadCPUTimes and IdleSince give the whole machine's idle fraction, and
+// CheckQuotas refuses budgets that add up to more than a share of the
+// machine, so a result is bound by the modelled hosts, not by the box.
+//
 // # Without namespaces
 //
 // Creating namespaces needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN),
@@ -40,7 +58,8 @@
 //
 // # Cleanup
 //
-// Close deletes the namespaces and the bridge. A run killed before Close
+// Close deletes the namespaces, the bridge and the cgroups (killing what
+// still runs in them). A run killed before Close
 // leaves them behind; New deletes leftovers of a run with the same name
 // first, and CleanupStale deletes every leftover of any run.
 package simnet

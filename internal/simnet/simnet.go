@@ -388,7 +388,8 @@ func (n *Net) rulesLocked(ctx context.Context, h *Host) error {
 	return nil
 }
 
-// Close deletes the namespaces and the bridge.
+// Close deletes the namespaces, the bridge and the hosts' cgroups (killing
+// what still runs in them).
 func (n *Net) Close() error {
 	if !n.Isolated() {
 		return nil
