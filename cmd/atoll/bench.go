@@ -10,11 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-fs/atoll/bench"
+	"github.com/atoll-fs/atoll/internal/auth"
 )
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Run benchmarks side by side with the local filesystem"}
-	cmd.AddCommand(newBenchDataCmd(g), newBenchMetaCmd(g), newBenchFSCmd(), newBenchCleanCmd(g), newBenchRebalanceCmd(g))
+	cmd.AddCommand(newBenchDataCmd(g), newBenchMetaCmd(g), newBenchFSCmd(), newBenchCleanCmd(g), newBenchRebalanceCmd(g), newBenchScaleCmd(g), newBenchScaleWorkerCmd(g))
 	return cmd
 }
 
@@ -138,5 +139,82 @@ func newBenchFSCmd() *cobra.Command {
 	f.IntVar(&cfg.Jobs, "jobs", 8, "concurrent writers of the parallel small-file phase")
 	f.BoolVar(&dropCaches, "drop-caches", true, "drop the machine's caches before the cold read and the cold stat (needs root; affects everything running)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
+	return cmd
+}
+
+func newBenchScaleCmd(g *globalFlags) *cobra.Command {
+	var cfg bench.ScaleConfig
+	var size, experiments string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "scale [--small] [--experiments storage,metadata,replicas] [--json]",
+		Short: "The scale model: simulated hosts with their own CPU, disk and link; throughput as servers and islands are added (root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			if size != "" {
+				if cfg.Size, err = parseSize64(size, "--size"); err != nil {
+					return err
+				}
+			}
+			if experiments != "" {
+				cfg.Experiments = strings.Split(experiments, ",")
+			}
+			if cfg.Exe, err = os.Executable(); err != nil {
+				return err
+			}
+			return report(asJSON, func(progress io.Writer) (any, error) { return bench.RunScale(cmd.Context(), cfg, progress) })
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&cfg.Small, "small", false, "two points per experiment at a small size (what CI runs)")
+	f.StringVar(&experiments, "experiments", "", "comma-separated: storage, metadata, replicas (default all)")
+	f.StringVar(&size, "size", "", "storage: bytes written and read per point (default 1GiB, 32MiB with --small)")
+	f.IntVar(&cfg.Files, "files", 0, "metadata: files per client (default 3000, 300 with --small)")
+	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object with the figures")
+	return cmd
+}
+
+// newBenchScaleWorkerCmd is the load generator `bench scale` starts on
+// each simulated client host; it prints its phases as JSON.
+func newBenchScaleWorkerCmd(g *globalFlags) *cobra.Command {
+	var cfg bench.WorkerConfig
+	var cluster, keyFile string
+	cmd := &cobra.Command{
+		Use:    "scale-worker",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			cfg.Cluster = strings.Split(cluster, ",")
+			if cfg.Key, err = auth.Load(keyFile); err != nil {
+				return err
+			}
+			phases, err := bench.RunWorker(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(os.Stdout).Encode(phases)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cluster, "cluster", "", "manager address(es)")
+	f.StringVar(&keyFile, "key", "", "key file")
+	f.StringVar(&cfg.Kind, "kind", "data", "data or meta")
+	f.IntVar(&cfg.ID, "id", 0, "worker number")
+	f.Int64Var(&cfg.Size, "size", 0, "data: bytes")
+	f.StringVar(&cfg.Policy, "policy", "ec:4+1", "data: policy")
+	f.IntVar(&cfg.Files, "files", 0, "meta: files")
+	f.IntVar(&cfg.Threads, "threads", 16, "meta: requests in flight")
+	f.StringVar(&cfg.Sync, "sync", "", "barrier directory")
 	return cmd
 }

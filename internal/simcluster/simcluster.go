@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,8 +82,12 @@ type Config struct {
 	// IslandArgs are extra flags of every island server, e.g.
 	// --lock-term 5s.
 	IslandArgs []string
-	LogLevel   string    // every role's --log-level (default info)
-	Out        io.Writer // roles' output, each line prefixed with the role name (nil: discarded)
+	// Budgets makes each host a small machine (simnet.Budget) by the kind
+	// of role it runs (KindStorage, ...): its CPU, its data directory's
+	// disk, its link. Kinds not in it are unlimited.
+	Budgets  map[string]simnet.Budget
+	LogLevel string    // every role's --log-level (default info)
+	Out      io.Writer // roles' output, each line prefixed with the role name (nil: discarded)
 }
 
 // Validate checks the configuration against its net.
@@ -103,6 +108,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("simcluster: %d replicas of %d islands (1, 3 or 5, at most the islands)", c.IslandReplicas, c.Islands)
 	case c.Islands == 0 && (c.NFS || c.Mount != ""):
 		return errors.New("simcluster: an NFS gateway or a mount needs at least one island")
+	}
+	for k, b := range c.Budgets {
+		if !slices.Contains([]string{KindManager, KindStorage, KindIsland, KindNFS, KindMount}, k) {
+			return fmt.Errorf("simcluster: a budget for %q, not a kind of role", k)
+		}
+		if err := b.Validate(); err != nil {
+			return err
+		}
 	}
 	for _, h := range HostNames(*c) {
 		if c.Net.Host(h) == nil {
@@ -453,6 +466,15 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 				}
 			}
 			continue
+		}
+		if b, ok := cfg.Budgets[st.kind]; ok {
+			d := st.dir
+			if d == "" {
+				d = cfg.Dir
+			}
+			if err := cfg.Net.SetBudget(ctx, st.host, b, d); err != nil {
+				return nil, fmt.Errorf("simcluster: budget of %s: %w", st.host, err)
+			}
 		}
 		r, err := c.start(ctx, st)
 		if err != nil {

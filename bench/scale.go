@@ -1,0 +1,509 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/simcluster"
+	"github.com/atoll-fs/atoll/internal/simnet"
+)
+
+// Host kinds of the scale model besides simcluster's roles.
+const kindClient = "client"
+
+// DefaultBudgets is the modelled machine of each kind: small enough that
+// the largest point of every experiment leaves this 2-core box idle time.
+func DefaultBudgets() map[string]simnet.Budget {
+	return map[string]simnet.Budget{
+		simcluster.KindManager: {CPU: 0.1},
+		simcluster.KindStorage: {CPU: 0.06, DiskBps: 10e6, DiskIOPS: 2000, LinkBits: 100e6},
+		simcluster.KindIsland:  {CPU: 0.06, DiskBps: 10e6, DiskIOPS: 2000, LinkBits: 100e6},
+		kindClient:             {CPU: 0.15, LinkBits: 400e6},
+	}
+}
+
+// ScaleConfig is a run of `atoll bench scale`.
+type ScaleConfig struct {
+	Exe string // the atoll binary (roles and workers)
+	Dir string // scratch directory ("" = a temporary one)
+	// Experiments to run: "storage", "metadata", "replicas" (nil: all).
+	Experiments []string
+	// Small runs two points per experiment at a small size (CI).
+	Small   bool
+	Size    int64 // storage: bytes written and read per point, over all clients
+	Files   int   // metadata: files per client
+	Budgets map[string]simnet.Budget
+	// MaxCPU is the share of the machine's cores the budgets of a point
+	// may add up to (default 0.75).
+	MaxCPU float64
+	Logger *slog.Logger
+	Out    io.Writer // roles' and workers' output ("" = a log file in Dir)
+}
+
+// ScaleResult is the report: every table, and the worst of each.
+type ScaleResult struct {
+	Budgets  map[string]simnet.Budget `json:"budgets"`
+	Storage  []ScalePoint             `json:"storage,omitempty"`
+	Metadata []ScalePoint             `json:"metadata,omitempty"`
+	Replicas []ScalePoint             `json:"replicas,omitempty"`
+	// The worst point of each experiment (nil: not run).
+	StorageEfficiency  *float64 `json:"storage_efficiency"`
+	MetadataEfficiency *float64 `json:"metadata_efficiency"`
+	ReplicasRatio      *float64 `json:"replicas_ratio"`
+	MigrationPenalty   *float64 `json:"migration_penalty"`
+	// IdleFraction is the machine's least idle fraction over the phases.
+	IdleFraction float64  `json:"idle_fraction"`
+	NotRun       []string `json:"not_run,omitempty"`
+	Seconds      float64  `json:"seconds"`
+}
+
+// ScalePoint is one cluster shape and what its workers did.
+type ScalePoint struct {
+	Storage  int           `json:"storage_servers"`
+	Islands  int           `json:"islands"`
+	Replicas int           `json:"replicas"`
+	Clients  int           `json:"clients"`
+	Phases   []PhaseResult `json:"phases"`
+}
+
+// PhaseResult is one phase of a point.
+type PhaseResult struct {
+	Name    string  `json:"name"`
+	Rate    float64 `json:"rate"`
+	Unit    string  `json:"unit"` // "MB/s" or "ops/s"
+	Seconds float64 `json:"seconds"`
+	// Efficiency is Rate against perfect scaling from the experiment's
+	// first point (1 = perfect); for replicas, against one replica.
+	Efficiency float64 `json:"efficiency"`
+	// Bottleneck names the host and budget most used: "s3 cpu 98%".
+	Bottleneck string    `json:"bottleneck"`
+	Idle       float64   `json:"idle_fraction"` // the machine's, during the phase
+	Hosts      []HostUse `json:"hosts"`
+}
+
+// HostUse is one host's use of its budget in a phase.
+type HostUse struct {
+	Host       string  `json:"host"`
+	Kind       string  `json:"kind"`
+	CPUSeconds float64 `json:"cpu_s"`
+	CPU        float64 `json:"cpu_used"`            // of its budget (0..1)
+	Disk       float64 `json:"disk_used,omitempty"` // of its disk rate
+	Link       float64 `json:"link_used,omitempty"` // of its link rate, the busier way
+}
+
+// pointSpec is one cluster shape to run.
+type pointSpec struct {
+	storage, islands, replicas, clients int
+	kind                                string // worker kind
+	size                                int64  // data: per client
+	files                               int    // meta: per client
+}
+
+// RunScale runs the experiments, each point on a fresh simulated cluster.
+func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleResult, error) {
+	began := time.Now()
+	if why := simnet.BudgetsAvailable(); why != "" {
+		return ScaleResult{}, fmt.Errorf("bench scale: %s", why)
+	}
+	if cfg.Budgets == nil {
+		cfg.Budgets = DefaultBudgets()
+	}
+	if cfg.MaxCPU == 0 {
+		cfg.MaxCPU = 0.75
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Size == 0 {
+		cfg.Size = 1 << 30
+		if cfg.Small {
+			cfg.Size = 32 << 20
+		}
+	}
+	if cfg.Files == 0 {
+		cfg.Files = 3000
+		if cfg.Small {
+			cfg.Files = 500
+		}
+	}
+	if len(cfg.Experiments) == 0 {
+		cfg.Experiments = []string{"storage", "metadata", "replicas"}
+	}
+	for _, e := range cfg.Experiments {
+		if !slices.Contains([]string{"storage", "metadata", "replicas"}, e) {
+			return ScaleResult{}, fmt.Errorf("bench scale: unknown experiment %q (storage, metadata, replicas)", e)
+		}
+	}
+	say := sayer(progress)
+	dir, done, err := scratch(cfg.Dir, "scale")
+	if err != nil {
+		return ScaleResult{}, err
+	}
+	defer done()
+	if cfg.Out == nil {
+		f, err := os.Create(filepath.Join(dir, "roles.log"))
+		if err != nil {
+			return ScaleResult{}, err
+		}
+		defer f.Close()
+		cfg.Out = f
+	}
+	res := ScaleResult{Budgets: cfg.Budgets, IdleFraction: 1,
+		NotRun: []string{"clients (Sigma's NetBench curve)", "growth while serving (migration penalty)", "failover under load"}}
+	for k, b := range cfg.Budgets {
+		say("budget %-8s %s", k, b)
+	}
+
+	for _, exp := range cfg.Experiments {
+		var specs []pointSpec
+		switch exp {
+		case "storage": // ec:4+1, servers 5 -> 10, clients growing with them
+			servers := []int{5, 6, 8, 10}
+			if cfg.Small {
+				servers = []int{5, 10}
+			}
+			for _, s := range servers {
+				c := max(1, s*2/5)
+				specs = append(specs, pointSpec{storage: s, islands: 1, replicas: 1, clients: c, kind: "data", size: cfg.Size / int64(c)})
+			}
+		case "metadata": // islands 1 -> 8, one client per island
+			islands := []int{1, 2, 4, 8}
+			if cfg.Small {
+				islands = []int{1, 2}
+			}
+			for _, n := range islands {
+				specs = append(specs, pointSpec{storage: 1, islands: n, replicas: 1, clients: n, kind: "meta", files: cfg.Files})
+			}
+		case "replicas": // three islands, each replica on its own host
+			for _, r := range []int{1, 3} {
+				specs = append(specs, pointSpec{storage: 1, islands: 3, replicas: r, clients: 3, kind: "meta", files: cfg.Files})
+			}
+		}
+		say("\n== %s ==", exp)
+		var points []ScalePoint
+		for _, sp := range specs {
+			p, err := runScalePoint(ctx, cfg, dir, sp, say)
+			if err != nil {
+				return res, fmt.Errorf("bench scale: %s, %d servers, %d islands x%d, %d clients: %w", exp, sp.storage, sp.islands, sp.replicas, sp.clients, err)
+			}
+			points = append(points, p)
+			for _, ph := range p.Phases {
+				res.IdleFraction = min(res.IdleFraction, ph.Idle)
+			}
+		}
+		worst := efficiencies(exp, points)
+		switch exp {
+		case "storage":
+			res.Storage, res.StorageEfficiency = points, &worst
+		case "metadata":
+			res.Metadata, res.MetadataEfficiency = points, &worst
+		case "replicas":
+			res.Replicas, res.ReplicasRatio = points, &worst
+		}
+		printTable(say, exp, points)
+	}
+	res.Seconds = time.Since(began).Seconds()
+	say("\nleast idle fraction of the machine during a phase: %.0f%%", 100*res.IdleFraction)
+	say("not run yet: %s", strings.Join(res.NotRun, "; "))
+	return res, nil
+}
+
+// efficiencies fills each phase's efficiency against the first point and
+// returns the worst over the points after the first.
+func efficiencies(exp string, points []ScalePoint) float64 {
+	worst := 1.0
+	if len(points) == 0 {
+		return 0
+	}
+	base := points[0]
+	scale := func(p ScalePoint) float64 {
+		switch exp {
+		case "storage":
+			return float64(p.Storage)
+		case "metadata":
+			return float64(p.Islands)
+		}
+		return 1
+	}
+	for i := range points {
+		for j := range points[i].Phases {
+			ph := &points[i].Phases[j]
+			b := base.Phases[j].Rate * scale(points[i]) / scale(base)
+			if b > 0 {
+				ph.Efficiency = ph.Rate / b
+			}
+			if i > 0 {
+				worst = min(worst, ph.Efficiency)
+			}
+		}
+	}
+	return worst
+}
+
+func printTable(say func(string, ...any), exp string, points []ScalePoint) {
+	for _, p := range points {
+		head := fmt.Sprintf("%2d servers, %d clients", p.Storage, p.Clients)
+		if exp != "storage" {
+			head = fmt.Sprintf("%d islands x%d, %d clients", p.Islands, p.Replicas, p.Clients)
+		}
+		for _, ph := range p.Phases {
+			eff := "against one replica"
+			if exp != "replicas" {
+				eff = "of perfect scaling"
+			}
+			say("  %-28s %-6s %9.1f %-5s %4.0f%% %s  (%.1f s; busiest: %s; machine idle %.0f%%)",
+				head, ph.Name, ph.Rate, ph.Unit, 100*ph.Efficiency, eff, ph.Seconds, ph.Bottleneck, 100*ph.Idle)
+			head = ""
+		}
+	}
+}
+
+// runScalePoint starts a cluster on budgeted hosts, runs the workers
+// phase by phase, and stops it.
+func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpec, say func(string, ...any)) (ScalePoint, error) {
+	pt := ScalePoint{Storage: sp.storage, Islands: sp.islands, Replicas: sp.replicas, Clients: sp.clients}
+	pdir, err := os.MkdirTemp(dir, "point-")
+	if err != nil {
+		return pt, err
+	}
+	defer os.RemoveAll(pdir)
+	ccfg := simcluster.Config{Exe: cfg.Exe, Dir: filepath.Join(pdir, "data"), Storage: sp.storage, Islands: sp.islands,
+		IslandReplicas: sp.replicas, LogLevel: "warn", Out: cfg.Out}
+	hosts := simcluster.HostNames(ccfg)
+	kinds := map[string]string{}
+	for _, h := range hosts {
+		kinds[h] = hostKind(h)
+	}
+	for i := 0; i < sp.clients; i++ {
+		h := fmt.Sprintf("c%d", i)
+		hosts = append(hosts, h)
+		kinds[h] = kindClient
+	}
+	var budgets []simnet.Budget
+	for _, h := range hosts {
+		budgets = append(budgets, cfg.Budgets[kinds[h]])
+	}
+	if err := simnet.CheckQuotas(budgets, cfg.MaxCPU); err != nil {
+		return pt, err
+	}
+	n, err := simnet.New(ctx, simnet.Config{Name: fmt.Sprintf("sc%d", os.Getpid()%10000), Hosts: hosts})
+	if err != nil {
+		return pt, err
+	}
+	defer n.Close()
+	if !n.Isolated() {
+		return pt, fmt.Errorf("no isolated hosts: %s", n.Reason())
+	}
+	ccfg.Net = n
+	ccfg.Budgets = map[string]simnet.Budget{}
+	for k, b := range cfg.Budgets {
+		if k != kindClient {
+			ccfg.Budgets[k] = b
+		}
+	}
+	cl, err := simcluster.Start(ctx, ccfg)
+	if err != nil {
+		return pt, err
+	}
+	defer cl.Stop()
+	for i := 0; i < sp.clients; i++ {
+		if err := n.SetBudget(ctx, fmt.Sprintf("c%d", i), cfg.Budgets[kindClient], ""); err != nil {
+			return pt, err
+		}
+	}
+
+	sync := filepath.Join(pdir, "sync")
+	if err := os.MkdirAll(sync, 0o755); err != nil {
+		return pt, err
+	}
+	type worker struct {
+		cmd  *exec.Cmd
+		out  bytes.Buffer
+		done chan error
+	}
+	workers := make([]*worker, sp.clients)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i := range workers {
+		args := []string{"bench", "scale-worker", "--cluster", cl.Manager, "--key", ccfg.ClusterKeyPath(),
+			"--kind", sp.kind, "--id", strconv.Itoa(i), "--sync", sync, "--size", strconv.FormatInt(sp.size, 10),
+			"--files", strconv.Itoa(sp.files), "--threads", "16", "--policy", "ec:4+1"}
+		w := &worker{cmd: n.Host(fmt.Sprintf("c%d", i)).Command(wctx, cfg.Exe, args...), done: make(chan error, 1)}
+		w.cmd.Stdout, w.cmd.Stderr = &w.out, cfg.Out
+		if err := w.cmd.Start(); err != nil {
+			return pt, err
+		}
+		go func() { w.done <- w.cmd.Wait() }()
+		workers[i] = w
+	}
+	defer func() {
+		cancel()
+		for _, w := range workers {
+			<-w.done
+		}
+	}()
+
+	// waitAll waits until every worker left ready-<phase>-<id>, failing
+	// on a worker's error or exit.
+	waitAll := func(phase string) error {
+		deadline := time.Now().Add(30 * time.Minute)
+		for {
+			all := true
+			for i, w := range workers {
+				if b, err := os.ReadFile(filepath.Join(sync, fmt.Sprintf("error-%d", i))); err == nil {
+					return fmt.Errorf("worker %d: %s", i, b)
+				}
+				if _, err := os.Stat(filepath.Join(sync, fmt.Sprintf("ready-%s-%d", phase, i))); err != nil {
+					all = false
+					select {
+					case err := <-w.done:
+						w.done <- err
+						return fmt.Errorf("worker %d exited before %s: %v", i, phase, err)
+					default:
+					}
+				}
+			}
+			if all {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("workers not ready for %s after 30 minutes", phase)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	type sample struct {
+		at   time.Time
+		cpu  simnet.CPUTimes
+		host map[string]simnet.Usage
+	}
+	take := func() (sample, error) {
+		s := sample{at: time.Now(), host: map[string]simnet.Usage{}}
+		var err error
+		if s.cpu, err = simnet.ReadCPUTimes(); err != nil {
+			return s, err
+		}
+		for _, h := range hosts {
+			if s.host[h], err = n.Usage(ctx, h); err != nil {
+				return s, err
+			}
+		}
+		return s, nil
+	}
+	phases := workerPhases[sp.kind]
+	var samples []sample
+	for _, ph := range append(slices.Clone(phases), "end") {
+		if err := waitAll(ph); err != nil {
+			return pt, err
+		}
+		s, err := take()
+		if err != nil {
+			return pt, err
+		}
+		samples = append(samples, s)
+		if ph != "end" {
+			if err := os.WriteFile(filepath.Join(sync, "go-"+ph), nil, 0o644); err != nil {
+				return pt, err
+			}
+		}
+	}
+	var results [][]WorkerPhase
+	for i, w := range workers {
+		if err := <-w.done; err != nil {
+			return pt, fmt.Errorf("worker %d: %v", i, err)
+		}
+		w.done <- nil
+		var r []WorkerPhase
+		if err := json.Unmarshal(w.out.Bytes(), &r); err != nil || len(r) != len(phases) {
+			return pt, fmt.Errorf("worker %d printed %q: %v", i, w.out.String(), err)
+		}
+		results = append(results, r)
+	}
+	for k, name := range phases {
+		var start, end int64
+		var ops, nbytes int64
+		for _, r := range results {
+			if start == 0 || r[k].Start < start {
+				start = r[k].Start
+			}
+			end = max(end, r[k].End)
+			ops += r[k].Ops
+			nbytes += r[k].Bytes
+		}
+		secs := float64(end-start) / 1e9
+		pr := PhaseResult{Name: name, Seconds: secs, Idle: simnet.IdleSince(samples[k].cpu, samples[k+1].cpu)}
+		if sp.kind == "data" {
+			pr.Rate, pr.Unit = float64(nbytes)/1e6/secs, "MB/s"
+		} else {
+			pr.Rate, pr.Unit = float64(ops)/secs, "ops/s"
+		}
+		wall := samples[k+1].at.Sub(samples[k].at).Seconds()
+		var busiest float64
+		for _, h := range hosts {
+			u := samples[k+1].host[h].Sub(samples[k].host[h])
+			b := cfg.Budgets[kinds[h]]
+			hu := HostUse{Host: h, Kind: kinds[h], CPUSeconds: u.CPUSeconds}
+			if b.CPU > 0 {
+				hu.CPU = u.CPUSeconds / wall / b.CPU
+			}
+			if b.DiskBps > 0 {
+				hu.Disk = float64(u.DiskBytes) / wall / float64(b.DiskBps)
+			}
+			if b.LinkBits > 0 {
+				hu.Link = float64(max(u.SentBytes, u.ReceivedBytes)) * 8 / wall / float64(b.LinkBits)
+			}
+			pr.Hosts = append(pr.Hosts, hu)
+			for _, v := range []struct {
+				what string
+				f    float64
+			}{{"cpu", hu.CPU}, {"disk", hu.Disk}, {"link", hu.Link}} {
+				if v.f > busiest {
+					busiest, pr.Bottleneck = v.f, fmt.Sprintf("%s %s %.0f%%", h, v.what, 100*v.f)
+				}
+			}
+		}
+		pt.Phases = append(pt.Phases, pr)
+	}
+	say("  %d servers, %d islands x%d, %d clients: %s", sp.storage, sp.islands, sp.replicas, sp.clients, phaseLine(pt.Phases))
+	return pt, nil
+}
+
+func phaseLine(ps []PhaseResult) string {
+	var parts []string
+	for _, p := range ps {
+		parts = append(parts, fmt.Sprintf("%s %.1f %s (%s)", p.Name, p.Rate, p.Unit, p.Bottleneck))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// hostKind is the role kind on a simcluster host name.
+func hostKind(h string) string {
+	switch {
+	case h == simcluster.ManagerHost:
+		return simcluster.KindManager
+	case strings.HasPrefix(h, "s"):
+		return simcluster.KindStorage
+	case strings.HasPrefix(h, "i"):
+		return simcluster.KindIsland
+	case h == "gw":
+		return simcluster.KindNFS
+	case h == "cl":
+		return simcluster.KindMount
+	}
+	return ""
+}

@@ -1,0 +1,227 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/client"
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/metawire"
+)
+
+// WorkerConfig is one load generator of `atoll bench scale`: a process on
+// its own simulated client host, driven phase by phase through files in
+// Sync (see ScaleConfig).
+type WorkerConfig struct {
+	Cluster []string // manager addresses
+	Key     *auth.Key
+	// Kind is "data" (Zebra's log: stripes straight to the storage
+	// servers, then read back and compared) or "meta" (creates, stats and
+	// a mixed namespace workload through the client library).
+	Kind    string
+	ID      int
+	Size    int64  // data: bytes to write and read
+	Policy  string // data: redundancy policy
+	Files   int    // meta: files to create and stat
+	Threads int    // meta: requests in flight
+	Sync    string // the barrier directory
+	Logger  *slog.Logger
+}
+
+// WorkerPhase is what one worker did in one phase.
+type WorkerPhase struct {
+	Name  string `json:"name"`
+	Start int64  `json:"start_ns"` // unix nanoseconds
+	End   int64  `json:"end_ns"`
+	Ops   int64  `json:"ops"`
+	Bytes int64  `json:"bytes"`
+}
+
+// Phases of each worker kind, in order.
+var workerPhases = map[string][]string{
+	"data": {"write", "read"},
+	"meta": {"create", "stat", "mixed"},
+}
+
+// barrier announces that worker id is ready for phase and waits for the
+// coordinator's go.
+func barrier(ctx context.Context, dir, phase string, id int) error {
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("ready-%s-%d", phase, id)), nil, 0o644); err != nil {
+		return err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go-"+phase)); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// RunWorker runs a worker's phases. An error is also left in Sync as
+// error-ID, so the coordinator stops waiting for this worker.
+func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err error) {
+	defer func() {
+		if err != nil {
+			_ = os.WriteFile(filepath.Join(cfg.Sync, fmt.Sprintf("error-%d", cfg.ID)), []byte(err.Error()), 0o644)
+		}
+	}()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	names, ok := workerPhases[cfg.Kind]
+	if !ok {
+		return nil, fmt.Errorf("bench: worker kind %q (data or meta)", cfg.Kind)
+	}
+	mc := cluster.NewClient(cfg.Cluster, cfg.Key, cfg.Logger)
+	defer mc.Close()
+	view, err := cluster.NewView(ctx, mc)
+	if err != nil {
+		return nil, fmt.Errorf("bench: the map: %w", err)
+	}
+	slots, _ := view.StorageSlots()
+	var sa []client.SlotAddr
+	for _, s := range slots {
+		sa = append(sa, client.SlotAddr{ID: s.Slot, Addr: s.Addr})
+	}
+	data, err := client.New(client.Config{Slots: sa, Logger: cfg.Logger, Key: cfg.Key, ReadTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer data.Close()
+
+	var run func(phase string) (ops, bytes int64, err error)
+	switch cfg.Kind {
+	case "data":
+		run, err = dataWorker(ctx, cfg, data)
+	case "meta":
+		// The stats go through a second client with nothing cached and
+		// no leases, so each one is an island request.
+		var fss [2]*client.FS
+		for i := range fss {
+			fs, ferr := client.NewFS(client.FSConfig{Data: data, Map: view, Logger: cfg.Logger})
+			if ferr != nil {
+				return nil, ferr
+			}
+			defer fs.Close()
+			fss[i] = fs
+		}
+		run, err = metaWorker(ctx, cfg, fss[0], fss[1])
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		if err := barrier(ctx, cfg.Sync, name, cfg.ID); err != nil {
+			return phases, err
+		}
+		p := WorkerPhase{Name: name, Start: time.Now().UnixNano()}
+		p.Ops, p.Bytes, err = run(name)
+		p.End = time.Now().UnixNano()
+		if err != nil {
+			return phases, fmt.Errorf("%s: %w", name, err)
+		}
+		phases = append(phases, p)
+	}
+	return phases, os.WriteFile(filepath.Join(cfg.Sync, fmt.Sprintf("ready-end-%d", cfg.ID)), nil, 0o644)
+}
+
+func dataWorker(ctx context.Context, cfg WorkerConfig, cl *client.Client) (func(string) (int64, int64, error), error) {
+	pol, err := layout.Parse(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	src := newSource(cfg.Size)
+	var ptrs []layout.Pointer
+	return func(phase string) (int64, int64, error) {
+		switch phase {
+		case "write":
+			log, err := cl.Log(ctx, pol)
+			if err != nil {
+				return 0, 0, err
+			}
+			for off := int64(0); off < cfg.Size; off += mib {
+				p, err := log.Append(ctx, src.chunk(off)[:min(mib, cfg.Size-off)])
+				if err != nil {
+					return 0, 0, err
+				}
+				ptrs = append(ptrs, p...)
+			}
+			if err := log.Flush(ctx); err != nil {
+				return 0, 0, err
+			}
+		case "read":
+			if err := readAll(ctx, cl, ptrs, src, 4); err != nil {
+				return 0, 0, err
+			}
+		}
+		return int64(len(ptrs)), cfg.Size, nil
+	}, nil
+}
+
+func metaWorker(ctx context.Context, cfg WorkerConfig, fs, statFS *client.FS) (func(string) (int64, int64, error), error) {
+	cred := metawire.Root
+	const dirs = 32
+	top, err := fs.MkdirAll(ctx, cred, fmt.Sprintf("/w%d", cfg.ID), 0o755)
+	if err != nil {
+		return nil, err
+	}
+	dir := make([]uint64, dirs)
+	for i := range dir {
+		r, err := fs.Mkdir(ctx, metawire.CreateReq{Cred: cred, Dir: top.Ino, Name: fmt.Sprintf("d%02d", i), Mode: 0o755})
+		if err != nil {
+			return nil, fmt.Errorf("mkdir: %w", err)
+		}
+		dir[i] = r.Attr.Ino
+	}
+	threads := max(cfg.Threads, 1)
+	return func(phase string) (int64, int64, error) {
+		var ops atomic.Int64
+		var err error
+		switch phase {
+		case "create": // durable: each synced on its island before the answer
+			err = parallel(ctx, threads, cfg.Files, func(_, i int) error {
+				_, err := fs.Create(ctx, metawire.CreateReq{Cred: cred, Dir: dir[i%dirs], Name: fmt.Sprintf("f%06d", i), Mode: 0o644})
+				ops.Add(1)
+				return err
+			})
+		case "stat": // lookups by a client that has seen none of them
+			err = parallel(ctx, threads, cfg.Files, func(_, i int) error {
+				_, err := statFS.Lookup(ctx, cred, dir[i%dirs], fmt.Sprintf("f%06d", i))
+				ops.Add(1)
+				return err
+			})
+		case "mixed": // create, rename, stat, unlink: four operations
+			err = parallel(ctx, threads, max(cfg.Files/4, 1), func(_, i int) error {
+				d := dir[i%dirs]
+				a, b := fmt.Sprintf("t%06d", i), fmt.Sprintf("u%06d", i)
+				if _, err := fs.Create(ctx, metawire.CreateReq{Cred: cred, Dir: d, Name: a, Mode: 0o644}); err != nil {
+					return err
+				}
+				if err := fs.Rename(ctx, metawire.RenameReq{Cred: cred, SrcDir: d, SrcName: a, DstDir: d, DstName: b}); err != nil {
+					return err
+				}
+				if _, err := fs.Lookup(ctx, cred, d, b); err != nil {
+					return err
+				}
+				ops.Add(4)
+				return fs.Unlink(ctx, cred, d, b)
+			})
+		default:
+			err = errors.New("unknown phase " + strings.ToUpper(phase))
+		}
+		return ops.Load(), 0, err
+	}, nil
+}

@@ -1,0 +1,76 @@
+package test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/atoll-fs/atoll/bench"
+	"github.com/atoll-fs/atoll/internal/simnet"
+	"github.com/atoll-fs/atoll/internal/testenv"
+)
+
+// `atoll bench scale --small` runs every experiment of the scale model at
+// two points on budgeted simulated hosts, so the model cannot rot: each
+// phase moved data or operations, every host's CPU was counted, each
+// budget held, and the report carries the figures the README quotes.
+func TestBenchScaleSmall(t *testing.T) {
+	if why := simnet.BudgetsAvailable(); why != "" {
+		testenv.Missing(t, "scale model: %s", why)
+	}
+	exe := testenv.Atoll(t)
+	cmd := exec.Command(exe, "bench", "scale", "--small", "--json", "--dir", t.TempDir())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bench scale: %v\n%s", err, stderr.String())
+	}
+	t.Logf("%s", stderr.String())
+	var res bench.ScaleResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("report: %v: %s", err, out)
+	}
+	if res.StorageEfficiency == nil || res.MetadataEfficiency == nil || res.ReplicasRatio == nil {
+		t.Fatalf("an experiment's figure is missing: %s", out)
+	}
+	if res.IdleFraction <= 0 || res.IdleFraction > 1 {
+		t.Errorf("idle fraction %v", res.IdleFraction)
+	}
+	for name, points := range map[string][]bench.ScalePoint{"storage": res.Storage, "metadata": res.Metadata, "replicas": res.Replicas} {
+		if len(points) != 2 {
+			t.Errorf("%s: %d points, want 2", name, len(points))
+		}
+		for _, p := range points {
+			if len(p.Phases) < 2 {
+				t.Errorf("%s: %d phases", name, len(p.Phases))
+			}
+			for _, ph := range p.Phases {
+				if ph.Rate <= 0 || ph.Efficiency <= 0 || ph.Bottleneck == "" {
+					t.Errorf("%s %+v: phase %s: rate %v, efficiency %v, bottleneck %q", name, p, ph.Name, ph.Rate, ph.Efficiency, ph.Bottleneck)
+				}
+				kinds := map[string]float64{}
+				for _, h := range ph.Hosts {
+					kinds[h.Kind] += h.CPUSeconds
+					// A budget holds: over a phase of a second or more no
+					// host uses much more CPU than its quota.
+					if ph.Seconds >= 1 && h.CPU > 1.3 {
+						t.Errorf("%s: host %s used %.0f%% of its CPU budget in %s", name, h.Host, 100*h.CPU, ph.Name)
+					}
+				}
+				for _, k := range []string{"client", "island"} {
+					if kinds[k] <= 0 {
+						t.Errorf("%s %s: no CPU counted on the %s hosts", name, ph.Name, k)
+					}
+				}
+				if name == "storage" && kinds["storage"] <= 0 {
+					t.Errorf("storage %s: no CPU counted on the storage hosts", ph.Name)
+				}
+			}
+		}
+	}
+	if res.Storage[1].Storage != 10 || res.Metadata[1].Islands != 2 || res.Replicas[1].Replicas != 3 {
+		t.Errorf("points: storage %d servers, metadata %d islands, replicas %d", res.Storage[1].Storage, res.Metadata[1].Islands, res.Replicas[1].Replicas)
+	}
+}
