@@ -8,7 +8,7 @@ PKGS := ./...
 export PATH := $(PATH):$(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 SHELL := /bin/bash
 
-.PHONY: bench-locks all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-meta-replicas bench-fs bench-clean clean smbtorture xfstests
+.PHONY: bench-locks all build setup test go-test vet fmt-check race unit fuzz bench-data bench-data-json bench-meta bench-meta-replicas bench-fs bench-clean bench-scale clean smbtorture xfstests
 
 all: build
 
@@ -105,6 +105,12 @@ bench-fs: build
 .PHONY: bench-peers
 bench-peers: build
 	bash bench/run-peers.sh
+
+# The scale model (root): every experiment's points on budgeted simulated
+# hosts; the report is also kept as bench-scale.json.
+bench-scale: build
+	./bin/atoll bench scale --json > bench-scale.json
+	jq '{storage_efficiency, metadata_efficiency, replicas_ratio, idle_fraction}' bench-scale.json
 
 # Island requests per file of a real `tar x` through the FUSE mount of a
 # fresh dev cluster, by operation (bench/run-trips.sh; BENCH_TRIPS_TREE,

@@ -35,6 +35,28 @@
 // system calls (the denominator); the islands' atoll_meta_op_islands_total
 // counts their client requests by how many islands each one involved.
 //
+// `atoll bench scale` (RunScale, `make bench-scale`; root) is the scale
+// model: every point of an experiment is a fresh cluster on simulated
+// hosts (internal/simcluster over internal/simnet) where each host is a
+// small machine with a budget by its kind (DefaultBudgets: a CPU quota, a
+// disk rate on its data directory, a link rate), and load generators
+// (`atoll bench scale-worker`, RunWorker) run on client hosts of their
+// own. Workers and the coordinator meet at barriers (files in a shared
+// directory: ready-PHASE-ID, go-PHASE, error-ID), so every phase starts
+// together and the coordinator reads each host's CPU-seconds (cpuacct),
+// disk bytes (blkio) and link bytes (eth0) and the machine's idle time
+// between them. A phase's rate is all workers' bytes or operations over
+// the span from the first start to the last end; its efficiency is the
+// rate against perfect scaling from the experiment's first point (for
+// replicas, against one replica); its bottleneck is the host and budget
+// most used. CheckQuotas refuses a point whose budgets add up to more
+// than 75% of the machine. Experiments: storage (Zebra, Sigma: ec:4+1
+// logs written and read back by 2/5 of a client per server, servers 5,
+// 6, 8, 10), metadata (Archipelago: durable creates, lookups by a client
+// with a cold cache, and create/rename/lookup/unlink, islands 1, 2, 4, 8,
+// a client per two islands), replicas (3 islands with 1 and 3 replicas).
+// --small (CI) runs two points each at a small size.
+//
 // `atoll bench rebalance` (RunRebalance) adds a storage server to a
 // cluster holding data and runs rebalancing passes until every server's
 // used bytes are within the tolerance of the mean, with a paced writer

@@ -37,12 +37,13 @@ func DefaultBudgets() map[string]simnet.Budget {
 type ScaleConfig struct {
 	Exe string // the atoll binary (roles and workers)
 	Dir string // scratch directory ("" = a temporary one)
-	// Experiments to run: "storage", "metadata", "replicas" (nil: all).
+	// Experiments to run: "storage", "metadata", "replicas", "clients"
+	// (nil: all).
 	Experiments []string
 	// Small runs two points per experiment at a small size (CI).
 	Small   bool
 	Size    int64 // storage: bytes written and read per point, over all clients
-	Files   int   // metadata: files per client
+	Files   int   // metadata: files per island (spread over the clients)
 	Budgets map[string]simnet.Budget
 	// MaxCPU is the share of the machine's cores the budgets of a point
 	// may add up to (default 0.75).
@@ -57,11 +58,15 @@ type ScaleResult struct {
 	Storage  []ScalePoint             `json:"storage,omitempty"`
 	Metadata []ScalePoint             `json:"metadata,omitempty"`
 	Replicas []ScalePoint             `json:"replicas,omitempty"`
+	Clients  []ScalePoint             `json:"clients,omitempty"`
 	// The worst point of each experiment (nil: not run).
 	StorageEfficiency  *float64 `json:"storage_efficiency"`
 	MetadataEfficiency *float64 `json:"metadata_efficiency"`
 	ReplicasRatio      *float64 `json:"replicas_ratio"`
-	MigrationPenalty   *float64 `json:"migration_penalty"`
+	// ClientsAfterPeak is the clients experiment's worst rate after its
+	// best against that best (1: no drop once the servers saturate).
+	ClientsAfterPeak *float64 `json:"clients_after_peak"`
+	MigrationPenalty *float64 `json:"migration_penalty"`
 	// IdleFraction is the machine's least idle fraction over the phases.
 	IdleFraction float64  `json:"idle_fraction"`
 	NotRun       []string `json:"not_run,omitempty"`
@@ -105,9 +110,10 @@ type HostUse struct {
 // pointSpec is one cluster shape to run.
 type pointSpec struct {
 	storage, islands, replicas, clients int
-	kind                                string // worker kind
-	size                                int64  // data: per client
-	files                               int    // meta: per client
+	clientCPU                           float64 // the client hosts' CPU budget (0: the kind's)
+	kind                                string  // worker kind
+	size                                int64   // data: per client
+	files                               int     // meta: per client
 }
 
 // RunScale runs the experiments, each point on a fresh simulated cluster.
@@ -138,11 +144,11 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 		}
 	}
 	if len(cfg.Experiments) == 0 {
-		cfg.Experiments = []string{"storage", "metadata", "replicas"}
+		cfg.Experiments = slices.Clone(experiments)
 	}
 	for _, e := range cfg.Experiments {
-		if !slices.Contains([]string{"storage", "metadata", "replicas"}, e) {
-			return ScaleResult{}, fmt.Errorf("bench scale: unknown experiment %q (storage, metadata, replicas)", e)
+		if !slices.Contains(experiments, e) {
+			return ScaleResult{}, fmt.Errorf("bench scale: unknown experiment %q (%s)", e, strings.Join(experiments, ", "))
 		}
 	}
 	say := sayer(progress)
@@ -160,7 +166,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 		cfg.Out = f
 	}
 	res := ScaleResult{Budgets: cfg.Budgets, IdleFraction: 1,
-		NotRun: []string{"clients (Sigma's NetBench curve)", "growth while serving (migration penalty)", "failover under load"}}
+		NotRun: []string{"growth while serving (migration penalty)", "failover under load"}}
 	for k, b := range cfg.Budgets {
 		say("budget %-8s %s", k, b)
 	}
@@ -177,17 +183,25 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 				c := max(1, s*2/5)
 				specs = append(specs, pointSpec{storage: s, islands: 1, replicas: 1, clients: c, kind: "data", size: cfg.Size / int64(c)})
 			}
-		case "metadata": // islands 1 -> 8, one client per island
+		case "metadata": // islands 1 -> 8, a client per two islands (a client needs about a third of an island's CPU per create)
 			islands := []int{1, 2, 4, 8}
 			if cfg.Small {
 				islands = []int{1, 2}
 			}
 			for _, n := range islands {
-				specs = append(specs, pointSpec{storage: 1, islands: n, replicas: 1, clients: n, kind: "meta", files: cfg.Files})
+				specs = append(specs, pointSpec{storage: 1, islands: n, replicas: 1, clients: max(1, n/2), kind: "meta", files: cfg.Files * n / max(1, n/2)})
 			}
 		case "replicas": // three islands, each replica on its own host
 			for _, r := range []int{1, 3} {
 				specs = append(specs, pointSpec{storage: 1, islands: 3, replicas: r, clients: 3, kind: "meta", files: cfg.Files})
+			}
+		case "clients": // Sigma's NetBench curve: 1 -> 16 small clients on 4 islands, the same total work
+			counts := []int{1, 2, 4, 8, 16}
+			if cfg.Small {
+				counts = []int{1, 4}
+			}
+			for _, c := range counts {
+				specs = append(specs, pointSpec{storage: 1, islands: 4, replicas: 1, clients: c, clientCPU: 0.04, kind: "meta", files: max(1, cfg.Files*4/c)})
 			}
 		}
 		say("\n== %s ==", exp)
@@ -204,6 +218,9 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 		}
 		worst := efficiencies(exp, points)
 		switch exp {
+		case "clients":
+			after := afterPeak(points)
+			res.Clients, res.ClientsAfterPeak = points, &after
 		case "storage":
 			res.Storage, res.StorageEfficiency = points, &worst
 		case "metadata":
@@ -217,6 +234,25 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 	say("\nleast idle fraction of the machine during a phase: %.0f%%", 100*res.IdleFraction)
 	say("not run yet: %s", strings.Join(res.NotRun, "; "))
 	return res, nil
+}
+
+var experiments = []string{"storage", "metadata", "replicas", "clients"}
+
+// afterPeak is, over the phases, the worst rate of a point after the
+// phase's best point against that best.
+func afterPeak(points []ScalePoint) float64 {
+	worst := 1.0
+	for j := range points[0].Phases {
+		best := 0.0
+		for _, p := range points {
+			r := p.Phases[j].Rate
+			if best > 0 && r < best {
+				worst = min(worst, r/best)
+			}
+			best = max(best, r)
+		}
+	}
+	return worst
 }
 
 // efficiencies fills each phase's efficiency against the first point and
@@ -258,9 +294,12 @@ func printTable(say func(string, ...any), exp string, points []ScalePoint) {
 			head = fmt.Sprintf("%d islands x%d, %d clients", p.Islands, p.Replicas, p.Clients)
 		}
 		for _, ph := range p.Phases {
-			eff := "against one replica"
-			if exp != "replicas" {
-				eff = "of perfect scaling"
+			eff := "of perfect scaling"
+			switch exp {
+			case "replicas":
+				eff = "against one replica"
+			case "clients":
+				eff = "against one client"
 			}
 			say("  %-28s %-6s %9.1f %-5s %4.0f%% %s  (%.1f s; busiest: %s; machine idle %.0f%%)",
 				head, ph.Name, ph.Rate, ph.Unit, 100*ph.Efficiency, eff, ph.Seconds, ph.Bottleneck, 100*ph.Idle)
@@ -279,7 +318,7 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 	}
 	defer os.RemoveAll(pdir)
 	ccfg := simcluster.Config{Exe: cfg.Exe, Dir: filepath.Join(pdir, "data"), Storage: sp.storage, Islands: sp.islands,
-		IslandReplicas: sp.replicas, LogLevel: "warn", Out: cfg.Out}
+		IslandReplicas: sp.replicas, LogLevel: "warn", Out: cfg.Out, OwnDisks: 4 << 30}
 	hosts := simcluster.HostNames(ccfg)
 	kinds := map[string]string{}
 	for _, h := range hosts {
@@ -290,9 +329,16 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		hosts = append(hosts, h)
 		kinds[h] = kindClient
 	}
+	budgetOf := func(h string) simnet.Budget {
+		b := cfg.Budgets[kinds[h]]
+		if kinds[h] == kindClient && sp.clientCPU > 0 {
+			b.CPU = sp.clientCPU
+		}
+		return b
+	}
 	var budgets []simnet.Budget
 	for _, h := range hosts {
-		budgets = append(budgets, cfg.Budgets[kinds[h]])
+		budgets = append(budgets, budgetOf(h))
 	}
 	if err := simnet.CheckQuotas(budgets, cfg.MaxCPU); err != nil {
 		return pt, err
@@ -318,7 +364,7 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 	}
 	defer cl.Stop()
 	for i := 0; i < sp.clients; i++ {
-		if err := n.SetBudget(ctx, fmt.Sprintf("c%d", i), cfg.Budgets[kindClient], ""); err != nil {
+		if err := n.SetBudget(ctx, fmt.Sprintf("c%d", i), budgetOf(fmt.Sprintf("c%d", i)), ""); err != nil {
 			return pt, err
 		}
 	}
@@ -339,6 +385,9 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		args := []string{"bench", "scale-worker", "--cluster", cl.Manager, "--key", ccfg.ClusterKeyPath(),
 			"--kind", sp.kind, "--id", strconv.Itoa(i), "--sync", sync, "--size", strconv.FormatInt(sp.size, 10),
 			"--files", strconv.Itoa(sp.files), "--threads", "16", "--policy", "ec:4+1"}
+		if p := os.Getenv("ATOLL_SCALE_PIPELINE"); p != "" {
+			args = append(args, "--pipeline", p)
+		}
 		w := &worker{cmd: n.Host(fmt.Sprintf("c%d", i)).Command(wctx, cfg.Exe, args...), done: make(chan error, 1)}
 		w.cmd.Stdout, w.cmd.Stderr = &w.out, cfg.Out
 		if err := w.cmd.Start(); err != nil {
@@ -456,7 +505,7 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		var busiest float64
 		for _, h := range hosts {
 			u := samples[k+1].host[h].Sub(samples[k].host[h])
-			b := cfg.Budgets[kinds[h]]
+			b := budgetOf(h)
 			hu := HostUse{Host: h, Kind: kinds[h], CPUSeconds: u.CPUSeconds}
 			if b.CPU > 0 {
 				hu.CPU = u.CPUSeconds / wall / b.CPU

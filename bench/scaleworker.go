@@ -33,8 +33,11 @@ type WorkerConfig struct {
 	Policy  string // data: redundancy policy
 	Files   int    // meta: files to create and stat
 	Threads int    // meta: requests in flight
-	Sync    string // the barrier directory
-	Logger  *slog.Logger
+	// Pipeline is data: stripes of the log in flight (0: the client's
+	// default).
+	Pipeline int
+	Sync     string // the barrier directory
+	Logger   *slog.Logger
 }
 
 // WorkerPhase is what one worker did in one phase.
@@ -96,7 +99,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err
 	for _, s := range slots {
 		sa = append(sa, client.SlotAddr{ID: s.Slot, Addr: s.Addr})
 	}
-	data, err := client.New(client.Config{Slots: sa, Logger: cfg.Logger, Key: cfg.Key, ReadTimeout: 5 * time.Second})
+	data, err := client.New(client.Config{Slots: sa, Logger: cfg.Logger, Key: cfg.Key, ReadTimeout: 5 * time.Second, Pipeline: cfg.Pipeline})
 	if err != nil {
 		return nil, err
 	}

@@ -32,13 +32,13 @@ func TestBenchScaleSmall(t *testing.T) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("report: %v: %s", err, out)
 	}
-	if res.StorageEfficiency == nil || res.MetadataEfficiency == nil || res.ReplicasRatio == nil {
+	if res.StorageEfficiency == nil || res.MetadataEfficiency == nil || res.ReplicasRatio == nil || res.ClientsAfterPeak == nil {
 		t.Fatalf("an experiment's figure is missing: %s", out)
 	}
 	if res.IdleFraction <= 0 || res.IdleFraction > 1 {
 		t.Errorf("idle fraction %v", res.IdleFraction)
 	}
-	for name, points := range map[string][]bench.ScalePoint{"storage": res.Storage, "metadata": res.Metadata, "replicas": res.Replicas} {
+	for name, points := range map[string][]bench.ScalePoint{"storage": res.Storage, "metadata": res.Metadata, "replicas": res.Replicas, "clients": res.Clients} {
 		if len(points) != 2 {
 			t.Errorf("%s: %d points, want 2", name, len(points))
 		}
@@ -70,7 +70,7 @@ func TestBenchScaleSmall(t *testing.T) {
 			}
 		}
 	}
-	if res.Storage[1].Storage != 10 || res.Metadata[1].Islands != 2 || res.Replicas[1].Replicas != 3 {
-		t.Errorf("points: storage %d servers, metadata %d islands, replicas %d", res.Storage[1].Storage, res.Metadata[1].Islands, res.Replicas[1].Replicas)
+	if res.Storage[1].Storage != 10 || res.Metadata[1].Islands != 2 || res.Replicas[1].Replicas != 3 || res.Clients[1].Clients != 4 {
+		t.Errorf("points: storage %d servers, metadata %d islands, replicas %d, clients %d", res.Storage[1].Storage, res.Metadata[1].Islands, res.Replicas[1].Replicas, res.Clients[1].Clients)
 	}
 }

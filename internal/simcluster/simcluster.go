@@ -85,7 +85,11 @@ type Config struct {
 	// Budgets makes each host a small machine (simnet.Budget) by the kind
 	// of role it runs (KindStorage, ...): its CPU, its data directory's
 	// disk, its link. Kinds not in it are unlimited.
-	Budgets  map[string]simnet.Budget
+	Budgets map[string]simnet.Budget
+	// OwnDisks, when above 0, gives every role with a data directory a
+	// disk of its own of this many bytes (simnet.GiveDisk): roles on one
+	// filesystem share its journal, and their fsyncs wait for each other.
+	OwnDisks int64
 	LogLevel string    // every role's --log-level (default info)
 	Out      io.Writer // roles' output, each line prefixed with the role name (nil: discarded)
 }
@@ -466,6 +470,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 				}
 			}
 			continue
+		}
+		if cfg.OwnDisks > 0 && st.dir != "" {
+			if err := cfg.Net.GiveDisk(ctx, st.host, st.dir, cfg.OwnDisks); err != nil {
+				return nil, fmt.Errorf("simcluster: disk of %s: %w", st.host, err)
+			}
 		}
 		if b, ok := cfg.Budgets[st.kind]; ok {
 			d := st.dir

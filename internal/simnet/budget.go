@@ -146,7 +146,20 @@ func (n *Net) makeCgroups() {
 // removeCgroups deletes the hosts' cgroups. A process still in one is
 // killed first: the host it ran on is gone.
 func (n *Net) removeCgroups() error {
+	n.killHosts()
 	var first error
+	for _, h := range n.hosts {
+		for _, d := range h.cg {
+			if err := removeCgroup(d); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// killHosts kills every process still in a host's cgroups.
+func (n *Net) killHosts() {
 	for _, h := range n.hosts {
 		if d, ok := h.cg["cpuacct"]; ok {
 			if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil {
@@ -158,14 +171,6 @@ func (n *Net) removeCgroups() error {
 			}
 		}
 	}
-	for _, h := range n.hosts {
-		for _, d := range h.cg {
-			if err := removeCgroup(d); err != nil && first == nil {
-				first = err
-			}
-		}
-	}
-	return first
 }
 
 func removeCgroup(d string) error {
@@ -460,4 +465,103 @@ func CheckQuotas(budgets []Budget, frac float64) error {
 		return fmt.Errorf("%w: the hosts' CPU budgets add up to %.2f cores, more than %.0f%% of this machine's %d", ErrConfig, sum, 100*frac, runtime.NumCPU())
 	}
 	return nil
+}
+
+// DiskRoot holds the images of hosts' own disks: memory, so the only
+// limit on a host's disk is its budget, not the box's one disk and
+// journal.
+const DiskRoot = "/dev/shm/atoll-simnet"
+
+// GiveDisk gives host a disk of its own mounted at dir: a sparse image of
+// size bytes in DiskRoot on a loop device, with a fresh ext4. Hosts that
+// share the box's filesystem share its journal, so their fsyncs wait for
+// each other's however their budgets are set; a disk of its own has its
+// own journal, and SetBudget on dir throttles it. Close unmounts and
+// deletes it.
+func (n *Net) GiveDisk(ctx context.Context, host, dir string, size int64) error {
+	h := n.Host(host)
+	if h == nil {
+		return fmt.Errorf("%w: no host %q", ErrConfig, host)
+	}
+	if !n.Isolated() {
+		return ErrNoBudgets
+	}
+	if h.img != "" {
+		return fmt.Errorf("%w: host %s has a disk already", ErrConfig, host)
+	}
+	for _, tool := range []string{"losetup", "mkfs.ext4", "mount", "umount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%w: %s is not installed", ErrNoBudgets, tool)
+		}
+	}
+	if err := os.MkdirAll(DiskRoot, 0o755); err != nil {
+		return err
+	}
+	img := filepath.Join(DiskRoot, n.cfg.Name+"-"+h.Name+".img")
+	f, err := os.Create(img)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(img)
+		return err
+	}
+	h.img = img
+	out, err := exec.CommandContext(ctx, "losetup", "-f", "--show", img).Output()
+	if err != nil {
+		return fmt.Errorf("simnet: losetup %s: %w", img, err)
+	}
+	h.loop = strings.TrimSpace(string(out))
+	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", h.loop); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := run(ctx, "mount", h.loop, dir); err != nil {
+		return err
+	}
+	h.mnt = dir
+	return nil
+}
+
+// removeDisks undoes GiveDisk for every host.
+func (n *Net) removeDisks() error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	ctx := context.Background()
+	for _, h := range n.hosts {
+		if h.mnt != "" {
+			// A process killed a moment ago may still hold it.
+			var err error
+			for i := 0; i < 50; i++ {
+				if err = run(ctx, "umount", h.mnt); err == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				err = run(ctx, "umount", "-l", h.mnt)
+			}
+			keep(err)
+			h.mnt = ""
+		}
+		if h.loop != "" {
+			keep(run(ctx, "losetup", "-d", h.loop))
+			h.loop = ""
+		}
+		if h.img != "" {
+			keep(os.Remove(h.img))
+			h.img = ""
+		}
+	}
+	return first
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -211,16 +212,38 @@ func TestBudgetLink(t *testing.T) {
 	}
 }
 
-// Direct writes on a host with a 10 MB/s disk go at about 10 MB/s, and
-// the host's disk counter sees them.
+// A host's own disk is a filesystem of its own; direct writes on a host
+// with a 10 MB/s disk go at about 10 MB/s, and the host's disk counter
+// sees them; Close takes the disk away.
 func TestBudgetDisk(t *testing.T) {
+	// Cleanups run last first: the checks after the net's Close, the
+	// temporary directory's removal after both.
+	dir := filepath.Join(t.TempDir(), "disk")
+	var img string
+	t.Cleanup(func() {
+		if _, err := os.Stat(img); err == nil {
+			t.Errorf("disk image %s left after Close", img)
+		}
+		if b, _ := os.ReadFile("/proc/mounts"); strings.Contains(string(b), dir) {
+			t.Errorf("%s still mounted after Close", dir)
+		}
+	})
 	n := budgetNet(t)
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("/var/tmp", "simnet-disk-")
-	if err != nil {
+	if err := n.GiveDisk(ctx, "a", dir, 256<<20); err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	var root, own syscall.Stat_t
+	if err := syscall.Stat("/", &root); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(dir, &own); err != nil {
+		t.Fatal(err)
+	}
+	if root.Dev == own.Dev {
+		t.Fatalf("the host's disk at %s is the root filesystem's device", dir)
+	}
+	img = n.Host("a").img
 	if err := n.SetBudget(ctx, "a", Budget{DiskBps: 10e6}, dir); err != nil {
 		t.Fatal(err)
 	}

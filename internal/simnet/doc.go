@@ -43,6 +43,11 @@
 // (tc tbf on eth0 and on its veth peer). A link delay needs tc's netem;
 // on a kernel without it (this project's CI VM) SetBudget refuses the
 // delay with ErrNoBudgets and links keep the veth's own tens of µs.
+// Hosts on one filesystem share its journal, so their fsyncs wait for
+// each other whatever their budgets; GiveDisk gives a host a disk of its
+// own (a sparse image under /dev/shm/atoll-simnet on a loop device with a
+// fresh ext4, mounted at its data directory), which its disk budget then
+// throttles; Close unmounts and deletes it.
 // Usage reads a host's CPU-seconds, disk bytes and link bytes;
 // ReadCPUTimes and IdleSince give the whole machine's idle fraction, and
 // CheckQuotas refuses budgets that add up to more than a share of the

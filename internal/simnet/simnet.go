@@ -63,6 +63,8 @@ type Host struct {
 	// see BudgetsAvailable); disk is the budgeted disk's "MAJ:MIN".
 	cg   map[string]string
 	disk string
+	// img, loop and mnt are the host's own disk (GiveDisk).
+	img, loop, mnt string
 }
 
 // Net is a set of hosts on one bridge.
@@ -400,6 +402,7 @@ func (n *Net) Close() error {
 func (n *Net) teardown() error {
 	var first error
 	ctx := context.Background()
+	n.killHosts()
 	for _, h := range n.hosts {
 		if h.ns == "" {
 			continue
@@ -416,6 +419,9 @@ func (n *Net) teardown() error {
 		if err := run(ctx, "ip", "link", "del", n.bridge); err != nil && first == nil {
 			first = err
 		}
+	}
+	if err := n.removeDisks(); err != nil && first == nil {
+		first = err
 	}
 	if err := n.removeCgroups(); err != nil && first == nil {
 		first = err
