@@ -54,8 +54,18 @@
 // logs written and read back by 2/5 of a client per server, servers 5,
 // 6, 8, 10), metadata (Archipelago: durable creates, lookups by a client
 // with a cold cache, and create/rename/lookup/unlink, islands 1, 2, 4, 8,
-// a client per two islands), replicas (3 islands with 1 and 3 replicas).
-// --small (CI) runs two points each at a small size.
+// a client per two islands and 16 requests in flight per island: an
+// island's group commit makes a create cheaper the more wait together, so
+// the load per island is held constant), replicas (3 islands with 1 and 3
+// replicas), clients (Sigma's NetBench curve: 1 to 16 clients of 0.04
+// core on 4 islands; clients_after_peak is the worst rate after the best
+// against it) and failover (a run of the mixed workload on 3 islands of 3
+// replicas, and of ec:4+1 writes on 6 servers, with island1's server or
+// storage0 killed -9 a quarter in; workers keep a 100 ms timeline, and the
+// report gives the rate before, the worst half second, the rate the
+// cluster settles at without the dead host and the time to 90% of it).
+// --small (CI) runs two points each at a small size. Growth while serving
+// (the migration penalty) is not built yet.
 //
 // `atoll bench rebalance` (RunRebalance) adds a storage server to a
 // cluster holding data and runs rebalancing passes until every server's

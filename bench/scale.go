@@ -2,11 +2,13 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +61,7 @@ type ScaleResult struct {
 	Metadata []ScalePoint             `json:"metadata,omitempty"`
 	Replicas []ScalePoint             `json:"replicas,omitempty"`
 	Clients  []ScalePoint             `json:"clients,omitempty"`
+	Failover []ScalePoint             `json:"failover,omitempty"`
 	// The worst point of each experiment (nil: not run).
 	StorageEfficiency  *float64 `json:"storage_efficiency"`
 	MetadataEfficiency *float64 `json:"metadata_efficiency"`
@@ -66,6 +69,9 @@ type ScaleResult struct {
 	// ClientsAfterPeak is the clients experiment's worst rate after its
 	// best against that best (1: no drop once the servers saturate).
 	ClientsAfterPeak *float64 `json:"clients_after_peak"`
+	// FailoverSeconds is the longest time back to full speed after a
+	// kill -9 (-1: one did not get back within its run).
+	FailoverSeconds  *float64 `json:"failover_s"`
 	MigrationPenalty *float64 `json:"migration_penalty"`
 	// IdleFraction is the machine's least idle fraction over the phases.
 	IdleFraction float64  `json:"idle_fraction"`
@@ -80,6 +86,26 @@ type ScalePoint struct {
 	Replicas int           `json:"replicas"`
 	Clients  int           `json:"clients"`
 	Phases   []PhaseResult `json:"phases"`
+	Failover *Failover     `json:"failover,omitempty"`
+}
+
+// Failover is what a kill -9 in the middle of a run did to its rate.
+type Failover struct {
+	Killed string  `json:"killed"` // the role
+	Unit   string  `json:"unit"`
+	Before float64 `json:"rate_before"` // from the run's second second to the kill
+	Lowest float64 `json:"lowest_rate"` // the worst half second after the kill
+	// After is the rate the cluster settles at without the killed role:
+	// the last third of the run after the kill.
+	After float64 `json:"rate_after"`
+	// FullSpeedAfter is the seconds from the kill to the first half
+	// second at 90% of After or more (-1: none, or After is below a
+	// tenth of Before: the cluster did not recover within the run).
+	FullSpeedAfter float64 `json:"full_speed_after_s"`
+	// KillAt is the second of the run the kill came in; PerSecond is the
+	// rate in each second of the run.
+	KillAt    float64   `json:"kill_at_s"`
+	PerSecond []float64 `json:"per_second"`
 }
 
 // PhaseResult is one phase of a point.
@@ -110,10 +136,13 @@ type HostUse struct {
 // pointSpec is one cluster shape to run.
 type pointSpec struct {
 	storage, islands, replicas, clients int
-	clientCPU                           float64 // the client hosts' CPU budget (0: the kind's)
-	kind                                string  // worker kind
-	size                                int64   // data: per client
-	files                               int     // meta: per client
+	clientCPU                           float64       // the client hosts' CPU budget (0: the kind's)
+	threads                             int           // meta: requests in flight per client (0: 16)
+	duration                            time.Duration // a run phase's length (failover)
+	kill                                string        // the role killed a quarter into the run
+	kind                                string        // worker kind
+	size                                int64         // data: per client
+	files                               int           // meta: per client
 }
 
 // RunScale runs the experiments, each point on a fresh simulated cluster.
@@ -166,7 +195,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 		cfg.Out = f
 	}
 	res := ScaleResult{Budgets: cfg.Budgets, IdleFraction: 1,
-		NotRun: []string{"growth while serving (migration penalty)", "failover under load"}}
+		NotRun: []string{"growth while serving (migration penalty)"}}
 	for k, b := range cfg.Budgets {
 		say("budget %-8s %s", k, b)
 	}
@@ -189,12 +218,24 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 				islands = []int{1, 2}
 			}
 			for _, n := range islands {
-				specs = append(specs, pointSpec{storage: 1, islands: n, replicas: 1, clients: max(1, n/2), kind: "meta", files: cfg.Files * n / max(1, n/2)})
+				// Each island sees the same requests in flight as the one
+				// island did (16): an island's group commit makes a create
+				// cheaper the more wait together.
+				c := max(1, n/2)
+				specs = append(specs, pointSpec{storage: 1, islands: n, replicas: 1, clients: c, threads: 16 * n / c, kind: "meta", files: cfg.Files * n / c})
 			}
 		case "replicas": // three islands, each replica on its own host
 			for _, r := range []int{1, 3} {
 				specs = append(specs, pointSpec{storage: 1, islands: 3, replicas: r, clients: 3, kind: "meta", files: cfg.Files})
 			}
+		case "failover": // kill -9 a quarter into a run: an island's leader (3 replicas), a storage server (ec:4+1 on 6)
+			d := 24 * time.Second
+			if cfg.Small {
+				d = 10 * time.Second
+			}
+			specs = append(specs,
+				pointSpec{storage: 1, islands: 3, replicas: 3, clients: 3, kind: "meta-run", duration: d, kill: "island1"},
+				pointSpec{storage: 6, islands: 1, replicas: 1, clients: 2, kind: "data-run", duration: d, kill: "storage0", size: 64 << 20})
 		case "clients": // Sigma's NetBench curve: 1 -> 16 small clients on 4 islands, the same total work
 			counts := []int{1, 2, 4, 8, 16}
 			if cfg.Small {
@@ -216,8 +257,23 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 				res.IdleFraction = min(res.IdleFraction, ph.Idle)
 			}
 		}
-		worst := efficiencies(exp, points)
+		var worst float64
+		if exp != "failover" {
+			worst = efficiencies(exp, points)
+		}
 		switch exp {
+		case "failover":
+			worst = 0
+			for _, p := range points {
+				if p.Failover.FullSpeedAfter < 0 {
+					worst = -1
+					break
+				}
+				worst = max(worst, p.Failover.FullSpeedAfter)
+			}
+			res.Failover, res.FailoverSeconds = points, &worst
+			printFailover(say, points)
+			continue
 		case "clients":
 			after := afterPeak(points)
 			res.Clients, res.ClientsAfterPeak = points, &after
@@ -236,7 +292,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 	return res, nil
 }
 
-var experiments = []string{"storage", "metadata", "replicas", "clients"}
+var experiments = []string{"storage", "metadata", "replicas", "clients", "failover"}
 
 // afterPeak is, over the phases, the worst rate of a point after the
 // phase's best point against that best.
@@ -384,7 +440,7 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 	for i := range workers {
 		args := []string{"bench", "scale-worker", "--cluster", cl.Manager, "--key", ccfg.ClusterKeyPath(),
 			"--kind", sp.kind, "--id", strconv.Itoa(i), "--sync", sync, "--size", strconv.FormatInt(sp.size, 10),
-			"--files", strconv.Itoa(sp.files), "--threads", "16", "--policy", "ec:4+1"}
+			"--files", strconv.Itoa(sp.files), "--threads", strconv.Itoa(cmp.Or(sp.threads, 16)), "--policy", "ec:4+1", "--duration", sp.duration.String()}
 		if p := os.Getenv("ATOLL_SCALE_PIPELINE"); p != "" {
 			args = append(args, "--pipeline", p)
 		}
@@ -456,6 +512,7 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 	}
 	phases := workerPhases[sp.kind]
 	var samples []sample
+	var killAt time.Time
 	for _, ph := range append(slices.Clone(phases), "end") {
 		if err := waitAll(ph); err != nil {
 			return pt, err
@@ -468,6 +525,20 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		if ph != "end" {
 			if err := os.WriteFile(filepath.Join(sync, "go-"+ph), nil, 0o644); err != nil {
 				return pt, err
+			}
+			if sp.kill != "" {
+				r := cl.Role(sp.kill)
+				if r == nil {
+					return pt, fmt.Errorf("no role %q", sp.kill)
+				}
+				killAt = time.Now().Add(sp.duration / 4)
+				go func() {
+					select {
+					case <-time.After(time.Until(killAt)):
+						r.Kill()
+					case <-wctx.Done():
+					}
+				}()
 			}
 		}
 	}
@@ -496,7 +567,7 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		}
 		secs := float64(end-start) / 1e9
 		pr := PhaseResult{Name: name, Seconds: secs, Idle: simnet.IdleSince(samples[k].cpu, samples[k+1].cpu)}
-		if sp.kind == "data" {
+		if strings.HasPrefix(sp.kind, "data") {
 			pr.Rate, pr.Unit = float64(nbytes)/1e6/secs, "MB/s"
 		} else {
 			pr.Rate, pr.Unit = float64(ops)/secs, "ops/s"
@@ -528,6 +599,9 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		}
 		pt.Phases = append(pt.Phases, pr)
 	}
+	if sp.kill != "" {
+		pt.Failover = failoverOf(results, killAt, sp.kill, pt.Phases[0].Unit)
+	}
 	say("  %d servers, %d islands x%d, %d clients: %s", sp.storage, sp.islands, sp.replicas, sp.clients, phaseLine(pt.Phases))
 	return pt, nil
 }
@@ -555,4 +629,75 @@ func hostKind(h string) string {
 		return simcluster.KindMount
 	}
 	return ""
+}
+
+// failoverOf merges the workers' timelines by wall clock and measures the
+// rate before the kill, the dip, and the time back to full speed.
+func failoverOf(results [][]WorkerPhase, killAt time.Time, killed, unit string) *Failover {
+	f := &Failover{Killed: killed, Unit: unit, FullSpeedAfter: -1}
+	var t0 int64
+	for _, r := range results {
+		if t0 == 0 || r[0].Start < t0 {
+			t0 = r[0].Start
+		}
+	}
+	var bins []float64
+	for _, r := range results {
+		off := int((r[0].Start - t0) / int64(Tick))
+		for k, v := range r[0].Timeline {
+			for len(bins) <= off+k {
+				bins = append(bins, 0)
+			}
+			bins[off+k] += float64(v)
+		}
+	}
+	scale := 1 / Tick.Seconds()
+	if unit == "MB/s" {
+		scale /= 1e6
+	}
+	kill := int(killAt.Sub(time.Unix(0, t0)) / Tick)
+	mean := func(lo, hi int) float64 {
+		lo, hi = max(lo, 0), min(hi, len(bins))
+		if hi <= lo {
+			return 0
+		}
+		var sum float64
+		for _, v := range bins[lo:hi] {
+			sum += v
+		}
+		return sum / float64(hi-lo) * scale
+	}
+	second := int(time.Second / Tick)
+	half := second / 2
+	end := len(bins) - half // the last half second is cut short by the run's end
+	f.Before = mean(second, kill)
+	// After the kill the cluster has a host less: full speed is what it
+	// settles at (the last third of the run), not the rate before.
+	f.After = mean(end-(end-kill)/3, end)
+	f.KillAt = float64(kill) * Tick.Seconds()
+	for b := 0; b+second <= len(bins); b += second {
+		f.PerSecond = append(f.PerSecond, math.Round(10*mean(b, b+second))/10)
+	}
+	f.Lowest = f.Before
+	for b := kill; b+half <= end; b++ {
+		r := mean(b, b+half)
+		f.Lowest = min(f.Lowest, r)
+		if f.FullSpeedAfter < 0 && r >= 0.9*f.After && f.After >= 0.1*f.Before && b > kill {
+			f.FullSpeedAfter = float64(b-kill) * Tick.Seconds()
+		}
+	}
+	return f
+}
+
+func printFailover(say func(string, ...any), points []ScalePoint) {
+	for _, p := range points {
+		f := p.Failover
+		back := "not within the run"
+		if f.FullSpeedAfter >= 0 {
+			back = fmt.Sprintf("%.1f s", f.FullSpeedAfter)
+		}
+		say("  kill -9 %-9s %8.1f %-5s before, lowest half second %8.1f, settles at %.1f (%.0f%%), 90%% of that after %s",
+			f.Killed, f.Before, f.Unit, f.Lowest, f.After, 100*f.After/max(f.Before, 1e-9), back)
+		say("    per second (kill in second %d): %v", int(f.KillAt), f.PerSecond)
+	}
 }

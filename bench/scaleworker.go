@@ -36,6 +36,8 @@ type WorkerConfig struct {
 	// Pipeline is data: stripes of the log in flight (0: the client's
 	// default).
 	Pipeline int
+	// Duration is how long a "run" phase lasts (data-run, meta-run).
+	Duration time.Duration
 	Sync     string // the barrier directory
 	Logger   *slog.Logger
 }
@@ -47,12 +49,24 @@ type WorkerPhase struct {
 	End   int64  `json:"end_ns"`
 	Ops   int64  `json:"ops"`
 	Bytes int64  `json:"bytes"`
+	// Timeline is the work done (bytes for data, operations for meta) in
+	// each tick from Start.
+	Timeline []int64 `json:"timeline"`
 }
+
+// Tick is a timeline's step.
+const Tick = 100 * time.Millisecond
+
+// errDone ends a run phase's workers.
+var errDone = errors.New("bench: the run is over")
 
 // Phases of each worker kind, in order.
 var workerPhases = map[string][]string{
 	"data": {"write", "read"},
 	"meta": {"create", "stat", "mixed"},
+	// For failover: one phase of Duration, the mixed workload or writes.
+	"data-run": {"run"},
+	"meta-run": {"run"},
 }
 
 // barrier announces that worker id is ready for phase and waits for the
@@ -105,11 +119,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err
 	}
 	defer data.Close()
 
-	var run func(phase string) (ops, bytes int64, err error)
+	var run func(phase string, done *atomic.Int64) (ops, bytes int64, err error)
 	switch cfg.Kind {
-	case "data":
+	case "data", "data-run":
 		run, err = dataWorker(ctx, cfg, data)
-	case "meta":
+	case "meta", "meta-run":
 		// The stats go through a second client with nothing cached and
 		// no leases, so each one is an island request.
 		var fss [2]*client.FS
@@ -131,8 +145,30 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err
 			return phases, err
 		}
 		p := WorkerPhase{Name: name, Start: time.Now().UnixNano()}
-		p.Ops, p.Bytes, err = run(name)
+		var done atomic.Int64
+		stop := make(chan struct{})
+		ticked := make(chan []int64)
+		go func() {
+			var tl []int64
+			var last int64
+			t := time.NewTicker(Tick)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					v := done.Load()
+					tl = append(tl, v-last)
+					last = v
+				case <-stop:
+					ticked <- append(tl, done.Load()-last)
+					return
+				}
+			}
+		}()
+		p.Ops, p.Bytes, err = run(name, &done)
 		p.End = time.Now().UnixNano()
+		close(stop)
+		p.Timeline = <-ticked
 		if err != nil {
 			return phases, fmt.Errorf("%s: %w", name, err)
 		}
@@ -141,15 +177,30 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err
 	return phases, os.WriteFile(filepath.Join(cfg.Sync, fmt.Sprintf("ready-end-%d", cfg.ID)), nil, 0o644)
 }
 
-func dataWorker(ctx context.Context, cfg WorkerConfig, cl *client.Client) (func(string) (int64, int64, error), error) {
+func dataWorker(ctx context.Context, cfg WorkerConfig, cl *client.Client) (func(string, *atomic.Int64) (int64, int64, error), error) {
 	pol, err := layout.Parse(cfg.Policy)
 	if err != nil {
 		return nil, err
 	}
 	src := newSource(cfg.Size)
 	var ptrs []layout.Pointer
-	return func(phase string) (int64, int64, error) {
+	return func(phase string, done *atomic.Int64) (int64, int64, error) {
 		switch phase {
+		case "run": // writes until Duration is over
+			log, err := cl.Log(ctx, pol)
+			if err != nil {
+				return 0, 0, err
+			}
+			var n int64
+			for start := time.Now(); time.Since(start) < cfg.Duration; n += mib {
+				p, err := log.Append(ctx, src.chunk(n % max(cfg.Size, mib))[:mib])
+				if err != nil {
+					return 0, n, err
+				}
+				ptrs = append(ptrs, p...)
+				done.Add(mib)
+			}
+			return int64(len(ptrs)), n, log.Flush(ctx)
 		case "write":
 			log, err := cl.Log(ctx, pol)
 			if err != nil {
@@ -161,6 +212,7 @@ func dataWorker(ctx context.Context, cfg WorkerConfig, cl *client.Client) (func(
 					return 0, 0, err
 				}
 				ptrs = append(ptrs, p...)
+				done.Add(int64(min(mib, cfg.Size-off)))
 			}
 			if err := log.Flush(ctx); err != nil {
 				return 0, 0, err
@@ -174,7 +226,7 @@ func dataWorker(ctx context.Context, cfg WorkerConfig, cl *client.Client) (func(
 	}, nil
 }
 
-func metaWorker(ctx context.Context, cfg WorkerConfig, fs, statFS *client.FS) (func(string) (int64, int64, error), error) {
+func metaWorker(ctx context.Context, cfg WorkerConfig, fs, statFS *client.FS) (func(string, *atomic.Int64) (int64, int64, error), error) {
 	cred := metawire.Root
 	const dirs = 32
 	top, err := fs.MkdirAll(ctx, cred, fmt.Sprintf("/w%d", cfg.ID), 0o755)
@@ -190,10 +242,39 @@ func metaWorker(ctx context.Context, cfg WorkerConfig, fs, statFS *client.FS) (f
 		dir[i] = r.Attr.Ino
 	}
 	threads := max(cfg.Threads, 1)
-	return func(phase string) (int64, int64, error) {
-		var ops atomic.Int64
+	return func(phase string, ops *atomic.Int64) (int64, int64, error) {
 		var err error
+		// mixed is one round of create, rename, lookup, unlink.
+		mixed := func(i int) error {
+			d := dir[i%dirs]
+			a, b := fmt.Sprintf("t%07d", i), fmt.Sprintf("u%07d", i)
+			if _, err := fs.Create(ctx, metawire.CreateReq{Cred: cred, Dir: d, Name: a, Mode: 0o644}); err != nil {
+				return err
+			}
+			if err := fs.Rename(ctx, metawire.RenameReq{Cred: cred, SrcDir: d, SrcName: a, DstDir: d, DstName: b}); err != nil {
+				return err
+			}
+			if _, err := fs.Lookup(ctx, cred, d, b); err != nil {
+				return err
+			}
+			if err := fs.Unlink(ctx, cred, d, b); err != nil {
+				return err
+			}
+			ops.Add(4)
+			return nil
+		}
 		switch phase {
+		case "run": // the mixed workload until Duration is over
+			deadline := time.Now().Add(cfg.Duration)
+			err = parallel(ctx, threads, 1<<30, func(_, i int) error {
+				if time.Now().After(deadline) {
+					return errDone
+				}
+				return mixed(i)
+			})
+			if errors.Is(err, errDone) {
+				err = nil
+			}
 		case "create": // durable: each synced on its island before the answer
 			err = parallel(ctx, threads, cfg.Files, func(_, i int) error {
 				_, err := fs.Create(ctx, metawire.CreateReq{Cred: cred, Dir: dir[i%dirs], Name: fmt.Sprintf("f%06d", i), Mode: 0o644})
@@ -206,22 +287,8 @@ func metaWorker(ctx context.Context, cfg WorkerConfig, fs, statFS *client.FS) (f
 				ops.Add(1)
 				return err
 			})
-		case "mixed": // create, rename, stat, unlink: four operations
-			err = parallel(ctx, threads, max(cfg.Files/4, 1), func(_, i int) error {
-				d := dir[i%dirs]
-				a, b := fmt.Sprintf("t%06d", i), fmt.Sprintf("u%06d", i)
-				if _, err := fs.Create(ctx, metawire.CreateReq{Cred: cred, Dir: d, Name: a, Mode: 0o644}); err != nil {
-					return err
-				}
-				if err := fs.Rename(ctx, metawire.RenameReq{Cred: cred, SrcDir: d, SrcName: a, DstDir: d, DstName: b}); err != nil {
-					return err
-				}
-				if _, err := fs.Lookup(ctx, cred, d, b); err != nil {
-					return err
-				}
-				ops.Add(4)
-				return fs.Unlink(ctx, cred, d, b)
-			})
+		case "mixed": // create, rename, lookup, unlink: four operations
+			err = parallel(ctx, threads, max(cfg.Files/4, 1), func(_, i int) error { return mixed(i) })
 		default:
 			err = errors.New("unknown phase " + strings.ToUpper(phase))
 		}

@@ -32,7 +32,7 @@ func TestBenchScaleSmall(t *testing.T) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("report: %v: %s", err, out)
 	}
-	if res.StorageEfficiency == nil || res.MetadataEfficiency == nil || res.ReplicasRatio == nil || res.ClientsAfterPeak == nil {
+	if res.StorageEfficiency == nil || res.MetadataEfficiency == nil || res.ReplicasRatio == nil || res.ClientsAfterPeak == nil || res.FailoverSeconds == nil {
 		t.Fatalf("an experiment's figure is missing: %s", out)
 	}
 	if res.IdleFraction <= 0 || res.IdleFraction > 1 {
@@ -68,6 +68,21 @@ func TestBenchScaleSmall(t *testing.T) {
 					t.Errorf("storage %s: no CPU counted on the storage hosts", ph.Name)
 				}
 			}
+		}
+	}
+	// A kill -9 of an island's leader and of a storage server under load:
+	// the cluster keeps serving and settles within the run.
+	if len(res.Failover) != 2 {
+		t.Fatalf("failover: %d points", len(res.Failover))
+	}
+	for _, p := range res.Failover {
+		f := p.Failover
+		if f == nil {
+			t.Fatalf("failover point without its figures: %+v", p)
+		}
+		t.Logf("kill -9 %s: %.1f %s before, settled at %.1f after %.1f s; per second %v", f.Killed, f.Before, f.Unit, f.After, f.FullSpeedAfter, f.PerSecond)
+		if f.Before <= 0 || f.FullSpeedAfter < 0 || f.After < 0.3*f.Before {
+			t.Errorf("kill -9 %s: before %.1f, after %.1f, back after %.1f s", f.Killed, f.Before, f.After, f.FullSpeedAfter)
 		}
 	}
 	if res.Storage[1].Storage != 10 || res.Metadata[1].Islands != 2 || res.Replicas[1].Replicas != 3 || res.Clients[1].Clients != 4 {
