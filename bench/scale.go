@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,7 +23,14 @@ import (
 )
 
 // Host kinds of the scale model besides simcluster's roles.
-const kindClient = "client"
+const (
+	kindClient = "client"
+	// kindCalibrate is the host of the CPU speed probe (RunCalibrator).
+	kindCalibrate = "calibrate"
+)
+
+// calibrateCPU is the probe host's budget: a small share, always busy.
+const calibrateCPU = 0.04
 
 // DefaultBudgets is the modelled machine of each kind: small enough that
 // the largest point of every experiment leaves this 2-core box idle time.
@@ -66,6 +74,10 @@ type ScaleResult struct {
 	StorageEfficiency  *float64 `json:"storage_efficiency"`
 	MetadataEfficiency *float64 `json:"metadata_efficiency"`
 	ReplicasRatio      *float64 `json:"replicas_ratio"`
+	// The same at equal CPU speed (PhaseResult.NormEfficiency).
+	StorageEfficiencyNorm  *float64 `json:"storage_efficiency_at_equal_cpu_speed"`
+	MetadataEfficiencyNorm *float64 `json:"metadata_efficiency_at_equal_cpu_speed"`
+	ReplicasRatioNorm      *float64 `json:"replicas_ratio_at_equal_cpu_speed"`
 	// ClientsAfterPeak is the clients experiment's worst rate after its
 	// best against that best (1: no drop once the servers saturate).
 	ClientsAfterPeak *float64 `json:"clients_after_peak"`
@@ -118,9 +130,15 @@ type PhaseResult struct {
 	// first point (1 = perfect); for replicas, against one replica.
 	Efficiency float64 `json:"efficiency"`
 	// Bottleneck names the host and budget most used: "s3 cpu 98%".
-	Bottleneck string    `json:"bottleneck"`
-	Idle       float64   `json:"idle_fraction"` // the machine's, during the phase
-	Hosts      []HostUse `json:"hosts"`
+	Bottleneck string  `json:"bottleneck"`
+	Idle       float64 `json:"idle_fraction"` // the machine's, during the phase
+	// CPUSpeed is the probe's work per CPU-second during the phase (the
+	// VM's CPU-second is not a fixed amount of work: it swings with the
+	// host machine's load), and NormEfficiency is Efficiency with each
+	// point's rate scaled to the first point's CPU speed.
+	CPUSpeed       float64   `json:"cpu_speed"`
+	NormEfficiency float64   `json:"efficiency_at_equal_cpu_speed"`
+	Hosts          []HostUse `json:"hosts"`
 }
 
 // HostUse is one host's use of its budget in a phase.
@@ -257,9 +275,9 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 				res.IdleFraction = min(res.IdleFraction, ph.Idle)
 			}
 		}
-		var worst float64
+		var worst, norm float64
 		if exp != "failover" {
-			worst = efficiencies(exp, points)
+			worst, norm = efficiencies(exp, points)
 		}
 		switch exp {
 		case "failover":
@@ -278,11 +296,11 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 			after := afterPeak(points)
 			res.Clients, res.ClientsAfterPeak = points, &after
 		case "storage":
-			res.Storage, res.StorageEfficiency = points, &worst
+			res.Storage, res.StorageEfficiency, res.StorageEfficiencyNorm = points, &worst, &norm
 		case "metadata":
-			res.Metadata, res.MetadataEfficiency = points, &worst
+			res.Metadata, res.MetadataEfficiency, res.MetadataEfficiencyNorm = points, &worst, &norm
 		case "replicas":
-			res.Replicas, res.ReplicasRatio = points, &worst
+			res.Replicas, res.ReplicasRatio, res.ReplicasRatioNorm = points, &worst, &norm
 		}
 		printTable(say, exp, points)
 	}
@@ -313,10 +331,10 @@ func afterPeak(points []ScalePoint) float64 {
 
 // efficiencies fills each phase's efficiency against the first point and
 // returns the worst over the points after the first.
-func efficiencies(exp string, points []ScalePoint) float64 {
-	worst := 1.0
+func efficiencies(exp string, points []ScalePoint) (worst, worstNorm float64) {
+	worst, worstNorm = 1.0, 1.0
 	if len(points) == 0 {
-		return 0
+		return 0, 0
 	}
 	base := points[0]
 	scale := func(p ScalePoint) float64 {
@@ -334,13 +352,18 @@ func efficiencies(exp string, points []ScalePoint) float64 {
 			b := base.Phases[j].Rate * scale(points[i]) / scale(base)
 			if b > 0 {
 				ph.Efficiency = ph.Rate / b
+				ph.NormEfficiency = ph.Efficiency
+				if bs := base.Phases[j].CPUSpeed; bs > 0 && ph.CPUSpeed > 0 {
+					ph.NormEfficiency = ph.Efficiency * bs / ph.CPUSpeed
+				}
 			}
 			if i > 0 {
 				worst = min(worst, ph.Efficiency)
+				worstNorm = min(worstNorm, ph.NormEfficiency)
 			}
 		}
 	}
-	return worst
+	return worst, worstNorm
 }
 
 func printTable(say func(string, ...any), exp string, points []ScalePoint) {
@@ -357,8 +380,8 @@ func printTable(say func(string, ...any), exp string, points []ScalePoint) {
 			case "clients":
 				eff = "against one client"
 			}
-			say("  %-28s %-6s %9.1f %-5s %4.0f%% %s  (%.1f s; busiest: %s; machine idle %.0f%%)",
-				head, ph.Name, ph.Rate, ph.Unit, 100*ph.Efficiency, eff, ph.Seconds, ph.Bottleneck, 100*ph.Idle)
+			say("  %-28s %-6s %9.1f %-5s %4.0f%% %s, %4.0f%% at equal CPU speed  (%.1f s; busiest: %s; machine idle %.0f%%; CPU speed %.0f)",
+				head, ph.Name, ph.Rate, ph.Unit, 100*ph.Efficiency, eff, 100*ph.NormEfficiency, ph.Seconds, ph.Bottleneck, 100*ph.Idle, ph.CPUSpeed)
 			head = ""
 		}
 	}
@@ -385,7 +408,12 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		hosts = append(hosts, h)
 		kinds[h] = kindClient
 	}
+	hosts = append(hosts, "cal")
+	kinds["cal"] = kindCalibrate
 	budgetOf := func(h string) simnet.Budget {
+		if kinds[h] == kindCalibrate {
+			return simnet.Budget{CPU: calibrateCPU}
+		}
 		b := cfg.Budgets[kinds[h]]
 		if kinds[h] == kindClient && sp.clientCPU > 0 {
 			b.CPU = sp.clientCPU
@@ -419,9 +447,11 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		return pt, err
 	}
 	defer cl.Stop()
-	for i := 0; i < sp.clients; i++ {
-		if err := n.SetBudget(ctx, fmt.Sprintf("c%d", i), budgetOf(fmt.Sprintf("c%d", i)), ""); err != nil {
-			return pt, err
+	for _, h := range hosts {
+		if k := kinds[h]; k == kindClient || k == kindCalibrate {
+			if err := n.SetBudget(ctx, h, budgetOf(h), ""); err != nil {
+				return pt, err
+			}
 		}
 	}
 
@@ -437,6 +467,15 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 	workers := make([]*worker, sp.clients)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The CPU speed probe: its work per CPU-second in a phase says how
+	// fast a CPU-second of this shared VM was then.
+	calFile := filepath.Join(pdir, "calibrate")
+	calCmd := n.Host("cal").Command(wctx, cfg.Exe, "bench", "scale-calibrate", "--out", calFile)
+	calCmd.Stderr = cfg.Out
+	if err := calCmd.Start(); err != nil {
+		return pt, err
+	}
+	defer func() { cancel(); _ = calCmd.Wait() }()
 	for i := range workers {
 		args := []string{"bench", "scale-worker", "--cluster", cl.Manager, "--key", ccfg.ClusterKeyPath(),
 			"--kind", sp.kind, "--id", strconv.Itoa(i), "--sync", sync, "--size", strconv.FormatInt(sp.size, 10),
@@ -496,10 +535,13 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		at   time.Time
 		cpu  simnet.CPUTimes
 		host map[string]simnet.Usage
+		cal  int64
 	}
 	take := func() (sample, error) {
 		s := sample{at: time.Now(), host: map[string]simnet.Usage{}}
 		var err error
+		b, _ := os.ReadFile(calFile)
+		s.cal, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		if s.cpu, err = simnet.ReadCPUTimes(); err != nil {
 			return s, err
 		}
@@ -567,6 +609,9 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		}
 		secs := float64(end-start) / 1e9
 		pr := PhaseResult{Name: name, Seconds: secs, Idle: simnet.IdleSince(samples[k].cpu, samples[k+1].cpu)}
+		if cs := samples[k+1].host["cal"].Sub(samples[k].host["cal"]).CPUSeconds; cs > 0 {
+			pr.CPUSpeed = float64(samples[k+1].cal-samples[k].cal) / cs
+		}
 		if strings.HasPrefix(sp.kind, "data") {
 			pr.Rate, pr.Unit = float64(nbytes)/1e6/secs, "MB/s"
 		} else {
@@ -588,6 +633,9 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 				hu.Link = float64(max(u.SentBytes, u.ReceivedBytes)) * 8 / wall / float64(b.LinkBits)
 			}
 			pr.Hosts = append(pr.Hosts, hu)
+			if kinds[h] == kindCalibrate {
+				continue // always busy: that is its job
+			}
 			for _, v := range []struct {
 				what string
 				f    float64
@@ -700,4 +748,32 @@ func printFailover(say func(string, ...any), points []ScalePoint) {
 			f.Killed, f.Before, f.Unit, f.Lowest, f.After, 100*f.After/max(f.Before, 1e-9), back)
 		say("    per second (kill in second %d): %v", int(f.KillAt), f.PerSecond)
 	}
+}
+
+// RunCalibrator is the CPU speed probe: it hashes a fixed 64 KiB block
+// over and over and writes how many times to out every 100 ms, until ctx
+// ends.
+func RunCalibrator(ctx context.Context, out string) error {
+	block := make([]byte, 64<<10)
+	for i := range block {
+		block[i] = byte(i * 7)
+	}
+	var n int64
+	last := time.Now()
+	for ctx.Err() == nil {
+		sum := sha256.Sum256(block)
+		block[0] ^= sum[0]
+		n++
+		if time.Since(last) >= Tick {
+			last = time.Now()
+			tmp := out + ".tmp"
+			if err := os.WriteFile(tmp, []byte(strconv.FormatInt(n, 10)), 0o644); err != nil {
+				return err
+			}
+			if err := os.Rename(tmp, out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

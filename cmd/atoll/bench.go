@@ -15,7 +15,7 @@ import (
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Run benchmarks side by side with the local filesystem"}
-	cmd.AddCommand(newBenchDataCmd(g), newBenchMetaCmd(g), newBenchFSCmd(), newBenchCleanCmd(g), newBenchRebalanceCmd(g), newBenchScaleCmd(g), newBenchScaleWorkerCmd(g))
+	cmd.AddCommand(newBenchDataCmd(g), newBenchMetaCmd(g), newBenchFSCmd(), newBenchCleanCmd(g), newBenchRebalanceCmd(g), newBenchScaleCmd(g), newBenchScaleWorkerCmd(g), newBenchCalibrateCmd())
 	return cmd
 }
 
@@ -218,5 +218,20 @@ func newBenchScaleWorkerCmd(g *globalFlags) *cobra.Command {
 	f.IntVar(&cfg.Pipeline, "pipeline", 0, "data: stripes in flight (0: the client's default)")
 	f.StringVar(&cfg.Sync, "sync", "", "barrier directory")
 	f.DurationVar(&cfg.Duration, "duration", 0, "data-run, meta-run: how long the run lasts")
+	return cmd
+}
+
+// newBenchCalibrateCmd is `bench scale`'s CPU speed probe.
+func newBenchCalibrateCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:    "scale-calibrate --out FILE",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.RunCalibrator(cmd.Context(), out)
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "where the count goes")
 	return cmd
 }
