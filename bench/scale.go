@@ -110,9 +110,10 @@ type Failover struct {
 	// After is the rate the cluster settles at without the killed role:
 	// the last third of the run after the kill.
 	After float64 `json:"rate_after"`
-	// FullSpeedAfter is the seconds from the kill to the first half
-	// second at 90% of After or more (-1: none, or After is below a
-	// tenth of Before: the cluster did not recover within the run).
+	// FullSpeedAfter is the seconds from the kill to the end of the first
+	// half second at 90% of After or more after the worst half second
+	// (-1: none, or After is below a tenth of Before: the cluster did not
+	// recover within the run).
 	FullSpeedAfter float64 `json:"full_speed_after_s"`
 	// KillAt is the second of the run the kill came in; PerSecond is the
 	// rate in each second of the run.
@@ -726,12 +727,24 @@ func failoverOf(results [][]WorkerPhase, killAt time.Time, killed, unit string) 
 	for b := 0; b+second <= len(bins); b += second {
 		f.PerSecond = append(f.PerSecond, math.Round(10*mean(b, b+second))/10)
 	}
+	// The dip comes a moment after the kill (requests in flight finish
+	// first): back to full speed is the first half second at 90% of After
+	// once past the worst one.
 	f.Lowest = f.Before
+	dip := kill
 	for b := kill; b+half <= end; b++ {
-		r := mean(b, b+half)
-		f.Lowest = min(f.Lowest, r)
-		if f.FullSpeedAfter < 0 && r >= 0.9*f.After && f.After >= 0.1*f.Before && b > kill {
-			f.FullSpeedAfter = float64(b-kill) * Tick.Seconds()
+		if r := mean(b, b+half); r < f.Lowest {
+			f.Lowest, dip = r, b
+		}
+	}
+	if f.After >= 0.1*f.Before {
+		if f.Lowest >= 0.9*f.After {
+			f.FullSpeedAfter = 0
+		}
+		for b := dip; f.FullSpeedAfter < 0 && b+half <= end; b++ {
+			if mean(b, b+half) >= 0.9*f.After {
+				f.FullSpeedAfter = float64(b+half-kill) * Tick.Seconds()
+			}
 		}
 	}
 	return f
