@@ -499,6 +499,7 @@ func (n *Net) GiveDisk(ctx context.Context, host, dir string, size int64) error 
 		return err
 	}
 	img := filepath.Join(DiskRoot, n.cfg.Name+"-"+h.Name+".img")
+	removeStaleDisk(ctx, img) // a killed run's of the same name
 	f, err := os.Create(img)
 	if err != nil {
 		return err
@@ -565,4 +566,27 @@ func (n *Net) removeDisks() error {
 		}
 	}
 	return first
+}
+
+// removeStaleDisk detaches and deletes a disk image a killed run left:
+// its loop devices' mounts, the loop devices, the file.
+func removeStaleDisk(ctx context.Context, img string) {
+	if _, err := os.Stat(img); err != nil {
+		return
+	}
+	out, _ := exec.CommandContext(ctx, "losetup", "-j", img).Output()
+	mounts, _ := os.ReadFile("/proc/mounts")
+	for _, l := range strings.Split(string(out), "\n") {
+		dev, _, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		for _, m := range strings.Split(string(mounts), "\n") {
+			if f := strings.Fields(m); len(f) > 1 && f[0] == dev {
+				_ = run(ctx, "umount", "-l", f[1])
+			}
+		}
+		_ = run(ctx, "losetup", "-d", dev)
+	}
+	_ = os.Remove(img)
 }

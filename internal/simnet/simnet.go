@@ -438,6 +438,10 @@ func (n *Net) cleanupRun(ctx context.Context) {
 // (leftovers of killed runs). Only for a machine where no run is going.
 func CleanupStale(ctx context.Context) {
 	removeStale(ctx, "atl-", "atb-")
+	imgs, _ := filepath.Glob(filepath.Join(DiskRoot, "*.img"))
+	for _, img := range imgs {
+		removeStaleDisk(ctx, img)
+	}
 	for _, c := range budgetControllers {
 		ds, _ := os.ReadDir(filepath.Join(CgroupRoot, c, cgroupParent))
 		for _, d := range ds {
