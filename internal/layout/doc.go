@@ -35,8 +35,11 @@
 // Fragments go to storage slots, which are stable identities (a
 // replacement server takes over a slot). Stripe seq of log l uses K+M
 // consecutive slots of the sorted candidate list, starting at
-// (hash(l)+seq) mod n, so consecutive stripes rotate which slots hold data
-// and parity (Sigma's rotating machine list). Candidates are the slots that
+// (hash(l)+seq*s) mod n, s the smallest step of at least K+M coprime with
+// n: consecutive stripes of a log share few slots (stripes in flight do
+// not pile onto the same servers) and, over n stripes, every slot takes
+// every position once, so data and parity rotate (Sigma's rotating
+// machine list). Candidates are the slots that
 // are up when at least K+M are; otherwise all slots are used and the
 // fragments on down slots are missing: the stripe is degraded.
 //

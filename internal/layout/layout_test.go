@@ -115,6 +115,32 @@ func TestPlaceRotatesAndAvoidsDown(t *testing.T) {
 			t.Fatalf("parity not rotated evenly: %v", seen)
 		}
 	}
+	// 10 slots: consecutive stripes of a log share at most 2 slots, and
+	// over 10 stripes every slot holds parity once.
+	parity := map[uint16]int{}
+	var prev []uint16
+	for seq := uint64(0); seq < 10; seq++ {
+		pl, err := Place(p, 7, seq, slots(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parity[pl.Slots[4]]++
+		shared := 0
+		for _, a := range pl.Slots {
+			for _, b := range prev {
+				if a == b {
+					shared++
+				}
+			}
+		}
+		if shared > 2 {
+			t.Fatalf("stripes %d and %d share %d slots: %v, %v", seq-1, seq, shared, prev, pl.Slots)
+		}
+		prev = pl.Slots
+	}
+	if len(parity) != 10 {
+		t.Fatalf("parity over 10 stripes of 10 slots: %v", parity)
+	}
 	// 7 slots, 2 down: enough up slots, so no fragment lands on a down one.
 	for seq := uint64(0); seq < 20; seq++ {
 		pl, err := Place(p, 1, seq, slots(7, 2, 5))

@@ -49,7 +49,7 @@ func Place(pol Policy, log, seq uint64, slots []Slot) (Placement, error) {
 		return Placement{}, fmt.Errorf("%w: %d up, policy %s needs at least %d", ErrNoPlacement, len(up), pol, pol.K)
 	}
 	n := uint64(len(cands))
-	start := (mix(log) + seq) % n
+	start := (mix(log) + seq*stride(uint64(w), n)) % n
 	var pl Placement
 	for i := 0; i < w; i++ {
 		s := cands[(start+uint64(i))%n]
@@ -89,6 +89,27 @@ func slotUp(all []Slot, id uint16) bool {
 }
 
 // mix spreads log ids so that different clients start at different slots.
+// stride is how far consecutive stripes of a log move along the slots:
+// the smallest step of at least the stripe's width that is coprime with n,
+// so a log's stripes in flight share few slots (a stripe waits for its
+// busiest slot; overlapping windows pile a log's fragments onto the same
+// servers while others idle), and every start, hence every slot's turn at
+// parity, comes once in n stripes.
+func stride(w, n uint64) uint64 {
+	s := w
+	for gcd(s, n) != 1 {
+		s++
+	}
+	return s
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
 func mix(x uint64) uint64 {
 	x ^= x >> 33
 	x *= 0xff51afd7ed558ccd
