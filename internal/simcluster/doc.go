@@ -31,6 +31,12 @@
 // Start returns once every role serves, the namespace is formatted, and
 // every member is registered and up in the map with its own address.
 //
+// For the scale model (`atoll bench scale`), Config.Budgets makes each
+// host a small machine by its role's kind (simnet.SetBudget: CPU quota,
+// disk rate on its data directory, link rate), and Config.OwnDisks gives
+// every role with a data directory a disk of its own (simnet.GiveDisk),
+// each applied just before the role starts.
+//
 // # Roles
 //
 // A Role is one process. Kill (SIGKILL), Pause (SIGSTOP), Resume
