@@ -65,7 +65,9 @@
 // report gives the rate before, the worst half second, the rate the
 // cluster settles at without the dead host and the time to 90% of it).
 // --small (CI) runs two points each at a small size. Growth while serving
-// (the migration penalty) is not built yet.
+// (the migration penalty) is not built yet. ATOLL_SCALE_PIPELINE=N sets
+// the data workers' stripes in flight (client.Config.Pipeline), for
+// experiments with the write path.
 //
 // `atoll bench rebalance` (RunRebalance) adds a storage server to a
 // cluster holding data and runs rebalancing passes until every server's
