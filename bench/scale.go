@@ -400,10 +400,7 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 	ccfg := simcluster.Config{Exe: cfg.Exe, Dir: filepath.Join(pdir, "data"), Storage: sp.storage, Islands: sp.islands,
 		IslandReplicas: sp.replicas, LogLevel: "warn", Out: cfg.Out, OwnDisks: 4 << 30}
 	hosts := simcluster.HostNames(ccfg)
-	kinds := map[string]string{}
-	for _, h := range hosts {
-		kinds[h] = hostKind(h)
-	}
+	kinds := simcluster.HostKinds(ccfg)
 	for i := 0; i < sp.clients; i++ {
 		h := fmt.Sprintf("c%d", i)
 		hosts = append(hosts, h)
@@ -661,23 +658,6 @@ func phaseLine(ps []PhaseResult) string {
 		parts = append(parts, fmt.Sprintf("%s %.1f %s (%s)", p.Name, p.Rate, p.Unit, p.Bottleneck))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// hostKind is the role kind on a simcluster host name.
-func hostKind(h string) string {
-	switch {
-	case h == simcluster.ManagerHost:
-		return simcluster.KindManager
-	case strings.HasPrefix(h, "s"):
-		return simcluster.KindStorage
-	case strings.HasPrefix(h, "i"):
-		return simcluster.KindIsland
-	case h == "gw":
-		return simcluster.KindNFS
-	case h == "cl":
-		return simcluster.KindMount
-	}
-	return ""
 }
 
 // failoverOf merges the workers' timelines by wall clock and measures the

@@ -143,18 +143,37 @@ func (c *Config) islandReplicas() int {
 // HostNames lists the simnet hosts cfg needs: "m0", "s0".., "i1"..,
 // "gw" with NFS, "cl" with a mount.
 func HostNames(cfg Config) []string {
-	hosts := []string{ManagerHost}
+	var hosts []string
+	for _, h := range hostRoles(cfg) {
+		hosts = append(hosts, h[0])
+	}
+	return hosts
+}
+
+// HostKinds maps each host of HostNames to the kind of role it runs
+// (KindManager, KindStorage, ...).
+func HostKinds(cfg Config) map[string]string {
+	kinds := map[string]string{}
+	for _, h := range hostRoles(cfg) {
+		kinds[h[0]] = h[1]
+	}
+	return kinds
+}
+
+// hostRoles is each host cfg needs and its role's kind, in start order.
+func hostRoles(cfg Config) [][2]string {
+	hosts := [][2]string{{ManagerHost, KindManager}}
 	for i := 0; i < cfg.Storage; i++ {
-		hosts = append(hosts, fmt.Sprintf("s%d", i))
+		hosts = append(hosts, [2]string{fmt.Sprintf("s%d", i), KindStorage})
 	}
 	for i := 1; i <= cfg.Islands; i++ {
-		hosts = append(hosts, fmt.Sprintf("i%d", i))
+		hosts = append(hosts, [2]string{fmt.Sprintf("i%d", i), KindIsland})
 	}
 	if cfg.NFS {
-		hosts = append(hosts, "gw")
+		hosts = append(hosts, [2]string{"gw", KindNFS})
 	}
 	if cfg.Mount != "" {
-		hosts = append(hosts, "cl")
+		hosts = append(hosts, [2]string{"cl", KindMount})
 	}
 	return hosts
 }

@@ -143,10 +143,9 @@ func (n *Net) makeCgroups() {
 	}
 }
 
-// removeCgroups deletes the hosts' cgroups. A process still in one is
-// killed first: the host it ran on is gone.
+// removeCgroups deletes the hosts' cgroups once their processes are gone
+// (teardown kills them first).
 func (n *Net) removeCgroups() error {
-	n.killHosts()
 	var first error
 	for _, h := range n.hosts {
 		for _, d := range h.cg {
@@ -280,7 +279,7 @@ func diskOf(path string) (string, error) {
 // it sends) and on its veth peer on the bridge (what it receives); a delay
 // is a netem qdisc above eth0's bucket.
 func (n *Net) setLink(ctx context.Context, h *Host, b Budget) error {
-	veth := fmt.Sprintf("atv-%s-%d", n.cfg.Name, h.idx)
+	veth := n.vethName(h)
 	_ = run(ctx, "tc", "-n", h.ns, "qdisc", "del", "dev", "eth0", "root")
 	_ = run(ctx, "tc", "qdisc", "del", "dev", veth, "root")
 	var tbf []string

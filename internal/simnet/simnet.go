@@ -140,6 +140,9 @@ func run(ctx context.Context, args ...string) error {
 
 func (n *Net) nsName(host string) string { return "atl-" + n.cfg.Name + "-" + host }
 
+// vethName is the bridge side of h's veth pair.
+func (n *Net) vethName(h *Host) string { return fmt.Sprintf("atv-%s-%d", n.cfg.Name, h.idx) }
+
 // setup makes the bridge and the namespaces.
 func (n *Net) setup(ctx context.Context) error {
 	n.cleanupRun(ctx)
@@ -162,7 +165,7 @@ func (n *Net) setup(ctx context.Context) error {
 	for i, name := range n.cfg.Hosts {
 		h := &Host{Name: name, Addr: netip.AddrFrom4([4]byte{10, 99, s, byte(i + 2)}), ns: n.nsName(name), idx: i}
 		n.hosts = append(n.hosts, h)
-		veth := fmt.Sprintf("atv-%s-%d", n.cfg.Name, i)
+		veth := n.vethName(h)
 		for _, c := range [][]string{
 			{"ip", "netns", "add", h.ns},
 			{"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns},
@@ -410,7 +413,7 @@ func (n *Net) teardown() error {
 		// Deleting the namespace deletes eth0 and so its veth peer, but
 		// the kernel does it later: a net made right after with the same
 		// name would find the peer still there. Delete it now.
-		_ = run(ctx, "ip", "link", "del", fmt.Sprintf("atv-%s-%d", n.cfg.Name, h.idx))
+		_ = run(ctx, "ip", "link", "del", n.vethName(h))
 		if err := run(ctx, "ip", "netns", "del", h.ns); err != nil && first == nil {
 			first = err
 		}
