@@ -13,7 +13,7 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/client"
-	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/metawire"
 )
@@ -102,40 +102,39 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err
 	if !ok {
 		return nil, fmt.Errorf("bench: worker kind %q (data or meta)", cfg.Kind)
 	}
-	mc := cluster.NewClient(cfg.Cluster, cfg.Key, cfg.Logger)
-	defer mc.Close()
-	view, err := cluster.NewView(ctx, mc)
+	// The client as the CLI, the mount and the gateways build it: it
+	// follows the map (a storage server marked down, new slots).
+	conn, err := connect.DialWith(ctx, cfg.Cluster, cfg.Key, cfg.Logger, connect.Tune{Data: func(c *client.Config) {
+		c.ReadTimeout = 5 * time.Second
+		c.Pipeline = cfg.Pipeline
+	}})
 	if err != nil {
-		return nil, fmt.Errorf("bench: the map: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	slots, _ := view.StorageSlots()
-	var sa []client.SlotAddr
-	for _, s := range slots {
-		sa = append(sa, client.SlotAddr{ID: s.Slot, Addr: s.Addr})
-	}
-	data, err := client.New(client.Config{Slots: sa, Logger: cfg.Logger, Key: cfg.Key, ReadTimeout: 5 * time.Second, Pipeline: cfg.Pipeline})
-	if err != nil {
-		return nil, err
-	}
-	defer data.Close()
+	defer conn.Close()
+	// As the mount does: refresh the map every 5 s; stopped before the
+	// connection closes.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		conn.Watch(wctx, 5*time.Second)
+	}()
+	defer func() { stopWatch(); <-watched }()
 
 	var run func(phase string, done *atomic.Int64) (ops, bytes int64, err error)
 	switch cfg.Kind {
 	case "data", "data-run":
-		run, err = dataWorker(ctx, cfg, data)
+		run, err = dataWorker(ctx, cfg, conn.Data)
 	case "meta", "meta-run":
-		// The stats go through a second client with nothing cached and
-		// no leases, so each one is an island request.
-		var fss [2]*client.FS
-		for i := range fss {
-			fs, ferr := client.NewFS(client.FSConfig{Data: data, Map: view, Logger: cfg.Logger})
-			if ferr != nil {
-				return nil, ferr
-			}
-			defer fs.Close()
-			fss[i] = fs
+		// The stats go through a second naming layer with nothing cached
+		// and no leases, so each one is an island request.
+		statFS, ferr := client.NewFS(client.FSConfig{Data: conn.Data, Map: conn.View, Logger: cfg.Logger})
+		if ferr != nil {
+			return nil, ferr
 		}
-		run, err = metaWorker(ctx, cfg, fss[0], fss[1])
+		defer statFS.Close()
+		run, err = metaWorker(ctx, cfg, conn.FS, statFS)
 	}
 	if err != nil {
 		return nil, err

@@ -33,12 +33,23 @@ type Conn struct {
 // with key (nil only for a cluster started in-process without keys); it fails with ErrNotFormatted
 // when the cluster has no namespace yet.
 func Dial(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger) (*Conn, error) {
-	return dial(ctx, addrs, key, log, false, nil)
+	return dial(ctx, addrs, key, log, false, Tune{})
 }
 
 // DialTuned is Dial with tune applied to the FS configuration (e.g. a
 // checker that must not cache names: AttrTTL of a nanosecond).
 func DialTuned(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger, tune func(*client.FSConfig)) (*Conn, error) {
+	return dial(ctx, addrs, key, log, false, Tune{FS: tune})
+}
+
+// Tune changes the configurations Dial builds; nil fields change nothing.
+type Tune struct {
+	Data func(*client.Config)   // the data client's (e.g. stripes in flight)
+	FS   func(*client.FSConfig) // the naming layer's
+}
+
+// DialWith is Dial with both configurations tuned (benchmarks).
+func DialWith(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger, tune Tune) (*Conn, error) {
 	return dial(ctx, addrs, key, log, false, tune)
 }
 
@@ -46,10 +57,10 @@ func DialTuned(ctx context.Context, addrs []string, key *auth.Key, log *slog.Log
 // manager's cleaner): it waits for a manager to answer and for the
 // namespace to be formatted instead of failing.
 func DialWhenFormatted(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger) (*Conn, error) {
-	return dial(ctx, addrs, key, log, true, nil)
+	return dial(ctx, addrs, key, log, true, Tune{})
 }
 
-func dial(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger, wait bool, tune func(*client.FSConfig)) (*Conn, error) {
+func dial(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger, wait bool, tune Tune) (*Conn, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -79,7 +90,11 @@ func dial(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger, 
 		mc.Close()
 		return nil, errors.New("connect: the cluster has no storage servers")
 	}
-	data, err := client.New(client.Config{Slots: slots, Logger: log, Key: key})
+	dcfg := client.Config{Slots: slots, Logger: log, Key: key}
+	if tune.Data != nil {
+		tune.Data(&dcfg)
+	}
+	data, err := client.New(dcfg)
 	if err != nil {
 		mc.Close()
 		return nil, err
@@ -93,8 +108,8 @@ func dial(ctx context.Context, addrs []string, key *auth.Key, log *slog.Logger, 
 		}
 	})
 	fcfg := client.FSConfig{Data: data, Map: view, Logger: log}
-	if tune != nil {
-		tune(&fcfg)
+	if tune.FS != nil {
+		tune.FS(&fcfg)
 	}
 	fs, err := client.NewFS(fcfg)
 	if err != nil {
