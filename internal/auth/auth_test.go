@@ -229,6 +229,55 @@ func TestScopedKeys(t *testing.T) {
 	}
 }
 
+// TestConfinedScope: a key confined to a subtree carries its top's inode
+// and path through the handshake and its file; the subtree cannot be
+// moved or dropped, an admin key cannot be confined, and paths that could
+// break the key file's fields are refused.
+func TestConfinedScope(t *testing.T) {
+	ck := mustCluster(t)
+	v, _ := NewVerifier(ck)
+	sc := Scope{UIDs: []uint32{1000}, Root: 0x961e849c00000007, Path: "/home/alice"}
+	if !sc.Confined() || !sc.Tenant() || (Scope{Root: 9}).LimitsIDs() || !(Scope{Root: 9}).Tenant() {
+		t.Fatal("Confined/Tenant")
+	}
+	alice, err := ck.DeriveScoped("alice", CapRead|CapWrite, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, serr, cerr := handshake(t, v, alice)
+	if serr != nil || cerr != nil || p.Scope.Root != sc.Root || p.Scope.Path != sc.Path {
+		t.Fatalf("confined handshake: %+v %v %v", p.Scope, serr, cerr)
+	}
+	back, err := Parse(alice.Marshal())
+	if err != nil || back.Scope.Root != sc.Root || back.Scope.Path != sc.Path || back.Secret != alice.Secret {
+		t.Fatalf("key file round trip: %v %q", err, alice.Marshal())
+	}
+	for name, s := range map[string]Scope{
+		"subtree moved":   {UIDs: sc.UIDs, Root: sc.Root + 1, Path: sc.Path},
+		"subtree dropped": {UIDs: sc.UIDs},
+		"path renamed":    {UIDs: sc.UIDs, Root: sc.Root, Path: "/home/bob"},
+	} {
+		k := *alice
+		k.Scope = s
+		if _, serr, cerr := handshake(t, v, &k); !errors.Is(serr, ErrRefused) || !errors.Is(cerr, ErrRefused) {
+			t.Errorf("%s: server %v, client %v; want refused", name, serr, cerr)
+		}
+	}
+	if _, err := ck.DeriveScoped("ops", CapRead|CapWrite|CapAdmin, Scope{Root: 5}); !errors.Is(err, ErrBadKey) {
+		t.Errorf("confined admin key: %v", err)
+	}
+	for _, path := range []string{"home/alice", "/home/al ice", "/a;uids=0", "/" + strings.Repeat("x", 200)} {
+		if _, err := ck.DeriveScoped("alice", CapRead|CapWrite, Scope{Root: 5, Path: path}); !errors.Is(err, ErrBadKey) {
+			t.Errorf("path %.20q: %v", path, err)
+		}
+	}
+	for _, bad := range []string{"root=0", "root=x", "path=/a", "root=1;root=2", "root=1;path=a"} {
+		if _, err := ParseScope(bad); err == nil {
+			t.Errorf("ParseScope(%q) accepted", bad)
+		}
+	}
+}
+
 // TestRevokedGeneration: a verifier whose cluster key follows revocations
 // refuses keys of a revoked name below its generation, at the handshake,
 // and accepts the next generation; member keys are never revoked.

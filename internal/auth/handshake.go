@@ -195,7 +195,7 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
 		// Only the canonical form derives the key's secret; anything
 		// else could not have been made by DeriveScoped.
 		sc, err := ParseScope(scopeText)
-		if err != nil || sc.IsZero() || sc.String() != scopeText || caps.Has(CapAdmin) && sc.LimitsIDs() {
+		if err != nil || sc.IsZero() || sc.String() != scopeText || caps.Has(CapAdmin) && sc.Tenant() {
 			return refuse("malformed key scope")
 		}
 		p.Scope = sc

@@ -143,10 +143,20 @@ func (k *Key) DeriveScoped(name string, caps Caps, scope Scope) (*Key, error) {
 	if err != nil || scope.IsZero() {
 		return d, err
 	}
-	if caps.Has(CapAdmin) && scope.LimitsIDs() {
-		return nil, fmt.Errorf("%w: an admin key cannot be limited to identities", ErrBadKey)
+	if caps.Has(CapAdmin) && scope.Tenant() {
+		return nil, fmt.Errorf("%w: an admin key cannot be limited to identities or a subtree", ErrBadKey)
 	}
-	if _, err := ParseScope(scope.String()); err != nil || len(scope.String()) > 255 {
+	if scope.Path != "" {
+		if scope.Root == 0 {
+			return nil, fmt.Errorf("%w: a scope path needs its root inode", ErrBadKey)
+		}
+		if err := checkScopePath(scope.Path); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadKey, err)
+		}
+	}
+	// The scope must read back as itself: that form is what the secret
+	// and the handshake carry.
+	if back, err := ParseScope(scope.String()); err != nil || back.String() != scope.String() || len(scope.String()) > 255 {
 		return nil, fmt.Errorf("%w: scope %q", ErrBadKey, scope)
 	}
 	d.Scope = scope
@@ -240,8 +250,8 @@ func Parse(b []byte) (*Key, error) {
 	if err != nil || len(sec) != SecretSize {
 		return nil, fmt.Errorf("%w: secret is not %d bytes of base64", ErrBadKey, SecretSize)
 	}
-	if scope.LimitsIDs() && caps.Has(CapAdmin) {
-		return nil, fmt.Errorf("%w: an admin key cannot be limited to identities", ErrBadKey)
+	if scope.Tenant() && caps.Has(CapAdmin) {
+		return nil, fmt.Errorf("%w: an admin key cannot be limited to identities or a subtree", ErrBadKey)
 	}
 	k := &Key{Name: f[2], Caps: caps, Scope: scope}
 	copy(k.Secret[:], sec)

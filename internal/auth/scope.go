@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unicode"
 )
 
 // Scope limits what a key may act as. The zero Scope limits nothing (a
@@ -26,6 +27,15 @@ type Scope struct {
 	// revocations) refuses every key of that name with a lower one, and
 	// the next key made under the name gets the new generation.
 	Gen uint32
+	// Root confines the key to a subtree: the inode id of its top
+	// directory (0: the whole namespace). Islands refuse every request
+	// naming an inode outside it, and the key's clients take it as
+	// their "/" (cephx's MDS path capability).
+	Root uint64
+	// Path is the subtree's path when the key was made, for people
+	// (listings, logs); Root is what is enforced, so renaming the
+	// directory keeps the key's subtree.
+	Path string
 }
 
 // NobodyID is the uid and gid a squashed root acts as.
@@ -35,14 +45,30 @@ const NobodyID = 65534
 // most 255 bytes).
 const maxScopeIDs = 16
 
+// maxScopePath bounds Path (the whole scope must fit the handshake's 255
+// bytes).
+const maxScopePath = 160
+
 // IsZero reports whether s limits nothing.
-func (s Scope) IsZero() bool { return len(s.UIDs) == 0 && len(s.GIDs) == 0 && s.Gen == 0 }
+func (s Scope) IsZero() bool {
+	return len(s.UIDs) == 0 && len(s.GIDs) == 0 && s.Gen == 0 && s.Root == 0 && s.Path == ""
+}
 
 // LimitsIDs reports whether s limits identities (not only a generation).
 func (s Scope) LimitsIDs() bool { return len(s.UIDs) > 0 || len(s.GIDs) > 0 }
 
-// String is the canonical form: "uids=1000,1001;gids=100" ("" for the
-// zero Scope). It is what derivation and the handshake use.
+// Confined reports whether s limits the key to a subtree.
+func (s Scope) Confined() bool { return s.Root != 0 }
+
+// Tenant reports whether s limits what the key reaches (identities or a
+// subtree): such a key writes only its own logs, reads others' fragments
+// only with an island's read token, and its requests are checked
+// against its scope. Admin keys cannot be tenants.
+func (s Scope) Tenant() bool { return s.LimitsIDs() || s.Confined() }
+
+// String is the canonical form: "uids=1000,1001;gids=100;gen=2;
+// root=N;path=/home/alice" ("" for the zero Scope). It is what
+// derivation and the handshake use.
 func (s Scope) String() string {
 	var parts []string
 	list := func(name string, ids []uint32) {
@@ -59,6 +85,12 @@ func (s Scope) String() string {
 	list("gids", s.GIDs)
 	if s.Gen > 0 {
 		parts = append(parts, "gen="+strconv.FormatUint(uint64(s.Gen), 10))
+	}
+	if s.Root != 0 {
+		parts = append(parts, "root="+strconv.FormatUint(s.Root, 10))
+		if s.Path != "" {
+			parts = append(parts, "path="+s.Path)
+		}
 	}
 	return strings.Join(parts, ";")
 }
@@ -81,12 +113,25 @@ func ParseScope(str string) (Scope, error) {
 			}
 			s.Gen = uint32(n)
 			continue
+		case ok && name == "root" && s.Root == 0:
+			n, err := strconv.ParseUint(val, 10, 64)
+			if err != nil || n == 0 {
+				return Scope{}, fmt.Errorf("%w: scope %q: bad root", ErrBadKey, str)
+			}
+			s.Root = n
+			continue
+		case ok && name == "path" && s.Root != 0 && s.Path == "":
+			if err := checkScopePath(val); err != nil {
+				return Scope{}, fmt.Errorf("%w: scope %q: %v", ErrBadKey, str, err)
+			}
+			s.Path = val
+			continue
 		case ok && name == "uids" && s.UIDs == nil:
 			dst = &s.UIDs
 		case ok && name == "gids" && s.GIDs == nil:
 			dst = &s.GIDs
 		default:
-			return Scope{}, fmt.Errorf("%w: scope %q: want uids=N,...;gids=N,...", ErrBadKey, str)
+			return Scope{}, fmt.Errorf("%w: scope %q: want uids=N,...;gids=N,...;gen=N;root=N;path=P", ErrBadKey, str)
 		}
 		ids, err := parseIDs(val)
 		if err != nil {
@@ -95,6 +140,20 @@ func ParseScope(str string) (Scope, error) {
 		*dst = ids
 	}
 	return s, nil
+}
+
+// checkScopePath accepts an absolute path that fits the handshake and
+// cannot be mistaken for the scope's separators.
+func checkScopePath(p string) error {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Errorf("path %q is not absolute", p)
+	case len(p) > maxScopePath:
+		return fmt.Errorf("path of %d bytes (at most %d)", len(p), maxScopePath)
+	case strings.ContainsFunc(p, func(r rune) bool { return r == ';' || r == 0 || unicode.IsSpace(r) }):
+		return fmt.Errorf("path %q holds ';', white space or NUL (a key file is one line of fields)", p)
+	}
+	return nil
 }
 
 // parseIDs parses a comma list of ids into a sorted, deduplicated list.

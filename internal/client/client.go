@@ -436,7 +436,7 @@ func logID(client uint64, pol layout.Policy, key *auth.Key) uint64 {
 	h.Write(b[:])
 	h.Write([]byte(pol.String()))
 	id := h.Sum64()
-	if key != nil && key.Scope.LimitsIDs() {
+	if key != nil && key.Scope.Tenant() {
 		id = uint64(auth.LogPrefix(key.Name))<<32 | id&0xffffffff
 	}
 	return id

@@ -99,7 +99,12 @@ type FSConfig struct {
 	// internal/lease) does not count. Default 6s: a failover takes a few
 	// seconds.
 	IslandWait time.Duration
-	Logger     *slog.Logger
+	// Root is the directory this FS calls "/" (Resolve, MkdirAll, the
+	// mount's root). Default: the top of the data client's key's subtree
+	// if the key is confined to one (auth.Scope.Root), else the
+	// namespace's root.
+	Root   uint64
+	Logger *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -219,6 +224,12 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Root == 0 {
+		cfg.Root = uint64(namespace.RootIno)
+		if k := cfg.Data.cfg.Key; k != nil && k.Scope.Confined() {
+			cfg.Root = k.Scope.Root
+		}
+	}
 	f := &FS{cfg: cfg, data: cfg.Data, pool: wire.NewPool(wire.ClientConfig{Key: cfg.Data.cfg.Key}, 2), log: cfg.Logger}
 	f.cache.attrs = map[uint64]cachedAttr{}
 	f.cache.dentry = map[dentryKey]cachedDentry{}
@@ -249,6 +260,9 @@ func (f *FS) Close() error {
 	f.pool.Close()
 	return nil
 }
+
+// Root is the directory this FS calls "/" (FSConfig.Root).
+func (f *FS) Root() uint64 { return f.cfg.Root }
 
 // Data returns the data-path client.
 func (f *FS) Data() *Client { return f.data }
@@ -1208,8 +1222,16 @@ func (f *FS) Link(ctx context.Context, req metawire.LinkReq) (metawire.Attr, err
 	f.Invalidate(req.Ino)
 	ch := f.beginChange(ctx, req.Dir, req.Ino)
 	defer f.endChange(ch)
+	// Either island may serve a link. A key confined to a subtree sends
+	// it to the file's: the island checks the file's recorded parent
+	// itself and asks only the directory's island for its parent (other
+	// islands tell directories' parents, not files').
+	route := req.Dir
+	if k := f.data.cfg.Key; k != nil && k.Scope.Confined() {
+		route = req.Ino
+	}
 	var resp metawire.AttrResp
-	if err := f.call(ctx, req.Dir, metawire.OpLink, &req, &resp); err != nil {
+	if err := f.call(ctx, route, metawire.OpLink, &req, &resp); err != nil {
 		f.invalidateDentry(req.Dir, req.Name)
 		return metawire.Attr{}, err
 	}

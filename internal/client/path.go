@@ -26,7 +26,7 @@ func (f *FS) resolve(ctx context.Context, cred metawire.Cred, path string, depth
 	if err != nil {
 		return metawire.Attr{}, fmt.Errorf("client: resolve %q: %w: %v", path, metawire.ErrInvalid, err)
 	}
-	cur, err := f.GetAttr(ctx, cred, uint64(namespace.RootIno))
+	cur, err := f.GetAttr(ctx, cred, f.Root())
 	if err != nil {
 		return cur, err
 	}
@@ -90,7 +90,7 @@ func (f *FS) MkdirAll(ctx context.Context, cred metawire.Cred, path string, mode
 	if err != nil {
 		return metawire.Attr{}, fmt.Errorf("client: mkdir %q: %w: %v", path, metawire.ErrInvalid, err)
 	}
-	cur, err := f.GetAttr(ctx, cred, uint64(namespace.RootIno))
+	cur, err := f.GetAttr(ctx, cred, f.Root())
 	if err != nil {
 		return cur, err
 	}

@@ -129,7 +129,7 @@ func (a *adapter) dropPagesLater(ino uint64) {
 	a.notifies.Add(1)
 	go func() {
 		defer a.notifies.Done()
-		node := nodeID(ino)
+		node := a.nodeID(ino)
 		if st := a.server.InodeNotify(node, 0, 0); !st.Ok() && st != fuse.ENOENT {
 			a.log.Debug("fusefs: invalidating the pages of an appended file", "node", fmt.Sprintf("%x", node), "status", st)
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
-	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
 // blockSize is st_blksize: the preferred I/O size.
@@ -34,6 +33,7 @@ type adapter struct {
 
 	cfg    *Config
 	fs     *client.FS
+	root   uint64 // the Atoll directory that is the mount's root (FUSE node 1)
 	log    *slog.Logger
 	creds  *credCache
 	pages  *pageVersions
@@ -71,6 +71,7 @@ func newAdapter(cfg *Config) *adapter {
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		cfg:           cfg,
 		fs:            cfg.FS,
+		root:          cfg.FS.Root(),
 		log:           cfg.Logger,
 		creds:         newCredCache(),
 		pages:         newPageVersions(),
@@ -96,16 +97,16 @@ func (a *adapter) OnUnmount()              {}
 func (a *adapter) Forget(nodeid, n uint64) {}
 
 // ino maps a FUSE node id to an Atoll inode id (node 1 is the root).
-func ino(node uint64) uint64 {
+func (a *adapter) ino(node uint64) uint64 {
 	if node == fuse.FUSE_ROOT_ID {
-		return uint64(namespace.RootIno)
+		return a.root
 	}
 	return node
 }
 
 // nodeID maps an Atoll inode id to a FUSE node id.
-func nodeID(ino uint64) uint64 {
-	if ino == uint64(namespace.RootIno) {
+func (a *adapter) nodeID(ino uint64) uint64 {
+	if ino == a.root {
 		return fuse.FUSE_ROOT_ID
 	}
 	return ino
@@ -273,7 +274,7 @@ func fillAttr(out *fuse.Attr, at *metawire.Attr) {
 // as the leases covering them allow (entryTTLs).
 func (a *adapter) fillEntry(out *fuse.EntryOut, parent uint64, name string, at metawire.Attr) {
 	at = a.merge(at)
-	out.NodeId = nodeID(at.Ino)
+	out.NodeId = a.nodeID(at.Ino)
 	out.Generation = uint64(at.Gen)
 	entry, attr := a.entryTTLs(parent, name, at)
 	out.SetEntryTimeout(entry)
@@ -291,7 +292,7 @@ func (a *adapter) fillAttrOut(out *fuse.AttrOut, at metawire.Attr) {
 
 func (a *adapter) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	a.lookups.Add(1)
-	at, err := a.fs.Lookup(reqCtx(cancel, h), a.cred(h), ino(h.NodeId), name)
+	at, err := a.fs.Lookup(reqCtx(cancel, h), a.cred(h), a.ino(h.NodeId), name)
 	if err != nil {
 		if errors.Is(err, metawire.ErrNotFound) && a.negativeEntry(h.NodeId, name, out) {
 			return fuse.OK
@@ -306,7 +307,7 @@ func (a *adapter) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 	// The kernel asks only when its own copy expired or was invalidated:
 	// answer from the island, not from client.FS's cache.
 	a.lookups.Add(1)
-	at, err := a.fs.GetAttrFresh(reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId))
+	at, err := a.fs.GetAttrFresh(reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), a.ino(in.NodeId))
 	if err != nil {
 		return status(err)
 	}
@@ -317,7 +318,7 @@ func (a *adapter) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 func (a *adapter) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
-	req := metawire.SetAttrReq{Cred: a.cred(&in.InHeader), Ino: ino(in.NodeId)}
+	req := metawire.SetAttrReq{Cred: a.cred(&in.InHeader), Ino: a.ino(in.NodeId)}
 	v := in.Valid
 	if v&fuse.FATTR_MODE != 0 {
 		req.Valid |= metawire.SetMode
@@ -424,11 +425,11 @@ func (a *adapter) truncate(ctx context.Context, cred metawire.Cred, i, size uint
 }
 
 func (a *adapter) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
-	return status(a.fs.Access(reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId), in.Mask&7))
+	return status(a.fs.Access(reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), a.ino(in.NodeId), in.Mask&7))
 }
 
 func (a *adapter) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
-	t, err := a.fs.Readlink(reqCtx(cancel, h), a.cred(h), ino(h.NodeId))
+	t, err := a.fs.Readlink(reqCtx(cancel, h), a.cred(h), a.ino(h.NodeId))
 	if err != nil {
 		return nil, status(err)
 	}
@@ -446,7 +447,7 @@ func (a *adapter) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 	defer done()
 	defer a.dirChanged(in.NodeId)
 	r, err := a.fs.Create(ctx, metawire.CreateReq{
-		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: mode, Rdev: in.Rdev, Exclusive: true,
+		Cred: a.cred(&in.InHeader), Dir: a.ino(in.NodeId), Name: name, Mode: mode, Rdev: in.Rdev, Exclusive: true,
 	})
 	if err != nil {
 		return status(err)
@@ -460,7 +461,7 @@ func (a *adapter) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 	defer done()
 	defer a.dirChanged(in.NodeId)
 	r, err := a.fs.Mkdir(ctx, metawire.CreateReq{
-		Cred: a.cred(&in.InHeader), Dir: ino(in.NodeId), Name: name, Mode: in.Mode & metawire.ModePerm,
+		Cred: a.cred(&in.InHeader), Dir: a.ino(in.NodeId), Name: name, Mode: in.Mode & metawire.ModePerm,
 	})
 	if err != nil {
 		return status(err)
@@ -474,7 +475,7 @@ func (a *adapter) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name
 	defer done()
 	defer a.dirChanged(h.NodeId)
 	r, err := a.fs.Symlink(ctx, metawire.CreateReq{
-		Cred: a.cred(h), Dir: ino(h.NodeId), Name: name, Target: target, Exclusive: true,
+		Cred: a.cred(h), Dir: a.ino(h.NodeId), Name: name, Target: target, Exclusive: true,
 	})
 	if err != nil {
 		return status(err)
@@ -489,7 +490,7 @@ func (a *adapter) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out
 	defer a.dirChanged(in.NodeId)
 	cred := a.cred(&in.InHeader)
 	at, err := a.fs.Link(ctx, metawire.LinkReq{
-		Cred: cred, Ino: ino(in.Oldnodeid), Dir: ino(in.NodeId), Name: name,
+		Cred: cred, Ino: a.ino(in.Oldnodeid), Dir: a.ino(in.NodeId), Name: name,
 	})
 	if err != nil {
 		return status(err)
@@ -567,7 +568,7 @@ func (a *adapter) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) 
 	ctx, done := a.mutCtx(cancel)
 	defer done()
 	defer a.dirChanged(h.NodeId)
-	cred, dir := a.cred(h), ino(h.NodeId)
+	cred, dir := a.cred(h), a.ino(h.NodeId)
 	vino, of, ok := a.victim(ctx, cred, dir, name)
 	if of != nil && a.fs.CreatePending(vino) && a.releasedSoon(of, 50) {
 		// Closed just now (the kernel releases after close returns):
@@ -594,7 +595,7 @@ func (a *adapter) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) f
 	ctx, done := a.mutCtx(cancel)
 	defer done()
 	defer a.dirChanged(h.NodeId)
-	return status(a.fs.Rmdir(ctx, a.cred(h), ino(h.NodeId), name))
+	return status(a.fs.Rmdir(ctx, a.cred(h), a.ino(h.NodeId), name))
 }
 
 // Linux renameat2 flags.
@@ -609,7 +610,7 @@ func (a *adapter) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, new
 	defer done()
 	defer a.dirChanged(in.NodeId, in.Newdir)
 	cred := a.cred(&in.InHeader)
-	req := metawire.RenameReq{Cred: cred, SrcDir: ino(in.NodeId), SrcName: oldName, DstDir: ino(in.Newdir), DstName: newName}
+	req := metawire.RenameReq{Cred: cred, SrcDir: a.ino(in.NodeId), SrcName: oldName, DstDir: a.ino(in.Newdir), DstName: newName}
 	if in.Flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
 		return fuse.EINVAL
 	}
@@ -677,7 +678,7 @@ func (a *adapter) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string
 		// it asks itself (security.capability at exec).
 		return 0, fuse.Status(syscall.EOPNOTSUPP)
 	}
-	v, err := a.fs.GetXattr(reqCtx(cancel, h), a.cred(h), ino(h.NodeId), name)
+	v, err := a.fs.GetXattr(reqCtx(cancel, h), a.cred(h), a.ino(h.NodeId), name)
 	if err != nil {
 		return 0, status(err)
 	}
@@ -689,7 +690,7 @@ func (a *adapter) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string
 }
 
 func (a *adapter) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
-	names, err := a.fs.ListXattr(reqCtx(cancel, h), a.cred(h), ino(h.NodeId))
+	names, err := a.fs.ListXattr(reqCtx(cancel, h), a.cred(h), a.ino(h.NodeId))
 	if err != nil {
 		return 0, status(err)
 	}
@@ -711,7 +712,7 @@ func (a *adapter) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byt
 func (a *adapter) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
-	cred, i := a.cred(&in.InHeader), ino(in.NodeId)
+	cred, i := a.cred(&in.InHeader), a.ino(in.NodeId)
 	if in.Flags&^uint32(metawire.XattrCreate|metawire.XattrReplace) != 0 {
 		return fuse.EINVAL
 	}
@@ -731,7 +732,7 @@ func (a *adapter) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name str
 func (a *adapter) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
-	cred, i := a.cred(h), ino(h.NodeId)
+	cred, i := a.cred(h), a.ino(h.NodeId)
 	do := func() error { return a.fs.RemoveXattr(ctx, cred, i, name) }
 	if name == PolicyXattr {
 		if of := a.lookupOpen(i); of != nil {
@@ -763,7 +764,7 @@ func accessMask(flags uint32) uint32 {
 func (a *adapter) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
-	cred, i := a.cred(&in.InHeader), ino(in.NodeId)
+	cred, i := a.cred(&in.InHeader), a.ino(in.NodeId)
 	if cred.UID != 0 {
 		if err := a.fs.Access(ctx, cred, i, accessMask(in.Flags)); err != nil {
 			return status(err)
@@ -840,7 +841,7 @@ func (a *adapter) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string,
 	ctx, done := a.mutCtx(cancel)
 	defer done()
 	defer a.dirChanged(in.NodeId)
-	cred, dir := a.cred(&in.InHeader), ino(in.NodeId)
+	cred, dir := a.cred(&in.InHeader), a.ino(in.NodeId)
 	mode := in.Mode&metawire.ModePerm | metawire.ModeFile
 	r, err := a.fs.Create(ctx, metawire.CreateReq{
 		Cred: cred, Dir: dir, Name: name, Mode: mode, Exclusive: in.Flags&syscall.O_EXCL != 0,
@@ -1210,7 +1211,7 @@ func (a *adapter) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.S
 // ---- directories
 
 func (a *adapter) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	ctx, cred, i := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	ctx, cred, i := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), a.ino(in.NodeId)
 	if cred.UID != 0 {
 		if err := a.fs.Access(ctx, cred, i, 4); err != nil {
 			return status(err)
@@ -1233,7 +1234,7 @@ func (a *adapter) dirChanged(nodes ...uint64) {
 	defer a.mu.Unlock()
 	for _, ds := range a.dirs {
 		for _, n := range nodes {
-			if ds.ino == ino(n) {
+			if ds.ino == a.ino(n) {
 				ds.stale.Store(true)
 			}
 		}
@@ -1274,7 +1275,7 @@ func (a *adapter) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status
 	// of regular files: the directory's island syncs its log.
 	ctx, done := a.mutCtx(cancel)
 	defer done()
-	return status(a.fs.SyncDir(ctx, ino(in.NodeId)))
+	return status(a.fs.SyncDir(ctx, a.ino(in.NodeId)))
 }
 
 func (a *adapter) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
@@ -1289,7 +1290,7 @@ func (a *adapter) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse
 // each entry's offset is its cookie.
 func (a *adapter) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
 	a.readdirs.Add(1)
-	ctx, cred, dir := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), ino(in.NodeId)
+	ctx, cred, dir := reqCtx(cancel, &in.InHeader), a.cred(&in.InHeader), a.ino(in.NodeId)
 	cookie := in.Offset
 	per := uint32(32) // bytes per entry, roughly
 	if plus {

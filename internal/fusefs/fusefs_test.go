@@ -53,12 +53,18 @@ func TestCredCache(t *testing.T) {
 }
 
 func TestNodeIDs(t *testing.T) {
-	if ino(fuse.FUSE_ROOT_ID) != uint64(namespace.RootIno) || nodeID(uint64(namespace.RootIno)) != fuse.FUSE_ROOT_ID {
+	a := &adapter{root: uint64(namespace.RootIno)}
+	if a.ino(fuse.FUSE_ROOT_ID) != uint64(namespace.RootIno) || a.nodeID(uint64(namespace.RootIno)) != fuse.FUSE_ROOT_ID {
 		t.Fatal("root mapping")
 	}
 	x := uint64(namespace.MakeIno(0x1234, 7))
-	if ino(x) != x || nodeID(x) != x {
+	if a.ino(x) != x || a.nodeID(x) != x {
 		t.Fatal("identity for other inodes")
+	}
+	// A mount of a subtree (a confined key's): its top is node 1.
+	sub := &adapter{root: x}
+	if sub.ino(fuse.FUSE_ROOT_ID) != x || sub.nodeID(x) != fuse.FUSE_ROOT_ID {
+		t.Fatal("subtree root mapping")
 	}
 }
 

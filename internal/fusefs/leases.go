@@ -115,7 +115,7 @@ func (a *adapter) entryTTLs(parent uint64, name string, at metawire.Attr) (entry
 	if a.cfg.EntryTTL <= 0 && a.cfg.AttrTTL <= 0 {
 		return // the kernel caches nothing
 	}
-	dir := ino(parent)
+	dir := a.ino(parent)
 	asked := time.Now()
 	if d, left := a.fs.EntryHold(dir, name, at.Ino); d > 0 && a.cfg.EntryTTL > 0 {
 		a.kern.mu.Lock()
@@ -146,7 +146,7 @@ func (a *adapter) attrTTL(i uint64) time.Duration {
 	if d, left := a.fs.AttrHold(i); d > 0 {
 		a.kern.mu.Lock()
 		kb := a.kern.bucketLocked(namespace.Ino(i).Bucket(), time.Now().Add(max(ttl, d)))
-		kb.nodes[nodeID(i)] = struct{}{}
+		kb.nodes[a.nodeID(i)] = struct{}{}
 		ttl = kb.holdLocked(d, left, a.cfg.AttrTTL, asked)
 		a.kern.mu.Unlock()
 	}
@@ -167,7 +167,7 @@ func (a *adapter) kernelAttrLeased(i uint64) bool {
 	kb := a.kern.buckets[namespace.Ino(i).Bucket()]
 	recorded := false
 	if kb != nil && kb.until.After(time.Now()) {
-		_, recorded = kb.nodes[nodeID(i)]
+		_, recorded = kb.nodes[a.nodeID(i)]
 	}
 	a.kern.mu.Unlock()
 	if !recorded {
@@ -213,7 +213,7 @@ func (a *adapter) cacheListing(ctx context.Context, cred metawire.Cred, i uint64
 		return
 	}
 	a.kern.mu.Lock()
-	a.kern.bucketLocked(namespace.Ino(i).Bucket(), time.Now().Add(d)).dirs[nodeID(i)] = struct{}{}
+	a.kern.bucketLocked(namespace.Ino(i).Bucket(), time.Now().Add(d)).dirs[a.nodeID(i)] = struct{}{}
 	a.kern.mu.Unlock()
 	out.OpenFlags |= fuse.FOPEN_CACHE_DIR | keep
 }

@@ -163,7 +163,7 @@ func (a *adapter) revalidate(ctx context.Context, of *openFile, at metawire.Attr
 	if a.server == nil {
 		return
 	}
-	node := nodeID(of.ino)
+	node := a.nodeID(of.ino)
 	if !dirty && !a.pages.open(of.ino, at.Gen, at.Version) {
 		// Pages (from offset 0 on) and attributes.
 		if st := a.server.InodeNotify(node, 0, 0); !st.Ok() && st != fuse.ENOENT {

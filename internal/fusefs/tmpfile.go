@@ -26,7 +26,7 @@ const tmpfilePrefix = ".atoll-tmpfile-"
 func (a *adapter) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
 	ctx, done := a.mutCtx(cancel)
 	defer done()
-	cred, dir := a.cred(&in.InHeader), ino(in.NodeId)
+	cred, dir := a.cred(&in.InHeader), a.ino(in.NodeId)
 	name := fmt.Sprintf("%s%d-%d", tmpfilePrefix, in.Pid, a.silly.Add(1))
 	r, err := a.fs.Create(ctx, metawire.CreateReq{
 		Cred: cred, Dir: dir, Name: name, Mode: in.Mode&metawire.ModePerm | metawire.ModeFile, Exclusive: true,

@@ -123,7 +123,11 @@ func (i *Island) checkActions(as []metawire.Action) error {
 			if !namespace.Ino(a.Target).Valid() || !namespace.Ino(a.Expect).Valid() {
 				return bad("bad parent")
 			}
-		case metawire.ActDeleteInode, metawire.ActAdjustNlink, metawire.ActTouch, metawire.ActCheck:
+		case metawire.ActTouch:
+			if a.Flags&metawire.ActTouchParent != 0 && (!namespace.Ino(a.Target).Valid() || !namespace.Ino(a.Expect).Valid()) {
+				return bad("bad parent")
+			}
+		case metawire.ActDeleteInode, metawire.ActAdjustNlink, metawire.ActCheck:
 		default:
 			return bad("unknown kind")
 		}
@@ -299,6 +303,9 @@ func (i *Island) applyAction(b *pebble.Batch, a *metawire.Action, d *deltas, o *
 		if a.Flags&metawire.ActTouchMtime != 0 {
 			n.mtime = a.Time
 		}
+		if a.Flags&metawire.ActTouchParent != 0 && !n.isDir() && n.parent == namespace.Ino(a.Expect) {
+			n.parent = namespace.Ino(a.Target)
+		}
 		return putInode(b, n)
 
 	case metawire.ActCheck:
@@ -345,9 +352,10 @@ func newInode(ino namespace.Ino, init *metawire.InodeInit) *inode {
 		atime: init.Time, mtime: init.Time, ctime: init.Time, version: 1,
 		policy: init.Policy, verf: init.Verf,
 	}
+	n.parent = namespace.Ino(init.Parent)
 	switch n.typ() {
 	case metawire.ModeDir:
-		n.parent, n.path, n.nextCookie = namespace.Ino(init.Parent), init.Path, firstCookie
+		n.path, n.nextCookie = init.Path, firstCookie
 	case metawire.ModeLink:
 		n.target = init.Target
 		n.size = uint64(len(init.Target))

@@ -81,7 +81,7 @@
 //	          u64 size, u64 alloc (bytes of referenced blocks),
 //	          i64 atime, i64 mtime, i64 ctime (ns since the epoch),
 //	          u64 version, u32 blocksize, str policy, bool inline,
-//	          u64 parent (dirs), str creation path (dirs),
+//	          u64 parent (see below), str creation path (dirs),
 //	          u64 next cookie (dirs), str symlink target,
 //	          bytes inline data, u64 exclusive-create verifier
 //	entry:    u64 ino, u32 type (mode type bits), u64 cookie
@@ -104,6 +104,12 @@
 // commit, truncation, deletion and applied cleaner delta (the cleaner
 // sums them across islands, LiveBytes); a stripe whose count reaches 0
 // keeps its record.
+//
+// A directory's parent is the directory naming it. Another inode's
+// parent is the directory of the name it was created under, moved by a
+// rename of that name (ActTouchParent); a hard link elsewhere leaves it,
+// and inodes made before parents were recorded have 0. Parents are what
+// a key confined to a subtree is checked against (perm.go, within).
 //
 // The creation path of a directory is namespace.Join of its parent's
 // creation path and its name; a new subdirectory's bucket is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -164,8 +165,18 @@ func (c *cluster) owner(ino uint64) namespace.IslandID {
 
 // call sends req to the island owning ino and decodes into resp.
 func (c *cluster) call(op uint16, ino uint64, req, resp metawire.Message) error {
+	return c.callAs(nil, op, ino, req, resp)
+}
+
+// callAs is call over a connection whose key is peer's (nil: a trusted
+// key), as serveWire marks a tenant's requests.
+func (c *cluster) callAs(peer *auth.Peer, op uint16, ino uint64, req, resp metawire.Message) error {
 	isl := c.isl[c.owner(ino)]
-	out, err := isl.Handle(bg, op, max(c.epoch, c.m.Epoch()), metawire.Marshal(req))
+	ctx := bg
+	if peer != nil && peer.Scope.Tenant() {
+		ctx = withScope(ctx, *peer, isl)
+	}
+	out, err := isl.Handle(ctx, op, max(c.epoch, c.m.Epoch()), metawire.Marshal(req))
 	if err != nil {
 		return err
 	}
@@ -175,10 +186,16 @@ func (c *cluster) call(op uint16, ino uint64, req, resp metawire.Message) error 
 	return nil
 }
 
-// client is a cluster seen with one credential.
+// client is a cluster seen with one credential (and, with peer, through
+// a connection with that key).
 type client struct {
 	c    *cluster
 	cred metawire.Cred
+	peer *auth.Peer
+}
+
+func (k *client) call(op uint16, ino uint64, req, resp metawire.Message) error {
+	return k.c.callAs(k.peer, op, ino, req, resp)
 }
 
 func (c *cluster) as(uid, gid uint32, groups ...uint32) *client {
@@ -191,20 +208,20 @@ func rootIno() uint64 { return uint64(namespace.RootIno) }
 
 func (k *client) lookup(dir uint64, name string) (metawire.Attr, error) {
 	var r metawire.AttrResp
-	err := k.c.call(metawire.OpLookup, dir, &metawire.NameReq{Cred: k.cred, Dir: dir, Name: name}, &r)
+	err := k.call(metawire.OpLookup, dir, &metawire.NameReq{Cred: k.cred, Dir: dir, Name: name}, &r)
 	return r.Attr, err
 }
 
 func (k *client) getattr(ino uint64) (metawire.Attr, error) {
 	var r metawire.AttrResp
-	err := k.c.call(metawire.OpGetAttr, ino, &metawire.InoReq{Cred: k.cred, Ino: ino}, &r)
+	err := k.call(metawire.OpGetAttr, ino, &metawire.InoReq{Cred: k.cred, Ino: ino}, &r)
 	return r.Attr, err
 }
 
 func (k *client) createReq(op uint16, req metawire.CreateReq) (metawire.CreateResp, error) {
 	req.Cred = k.cred
 	var r metawire.CreateResp
-	err := k.c.call(op, req.Dir, &req, &r)
+	err := k.call(op, req.Dir, &req, &r)
 	return r, err
 }
 
@@ -224,33 +241,33 @@ func (k *client) symlink(dir uint64, name, target string) (metawire.Attr, error)
 }
 
 func (k *client) unlink(dir uint64, name string) error {
-	return k.c.call(metawire.OpUnlink, dir, &metawire.NameReq{Cred: k.cred, Dir: dir, Name: name}, nil)
+	return k.call(metawire.OpUnlink, dir, &metawire.NameReq{Cred: k.cred, Dir: dir, Name: name}, nil)
 }
 
 func (k *client) rmdir(dir uint64, name string) error {
-	return k.c.call(metawire.OpRmdir, dir, &metawire.NameReq{Cred: k.cred, Dir: dir, Name: name}, nil)
+	return k.call(metawire.OpRmdir, dir, &metawire.NameReq{Cred: k.cred, Dir: dir, Name: name}, nil)
 }
 
 func (k *client) rename(sd uint64, sn string, dd uint64, dn string, flags uint32) error {
-	return k.c.call(metawire.OpRename, sd, &metawire.RenameReq{Cred: k.cred, SrcDir: sd, SrcName: sn, DstDir: dd, DstName: dn, Flags: flags}, nil)
+	return k.call(metawire.OpRename, sd, &metawire.RenameReq{Cred: k.cred, SrcDir: sd, SrcName: sn, DstDir: dd, DstName: dn, Flags: flags}, nil)
 }
 
 func (k *client) link(ino, dir uint64, name string) (metawire.Attr, error) {
 	var r metawire.AttrResp
-	err := k.c.call(metawire.OpLink, dir, &metawire.LinkReq{Cred: k.cred, Ino: ino, Dir: dir, Name: name}, &r)
+	err := k.call(metawire.OpLink, dir, &metawire.LinkReq{Cred: k.cred, Ino: ino, Dir: dir, Name: name}, &r)
 	return r.Attr, err
 }
 
 func (k *client) setattr(req metawire.SetAttrReq) (metawire.Attr, error) {
 	req.Cred = k.cred
 	var r metawire.AttrResp
-	err := k.c.call(metawire.OpSetAttr, req.Ino, &req, &r)
+	err := k.call(metawire.OpSetAttr, req.Ino, &req, &r)
 	return r.Attr, err
 }
 
 func (k *client) readdir(dir, cookie uint64, max uint32, plus bool) (metawire.ReaddirResp, error) {
 	var r metawire.ReaddirResp
-	err := k.c.call(metawire.OpReaddir, dir, &metawire.ReaddirReq{Cred: k.cred, Dir: dir, Cookie: cookie, MaxEntries: max, Plus: plus}, &r)
+	err := k.call(metawire.OpReaddir, dir, &metawire.ReaddirReq{Cred: k.cred, Dir: dir, Cookie: cookie, MaxEntries: max, Plus: plus}, &r)
 	return r, err
 }
 
@@ -280,45 +297,45 @@ func (k *client) names(dir uint64) (map[string]uint64, error) {
 
 func (k *client) commit(ws ...metawire.FileWrite) (metawire.CommitResp, error) {
 	var r metawire.CommitResp
-	err := k.c.call(metawire.OpCommit, ws[0].Ino, &metawire.CommitReq{Cred: k.cred, Writes: ws}, &r)
+	err := k.call(metawire.OpCommit, ws[0].Ino, &metawire.CommitReq{Cred: k.cred, Writes: ws}, &r)
 	return r, err
 }
 
 // lazyCommit is commit with CommitReq.Lazy (close on the FUSE mount).
 func (k *client) lazyCommit(ws ...metawire.FileWrite) (metawire.CommitResp, error) {
 	var r metawire.CommitResp
-	err := k.c.call(metawire.OpCommit, ws[0].Ino, &metawire.CommitReq{Cred: k.cred, Writes: ws, Lazy: true}, &r)
+	err := k.call(metawire.OpCommit, ws[0].Ino, &metawire.CommitReq{Cred: k.cred, Writes: ws, Lazy: true}, &r)
 	return r, err
 }
 
 func (k *client) readmap(ino, first, count uint64) (metawire.ReadMapResp, error) {
 	var r metawire.ReadMapResp
-	err := k.c.call(metawire.OpReadMap, ino, &metawire.ReadMapReq{Cred: k.cred, Ino: ino, First: first, Count: count}, &r)
+	err := k.call(metawire.OpReadMap, ino, &metawire.ReadMapReq{Cred: k.cred, Ino: ino, First: first, Count: count}, &r)
 	return r, err
 }
 
 func (k *client) setxattr(ino uint64, name string, val []byte, flags uint32) error {
-	return k.c.call(metawire.OpSetXattr, ino, &metawire.XattrReq{Cred: k.cred, Ino: ino, Name: name, Value: val, Flags: flags}, nil)
+	return k.call(metawire.OpSetXattr, ino, &metawire.XattrReq{Cred: k.cred, Ino: ino, Name: name, Value: val, Flags: flags}, nil)
 }
 
 func (k *client) getxattr(ino uint64, name string) ([]byte, error) {
 	var r metawire.XattrResp
-	err := k.c.call(metawire.OpGetXattr, ino, &metawire.XattrReq{Cred: k.cred, Ino: ino, Name: name}, &r)
+	err := k.call(metawire.OpGetXattr, ino, &metawire.XattrReq{Cred: k.cred, Ino: ino, Name: name}, &r)
 	return r.Value, err
 }
 
 func (k *client) listxattr(ino uint64) ([]string, error) {
 	var r metawire.XattrResp
-	err := k.c.call(metawire.OpListXattr, ino, &metawire.InoReq{Cred: k.cred, Ino: ino}, &r)
+	err := k.call(metawire.OpListXattr, ino, &metawire.InoReq{Cred: k.cred, Ino: ino}, &r)
 	return r.Names, err
 }
 
 func (k *client) removexattr(ino uint64, name string) error {
-	return k.c.call(metawire.OpRemoveXattr, ino, &metawire.XattrReq{Cred: k.cred, Ino: ino, Name: name}, nil)
+	return k.call(metawire.OpRemoveXattr, ino, &metawire.XattrReq{Cred: k.cred, Ino: ino, Name: name}, nil)
 }
 
 func (k *client) access(ino uint64, mask uint32) error {
-	return k.c.call(metawire.OpAccess, ino, &metawire.AccessReq{Cred: k.cred, Ino: ino, Mask: mask}, nil)
+	return k.call(metawire.OpAccess, ino, &metawire.AccessReq{Cred: k.cred, Ino: ino, Mask: mask}, nil)
 }
 
 // must returns v, panicking (failing the test) on err.

@@ -40,6 +40,9 @@ type Island struct {
 	srv   *wire.Server
 	met   *islandMetrics
 
+	// confined remembers inodes found inside confined keys' subtrees.
+	confined confineCache
+
 	// state guards closing: every request holds it shared.
 	state struct {
 		lockcheck.RWMutex

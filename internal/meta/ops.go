@@ -273,7 +273,9 @@ func (i *Island) createOnce(ctx context.Context, op uint16, r *metawire.CreateRe
 	}
 
 	now := i.now()
-	init := metawire.InodeInit{Nlink: 1, UID: c.UID, GID: metawire.NewGID(dir.mode, dir.gid, c), Time: now, Policy: dir.policy}
+	// Every inode records the directory it is created in: a confined
+	// key's requests are checked by walking parents (within).
+	init := metawire.InodeInit{Nlink: 1, UID: c.UID, GID: metawire.NewGID(dir.mode, dir.gid, c), Time: now, Policy: dir.policy, Parent: uint64(dirIno)}
 	var bucket uint32 = dirIno.Bucket()
 	switch op {
 	case metawire.OpCreate:

@@ -125,6 +125,9 @@ func (p *localPeer) Call(ctx context.Context, island namespace.IslandID, op uint
 	if isl == nil || down {
 		return nil, fmt.Errorf("%w: island %d is down", metawire.ErrUnavailable, island)
 	}
+	// Islands call each other as members, whatever key the request that
+	// led here came with (over the wire the peer sees the member key).
+	ctx = context.WithValue(ctx, scopeKey{}, nil)
 	out, err := isl.Handle(ctx, op, epoch, msg)
 	if err != nil {
 		return nil, asRemote(err)

@@ -2,29 +2,158 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
 )
 
 type scopeKey struct{}
 
-// withScope marks ctx as serving a connection whose key (p) is limited to
-// identities.
-func withScope(ctx context.Context, p auth.Peer) context.Context {
-	return context.WithValue(ctx, scopeKey{}, p)
+// scoped is what a tenant's request carries in its context: the
+// connection's key, and the island that checks its subtree.
+type scoped struct {
+	peer   auth.Peer
+	island *Island
+}
+
+// withScope marks ctx as serving a connection whose key (p) is a
+// tenant's (auth.Scope.Tenant), served by i.
+func withScope(ctx context.Context, p auth.Peer, i *Island) context.Context {
+	return context.WithValue(ctx, scopeKey{}, scoped{peer: p, island: i})
 }
 
 func scopeOf(ctx context.Context) (auth.Scope, bool) {
-	p, ok := ctx.Value(scopeKey{}).(auth.Peer)
-	return p.Scope, ok
+	s, ok := ctx.Value(scopeKey{}).(scoped)
+	return s.peer.Scope, ok
 }
 
 // scopedPeer is the key of a scoped request (scopeOf), for its name.
 func scopedPeer(ctx context.Context) (auth.Peer, bool) {
-	p, ok := ctx.Value(scopeKey{}).(auth.Peer)
-	return p, ok
+	s, ok := ctx.Value(scopeKey{}).(scoped)
+	return s.peer, ok
+}
+
+// checkConfined refuses req when its key is confined to a subtree and
+// req names an inode outside it (or looks up ".." of the subtree's top,
+// whose answer lies outside). Requests that name no inode pass: serve
+// lets a tenant send only those that carry a credential, and a leased
+// read's wrapped request is checked when it is dispatched.
+func checkConfined(ctx context.Context, req any) error {
+	s, ok := ctx.Value(scopeKey{}).(scoped)
+	if !ok || !s.peer.Scope.Confined() {
+		return nil
+	}
+	n, ok := req.(metawire.InodeNamer)
+	if !ok {
+		return nil
+	}
+	root := namespace.Ino(s.peer.Scope.Root)
+	if r, ok := req.(*metawire.NameReq); ok && r.Name == ".." && namespace.Ino(r.Dir) == root {
+		return fmt.Errorf("%w: \"..\" of the top of key %s's subtree lies outside it", metawire.ErrAccess, s.peer.Name)
+	}
+	for _, ino := range n.NamedInodes() {
+		if err := s.island.within(ctx, root, namespace.Ino(ino)); err != nil {
+			if errors.Is(err, wire.ErrWouldBlock) {
+				return err
+			}
+			return fmt.Errorf("%w: inode %v is not inside key %s's subtree (%s): %v", metawire.ErrStale, namespace.Ino(ino), s.peer.Name, s.peer.Scope.Path, err)
+		}
+	}
+	return nil
+}
+
+// confineTTL is how long an island trusts that an inode lies inside a
+// subtree: a directory moved out of a confined key's subtree stays
+// reachable through inode ids that key already holds for this long.
+const confineTTL = 2 * time.Second
+
+// maxConfineDepth bounds the walk to a subtree's top (a path of 4096
+// bytes has at most 2048 components).
+const maxConfineDepth = 2048
+
+// confineCache remembers (root, inode) pairs found inside the subtree of
+// root, until a time.
+type confineCache struct {
+	mu struct {
+		lockcheck.Mutex
+		m map[[2]namespace.Ino]time.Time
+	}
+}
+
+func (c *confineCache) inside(root, ino namespace.Ino, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.mu.m[[2]namespace.Ino{root, ino}]
+	return ok && now.Before(until)
+}
+
+func (c *confineCache) add(root namespace.Ino, inos []namespace.Ino, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.m == nil || len(c.mu.m) > 1<<16 {
+		c.mu.m = make(map[[2]namespace.Ino]time.Time)
+	}
+	for _, ino := range inos {
+		c.mu.m[[2]namespace.Ino{root, ino}] = until
+	}
+}
+
+// within reports (nil) whether ino lies inside the subtree whose top is
+// root, walking recorded parents up to root or the namespace's root.
+// Directories record their parent; other inodes the directory of the
+// name they were created or last renamed under (a hard link elsewhere
+// does not move it). Parents on other islands are asked of them, so a
+// request served inline returns wire.ErrWouldBlock for those.
+func (i *Island) within(ctx context.Context, root, ino namespace.Ino) error {
+	if ino == root {
+		return nil
+	}
+	now := time.Now()
+	if i.confined.inside(root, ino, now) {
+		return nil
+	}
+	var seen []namespace.Ino
+	cur := ino
+	for range maxConfineDepth {
+		if cur == root || i.confined.inside(root, cur, now) {
+			i.confined.add(root, seen, now.Add(confineTTL))
+			return nil
+		}
+		if cur == namespace.RootIno || !cur.Valid() {
+			return errors.New("its ancestors do not include the subtree's top")
+		}
+		seen = append(seen, cur)
+		var parent namespace.Ino
+		if i.owns(cur) {
+			n, err := readInode(i.db, cur)
+			switch {
+			case err != nil:
+				return err
+			case n == nil:
+				return fmt.Errorf("inode %v does not exist", cur)
+			case n.parent == 0:
+				return fmt.Errorf("inode %v records no parent (made before files recorded theirs)", cur)
+			}
+			parent = n.parent
+		} else {
+			if wire.IsInline(ctx) {
+				return wire.ErrWouldBlock
+			}
+			p, err := i.parentOf(ctx, cur)
+			if err != nil {
+				return err
+			}
+			parent = p
+		}
+		cur = parent
+	}
+	return errors.New("too deep")
 }
 
 // applyScope holds a request's identity to its key's scope: a uid the

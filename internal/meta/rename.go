@@ -153,7 +153,8 @@ func (i *Island) renameOnce(ctx context.Context, r *metawire.RenameReq) error {
 	if move {
 		as = append(as, metawire.Action{Kind: metawire.ActSetParent, Ino: uint64(x.ino), Target: uint64(T), Expect: uint64(S), Time: now})
 	} else {
-		as = append(as, metawire.Action{Kind: metawire.ActTouch, Ino: uint64(x.ino), Type: x.typ, Time: now})
+		as = append(as, metawire.Action{Kind: metawire.ActTouch, Ino: uint64(x.ino), Type: x.typ, Time: now,
+			Flags: metawire.ActTouchParent, Target: uint64(T), Expect: uint64(S)})
 	}
 	deltaS, deltaT := int32(0), int32(0)
 	if move {
@@ -282,7 +283,8 @@ func (i *Island) exchangeOnce(ctx context.Context, r *metawire.RenameReq) error 
 		if e.moved {
 			as = append(as, metawire.Action{Kind: metawire.ActSetParent, Ino: uint64(e.ino), Target: uint64(e.to), Expect: uint64(e.from), Time: now})
 		} else {
-			as = append(as, metawire.Action{Kind: metawire.ActTouch, Ino: uint64(e.ino), Type: e.typ, Time: now})
+			as = append(as, metawire.Action{Kind: metawire.ActTouch, Ino: uint64(e.ino), Type: e.typ, Time: now,
+				Flags: metawire.ActTouchParent, Target: uint64(e.to), Expect: uint64(e.from)})
 		}
 	}
 	// A directory changing parent takes its ".." link along.

@@ -53,8 +53,8 @@ func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Respons
 		// Sent to this address for another island (whose leader moved).
 		return wire.Response{}, fmt.Errorf("%w: request for island %d reached island %d", metawire.ErrWrongIsland, req.Route, i.id)
 	}
-	if req.Peer.Scope.LimitsIDs() {
-		ctx = withScope(ctx, req.Peer)
+	if req.Peer.Scope.Tenant() {
+		ctx = withScope(ctx, req.Peer, i)
 	}
 	out, err := i.handle(ctx, req.Op, req.Epoch, req.ReqID, req.Msg)
 	if err != nil {
@@ -253,6 +253,9 @@ func serve[R metawire.Message](ctx context.Context, msg []byte, req R, f func(R)
 			// dispatch; the others name no file and assert nobody.
 		default:
 			return nil, fmt.Errorf("%w: a scoped key has no use for this operation", metawire.ErrPerm)
+		}
+		if err := checkConfined(ctx, req); err != nil {
+			return nil, err
 		}
 	}
 	resp, err := f(req)

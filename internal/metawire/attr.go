@@ -216,3 +216,28 @@ func (a *Attr) Decode(d *wire.Dec) {
 	a.Policy = d.Str()
 	a.Inline = d.Bool()
 }
+
+// InodeNamer is a request that names inodes (directories it works in,
+// files it reads or changes): islands serve a request of a key confined
+// to a subtree only when every inode it names lies inside it.
+type InodeNamer interface{ NamedInodes() []uint64 }
+
+func (r *InoReq) NamedInodes() []uint64        { return []uint64{r.Ino} }
+func (r *NameReq) NamedInodes() []uint64       { return []uint64{r.Dir} }
+func (r *UnlinkManyReq) NamedInodes() []uint64 { return []uint64{r.Dir} }
+func (r *SetAttrReq) NamedInodes() []uint64    { return []uint64{r.Ino} }
+func (r *CreateReq) NamedInodes() []uint64     { return []uint64{r.Dir} }
+func (r *RenameReq) NamedInodes() []uint64     { return []uint64{r.SrcDir, r.DstDir} }
+func (r *LinkReq) NamedInodes() []uint64       { return []uint64{r.Ino, r.Dir} }
+func (r *ReaddirReq) NamedInodes() []uint64    { return []uint64{r.Dir} }
+func (r *XattrReq) NamedInodes() []uint64      { return []uint64{r.Ino} }
+func (r *AccessReq) NamedInodes() []uint64     { return []uint64{r.Ino} }
+func (r *ReadMapReq) NamedInodes() []uint64    { return []uint64{r.Ino} }
+func (r *LockReq) NamedInodes() []uint64       { return []uint64{r.Ino} }
+func (r *CommitReq) NamedInodes() []uint64 {
+	out := make([]uint64, len(r.Writes))
+	for i := range r.Writes {
+		out[i] = r.Writes[i].Ino
+	}
+	return out
+}

@@ -46,7 +46,9 @@ const (
 	ActSetParent ActionKind = 6
 	// ActTouch adds Delta to the link count of Ino (a directory gaining or
 	// losing a subdirectory) and sets its ctime (and with ActTouchMtime its
-	// mtime) to Time.
+	// mtime) to Time. With ActTouchParent, a non-directory whose recorded
+	// parent is Expect gets parent Target (a rename of the name it was
+	// created under; a hard link's rename leaves it).
 	ActTouch ActionKind = 7
 	// ActCheck changes nothing: inode Ino must exist, have type Type (if
 	// not 0) and, with ActCheckParent, have parent Target. It takes a
@@ -63,8 +65,9 @@ const (
 	ActDeleteAtZero
 	ActTouchMtime
 	ActCheckParent
+	ActTouchParent
 
-	ActAllFlags = ActRequireEmpty | ActDeleteAtZero | ActTouchMtime | ActCheckParent
+	ActAllFlags = ActRequireEmpty | ActDeleteAtZero | ActTouchMtime | ActCheckParent | ActTouchParent
 )
 
 // InodeInit holds the attributes of an inode being created.

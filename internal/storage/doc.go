@@ -142,7 +142,7 @@
 //
 // # Tenants' keys: their own logs, and read tokens for the rest
 //
-// A key limited to identities (auth.Scope.LimitsIDs) gets from a storage
+// A key limited to identities (auth.Scope.Tenant: identities or a subtree) gets from a storage
 // server only what the islands let its users read. Its clients write logs
 // whose ids carry the key's prefix (auth.LogPrefix, the high 32 bits), and
 // in those logs it may append, put, read, ask infos and the newest stripe

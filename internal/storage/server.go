@@ -217,7 +217,7 @@ func statusOf(err error) uint32 {
 // own logs (auth.OwnsLog): appends, puts and fragment infos elsewhere are
 // refused. Other keys are trusted with every log, as before.
 func (s *Server) tenantLog(p auth.Peer, op string, log uint64) error {
-	if !p.Scope.LimitsIDs() || auth.OwnsLog(p.Name, log) {
+	if !p.Scope.Tenant() || auth.OwnsLog(p.Name, log) {
 		return nil
 	}
 	return fmt.Errorf("storage slot %d: %s in log %016x: %w: key %q may reach only its own logs", s.cfg.Slot, op, log, auth.ErrForbidden, p.Name)
@@ -227,7 +227,7 @@ func (s *Server) tenantLog(p auth.Peer, op string, log uint64) error {
 // rows of a block an island gave it a read token for (after checking the
 // file's permissions for the key's identity; fragment.Grant).
 func (s *Server) tenantRead(p auth.Peer, m *fragment.ReadReq) error {
-	if !p.Scope.LimitsIDs() || auth.OwnsLog(p.Name, m.ID.Log) || s.cfg.Key == nil {
+	if !p.Scope.Tenant() || auth.OwnsLog(p.Name, m.ID.Log) || s.cfg.Key == nil {
 		return nil // (a server without keys has only unscoped peers)
 	}
 	switch {
