@@ -13,6 +13,8 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
 func newKeyCmd(g *globalFlags) *cobra.Command {
@@ -64,11 +66,11 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 		},
 	}
 	initCmd.Flags().StringVar(&out, "out", "", "file to write (refused if it exists)")
-	var name, caps, newOut, uids, gids, addr string
+	var name, caps, newOut, uids, gids, addr, path string
 	var readOnly bool
 	var gen int64
 	newCmd := &cobra.Command{
-		Use:   "new --name NAME [--caps CAPS | --read-only] [--uids 1000,...] [--gids 1000,...] --out FILE",
+		Use:   "new --name NAME [--caps CAPS | --read-only] [--uids 1000,...] [--gids 1000,...] [--path DIR] --out FILE",
 		Short: "Derive a key with capabilities from the cluster key (--key, $ATOLL_KEY or ~/.config/atoll/admin.key)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -106,6 +108,27 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 				}
 				sc.Gen = m.Revocations()[name]
 			}
+			if path != "" {
+				// The subtree is held by its top's inode id: a rename of
+				// the directory keeps the key's subtree.
+				p, err := namespace.Clean(path)
+				if err != nil || p == "/" {
+					return usageErr("--path", fmt.Errorf("%q: want an absolute path below /", path))
+				}
+				conn, err := dialFS(cmd, g, addr)
+				if err != nil {
+					return fmt.Errorf("key new --path: %w", err)
+				}
+				at, err := conn.FS.Resolve(cmd.Context(), metawire.Root, p)
+				conn.Close()
+				switch {
+				case err != nil:
+					return fmt.Errorf("key new --path %s: %w", p, err)
+				case !at.IsDir():
+					return usageErr("--path", fmt.Errorf("%s is not a directory", p))
+				}
+				sc.Root, sc.Path = at.Ino, p
+			}
 			k, err := ck.DeriveScoped(name, c, sc)
 			if err != nil {
 				return err
@@ -126,6 +149,7 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 	newCmd.Flags().StringVar(&newOut, "out", "", "file to write (default: print the key line)")
 	newCmd.Flags().StringVar(&uids, "uids", "", "user ids the key may act as, comma-separated (default: any, as a mount host's key; root only if listed, else squashed to nobody)")
 	newCmd.Flags().StringVar(&gids, "gids", "", "group ids the key may act as, comma-separated (default: any)")
+	newCmd.Flags().StringVar(&path, "path", "", "confine the key to the subtree of this directory (asked of --cluster): it reaches nothing else, and its mounts, gateways and file commands take the directory as their /")
 	newCmd.Flags().BoolVar(&readOnly, "read-only", false, "capability read only (same as --caps read)")
 	newCmd.Flags().StringVar(&addr, "cluster", "", "manager address(es), asked for the name's next generation after a revocation (default $ATOLL_CLUSTER; none: generation 0)")
 	newCmd.Flags().Int64Var(&gen, "gen", -1, "the key's generation (default: the name's next one, from the cluster)")
