@@ -44,6 +44,14 @@
 // uid 0 is listed, groups outside the scope are dropped, and block maps
 // and commits are checked against the file's permission bits too.
 //
+// A scope may also confine a key to a subtree: root=N is the inode id of
+// its top directory, path=P the directory's path when the key was made
+// (for people; both are in the derivation, so neither can be changed).
+// Islands refuse a confined key's request that names an inode whose
+// recorded parents do not lead to N (internal/meta, checkConfined), and
+// the key's clients take N as their "/". A confined key is a tenant's
+// key (Scope.Tenant) for storage as one limited to identities is.
+//
 // A key name is revoked by raising its generation in the cluster map
 // (`atoll key revoke NAME`); every server keeps the map's revocations in
 // the Revocations of the cluster key it verifies with, refuses a key of a
