@@ -146,6 +146,12 @@ func (a *Action) Encode(e *wire.Enc) {
 		e.U32(uint32(a.Delta))
 		e.U32(a.Flags)
 		e.I64(a.Time)
+		if a.Kind == ActTouch && a.Flags&ActTouchParent != 0 {
+			// Only then: intents and prepared records written before the
+			// flag existed decode as they were.
+			e.U64(a.Target)
+			e.U64(a.Expect)
+		}
 	case ActAddEntry:
 		e.String(a.Name)
 		e.U64(a.Target)
@@ -180,6 +186,9 @@ func (a *Action) Decode(d *wire.Dec) {
 		a.Type, a.Flags = d.U32(), d.U32()
 	case ActAdjustNlink, ActTouch:
 		a.Delta, a.Flags, a.Time = int32(d.U32()), d.U32(), d.I64()
+		if a.Kind == ActTouch && a.Flags&ActTouchParent != 0 {
+			a.Target, a.Expect = d.U64(), d.U64()
+		}
 	case ActAddEntry:
 		a.Name, a.Target, a.Type, a.Expect, a.Time = d.Str(), d.U64(), d.U32(), d.U64(), d.I64()
 	case ActRemoveEntry:
