@@ -35,7 +35,9 @@ func TestBenchScaleSmall(t *testing.T) {
 	if res.StorageEfficiency == nil || res.MetadataEfficiency == nil || res.ReplicasRatio == nil || res.ClientsAfterPeak == nil || res.FailoverSeconds == nil {
 		t.Fatalf("an experiment's figure is missing: %s", out)
 	}
-	if res.IdleFraction <= 0 || res.IdleFraction > 1 {
+	// The least idle fraction may be 0 on a loaded machine (the model's
+	// figures then say so); it is a fraction all the same.
+	if res.IdleFraction < 0 || res.IdleFraction > 1 {
 		t.Errorf("idle fraction %v", res.IdleFraction)
 	}
 	for name, points := range map[string][]bench.ScalePoint{"storage": res.Storage, "metadata": res.Metadata, "replicas": res.Replicas, "clients": res.Clients} {
