@@ -1,11 +1,13 @@
 package auth
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -39,14 +41,14 @@ func handshake(t *testing.T, v *Verifier, k *Key) (Peer, error, error) {
 			return
 		}
 		defer c.Close()
-		p, err := v.Server(c, 2*time.Second)
+		_, p, err := v.Server(c, 2*time.Second)
 		done <- res{p, err}
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cerr := Client(c, k, 2*time.Second)
+	_, cerr := Client(c, k, 2*time.Second)
 	c.Close()
 	r := <-done
 	return r.p, r.err, cerr
@@ -112,7 +114,7 @@ func TestHandshakeBadInput(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			_, err = v.Server(c, 300*time.Millisecond)
+			_, _, err = v.Server(c, 300*time.Millisecond)
 			out <- err
 		}()
 		return out
@@ -358,4 +360,219 @@ func BenchmarkReadToken(b *testing.B) {
 			b.Fatal("token does not check")
 		}
 	}
+}
+
+// sealedPair is a handshake over a TCP connection through relay, which
+// sees every byte each way (client to server first) and may change them:
+// it returns the two sides' connections.
+func sealedPair(t *testing.T, k *Key, relay func(toServer bool, b []byte) []byte) (client, server net.Conn) {
+	t.Helper()
+	ck := mustCluster(t)
+	if k == nil {
+		k = ck
+	}
+	v, _ := NewVerifier(ck)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close(); mid.Close() })
+	go func() {
+		a, err := mid.Accept()
+		if err != nil {
+			return
+		}
+		b, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			a.Close()
+			return
+		}
+		pump := func(dst, src net.Conn, toServer bool) {
+			buf := make([]byte, 1<<16)
+			for {
+				n, err := src.Read(buf)
+				if n > 0 {
+					out := buf[:n]
+					if relay != nil {
+						out = relay(toServer, append([]byte(nil), out...))
+					}
+					if _, werr := dst.Write(out); werr != nil {
+						break
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+			dst.Close()
+			src.Close()
+		}
+		go pump(b, a, true)
+		go pump(a, b, false)
+	}()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- res{err: err}
+			return
+		}
+		sc, _, err := v.Server(c, 2*time.Second)
+		done <- res{sc, err}
+	}()
+	raw, err := net.Dial("tcp", mid.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := Client(raw, k, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { cc.Close(); r.c.Close() })
+	return cc, r.c
+}
+
+// TestSealedRecords: after the handshake bytes travel in records each
+// way, whole and in order, whatever the sizes and however reads are cut
+// by deadlines.
+func TestSealedRecords(t *testing.T) {
+	c, s := sealedPair(t, nil, nil)
+	sizes := []int{0, 1, 100, maxRecord - 1, maxRecord, maxRecord + 1, 1 << 20}
+	var want []byte
+	for i, n := range sizes {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(i*7 + j)
+		}
+		want = append(want, b...)
+	}
+	go func() {
+		off := 0
+		for _, n := range sizes {
+			if _, err := c.Write(want[off : off+n]); err != nil {
+				return
+			}
+			off += n
+			time.Sleep(5 * time.Millisecond) // the reader's deadline fires mid-way
+		}
+	}()
+	got := make([]byte, 0, len(want))
+	buf := make([]byte, 3000)
+	for len(got) < len(want) {
+		_ = s.SetReadDeadline(time.Now().Add(time.Millisecond))
+		n, err := s.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("after %d bytes: %v", len(got), err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("sealed stream: %d bytes, not what was sent", len(got))
+	}
+}
+
+// TestSealedRecordsRefuseTampering is the on-path attacker of issue #43:
+// once the handshake is over, a byte changed, a record replayed, or bytes
+// injected fail the reader's check, and nothing of them is returned.
+func TestSealedRecordsRefuseTampering(t *testing.T) {
+	for name, tamper := range map[string]func(b []byte, seen int) []byte{
+		"a bit flipped": func(b []byte, seen int) []byte {
+			b[len(b)/2] ^= 1
+			return b
+		},
+		"injected": func(b []byte, seen int) []byte {
+			return append([]byte{0, 0, 0, 5, 'h', 'e', 'l', 'l', 'o'}, append(make([]byte, tagSize), b...)...)
+		},
+		"replayed": func(b []byte, seen int) []byte { return append(b, b...) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var on atomic.Bool
+			seen := 0
+			c, s := sealedPair(t, nil, func(toServer bool, b []byte) []byte {
+				if toServer && on.Load() {
+					seen++
+					return tamper(b, seen)
+				}
+				return b
+			})
+			if _, err := c.Write([]byte("before")); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 100)
+			if n, err := s.Read(buf); err != nil || string(buf[:n]) != "before" {
+				t.Fatalf("untouched record: %q %v", buf[:n], err)
+			}
+			on.Store(true)
+			if _, err := c.Write([]byte("the request: unlink /important")); err != nil {
+				t.Fatal(err)
+			}
+			_ = s.SetReadDeadline(time.Now().Add(2 * time.Second))
+			var got []byte
+			var err error
+			for err == nil {
+				var n int
+				n, err = s.Read(buf)
+				got = append(got, buf[:n]...)
+			}
+			if !errors.Is(err, ErrTampered) {
+				t.Fatalf("after tampering: read %q, %v; want ErrTampered", got, err)
+			}
+			if name != "replayed" && len(got) > 0 {
+				t.Fatalf("tampered bytes reached the reader: %q", got)
+			}
+		})
+	}
+}
+
+// TestClientRefusesUnsealedServer: a server that accepts the key but does
+// not announce sealed records (a version before them, or a downgrade by
+// an attacker) is refused rather than spoken to in the clear.
+func TestClientRefusesUnsealedServer(t *testing.T) {
+	ck := mustCluster(t)
+	v, _ := NewVerifier(ck)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		// The server's side up to its verdict, then the old verdict.
+		r := &verdictRewriter{Conn: c}
+		_, _, _ = v.Server(r, time.Second)
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := Client(c, ck, 2*time.Second); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "does not seal") {
+		t.Fatalf("unsealed server: %v, want refused", err)
+	}
+}
+
+// verdictRewriter turns an accepting sealed verdict into the unsealed one.
+type verdictRewriter struct{ net.Conn }
+
+func (w *verdictRewriter) Write(b []byte) (int, error) {
+	if len(b) == 2 && b[0] == 0 && b[1] == verdictSealed {
+		return w.Conn.Write([]byte{0, 0})
+	}
+	return w.Conn.Write(b)
 }

@@ -51,12 +51,19 @@ func proof(secret [SecretSize]byte, label string, hello, nonceS []byte) []byte {
 	return m.Sum(nil)
 }
 
+// verdictSealed is the second byte of an accepting verdict: the
+// connection goes on in sealed records (sealedConn). A server that sends
+// anything else is of a version before sealing; the client refuses it
+// rather than talk in the clear.
+const verdictSealed = 'S'
+
 // Client runs the client side of the handshake on conn with key k. It
-// returns once the server has accepted the key, or an error saying which
-// side failed.
-func Client(conn net.Conn, k *Key, timeout time.Duration) error {
+// returns, once the server has accepted the key, the connection to use
+// from then on (conn in sealed records), or an error saying which side
+// failed.
+func Client(conn net.Conn, k *Key, timeout time.Duration) (net.Conn, error) {
 	if k == nil {
-		return fmt.Errorf("%w: a key is required to connect", ErrNoKey)
+		return nil, fmt.Errorf("%w: a key is required to connect", ErrNoKey)
 	}
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -78,36 +85,44 @@ func Client(conn net.Conn, k *Key, timeout time.Duration) error {
 	}
 	nonceC := make([]byte, nonceSize)
 	if _, err := rand.Read(nonceC); err != nil {
-		return err
+		return nil, err
 	}
 	hello = append(hello, nonceC...)
 	if _, err := conn.Write(hello); err != nil {
-		return fmt.Errorf("auth: sending hello: %w", err)
+		return nil, fmt.Errorf("auth: sending hello: %w", err)
 	}
 	var chal [5 + nonceSize + sha256.Size]byte
 	if _, err := io.ReadFull(conn, chal[:]); err != nil {
-		return fmt.Errorf("%w: the server closed the connection during the handshake (not an atoll server of this version, or it refused us): %v", ErrRefused, err)
+		return nil, fmt.Errorf("%w: the server closed the connection during the handshake (not an atoll server of this version, or it refused us): %v", ErrRefused, err)
 	}
 	if [5]byte(chal[:5]) != magic {
-		return fmt.Errorf("%w: the server's reply is not an atoll handshake", ErrRefused)
+		return nil, fmt.Errorf("%w: the server's reply is not an atoll handshake", ErrRefused)
 	}
 	nonceS := chal[5 : 5+nonceSize]
 	if !hmac.Equal(chal[5+nonceSize:], proof(k.Secret, "server", hello, nonceS)) {
-		return fmt.Errorf("%w: the server and key %q disagree (a key from another cluster, a forged key, or a server that is not a cluster member)", ErrRefused, k.Name)
+		return nil, fmt.Errorf("%w: the server and key %q disagree (a key from another cluster, a forged key, or a server that is not a cluster member)", ErrRefused, k.Name)
 	}
 	if _, err := conn.Write(proof(k.Secret, "client", hello, nonceS)); err != nil {
-		return fmt.Errorf("auth: sending proof: %w", err)
+		return nil, fmt.Errorf("auth: sending proof: %w", err)
 	}
 	var v [2]byte
 	if _, err := io.ReadFull(conn, v[:]); err != nil {
-		return fmt.Errorf("%w: no verdict from the server: %v", ErrRefused, err)
+		return nil, fmt.Errorf("%w: no verdict from the server: %v", ErrRefused, err)
 	}
 	if v[0] == 0 {
-		return nil
+		if v[1] != verdictSealed {
+			return nil, fmt.Errorf("%w: the server does not seal its connections (a version before sealing): refusing to go on in the clear", ErrRefused)
+		}
+		c2s, s2c := sessionKeys(k.Secret, hello, nonceS)
+		sc, err := newSealed(conn, c2s, s2c)
+		if err != nil {
+			return nil, err
+		}
+		return sc, nil
 	}
 	reason := make([]byte, v[1])
 	_, _ = io.ReadFull(conn, reason)
-	return fmt.Errorf("%w by the server: %s", ErrRefused, reason)
+	return nil, fmt.Errorf("%w by the server: %s", ErrRefused, reason)
 }
 
 // Verifier checks clients' keys against the cluster key.
@@ -141,9 +156,25 @@ func (v *Verifier) secretFor(name string, caps Caps, scope Scope) [SecretSize]by
 }
 
 // Server runs the server side of the handshake on conn and returns the
-// authenticated peer. On failure the connection has been told why (when
-// it got that far) and should be closed.
-func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
+// authenticated peer and the connection to use from then on (conn in
+// sealed records). On failure the connection has been told why (when it
+// got that far) and should be closed.
+func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (net.Conn, Peer, error) {
+	p, keys, err := v.server(conn, timeout)
+	if err != nil {
+		return nil, p, err
+	}
+	sc, err := newSealed(conn, keys[1], keys[0])
+	if err != nil {
+		return nil, p, err
+	}
+	return sc, p, nil
+}
+
+// server is Server up to the verdict; keys are the record keys, client
+// to server then server to client.
+func (v *Verifier) server(conn net.Conn, timeout time.Duration) (Peer, [2][]byte, error) {
+	var keys [2][]byte
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
@@ -151,42 +182,42 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
 	defer conn.SetDeadline(time.Time{})
 	var head [7]byte
 	if _, err := io.ReadFull(conn, head[:]); err != nil {
-		return Peer{}, fmt.Errorf("%w: no handshake: %v", ErrRefused, err)
+		return Peer{}, keys, fmt.Errorf("%w: no handshake: %v", ErrRefused, err)
 	}
 	scoped := [5]byte(head[:5]) == magicScoped
 	if [5]byte(head[:5]) != magic && !scoped {
-		return Peer{}, fmt.Errorf("%w: no handshake (the first bytes are not an atoll hello: an unauthenticated or older client)", ErrRefused)
+		return Peer{}, keys, fmt.Errorf("%w: no handshake (the first bytes are not an atoll hello: an unauthenticated or older client)", ErrRefused)
 	}
 	caps, n := Caps(head[5]), int(head[6])
 	hello := make([]byte, 7+n, 8+n+255+nonceSize)
 	copy(hello, head[:])
 	if _, err := io.ReadFull(conn, hello[7:]); err != nil {
-		return Peer{}, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+		return Peer{}, keys, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
 	}
 	p := Peer{Name: string(hello[7 : 7+n]), Caps: caps}
 	var scopeText string
 	if scoped {
 		var l [1]byte
 		if _, err := io.ReadFull(conn, l[:]); err != nil {
-			return Peer{}, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+			return Peer{}, keys, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
 		}
 		sc := make([]byte, l[0])
 		if _, err := io.ReadFull(conn, sc); err != nil {
-			return Peer{}, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+			return Peer{}, keys, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
 		}
 		hello = append(append(hello, l[0]), sc...)
 		scopeText = string(sc)
 	}
 	hello = hello[:len(hello)+nonceSize]
 	if _, err := io.ReadFull(conn, hello[len(hello)-nonceSize:]); err != nil {
-		return Peer{}, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+		return Peer{}, keys, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
 	}
-	refuse := func(reason string) (Peer, error) {
+	refuse := func(reason string) (Peer, [2][]byte, error) {
 		if len(reason) > 255 {
 			reason = reason[:255]
 		}
 		_, _ = conn.Write(append([]byte{1, byte(len(reason))}, reason...))
-		return p, fmt.Errorf("%w: %s", ErrRefused, reason)
+		return p, keys, fmt.Errorf("%w: %s", ErrRefused, reason)
 	}
 	if err := checkName(p.Name); err != nil || caps == 0 || caps&^AllCaps != 0 {
 		return refuse("malformed key name or capabilities")
@@ -203,20 +234,20 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
 	secret := v.secretFor(p.Name, caps, p.Scope)
 	nonceS := make([]byte, nonceSize)
 	if _, err := rand.Read(nonceS); err != nil {
-		return Peer{}, err
+		return Peer{}, keys, err
 	}
 	chal := make([]byte, 0, 5+nonceSize+sha256.Size)
 	chal = append(chal, magic[:]...)
 	chal = append(chal, nonceS...)
 	chal = append(chal, proof(secret, "server", hello, nonceS)...)
 	if _, err := conn.Write(chal); err != nil {
-		return Peer{}, fmt.Errorf("auth: sending challenge: %w", err)
+		return Peer{}, keys, fmt.Errorf("auth: sending challenge: %w", err)
 	}
 	got := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(conn, got); err != nil {
 		// A client with a key of another cluster stops here: our proof
 		// did not check out on its side.
-		return Peer{}, fmt.Errorf("%w: %s gave no proof (a key of another cluster?): %v", ErrRefused, p, err)
+		return Peer{}, keys, fmt.Errorf("%w: %s gave no proof (a key of another cluster?): %v", ErrRefused, p, err)
 	}
 	if !hmac.Equal(got, proof(secret, "client", hello, nonceS)) {
 		return refuse(fmt.Sprintf("wrong key for %s", p))
@@ -224,10 +255,11 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (Peer, error) {
 	if v.Revoked(p) {
 		return refuse(fmt.Sprintf("key %s generation %d was revoked (atoll key revoke)", p.Name, p.Scope.Gen))
 	}
-	if _, err := conn.Write([]byte{0, 0}); err != nil {
-		return Peer{}, fmt.Errorf("auth: sending verdict: %w", err)
+	if _, err := conn.Write([]byte{0, verdictSealed}); err != nil {
+		return Peer{}, keys, fmt.Errorf("auth: sending verdict: %w", err)
 	}
-	return p, nil
+	keys[0], keys[1] = sessionKeys(secret, hello, nonceS)
+	return p, keys, nil
 }
 
 // IsRefused reports whether err is a refused handshake.

@@ -93,7 +93,7 @@ func (l *Listener) acceptLoop() {
 		go func() {
 			defer l.wg.Done()
 			if l.verifier != nil {
-				p, err := l.verifier.Server(c, DefaultTimeout)
+				sc, p, err := l.verifier.Server(c, DefaultTimeout)
 				l.handshakes.Leave(src)
 				if err == nil {
 					err = p.Allow(l.need, l.what)
@@ -103,6 +103,7 @@ func (l *Listener) acceptLoop() {
 					c.Close()
 					return
 				}
+				c = sc
 			}
 			select {
 			case l.conns <- c:
@@ -149,10 +150,12 @@ func Dial(addr string, key *Key, timeout time.Duration) (net.Conn, error) {
 		return nil, err
 	}
 	if key != nil {
-		if err := Client(c, key, max(timeout, DefaultTimeout)); err != nil {
+		sc, err := Client(c, key, max(timeout, DefaultTimeout))
+		if err != nil {
 			c.Close()
 			return nil, err
 		}
+		return sc, nil
 	}
 	return c, nil
 }

@@ -20,10 +20,12 @@ import (
 // with AES-128-GCM, the cipher Go picks on this hardware. Run with
 //
 //	go test -run NONE -bench Transport -benchtime 2s ./internal/auth
-func BenchmarkTransportPlain(b *testing.B) { benchTransport(b, false) }
-func BenchmarkTransportTLS(b *testing.B)   { benchTransport(b, true) }
+func BenchmarkTransportPlain(b *testing.B)  { benchTransport(b, "plain") }
+func BenchmarkTransportTLS(b *testing.B)    { benchTransport(b, "tls") }
+func BenchmarkTransportSealed(b *testing.B) { benchTransport(b, "sealed") }
 
-func benchTransport(b *testing.B, useTLS bool) {
+func benchTransport(b *testing.B, mode string) {
+	useTLS := mode == "tls"
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -39,8 +41,11 @@ func benchTransport(b *testing.B, useTLS bool) {
 			return
 		}
 		defer c.Close()
-		if useTLS {
+		switch mode {
+		case "tls":
 			c = tls.Server(c, srvCfg)
+		case "sealed":
+			c, _ = newSealed(c, make([]byte, 16), make([]byte, 16))
 		}
 		_, _ = io.Copy(io.Discard, c)
 	}()
@@ -55,6 +60,9 @@ func benchTransport(b *testing.B, useTLS bool) {
 			b.Fatal(err)
 		}
 		c = tc
+	}
+	if mode == "sealed" {
+		c, _ = newSealed(c, make([]byte, 16), make([]byte, 16))
 	}
 	buf := make([]byte, 1<<20)
 	b.SetBytes(int64(len(buf)))
@@ -104,7 +112,7 @@ func BenchmarkHandshake(b *testing.B) {
 			if err != nil {
 				return
 			}
-			go func() { _, _ = v.Server(c, time.Second); c.Close() }()
+			go func() { _, _, _ = v.Server(c, time.Second); c.Close() }()
 		}
 	}()
 	b.ResetTimer()
@@ -113,7 +121,7 @@ func BenchmarkHandshake(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := Client(c, mount, time.Second); err != nil {
+		if _, err := Client(c, mount, time.Second); err != nil {
 			b.Fatal(err)
 		}
 		c.Close()

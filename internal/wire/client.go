@@ -114,10 +114,12 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = min(timeout, max(time.Until(dl), time.Millisecond))
 		}
-		if err := auth.Client(c, cfg.Key, timeout); err != nil {
+		sc, err := auth.Client(c, cfg.Key, timeout)
+		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("wire: %s: %w", addr, err)
 		}
+		c = sc
 	}
 	return NewClient(c, cfg), nil
 }

@@ -275,16 +275,17 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	}()
 	remote := c.RemoteAddr().String()
 	peer := Unauthenticated
+	rw := c // what frames travel on: c, or c in sealed records
 	if s.cfg.Auth != nil {
 		var err error
-		peer, err = s.cfg.Auth.Server(c, auth.DefaultTimeout)
+		rw, peer, err = s.cfg.Auth.Server(c, auth.DefaultTimeout)
 		s.handshakes.Leave(auth.Source(c))
 		if err != nil {
 			s.refuse(ctx, remote, err)
 			return
 		}
 	}
-	sc := &serverConn{s: s, w: newFrameWriter(c, s.cfg.IOTimeout)}
+	sc := &serverConn{s: s, w: newFrameWriter(rw, s.cfg.IOTimeout)}
 	// Requests go to a pool of worker goroutines that lives as long as the
 	// connection: a fresh goroutine per request would grow (copy) its
 	// stack on every deep handler call.
@@ -322,7 +323,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	defer close(jobs)
 	var hdr [HeaderSize]byte
 	var deadline time.Time               // the read deadline last set (zero: none)
-	br := bufio.NewReaderSize(c, 64<<10) // several small frames per read syscall
+	br := bufio.NewReaderSize(rw, 64<<10) // several small frames per read syscall
 	inlineCtx := WithInlineForTest(ctx)  // one per connection, not per request
 	for {
 		// Idle between frames as long as the peer likes; once a frame

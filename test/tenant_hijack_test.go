@@ -1,0 +1,124 @@
+package test
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
+)
+
+// TestInjectedFrameRefused is issue #43's on-path attacker: a relay
+// between an admin's client and an island lets the handshake through,
+// then slips a frame of its own (a mkdir as root, with a correct CRC32C:
+// the header checksum needs no secret) into the client's stream. Before
+// connections were sealed the island served it with the admin's key; now
+// the record fails its check, the island closes the connection, and
+// nothing is made. The same relay without the injection passes requests
+// through, so it is the injection that is refused.
+func TestInjectedFrameRefused(t *testing.T) {
+	cl, _ := startDev(t, 3, 1, 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := dialDev(t, cl)
+	island := admin.View.Map().Islands[0].Addr
+	epoch := admin.View.Map().Epoch
+
+	forged := metawire.Marshal(&metawire.CreateReq{Cred: metawire.Root, Dir: uint64(namespace.RootIno), Name: "pwned", Mode: 0o777})
+	b := make([]byte, wire.HeaderSize, wire.HeaderSize+len(forged))
+	wire.PutHeader(b, &wire.Header{Kind: wire.KindRequest, Op: metawire.OpMkdir, ID: 1 << 40, Epoch: epoch}, forged)
+	frame := append(b, forged...)
+
+	getattr := metawire.Marshal(&metawire.InoReq{Cred: metawire.Root, Ino: uint64(namespace.RootIno)})
+	for _, inject := range []bool{false, true} {
+		addr, injected := hijackRelay(t, island, frame, inject)
+		c, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: testKey, IOTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("inject %v: dial through the relay: %v", inject, err)
+		}
+		_, err = c.Call(ctx, metawire.OpGetAttr, epoch, getattr, nil, nil)
+		c.Close()
+		switch {
+		case !inject && err != nil:
+			t.Fatalf("the relay without injection: getattr: %v", err)
+		case inject && !injected.Load():
+			t.Fatal("the relay injected nothing")
+		case inject && err == nil:
+			t.Errorf("the connection carried on after an injected frame")
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // a served mkdir would be visible by now
+	if _, err := admin.FS.Resolve(ctx, metawire.Root, "/pwned"); metawire.Errno(err) != 2 {
+		t.Fatalf("the injected mkdir: /pwned resolves (%v); want ENOENT", err)
+	}
+}
+
+// hijackRelay relays one connection to target and, with inject, writes
+// frame into the client-to-server stream once the handshake is over (the
+// server has sent its challenge and verdict, 71 bytes), ahead of the
+// client's next bytes.
+func hijackRelay(t *testing.T, target string, frame []byte, inject bool) (string, *atomic.Bool) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var fromServer atomic.Int64
+	injected := &atomic.Bool{}
+	go func() {
+		a, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		b, err := net.Dial("tcp", target)
+		if err != nil {
+			a.Close()
+			return
+		}
+		go func() {
+			defer a.Close()
+			defer b.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := b.Read(buf)
+				fromServer.Add(int64(n))
+				if n > 0 {
+					if _, werr := a.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			defer a.Close()
+			defer b.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := a.Read(buf)
+				if n > 0 {
+					if inject && !injected.Load() && fromServer.Load() >= 71 {
+						injected.Store(true)
+						if _, werr := b.Write(frame); werr != nil {
+							return
+						}
+					}
+					if _, werr := b.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}()
+	return ln.Addr().String(), injected
+}
