@@ -322,9 +322,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	}
 	defer close(jobs)
 	var hdr [HeaderSize]byte
-	var deadline time.Time               // the read deadline last set (zero: none)
+	var deadline time.Time                // the read deadline last set (zero: none)
 	br := bufio.NewReaderSize(rw, 64<<10) // several small frames per read syscall
-	inlineCtx := WithInlineForTest(ctx)  // one per connection, not per request
+	inlineCtx := WithInlineForTest(ctx)   // one per connection, not per request
 	for {
 		// Idle between frames as long as the peer likes; once a frame
 		// has begun, its header and message must arrive within
