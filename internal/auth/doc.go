@@ -129,12 +129,28 @@
 // clients have no key, 256 connections per source and 4,096 in all, and
 // closes connections idle for 6 minutes.
 //
-// What the handshake does not do: it neither encrypts nor authenticates
-// the frames that follow, so an attacker on the path who can take over a
-// TCP connection after its handshake could inject frames. The data path
-// keeps its end-to-end checksums; confidentiality and per-frame integrity
-// against an on-path attacker need TLS. It does mean that being able to
-// reach a port gives nothing.
+// # Sealed records (after the handshake)
+//
+// A connection does not go on in the clear: both sides derive two record
+// keys from the key's secret and the handshake,
+//
+//	base = HMAC-SHA256(secret, "atoll-seal-v1" | hello | nonceS)
+//	c2s  = HMAC-SHA256(base, "client to server")[:16]
+//	s2c  = HMAC-SHA256(base, "server to client")[:16]
+//
+// and every byte after the verdict travels in records (sealed.go):
+//
+//	u32 length L (at most 64 KiB) | L bytes | tag[16]
+//
+// where tag is AES-128-GCM's tag over the L bytes as authenticated data
+// with no plaintext (GMAC), under the direction's key and a nonce of the
+// record's number on the connection (4 zero bytes, u64 counter). A
+// record changed, injected, dropped, repeated or reordered by anyone on
+// the path fails the reader's check (ErrTampered) and ends the
+// connection; nothing of it reaches the protocol. The accepting verdict
+// is 0 'S'; a client refuses a server that does not announce sealing,
+// so a downgrade is refused too. The bytes are authenticated, not
+// encrypted: an eavesdropper reads them (see the README's "Keys").
 //
 // # Why an HMAC handshake and not TLS (measured)
 //

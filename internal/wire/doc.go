@@ -33,6 +33,13 @@
 // end-to-end checksums (per-chunk CRC32C on writes, parental checksums on
 // reads), which also cover bytes at rest.
 //
+// With keys (ClientConfig.Key, ServerConfig.Auth) frames travel inside
+// the sealed records of internal/auth that follow the handshake: every
+// byte, payload included, is authenticated per connection and direction,
+// so a frame changed or injected on the path ends the connection before
+// it is parsed. The checksums above still catch what the sealing does not
+// see (a bug, a connection without keys in tests).
+//
 // A frame that fails any check (magic, version, kind, lengths above the
 // limits, checksum) closes the connection with a logged reason; it never
 // reaches a handler and never crashes the process.
