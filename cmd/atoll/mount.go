@@ -18,18 +18,20 @@ import (
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/fusefs"
+	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/web"
 )
 
 func newMountCmd(g *globalFlags) *cobra.Command {
-	var addr, metricsListen string
+	var addr, metricsListen, rootPath string
 	var leases, writeBehind, abort bool
 	var prebornDelay time.Duration
 	var cfg fusefs.Config
 	cmd := &cobra.Command{
-		Use:   "mount [--cluster ADDR] MOUNTPOINT",
+		Use:   "mount [--cluster ADDR] [--root DIR] MOUNTPOINT",
 		Short: "Mount the cluster's namespace with FUSE (until Ctrl-C or fusermount3 -u)",
-		Long: `Mount the whole Atoll namespace on MOUNTPOINT through FUSE and serve it
+		Long: `Mount the Atoll namespace (or the directory --root names; a key confined
+to a subtree mounts its subtree) on MOUNTPOINT through FUSE and serve it
 until interrupted (SIGINT/SIGTERM unmount cleanly, writing back open files).
 
 The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster + `.
@@ -100,6 +102,16 @@ and repairs its reads found.`,
 				conn.FS.SetPreborn(prebornDelay)
 			}
 			cfg.FS, cfg.StatFS = conn.FS, statfs
+			if rootPath != "" {
+				at, err := conn.FS.Resolve(ctx, metawire.Root, rootPath)
+				switch {
+				case err != nil:
+					return fmt.Errorf("atoll mount --root %s: %w", rootPath, err)
+				case !at.IsDir():
+					return usageErr("--root", fmt.Errorf("%s is not a directory", rootPath))
+				}
+				cfg.Root = at.Ino
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -150,6 +162,7 @@ and repairs its reads found.`,
 	f.IntVar(&cfg.ReadAhead, "read-ahead", fusefs.DefaultReadAhead, "the kernel's read-ahead for the mount in bytes, set when running as root (negative: the kernel's default, 128 KiB)")
 	f.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
 	f.BoolVar(&cfg.PlainType, "plain-type", false, "mount with type fuse instead of fuse.atoll (xfstests' FSTYP=fuse wants it)")
+	f.StringVar(&rootPath, "root", "", "mount this directory of the namespace instead of its root (a view: the key still reaches what it reaches; confine a key with atoll key new --path)")
 	f.StringVar(&cfg.FsName, "fsname", "atoll", "the mount's source as mount(8), df and findmnt show it (e.g. a name per cluster; xfstests' mount helper passes its device name)")
 	f.BoolVar(&leases, "leases", true, "hold leases on directories: names and attributes stay cached until another client changes them (false: cached for the timeouts only)")
 	f.BoolVar(&writeBehind, "write-behind", true, "with --leases: while no other client uses a directory, keep chown/chmod/utimes of its files back (up to 1 s) and send each file's as one change; another client's access, fsync and unmount send them first")

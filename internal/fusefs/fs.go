@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,7 +72,7 @@ func newAdapter(cfg *Config) *adapter {
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		cfg:           cfg,
 		fs:            cfg.FS,
-		root:          cfg.FS.Root(),
+		root:          cmp.Or(cfg.Root, cfg.FS.Root()),
 		log:           cfg.Logger,
 		creds:         newCredCache(),
 		pages:         newPageVersions(),

@@ -46,6 +46,11 @@ type Config struct {
 	LocalLocks bool
 	// FsName is the "device" column of mount(8) and df. Default "atoll".
 	FsName string
+	// Root is the directory mounted (0: the FS's root, which is the
+	// namespace's, or the top of a confined key's subtree). A mount of a
+	// subdirectory is a view, not a boundary: its key reaches what it
+	// reaches (a confined key is the boundary).
+	Root uint64
 	// PlainType mounts with type "fuse" instead of "fuse.atoll" (what
 	// xfstests' FSTYP=fuse checks for).
 	PlainType bool
