@@ -18,6 +18,7 @@ type globalFlags struct {
 	logLevel   string
 	cpuProfile string
 	profFile   *os.File
+	encrypt    bool
 }
 
 func (g *globalFlags) logger() (*slog.Logger, error) {
@@ -58,7 +59,13 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.keyFile, "key", "", "key file to authenticate with (default $ATOLL_KEY, a key or a path, then ~/.config/atoll/admin.key)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to FILE (for performance work)")
+	root.PersistentFlags().BoolVar(&g.encrypt, "encrypt", false, "encrypt every connection this command makes; a server (and every role `atoll dev` starts) accepts only encrypted ones (same as $"+auth.EnvEncrypt+"=1; default: authenticated, not encrypted)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if g.encrypt {
+			// Keys read from files take it from the environment, and the
+			// roles a command starts inherit it.
+			os.Setenv(auth.EnvEncrypt, "1")
+		}
 		if d := os.Getenv("ATOLL_CPUPROFILE_DIR"); g.cpuProfile == "" && d != "" {
 			// Profiles every role a dev cluster or benchmark starts.
 			g.cpuProfile = filepath.Join(d, fmt.Sprintf("%s-%d.prof", cmd.Name(), os.Getpid()))

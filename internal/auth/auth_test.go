@@ -3,10 +3,13 @@ package auth
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -365,9 +368,11 @@ func BenchmarkReadToken(b *testing.B) {
 // sealedPair is a handshake over a TCP connection through relay, which
 // sees every byte each way (client to server first) and may change them:
 // it returns the two sides' connections.
-func sealedPair(t *testing.T, k *Key, relay func(toServer bool, b []byte) []byte) (client, server net.Conn) {
+func sealedPair(t *testing.T, ck, k *Key, relay func(toServer bool, b []byte) []byte) (client, server net.Conn) {
 	t.Helper()
-	ck := mustCluster(t)
+	if ck == nil {
+		ck = mustCluster(t)
+	}
 	if k == nil {
 		k = ck
 	}
@@ -448,7 +453,7 @@ func sealedPair(t *testing.T, k *Key, relay func(toServer bool, b []byte) []byte
 // way, whole and in order, whatever the sizes and however reads are cut
 // by deadlines.
 func TestSealedRecords(t *testing.T) {
-	c, s := sealedPair(t, nil, nil)
+	c, s := sealedPair(t, nil, nil, nil)
 	sizes := []int{0, 1, 100, maxRecord - 1, maxRecord, maxRecord + 1, 1 << 20}
 	var want []byte
 	for i, n := range sizes {
@@ -500,7 +505,7 @@ func TestSealedRecordsRefuseTampering(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var on atomic.Bool
 			seen := 0
-			c, s := sealedPair(t, nil, func(toServer bool, b []byte) []byte {
+			c, s := sealedPair(t, nil, nil, func(toServer bool, b []byte) []byte {
 				if toServer && on.Load() {
 					seen++
 					return tamper(b, seen)
@@ -575,4 +580,94 @@ func (w *verdictRewriter) Write(b []byte) (int, error) {
 		return w.Conn.Write([]byte{0, 0})
 	}
 	return w.Conn.Write(b)
+}
+
+// TestEncryptedRecords: a client with Encrypt sends nothing an
+// eavesdropper can read after the handshake, the records still refuse
+// tampering, and a server whose cluster key asks for encryption refuses
+// a client that does not, saying how to fix it. The request for
+// encryption is in the hello, which both proofs cover: a relay that
+// strips it breaks the handshake instead of downgrading it.
+func TestEncryptedRecords(t *testing.T) {
+	ck := mustCluster(t)
+	ck.Encrypt = true
+	user, _ := ck.Derive("mount", CapRead|CapWrite)
+	user.Encrypt = true
+	var mu sync.Mutex
+	var seen []byte
+	c, s := sealedPair(t, ck, user, func(toServer bool, b []byte) []byte {
+		mu.Lock()
+		seen = append(seen, b...)
+		mu.Unlock()
+		return b
+	})
+	secret := bytes.Repeat([]byte("tenant's secret bytes "), 5000)
+	go func() { _, _ = c.Write(secret) }()
+	got := make([]byte, len(secret))
+	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("encrypted stream: %v", err)
+	}
+	if _, err := s.Write([]byte("an answer")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 20)
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "an answer" {
+		t.Fatalf("answer: %q %v", buf[:n], err)
+	}
+	mu.Lock()
+	leaked := bytes.Contains(seen, []byte("secret bytes"))
+	mu.Unlock()
+	if leaked {
+		t.Fatal("the relay read the tenant's bytes of an encrypted connection")
+	}
+
+	// A client that does not ask is refused by an encrypting server.
+	v, _ := NewVerifier(ck)
+	plain, _ := ck.Derive("mount", CapRead|CapWrite)
+	if _, serr, cerr := handshake(t, v, plain); !errors.Is(cerr, ErrRefused) || !strings.Contains(fmt.Sprint(cerr), EnvEncrypt) || serr == nil {
+		t.Errorf("unencrypted client of an encrypting server: server %v, client %v", serr, cerr)
+	}
+
+	// Stripping the request from the hello fails the handshake.
+	stripped := false
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	soft, _ := NewVerifier(mustCluster(t)) // accepts either
+	softKey := *soft.Key()
+	softKey.Encrypt = true
+	go func() {
+		sc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer sc.Close()
+		_, _, _ = soft.Server(sc, 2*time.Second)
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	strip := &helloStripper{Conn: raw, done: &stripped}
+	if _, err := Client(strip, &softKey, 2*time.Second); !errors.Is(err, ErrRefused) || !stripped {
+		t.Errorf("a hello with its encryption bit stripped: %v (stripped %v), want refused", err, stripped)
+	}
+}
+
+// helloStripper clears the encryption bit of the hello it writes.
+type helloStripper struct {
+	net.Conn
+	done *bool
+}
+
+func (h *helloStripper) Write(b []byte) (int, error) {
+	if !*h.done && len(b) > 5 && b[5]&helloEncrypt != 0 {
+		b = append([]byte(nil), b...)
+		b[5] &^= helloEncrypt
+		*h.done = true
+	}
+	return h.Conn.Write(b)
 }

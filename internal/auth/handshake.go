@@ -57,6 +57,11 @@ func proof(secret [SecretSize]byte, label string, hello, nonceS []byte) []byte {
 // rather than talk in the clear.
 const verdictSealed = 'S'
 
+// helloEncrypt is the bit of the hello's capability byte by which a
+// client asks for encrypted records. The hello is covered by both
+// proofs, so no one on the path can add or remove it.
+const helloEncrypt = 0x80
+
 // Client runs the client side of the handshake on conn with key k. It
 // returns, once the server has accepted the key, the connection to use
 // from then on (conn in sealed records), or an error saying which side
@@ -71,14 +76,18 @@ func Client(conn net.Conn, k *Key, timeout time.Duration) (net.Conn, error) {
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	defer conn.SetDeadline(time.Time{})
 	hello := make([]byte, 0, 8+len(k.Name)+nonceSize)
+	capsByte := byte(k.Caps)
+	if k.Encrypt {
+		capsByte |= helloEncrypt
+	}
 	if k.Scope.IsZero() {
 		hello = append(hello, magic[:]...)
-		hello = append(hello, byte(k.Caps), byte(len(k.Name)))
+		hello = append(hello, capsByte, byte(len(k.Name)))
 		hello = append(hello, k.Name...)
 	} else {
 		sc := k.Scope.String()
 		hello = append(hello, magicScoped[:]...)
-		hello = append(hello, byte(k.Caps), byte(len(k.Name)))
+		hello = append(hello, capsByte, byte(len(k.Name)))
 		hello = append(hello, k.Name...)
 		hello = append(hello, byte(len(sc)))
 		hello = append(hello, sc...)
@@ -114,7 +123,7 @@ func Client(conn net.Conn, k *Key, timeout time.Duration) (net.Conn, error) {
 			return nil, fmt.Errorf("%w: the server does not seal its connections (a version before sealing): refusing to go on in the clear", ErrRefused)
 		}
 		c2s, s2c := sessionKeys(k.Secret, hello, nonceS)
-		sc, err := newSealed(conn, c2s, s2c)
+		sc, err := newSealed(conn, c2s, s2c, k.Encrypt)
 		if err != nil {
 			return nil, err
 		}
@@ -160,11 +169,11 @@ func (v *Verifier) secretFor(name string, caps Caps, scope Scope) [SecretSize]by
 // sealed records). On failure the connection has been told why (when it
 // got that far) and should be closed.
 func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (net.Conn, Peer, error) {
-	p, keys, err := v.server(conn, timeout)
+	p, keys, encrypt, err := v.server(conn, timeout)
 	if err != nil {
 		return nil, p, err
 	}
-	sc, err := newSealed(conn, keys[1], keys[0])
+	sc, err := newSealed(conn, keys[1], keys[0], encrypt)
 	if err != nil {
 		return nil, p, err
 	}
@@ -173,8 +182,7 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (net.Conn, Peer,
 
 // server is Server up to the verdict; keys are the record keys, client
 // to server then server to client.
-func (v *Verifier) server(conn net.Conn, timeout time.Duration) (Peer, [2][]byte, error) {
-	var keys [2][]byte
+func (v *Verifier) server(conn net.Conn, timeout time.Duration) (_ Peer, keys [2][]byte, encrypt bool, _ error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
@@ -182,42 +190,43 @@ func (v *Verifier) server(conn net.Conn, timeout time.Duration) (Peer, [2][]byte
 	defer conn.SetDeadline(time.Time{})
 	var head [7]byte
 	if _, err := io.ReadFull(conn, head[:]); err != nil {
-		return Peer{}, keys, fmt.Errorf("%w: no handshake: %v", ErrRefused, err)
+		return Peer{}, keys, encrypt, fmt.Errorf("%w: no handshake: %v", ErrRefused, err)
 	}
 	scoped := [5]byte(head[:5]) == magicScoped
 	if [5]byte(head[:5]) != magic && !scoped {
-		return Peer{}, keys, fmt.Errorf("%w: no handshake (the first bytes are not an atoll hello: an unauthenticated or older client)", ErrRefused)
+		return Peer{}, keys, encrypt, fmt.Errorf("%w: no handshake (the first bytes are not an atoll hello: an unauthenticated or older client)", ErrRefused)
 	}
-	caps, n := Caps(head[5]), int(head[6])
+	caps, n := Caps(head[5]&^helloEncrypt), int(head[6])
+	encrypt = head[5]&helloEncrypt != 0
 	hello := make([]byte, 7+n, 8+n+255+nonceSize)
 	copy(hello, head[:])
 	if _, err := io.ReadFull(conn, hello[7:]); err != nil {
-		return Peer{}, keys, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+		return Peer{}, keys, encrypt, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
 	}
 	p := Peer{Name: string(hello[7 : 7+n]), Caps: caps}
 	var scopeText string
 	if scoped {
 		var l [1]byte
 		if _, err := io.ReadFull(conn, l[:]); err != nil {
-			return Peer{}, keys, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+			return Peer{}, keys, encrypt, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
 		}
 		sc := make([]byte, l[0])
 		if _, err := io.ReadFull(conn, sc); err != nil {
-			return Peer{}, keys, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+			return Peer{}, keys, encrypt, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
 		}
 		hello = append(append(hello, l[0]), sc...)
 		scopeText = string(sc)
 	}
 	hello = hello[:len(hello)+nonceSize]
 	if _, err := io.ReadFull(conn, hello[len(hello)-nonceSize:]); err != nil {
-		return Peer{}, keys, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
+		return Peer{}, keys, encrypt, fmt.Errorf("%w: short hello: %v", ErrRefused, err)
 	}
-	refuse := func(reason string) (Peer, [2][]byte, error) {
+	refuse := func(reason string) (Peer, [2][]byte, bool, error) {
 		if len(reason) > 255 {
 			reason = reason[:255]
 		}
 		_, _ = conn.Write(append([]byte{1, byte(len(reason))}, reason...))
-		return p, keys, fmt.Errorf("%w: %s", ErrRefused, reason)
+		return p, keys, encrypt, fmt.Errorf("%w: %s", ErrRefused, reason)
 	}
 	if err := checkName(p.Name); err != nil || caps == 0 || caps&^AllCaps != 0 {
 		return refuse("malformed key name or capabilities")
@@ -234,32 +243,35 @@ func (v *Verifier) server(conn net.Conn, timeout time.Duration) (Peer, [2][]byte
 	secret := v.secretFor(p.Name, caps, p.Scope)
 	nonceS := make([]byte, nonceSize)
 	if _, err := rand.Read(nonceS); err != nil {
-		return Peer{}, keys, err
+		return Peer{}, keys, encrypt, err
 	}
 	chal := make([]byte, 0, 5+nonceSize+sha256.Size)
 	chal = append(chal, magic[:]...)
 	chal = append(chal, nonceS...)
 	chal = append(chal, proof(secret, "server", hello, nonceS)...)
 	if _, err := conn.Write(chal); err != nil {
-		return Peer{}, keys, fmt.Errorf("auth: sending challenge: %w", err)
+		return Peer{}, keys, encrypt, fmt.Errorf("auth: sending challenge: %w", err)
 	}
 	got := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(conn, got); err != nil {
 		// A client with a key of another cluster stops here: our proof
 		// did not check out on its side.
-		return Peer{}, keys, fmt.Errorf("%w: %s gave no proof (a key of another cluster?): %v", ErrRefused, p, err)
+		return Peer{}, keys, encrypt, fmt.Errorf("%w: %s gave no proof (a key of another cluster?): %v", ErrRefused, p, err)
 	}
 	if !hmac.Equal(got, proof(secret, "client", hello, nonceS)) {
 		return refuse(fmt.Sprintf("wrong key for %s", p))
+	}
+	if v.self.Encrypt && !encrypt {
+		return refuse("this cluster's servers accept encrypted connections only: run the client with --encrypt or " + EnvEncrypt + "=1")
 	}
 	if v.Revoked(p) {
 		return refuse(fmt.Sprintf("key %s generation %d was revoked (atoll key revoke)", p.Name, p.Scope.Gen))
 	}
 	if _, err := conn.Write([]byte{0, verdictSealed}); err != nil {
-		return Peer{}, keys, fmt.Errorf("auth: sending verdict: %w", err)
+		return Peer{}, keys, encrypt, fmt.Errorf("auth: sending verdict: %w", err)
 	}
 	keys[0], keys[1] = sessionKeys(secret, hello, nonceS)
-	return p, keys, nil
+	return p, keys, encrypt, nil
 }
 
 // IsRefused reports whether err is a refused handshake.

@@ -103,11 +103,20 @@ type Key struct {
 	// generations it refuses (set from the cluster map by the process
 	// serving; never written to the key file).
 	Revocations *Revocations
+	// Encrypt asks for encrypted records on every connection made with
+	// the key; on the cluster key a server verifies with, it refuses
+	// connections that do not (`--encrypt`, $ATOLL_ENCRYPT; never
+	// written to the key file).
+	Encrypt bool
 }
+
+// EnvEncrypt, set to 1, turns Key.Encrypt on for every key a command
+// loads (what `--encrypt` does).
+const EnvEncrypt = "ATOLL_ENCRYPT"
 
 // NewClusterKey makes a fresh cluster key.
 func NewClusterKey() (*Key, error) {
-	k := &Key{Name: ClusterKeyName, Caps: AllCaps}
+	k := &Key{Name: ClusterKeyName, Caps: AllCaps, Encrypt: os.Getenv(EnvEncrypt) == "1"}
 	if _, err := rand.Read(k.Secret[:]); err != nil {
 		return nil, err
 	}
@@ -133,7 +142,7 @@ func (k *Key) Derive(name string, caps Caps) (*Key, error) {
 	if caps == 0 {
 		return nil, fmt.Errorf("%w: no capabilities", ErrBadKey)
 	}
-	return &Key{Name: name, Caps: caps, Secret: derive(k.Secret, name, caps, Scope{})}, nil
+	return &Key{Name: name, Caps: caps, Secret: derive(k.Secret, name, caps, Scope{}), Encrypt: k.Encrypt}, nil
 }
 
 // DeriveScoped is Derive for a key limited to scope. Admin keys are the
@@ -217,7 +226,8 @@ func (k *Key) Marshal() []byte {
 	return []byte(fmt.Sprintf("atoll-key 1 %s %s %s\n", k.Name, k.Caps, sec))
 }
 
-// Parse reads a key file's line.
+// Parse reads a key file's line. With $ATOLL_ENCRYPT=1 the key asks for
+// encrypted connections (Key.Encrypt).
 func Parse(b []byte) (*Key, error) {
 	f := strings.Fields(string(bytes.TrimSpace(b)))
 	var scope Scope
@@ -253,7 +263,8 @@ func Parse(b []byte) (*Key, error) {
 	if scope.Tenant() && caps.Has(CapAdmin) {
 		return nil, fmt.Errorf("%w: an admin key cannot be limited to identities or a subtree", ErrBadKey)
 	}
-	k := &Key{Name: f[2], Caps: caps, Scope: scope}
+	// Encryption is the process's choice, not the file's.
+	k := &Key{Name: f[2], Caps: caps, Scope: scope, Encrypt: os.Getenv(EnvEncrypt) == "1"}
 	copy(k.Secret[:], sec)
 	return k, nil
 }

@@ -50,9 +50,11 @@ func sessionKeys(secret [SecretSize]byte, hello, nonceS []byte) (c2s, s2c []byte
 // check. Record: u32 length (at most maxRecord) | bytes | tag[16]. The
 // length is not covered by the tag by itself; GCM's tag covers the
 // authenticated data's length, so a changed length fails the check too.
-// The bytes travel in the clear: this is integrity, not secrecy.
+// With encrypt the record's bytes are encrypted too (AES-128-GCM with
+// the length as authenticated data); without, they travel in the clear.
 type sealedConn struct {
 	net.Conn
+	encrypt bool
 
 	w struct {
 		sync.Mutex
@@ -60,6 +62,7 @@ type sealedConn struct {
 		seq  uint64
 		hdr  [4]byte
 		tag  [tagSize]byte
+		out  []byte // an encrypted record's bytes and tag
 	}
 	r struct {
 		sync.Mutex
@@ -74,7 +77,7 @@ type sealedConn struct {
 	}
 }
 
-func newSealed(c net.Conn, writeKey, readKey []byte) (*sealedConn, error) {
+func newSealed(c net.Conn, writeKey, readKey []byte, encrypt bool) (*sealedConn, error) {
 	wa, err := gcm(writeKey)
 	if err != nil {
 		return nil, err
@@ -83,7 +86,7 @@ func newSealed(c net.Conn, writeKey, readKey []byte) (*sealedConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sealedConn{Conn: c}
+	s := &sealedConn{Conn: c, encrypt: encrypt}
 	s.w.aead, s.r.aead = wa, ra
 	s.r.buf = make([]byte, 4, 4+4096+tagSize)
 	s.r.need = 4
@@ -112,9 +115,16 @@ func (s *sealedConn) Write(p []byte) (int, error) {
 	for done < len(p) || len(p) == 0 {
 		chunk := p[done:min(len(p), done+maxRecord)]
 		binary.BigEndian.PutUint32(s.w.hdr[:], uint32(len(chunk)))
-		tag := s.w.aead.Seal(s.w.tag[:0], nonce(s.w.seq), nil, chunk)
+		var bufs net.Buffers
+		if s.encrypt {
+			if s.w.out == nil {
+				s.w.out = make([]byte, 0, maxRecord+tagSize)
+			}
+			bufs = net.Buffers{s.w.hdr[:], s.w.aead.Seal(s.w.out[:0], nonce(s.w.seq), chunk, s.w.hdr[:])}
+		} else {
+			bufs = net.Buffers{s.w.hdr[:], chunk, s.w.aead.Seal(s.w.tag[:0], nonce(s.w.seq), nil, chunk)}
+		}
 		s.w.seq++
-		bufs := net.Buffers{s.w.hdr[:], chunk, tag}
 		if _, err := bufs.WriteTo(s.Conn); err != nil {
 			return done, err
 		}
@@ -168,8 +178,14 @@ func (s *sealedConn) readRecordLocked() error {
 		}
 	}
 	n := s.r.need - 4 - tagSize
-	data, tag := s.r.buf[4:4+n], s.r.buf[4+n:s.r.need]
-	if _, err := s.r.aead.Open(nil, nonce(s.r.seq), tag, data); err != nil {
+	var err error
+	if s.encrypt {
+		// In place: the plaintext takes the ciphertext's first n bytes.
+		_, err = s.r.aead.Open(s.r.buf[4:4], nonce(s.r.seq), s.r.buf[4:s.r.need], s.r.buf[:4])
+	} else {
+		_, err = s.r.aead.Open(nil, nonce(s.r.seq), s.r.buf[4+n:s.r.need], s.r.buf[4:4+n])
+	}
+	if err != nil {
 		s.r.err = fmt.Errorf("%w (record %d)", ErrTampered, s.r.seq)
 		return s.r.err
 	}

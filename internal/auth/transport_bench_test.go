@@ -23,6 +23,9 @@ import (
 func BenchmarkTransportPlain(b *testing.B)  { benchTransport(b, "plain") }
 func BenchmarkTransportTLS(b *testing.B)    { benchTransport(b, "tls") }
 func BenchmarkTransportSealed(b *testing.B) { benchTransport(b, "sealed") }
+func BenchmarkTransportEncrypted(b *testing.B) {
+	benchTransport(b, "encrypted")
+}
 
 func benchTransport(b *testing.B, mode string) {
 	useTLS := mode == "tls"
@@ -44,8 +47,8 @@ func benchTransport(b *testing.B, mode string) {
 		switch mode {
 		case "tls":
 			c = tls.Server(c, srvCfg)
-		case "sealed":
-			c, _ = newSealed(c, make([]byte, 16), make([]byte, 16))
+		case "sealed", "encrypted":
+			c, _ = newSealed(c, make([]byte, 16), make([]byte, 16), mode == "encrypted")
 		}
 		_, _ = io.Copy(io.Discard, c)
 	}()
@@ -61,8 +64,8 @@ func benchTransport(b *testing.B, mode string) {
 		}
 		c = tc
 	}
-	if mode == "sealed" {
-		c, _ = newSealed(c, make([]byte, 16), make([]byte, 16))
+	if mode == "sealed" || mode == "encrypted" {
+		c, _ = newSealed(c, make([]byte, 16), make([]byte, 16), mode == "encrypted")
 	}
 	buf := make([]byte, 1<<20)
 	b.SetBytes(int64(len(buf)))
