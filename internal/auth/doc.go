@@ -149,8 +149,17 @@
 // the path fails the reader's check (ErrTampered) and ends the
 // connection; nothing of it reaches the protocol. The accepting verdict
 // is 0 'S'; a client refuses a server that does not announce sealing,
-// so a downgrade is refused too. The bytes are authenticated, not
-// encrypted: an eavesdropper reads them (see the README's "Keys").
+// so a downgrade is refused too.
+//
+// By default the bytes are authenticated, not encrypted: an eavesdropper
+// reads them. A process whose keys have Encrypt (`--encrypt`,
+// $ATOLL_ENCRYPT=1) sets bit 0x80 of the hello's capability byte; both
+// sides then encrypt each record's bytes with AES-128-GCM (the u32
+// length as authenticated data, the tag after the ciphertext). The bit
+// is in the hello, which both proofs cover, so no one on the path can
+// add or strip it; a server whose cluster key has Encrypt refuses a
+// hello without it. Run every role of a cluster with it to encrypt the
+// whole cluster (its Raft traffic too).
 //
 // # Why an HMAC handshake and not TLS (measured)
 //
