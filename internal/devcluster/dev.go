@@ -563,6 +563,9 @@ func (d *Dev) Run(ctx context.Context) error {
 	if userKeyMsg != "" {
 		fmt.Fprint(d.cfg.Out, userKeyMsg)
 	}
+	if os.Getenv(auth.EnvEncrypt) == "1" {
+		fmt.Fprintf(d.cfg.Out, "  encrypted: export %s=1   (every role accepts encrypted connections only)\n", auth.EnvEncrypt)
+	}
 	fmt.Fprintf(d.cfg.Out, "  status:    ATOLL_CLUSTER=%s atoll status\n", cl.Manager)
 	if d.cfg.Islands > 0 {
 		fmt.Fprintf(d.cfg.Out, "  copy in:   ATOLL_CLUSTER=%s atoll cp FILE atoll:/FILE\n", cl.Manager)
