@@ -75,6 +75,11 @@ func TestConfinedKey(t *testing.T) {
 	wantErr(t, err, metawire.ErrStale, "hard link of bob's file into the subtree")
 	_, err = alice.lookup(aliceDir.Ino, "..")
 	wantErr(t, err, metawire.ErrAccess, `lookup ".." of the subtree's top`)
+	for _, e := range must(alice.readdir(aliceDir.Ino, 0, 100, true)).Entries {
+		if e.Name == ".." && e.Ino != aliceDir.Ino {
+			t.Errorf(`readdir of the subtree's top: ".." is %x, want itself`, e.Ino)
+		}
+	}
 	wantErr(t, alice.setxattr(secret.Ino, "user.x", []byte("1"), 0), metawire.ErrStale, "setxattr on bob's file")
 	_, err = alice.readmap(secret.Ino, 0, 1)
 	wantErr(t, err, metawire.ErrStale, "block map of bob's file")

@@ -39,6 +39,16 @@ func scopedPeer(ctx context.Context) (auth.Peer, bool) {
 	return s.peer, ok
 }
 
+// confinedRoot is the top of the subtree the request's key is confined
+// to, if it is.
+func confinedRoot(ctx context.Context) (namespace.Ino, bool) {
+	s, ok := ctx.Value(scopeKey{}).(scoped)
+	if !ok || !s.peer.Scope.Confined() {
+		return 0, false
+	}
+	return namespace.Ino(s.peer.Scope.Root), true
+}
+
 // checkConfined refuses req when its key is confined to a subtree and
 // req names an inode outside it (or looks up ".." of the subtree's top,
 // whose answer lies outside). Requests that name no inode pass: serve

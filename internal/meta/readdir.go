@@ -100,7 +100,13 @@ func (i *Island) readdir(ctx context.Context, r *metawire.ReaddirReq) (*metawire
 		if len(resp.Entries) == limit {
 			return resp, nil // ".." comes with the next page
 		}
-		add("..", dir.parent, metawire.ModeDir, 2)
+		parent := dir.parent
+		if root, ok := confinedRoot(ctx); ok && root == dirIno {
+			// The top of a confined key's subtree is its "/": its ".."
+			// is itself, as the namespace root's is.
+			parent = dirIno
+		}
+		add("..", parent, metawire.ModeDir, 2)
 	}
 	start := max64(r.Cookie+1, firstCookie)
 	if r.Cookie == ^uint64(0) {
