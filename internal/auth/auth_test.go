@@ -624,6 +624,7 @@ func TestEncryptedRecords(t *testing.T) {
 	// A client that does not ask is refused by an encrypting server.
 	v, _ := NewVerifier(ck)
 	plain, _ := ck.Derive("mount", CapRead|CapWrite)
+	plain.Encrypt = false // a derived key takes its maker's choice
 	if _, serr, cerr := handshake(t, v, plain); !errors.Is(cerr, ErrRefused) || !strings.Contains(fmt.Sprint(cerr), EnvEncrypt) || serr == nil {
 		t.Errorf("unencrypted client of an encrypting server: server %v, client %v", serr, cerr)
 	}
@@ -670,4 +671,72 @@ func (h *helloStripper) Write(b []byte) (int, error) {
 		*h.done = true
 	}
 	return h.Conn.Write(b)
+}
+
+// TestPlainDataConnections: a client that offers to go unsealed (the
+// data path) gets an unsealed connection only from a server that allows
+// it, never with encryption; everything else is sealed.
+func TestPlainDataConnections(t *testing.T) {
+	for _, c := range []struct {
+		name                       string
+		plainOK, allow, encrypt    bool
+		wantPlain, wantClientError bool
+	}{
+		{name: "offered and allowed", plainOK: true, allow: true, wantPlain: true},
+		{name: "offered, not allowed", plainOK: true},
+		{name: "allowed, not offered", allow: true},
+		{name: "offered and allowed, encrypting", plainOK: true, allow: true, encrypt: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ck := mustCluster(t)
+			v, _ := NewVerifier(ck)
+			v.AllowPlain = c.allow
+			k, _ := ck.Derive("m", CapRead|CapWrite)
+			k.Encrypt = c.encrypt
+			if c.encrypt {
+				ck.Encrypt = true
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			done := make(chan net.Conn, 1)
+			go func() {
+				sc, err := ln.Accept()
+				if err != nil {
+					done <- nil
+					return
+				}
+				conn, _, _ := v.Server(sc, 2*time.Second)
+				done <- conn
+			}()
+			raw, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			cc, err := ClientWith(raw, k, 2*time.Second, c.plainOK)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := <-done
+			if sc == nil {
+				t.Fatal("server side failed")
+			}
+			defer sc.Close()
+			_, cSealed := cc.(*sealedConn)
+			_, sSealed := sc.(*sealedConn)
+			if cSealed != sSealed || cSealed == c.wantPlain {
+				t.Fatalf("client sealed %v, server sealed %v; want plain %v", cSealed, sSealed, c.wantPlain)
+			}
+			if _, err := cc.Write([]byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(sc, buf); err != nil || string(buf) != "ping" {
+				t.Fatalf("through the connection: %q %v", buf, err)
+			}
+		})
+	}
 }

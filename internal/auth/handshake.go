@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 )
@@ -62,11 +63,38 @@ const verdictSealed = 'S'
 // proofs, so no one on the path can add or remove it.
 const helloEncrypt = 0x80
 
+// helloPlainOK is the bit by which a client says it would take an
+// unsealed connection: the data path's clients set it (sealing costs the
+// data path a fifth of its CPU, README "Keys"), and a storage server
+// that allows it (Verifier.AllowPlain) answers verdictPlain. Like the
+// encryption bit it is covered by both proofs; a verdict changed on the
+// path makes the two sides disagree and the connection fail, never go
+// on unsealed unseen.
+const helloPlainOK = 0x40
+
+// verdictPlain accepts a client that said helloPlainOK, unsealed.
+const verdictPlain = 'P'
+
+// EnvSealData, set to 1, seals the data path's connections too: a client
+// no longer offers helloPlainOK and a storage server no longer allows it.
+const EnvSealData = "ATOLL_SEAL_DATA"
+
+// SealData reports whether $ATOLL_SEAL_DATA asks for sealed data
+// connections.
+func SealData() bool { return os.Getenv(EnvSealData) == "1" }
+
 // Client runs the client side of the handshake on conn with key k. It
 // returns, once the server has accepted the key, the connection to use
 // from then on (conn in sealed records), or an error saying which side
 // failed.
 func Client(conn net.Conn, k *Key, timeout time.Duration) (net.Conn, error) {
+	return ClientWith(conn, k, timeout, false)
+}
+
+// ClientWith is Client for a client that, with plainOK, takes an
+// unsealed connection if the server allows it (the data path; never with
+// an encrypting key).
+func ClientWith(conn net.Conn, k *Key, timeout time.Duration, plainOK bool) (net.Conn, error) {
 	if k == nil {
 		return nil, fmt.Errorf("%w: a key is required to connect", ErrNoKey)
 	}
@@ -79,6 +107,8 @@ func Client(conn net.Conn, k *Key, timeout time.Duration) (net.Conn, error) {
 	capsByte := byte(k.Caps)
 	if k.Encrypt {
 		capsByte |= helloEncrypt
+	} else if plainOK {
+		capsByte |= helloPlainOK
 	}
 	if k.Scope.IsZero() {
 		hello = append(hello, magic[:]...)
@@ -119,6 +149,9 @@ func Client(conn net.Conn, k *Key, timeout time.Duration) (net.Conn, error) {
 		return nil, fmt.Errorf("%w: no verdict from the server: %v", ErrRefused, err)
 	}
 	if v[0] == 0 {
+		if v[1] == verdictPlain && capsByte&helloPlainOK != 0 {
+			return conn, nil
+		}
 		if v[1] != verdictSealed {
 			return nil, fmt.Errorf("%w: the server does not seal its connections (a version before sealing): refusing to go on in the clear", ErrRefused)
 		}
@@ -139,6 +172,10 @@ type Verifier struct {
 	cluster [SecretSize]byte
 	self    *Key
 	revoked *Revocations
+	// AllowPlain lets a client that offers it (helloPlainOK) go on
+	// unsealed: set by storage servers unless $ATOLL_SEAL_DATA=1, never
+	// with an encrypting cluster key.
+	AllowPlain bool
 }
 
 // NewVerifier returns a Verifier for the cluster key k.
@@ -173,6 +210,9 @@ func (v *Verifier) Server(conn net.Conn, timeout time.Duration) (net.Conn, Peer,
 	if err != nil {
 		return nil, p, err
 	}
+	if keys[0] == nil {
+		return conn, p, nil // unsealed, as the client offered and v allows
+	}
 	sc, err := newSealed(conn, keys[1], keys[0], encrypt)
 	if err != nil {
 		return nil, p, err
@@ -196,8 +236,9 @@ func (v *Verifier) server(conn net.Conn, timeout time.Duration) (_ Peer, keys [2
 	if [5]byte(head[:5]) != magic && !scoped {
 		return Peer{}, keys, encrypt, fmt.Errorf("%w: no handshake (the first bytes are not an atoll hello: an unauthenticated or older client)", ErrRefused)
 	}
-	caps, n := Caps(head[5]&^helloEncrypt), int(head[6])
+	caps, n := Caps(head[5]&^(helloEncrypt|helloPlainOK)), int(head[6])
 	encrypt = head[5]&helloEncrypt != 0
+	plain := head[5]&helloPlainOK != 0 && !encrypt && v.AllowPlain && !v.self.Encrypt
 	hello := make([]byte, 7+n, 8+n+255+nonceSize)
 	copy(hello, head[:])
 	if _, err := io.ReadFull(conn, hello[7:]); err != nil {
@@ -267,10 +308,16 @@ func (v *Verifier) server(conn net.Conn, timeout time.Duration) (_ Peer, keys [2
 	if v.Revoked(p) {
 		return refuse(fmt.Sprintf("key %s generation %d was revoked (atoll key revoke)", p.Name, p.Scope.Gen))
 	}
-	if _, err := conn.Write([]byte{0, verdictSealed}); err != nil {
+	verdict := byte(verdictSealed)
+	if plain {
+		verdict = verdictPlain
+	}
+	if _, err := conn.Write([]byte{0, verdict}); err != nil {
 		return Peer{}, keys, encrypt, fmt.Errorf("auth: sending verdict: %w", err)
 	}
-	keys[0], keys[1] = sessionKeys(secret, hello, nonceS)
+	if !plain {
+		keys[0], keys[1] = sessionKeys(secret, hello, nonceS)
+	}
 	return p, keys, encrypt, nil
 }
 

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bufio"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
@@ -66,6 +67,7 @@ type sealedConn struct {
 	}
 	r struct {
 		sync.Mutex
+		raw  *bufio.Reader // several small records per read syscall
 		aead cipher.AEAD
 		seq  uint64
 		buf  []byte // the record being read: header, bytes, tag
@@ -88,6 +90,7 @@ func newSealed(c net.Conn, writeKey, readKey []byte, encrypt bool) (*sealedConn,
 	}
 	s := &sealedConn{Conn: c, encrypt: encrypt}
 	s.w.aead, s.r.aead = wa, ra
+	s.r.raw = bufio.NewReaderSize(c, 32<<10)
 	s.r.buf = make([]byte, 4, 4+4096+tagSize)
 	s.r.need = 4
 	return s, nil
@@ -157,7 +160,7 @@ func (s *sealedConn) Read(p []byte) (int, error) {
 // readRecordLocked reads (the rest of) one record and checks it.
 func (s *sealedConn) readRecordLocked() error {
 	for s.r.fill < s.r.need {
-		k, err := s.Conn.Read(s.r.buf[s.r.fill:s.r.need])
+		k, err := s.r.raw.Read(s.r.buf[s.r.fill:s.r.need])
 		s.r.fill += k
 		if s.r.fill == 4 && s.r.need == 4 {
 			n := int(binary.BigEndian.Uint32(s.r.buf[:4]))

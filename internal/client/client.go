@@ -173,9 +173,11 @@ func New(cfg Config) (*Client, error) {
 		cfg.ClientID = binary.BigEndian.Uint64(b[:]) | 1
 	}
 	c := &Client{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		pool:       wire.NewPool(wire.ClientConfig{Key: cfg.Key}, cfg.ConnsPerServer),
+		cfg: cfg,
+		log: cfg.Logger,
+		// Storage connections carry every byte of file data: unsealed
+		// unless the cluster seals data too (auth.SealData).
+		pool:       wire.NewPool(wire.ClientConfig{Key: cfg.Key, PlainOK: !auth.SealData()}, cfg.ConnsPerServer),
 		encs:       map[[2]int]reedsolomon.Encoder{},
 		repairQ:    make(chan repairJob, 1024),
 		repairSeen: map[fragment.ID]bool{},

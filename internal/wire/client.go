@@ -47,6 +47,9 @@ type ClientConfig struct {
 	// before the first request. Servers of a cluster refuse connections
 	// without one.
 	Key *auth.Key
+	// PlainOK, with Key, offers to go on unsealed if the server allows it
+	// (auth.ClientWith): the data path's connections to storage servers.
+	PlainOK bool
 	// PeerTimeout is how long the server's host may stay silent before the
 	// connection is given up (default DefaultPeerTimeout; negative: the
 	// kernel's defaults): a dial gets no answer (a third of it), data sent stays
@@ -114,7 +117,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = min(timeout, max(time.Until(dl), time.Millisecond))
 		}
-		sc, err := auth.Client(c, cfg.Key, timeout)
+		sc, err := auth.ClientWith(c, cfg.Key, timeout, cfg.PlainOK)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("wire: %s: %w", addr, err)
