@@ -59,11 +59,13 @@ type sealedConn struct {
 
 	w struct {
 		sync.Mutex
-		aead cipher.AEAD
-		seq  uint64
-		hdr  [4]byte
-		tag  [tagSize]byte
-		out  []byte // an encrypted record's bytes and tag
+		aead  cipher.AEAD
+		seq   uint64
+		hdr   [4]byte
+		tag   [tagSize]byte
+		nonce [12]byte
+		bufs  [3][]byte
+		out   []byte // an encrypted record's bytes and tag
 	}
 	r struct {
 		sync.Mutex
@@ -76,6 +78,8 @@ type sealedConn struct {
 		pos  int    // checked bytes not yet returned: buf[pos:end]
 		end  int
 		err  error // sticky: a failed check ends the connection
+		// nonce is the next record's (kept here: one allocation less a record).
+		nonce [12]byte
 	}
 }
 
@@ -104,8 +108,8 @@ func gcm(key []byte) (cipher.AEAD, error) {
 	return cipher.NewGCM(b)
 }
 
-func nonce(seq uint64) []byte {
-	var n [12]byte
+// nonceOf writes seq into n (its first 4 bytes stay 0) and returns it.
+func nonceOf(n *[12]byte, seq uint64) []byte {
 	binary.BigEndian.PutUint64(n[4:], seq)
 	return n[:]
 }
@@ -118,14 +122,15 @@ func (s *sealedConn) Write(p []byte) (int, error) {
 	for done < len(p) || len(p) == 0 {
 		chunk := p[done:min(len(p), done+maxRecord)]
 		binary.BigEndian.PutUint32(s.w.hdr[:], uint32(len(chunk)))
-		var bufs net.Buffers
+		n := nonceOf(&s.w.nonce, s.w.seq)
+		bufs := net.Buffers(s.w.bufs[:0])
 		if s.encrypt {
 			if s.w.out == nil {
 				s.w.out = make([]byte, 0, maxRecord+tagSize)
 			}
-			bufs = net.Buffers{s.w.hdr[:], s.w.aead.Seal(s.w.out[:0], nonce(s.w.seq), chunk, s.w.hdr[:])}
+			bufs = append(bufs, s.w.hdr[:], s.w.aead.Seal(s.w.out[:0], n, chunk, s.w.hdr[:]))
 		} else {
-			bufs = net.Buffers{s.w.hdr[:], chunk, s.w.aead.Seal(s.w.tag[:0], nonce(s.w.seq), nil, chunk)}
+			bufs = append(bufs, s.w.hdr[:], chunk, s.w.aead.Seal(s.w.tag[:0], n, nil, chunk))
 		}
 		s.w.seq++
 		if _, err := bufs.WriteTo(s.Conn); err != nil {
@@ -184,9 +189,9 @@ func (s *sealedConn) readRecordLocked() error {
 	var err error
 	if s.encrypt {
 		// In place: the plaintext takes the ciphertext's first n bytes.
-		_, err = s.r.aead.Open(s.r.buf[4:4], nonce(s.r.seq), s.r.buf[4:s.r.need], s.r.buf[:4])
+		_, err = s.r.aead.Open(s.r.buf[4:4], nonceOf(&s.r.nonce, s.r.seq), s.r.buf[4:s.r.need], s.r.buf[:4])
 	} else {
-		_, err = s.r.aead.Open(nil, nonce(s.r.seq), s.r.buf[4+n:s.r.need], s.r.buf[4:4+n])
+		_, err = s.r.aead.Open(nil, nonceOf(&s.r.nonce, s.r.seq), s.r.buf[4+n:s.r.need], s.r.buf[4:4+n])
 	}
 	if err != nil {
 		s.r.err = fmt.Errorf("%w (record %d)", ErrTampered, s.r.seq)
