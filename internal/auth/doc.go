@@ -151,6 +151,14 @@
 // is 0 'S'; a client refuses a server that does not announce sealing,
 // so a downgrade is refused too.
 //
+// A client may offer to go on unsealed (bit 0x40 of the hello's
+// capability byte): the data path's clients do, and storage servers
+// accept (verdict 0 'P') unless $ATOLL_SEAL_DATA=1 (Verifier.AllowPlain),
+// because sealing every byte of file data cost the data path a fifth
+// more CPU (README "Keys"). Islands, managers and Raft never accept it.
+// A verdict changed on the path leaves the two sides disagreeing, and
+// the connection fails; it never goes on unsealed unseen.
+//
 // By default the bytes are authenticated, not encrypted: an eavesdropper
 // reads them. A process whose keys have Encrypt (`--encrypt`,
 // $ATOLL_ENCRYPT=1) sets bit 0x80 of the hello's capability byte; both
