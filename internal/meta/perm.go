@@ -51,9 +51,9 @@ func confinedRoot(ctx context.Context) (namespace.Ino, bool) {
 
 // checkConfined refuses req when its key is confined to a subtree and
 // req names an inode outside it (or looks up ".." of the subtree's top,
-// whose answer lies outside). Requests that name no inode pass: serve
-// lets a tenant send only those that carry a credential, and a leased
-// read's wrapped request is checked when it is dispatched.
+// whose answer lies outside). Requests that carry no credential pass
+// (serve lets a tenant send only the lease and lock-session ones besides;
+// a leased read's wrapped request is checked when it is dispatched).
 func checkConfined(ctx context.Context, req any) error {
 	s, ok := ctx.Value(scopeKey{}).(scoped)
 	if !ok || !s.peer.Scope.Confined() {
@@ -61,6 +61,11 @@ func checkConfined(ctx context.Context, req any) error {
 	}
 	n, ok := req.(metawire.InodeNamer)
 	if !ok {
+		if _, acts := req.(metawire.Credentialed); acts {
+			// A request that acts on files but cannot say which: refused
+			// rather than let through unchecked.
+			return fmt.Errorf("%w: a key confined to a subtree has no use for this operation", metawire.ErrPerm)
+		}
 		return nil
 	}
 	root := namespace.Ino(s.peer.Scope.Root)
