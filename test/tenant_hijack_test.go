@@ -2,11 +2,15 @@ package test
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/filelock"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -121,4 +125,65 @@ func hijackRelay(t *testing.T, target string, frame []byte, inject bool) (string
 		}()
 	}()
 	return ln.Addr().String(), injected
+}
+
+// TestTenantCannotTouchAnothersLocks: before sessions were bound to keys,
+// any key that could lock could name any session, and `atoll locks`
+// shows them: a tenant unlocked a mount host's lock on a shared database
+// file by naming the host's session. Now a tenant names only sessions
+// (and request ids) with its key's prefix; the host's lock stays.
+func TestTenantCannotTouchAnothersLocks(t *testing.T) {
+	cl, _ := startDev(t, 3, 1, 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := dialDev(t, cl)
+	if err := admin.FS.WriteFile(ctx, metawire.Root, "/db", []byte("shared database\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	f, err := admin.FS.Resolve(ctx, metawire.Root, "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	island := admin.View.Map().Islands[0].Addr
+	epoch := admin.View.Map().Epoch
+	call := func(key *auth.Key, id wire.ReqID, cmd uint8, session uint64) error {
+		c, err := wire.Dial(ctx, island, wire.ClientConfig{Key: key, IOTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		req := metawire.LockReq{Cred: metawire.Cred{UID: 1000, GID: 1000}, Ino: f.Ino, Cmd: cmd}
+		req.Lock = filelock.Lock{Owner: filelock.Owner{Session: session, ID: 1}, Kind: filelock.POSIX, Type: filelock.Write, End: 99}
+		_, err = c.CallRoute(ctx, 0, id, metawire.OpLock, epoch, metawire.Marshal(&req), nil, nil)
+		return metawire.RemoteErr(err)
+	}
+	host, _ := testKey.Derive("host", auth.CapRead|auth.CapWrite)
+	const hostSession = 0x0123456789abcdef
+	if err := call(host, wire.ReqID{}, metawire.LockSet, hostSession); err != nil {
+		t.Fatalf("the host's lock: %v", err)
+	}
+	tenant, err := testKey.DeriveScoped("mallory", auth.CapRead|auth.CapWrite, auth.Scope{UIDs: []uint32{1000}, GIDs: []uint32{1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []uint8{metawire.LockUnlock, metawire.LockUnlockOwner} {
+		if err := call(tenant, wire.ReqID{}, cmd, hostSession); metawire.Errno(err) != syscall.EPERM {
+			t.Errorf("the tenant naming the host's session (cmd %d): %v, want EPERM", cmd, err)
+		}
+	}
+	// A request id carries a session too (dedup, lease recalls).
+	var id wire.ReqID
+	binary.BigEndian.PutUint64(id[:8], hostSession)
+	own := uint64(auth.LogPrefix("mallory"))<<32 | 1
+	if err := call(tenant, id, metawire.LockGet, own); metawire.Errno(err) != syscall.EPERM {
+		t.Errorf("the tenant sending the host's request id: %v, want EPERM", err)
+	}
+	// The host's lock is still there: another session's set conflicts.
+	if err := call(host, wire.ReqID{}, metawire.LockSet, 0x0fedcba987654321); err == nil {
+		t.Fatal("the host's lock is gone")
+	}
+	// The tenant's own session works.
+	if err := call(tenant, wire.ReqID{}, metawire.LockGet, own); err != nil {
+		t.Errorf("the tenant's own session: %v", err)
+	}
 }

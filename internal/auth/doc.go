@@ -52,6 +52,10 @@
 // the key's clients take N as their "/". A confined key is a tenant's
 // key (Scope.Tenant) for storage as one limited to identities is.
 //
+// A tenant's key also names only lock and lease sessions and request
+// ids whose top 32 bits are its LogPrefix (internal/meta
+// checkSessions): its clients make them so, and islands refuse others.
+//
 // A key name is revoked by raising its generation in the cluster map
 // (`atoll key revoke NAME`); every server keeps the map's revocations in
 // the Revocations of the cluster key it verifies with, refuses a key of a

@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"sort"
 	"time"
 
@@ -162,13 +163,10 @@ func (f *FS) namesChangedLocked(dir uint64) {
 // EnableLeases makes this FS ask islands for leases (the FUSE mount);
 // what it cached before carries no lease. Close stops the pollers.
 func (f *FS) EnableLeases() {
-	var b [8]byte
-	for binary.BigEndian.Uint64(b[:]) == 0 {
-		_, _ = crand.Read(b[:])
-	}
+	session := f.newSession()
 	f.cache.Lock()
 	defer f.cache.Unlock()
-	f.cache.session = binary.BigEndian.Uint64(b[:])
+	f.cache.session = session
 	f.cache.leases = map[uint32]*heldLease{}
 	f.cache.maxBreak = map[namespace.IslandID]uint64{}
 	f.cache.pollers = map[namespace.IslandID]bool{}
@@ -219,6 +217,10 @@ func (f *FS) reqIDFor() wire.ReqID {
 	f.cache.Unlock()
 	if s != 0 {
 		binary.BigEndian.PutUint64(id[:8], s)
+	} else if k := f.data.cfg.Key; k != nil && k.Scope.Tenant() {
+		// A tenant's request ids start with its prefix too (the islands
+		// keep answers by id: no other client may name this one's).
+		binary.BigEndian.PutUint32(id[:4], auth.LogPrefix(k.Name))
 	}
 	return id
 }

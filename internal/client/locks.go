@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/atoll-fs/atoll/internal/auth"
 	"sync/atomic"
 	"time"
 
@@ -90,6 +91,17 @@ func (ls *lockState) init() {
 	ls.mu.noLocal = map[uint64]time.Time{}
 	ls.mu.session = randomID()
 	ls.waiters = make(chan struct{}, maxLockWaiters)
+}
+
+// newSession is a fresh lock or lease session id. A tenant's key
+// (auth.Scope.Tenant) must name sessions that start with its log prefix
+// (auth.LogPrefix), so islands can refuse it another client's session.
+func (f *FS) newSession() uint64 {
+	id := randomID()
+	if k := f.data.cfg.Key; k != nil && k.Scope.Tenant() {
+		id = uint64(auth.LogPrefix(k.Name))<<32 | max(id&0xffffffff, 1)
+	}
+	return id
 }
 
 func randomID() uint64 {
@@ -211,7 +223,7 @@ func (f *FS) sessionEnded(s uint64) {
 		}
 	}
 	clear(f.locks.mu.local)
-	f.locks.mu.session = randomID()
+	f.locks.mu.session = f.newSession()
 	clear(f.locks.mu.islands)
 	clear(f.locks.mu.resumed)
 	f.ctr.lockSessionsLost.Add(1)

@@ -236,6 +236,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	f.cache.blocks = map[uint64]*blockMap{}
 	f.cache.touched = map[uint64]touch{}
 	f.locks.init()
+	f.locks.mu.session = f.newSession()
 	f.opens.init()
 	f.pollCtx, f.pollCancel = context.WithCancel(context.Background())
 	f.hints = f.newHints()

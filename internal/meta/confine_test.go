@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/filelock"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
@@ -113,4 +114,41 @@ func TestConfinedKey(t *testing.T) {
 	uidOnly := &client{c: c, cred: metawire.Cred{UID: 1000, GID: 1000}, peer: &auth.Peer{Name: "u", Caps: auth.CapRead | auth.CapWrite, Scope: auth.Scope{UIDs: []uint32{1000}}}}
 	must(uidOnly.getattr(secret.Ino))
 	c.mustFsck()
+}
+
+// A tenant's key names only its own lock and lease sessions (those with
+// its log prefix): it cannot unlock, replace, renew or end another
+// client's locks, nor poll its lease breaks. A trusted key names any.
+func TestTenantSessionsAreItsOwn(t *testing.T) {
+	c := newCluster(t, 1)
+	r := c.root()
+	f := must(r.create(rootIno(), "db", 0o666))
+	victim := uint64(0x1234567800000001) // a mount host's session
+	lock := func(k *client, cmd uint8, session uint64) error {
+		req := metawire.LockReq{Cred: k.cred, Ino: f.Ino, Cmd: cmd}
+		req.Lock = filelock.Lock{Owner: filelock.Owner{Session: session, ID: 7}, Kind: filelock.POSIX, Type: filelock.Write, Start: 0, End: 99}
+		var resp metawire.LockResp
+		return k.call(metawire.OpLock, f.Ino, &req, &resp)
+	}
+	if err := lock(r, metawire.LockSet, victim); err != nil {
+		t.Fatal(err)
+	}
+	peer := &auth.Peer{Name: "mallory", Caps: auth.CapRead | auth.CapWrite, Scope: auth.Scope{UIDs: []uint32{1000}}}
+	mallory := &client{c: c, cred: metawire.Cred{UID: 1000, GID: 1000}, peer: peer}
+	for _, cmd := range []uint8{metawire.LockUnlock, metawire.LockUnlockOwner, metawire.LockSet} {
+		wantErr(t, lock(mallory, cmd, victim), metawire.ErrPerm, "a tenant naming another's lock session")
+	}
+	var sr metawire.LockSessionResp
+	wantErr(t, mallory.call(metawire.OpLockSession, f.Ino, &metawire.LockSessionReq{Session: victim, ReleaseMask: 0, ReleaseBits: 0}, &sr), metawire.ErrPerm, "renewing another's session")
+	wantErr(t, mallory.call(metawire.OpLeasePoll, f.Ino, &metawire.PollReq{Session: victim}, nil), metawire.ErrPerm, "polling another's lease breaks")
+	// The victim's lock is still there: a conflicting set by another
+	// trusted session fails.
+	if err := lock(r, metawire.LockSet, 0x9999999900000001); err == nil {
+		t.Fatal("the victim's lock went")
+	}
+	// Its own session (its prefix) works.
+	own := uint64(auth.LogPrefix("mallory"))<<32 | 5
+	if err := lock(mallory, metawire.LockGet, own); err != nil {
+		t.Fatalf("a tenant's own session: %v", err)
+	}
 }

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -37,6 +38,50 @@ func scopeOf(ctx context.Context) (auth.Scope, bool) {
 func scopedPeer(ctx context.Context) (auth.Peer, bool) {
 	s, ok := ctx.Value(scopeKey{}).(scoped)
 	return s.peer, ok
+}
+
+// checkSessions refuses a tenant's request (auth.Scope.Tenant) that
+// names a lock or lease session, or carries a request id, of another key:
+// a tenant's clients make them with the key's log prefix in their top 32
+// bits (client newSession), so a tenant cannot release, renew or end
+// another client's locks, take its lease breaks, or be answered with its
+// kept replies. Trusted keys (a mount host's, members) name any session.
+func checkSessions(p auth.Peer, req any, id wire.ReqID) error {
+	if !p.Scope.Tenant() {
+		return nil
+	}
+	prefix := auth.LogPrefix(p.Name)
+	own := func(session uint64) bool { return session == 0 || uint32(session>>32) == prefix }
+	bad := func(what string, session uint64) error {
+		return fmt.Errorf("%w: %s %016x is not key %s's", metawire.ErrPerm, what, session, p.Name)
+	}
+	if id != (wire.ReqID{}) && binary.BigEndian.Uint32(id[:4]) != prefix {
+		return fmt.Errorf("%w: request id of another key than %s", metawire.ErrPerm, p.Name)
+	}
+	switch r := req.(type) {
+	case *metawire.LockReq:
+		if !own(r.Lock.Owner.Session) {
+			return bad("lock session", r.Lock.Owner.Session)
+		}
+		for _, l := range r.Locks {
+			if !own(l.Owner.Session) {
+				return bad("lock session", l.Owner.Session)
+			}
+		}
+	case *metawire.LockSessionReq:
+		if !own(r.Session) {
+			return bad("lock session", r.Session)
+		}
+	case *metawire.LeaseReq:
+		if !own(r.Session) {
+			return bad("lease session", r.Session)
+		}
+	case *metawire.PollReq:
+		if !own(r.Session) {
+			return bad("lease session", r.Session)
+		}
+	}
+	return nil
 }
 
 // confinedRoot is the top of the subtree the request's key is confined

@@ -55,6 +55,10 @@ func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Respons
 	}
 	if req.Peer.Scope.Tenant() {
 		ctx = withScope(ctx, req.Peer, i)
+		// Before dedup and lease recalls read the id's session.
+		if err := checkSessions(req.Peer, nil, req.ReqID); err != nil {
+			return wire.Response{}, err
+		}
 	}
 	out, err := i.handle(ctx, req.Op, req.Epoch, req.ReqID, req.Msg)
 	if err != nil {
@@ -255,6 +259,10 @@ func serve[R metawire.Message](ctx context.Context, msg []byte, req R, f func(R)
 			return nil, fmt.Errorf("%w: a scoped key has no use for this operation", metawire.ErrPerm)
 		}
 		if err := checkConfined(ctx, req); err != nil {
+			return nil, err
+		}
+		p, _ := scopedPeer(ctx)
+		if err := checkSessions(p, req, wire.ReqID{}); err != nil {
 			return nil, err
 		}
 	}
