@@ -84,37 +84,21 @@ func hijackRelay(t *testing.T, target string, frame []byte, inject bool) (string
 			a.Close()
 			return
 		}
-		go func() {
-			defer a.Close()
-			defer b.Close()
+		// pump copies src to dst; ahead of each chunk of n bytes it writes
+		// what before returns (nil: nothing).
+		pump := func(dst, src net.Conn, before func(n int) []byte) {
+			defer dst.Close()
+			defer src.Close()
 			buf := make([]byte, 64<<10)
 			for {
-				n, err := b.Read(buf)
-				fromServer.Add(int64(n))
+				n, err := src.Read(buf)
 				if n > 0 {
-					if _, werr := a.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-		go func() {
-			defer a.Close()
-			defer b.Close()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := a.Read(buf)
-				if n > 0 {
-					if inject && !injected.Load() && fromServer.Load() >= 71 {
-						injected.Store(true)
-						if _, werr := b.Write(frame); werr != nil {
+					if extra := before(n); extra != nil {
+						if _, werr := dst.Write(extra); werr != nil {
 							return
 						}
 					}
-					if _, werr := b.Write(buf[:n]); werr != nil {
+					if _, werr := dst.Write(buf[:n]); werr != nil {
 						return
 					}
 				}
@@ -122,7 +106,15 @@ func hijackRelay(t *testing.T, target string, frame []byte, inject bool) (string
 					return
 				}
 			}
-		}()
+		}
+		go pump(a, b, func(n int) []byte { fromServer.Add(int64(n)); return nil })
+		go pump(b, a, func(int) []byte {
+			if inject && !injected.Load() && fromServer.Load() >= 71 {
+				injected.Store(true)
+				return frame
+			}
+			return nil
+		})
 	}()
 	return ln.Addr().String(), injected
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/layout"
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -38,6 +39,19 @@ func dialFS(cmd *cobra.Command, g *globalFlags, addr string) (*connect.Conn, err
 		return nil, err
 	}
 	return connect.Dial(cmd.Context(), clusterAddrs(addr), key, log)
+}
+
+// resolveDir is the inode of directory path, looked up as root (a flag
+// naming a directory of the namespace: flag says which, for the error).
+func resolveDir(ctx context.Context, fs *client.FS, flag, path string) (uint64, error) {
+	at, err := fs.Resolve(ctx, metawire.Root, path)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s %s: %w", flag, path, err)
+	case !at.IsDir():
+		return 0, usageErr(flag, fmt.Errorf("%s is not a directory", path))
+	}
+	return at.Ino, nil
 }
 
 // cliCred is who the file commands act as: root for an admin key (the

@@ -13,7 +13,6 @@ import (
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
-	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 )
 
@@ -119,15 +118,12 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 				if err != nil {
 					return fmt.Errorf("key new --path: %w", err)
 				}
-				at, err := conn.FS.Resolve(cmd.Context(), metawire.Root, p)
+				ino, err := resolveDir(cmd.Context(), conn.FS, "--path", p)
 				conn.Close()
-				switch {
-				case err != nil:
-					return fmt.Errorf("key new --path %s: %w", p, err)
-				case !at.IsDir():
-					return usageErr("--path", fmt.Errorf("%s is not a directory", p))
+				if err != nil {
+					return fmt.Errorf("key new: %w", err)
 				}
-				sc.Root, sc.Path = at.Ino, p
+				sc.Root, sc.Path = ino, p
 			}
 			k, err := ck.DeriveScoped(name, c, sc)
 			if err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/fusefs"
-	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/web"
 )
 
@@ -103,14 +102,9 @@ and repairs its reads found.`,
 			}
 			cfg.FS, cfg.StatFS = conn.FS, statfs
 			if rootPath != "" {
-				at, err := conn.FS.Resolve(ctx, metawire.Root, rootPath)
-				switch {
-				case err != nil:
-					return fmt.Errorf("atoll mount --root %s: %w", rootPath, err)
-				case !at.IsDir():
-					return usageErr("--root", fmt.Errorf("%s is not a directory", rootPath))
+				if cfg.Root, err = resolveDir(ctx, conn.FS, "--root", rootPath); err != nil {
+					return fmt.Errorf("atoll mount: %w", err)
 				}
-				cfg.Root = at.Ino
 			}
 			if err := cfg.Validate(); err != nil {
 				return err

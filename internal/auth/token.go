@@ -32,16 +32,26 @@ func (k *Key) CheckReadToken(name string, grant, token []byte) bool {
 	return len(token) == TokenSize && hmac.Equal(token, k.ReadToken(name, grant))
 }
 
-// LogPrefix is the high 32 bits every log id written under a key limited
-// to identities carries: SHA-256("atoll-log-v1" 0x00 name), first 4
-// bytes. Storage servers let such a key append to, and read without a
-// token, only logs with its prefix, so one tenant's key neither reads nor
-// adds to another's logs by guessing their ids. Not secret: names are the
-// administrator's choice, and a prefix only routes a key to its own logs.
+// LogPrefix is the high 32 bits every id a tenant's key makes carries
+// (its log ids, lock and lease sessions, request ids; Scope.Tenant):
+// SHA-256("atoll-log-v1" 0x00 name), first 4 bytes. Storage servers let
+// such a key append to, and read without a token, only logs with its
+// prefix, and islands let it name only sessions with it, so one tenant's
+// key neither reads nor adds to another's logs, nor touches its locks, by
+// guessing their ids. Not secret: names are the administrator's choice,
+// and a prefix only routes a key to what is its own.
 func LogPrefix(name string) uint32 {
 	h := sha256.Sum256([]byte("atoll-log-v1\x00" + name))
 	return binary.BigEndian.Uint32(h[:4])
 }
 
+// TenantID is low's 32 bits under name's prefix (LogPrefix).
+func TenantID(name string, low uint64) uint64 {
+	return uint64(LogPrefix(name))<<32 | low&0xffffffff
+}
+
+// OwnsID reports whether id carries name's prefix (LogPrefix).
+func OwnsID(name string, id uint64) bool { return uint32(id>>32) == LogPrefix(name) }
+
 // OwnsLog reports whether log id is one of name's logs (LogPrefix).
-func OwnsLog(name string, log uint64) bool { return uint32(log>>32) == LogPrefix(name) }
+func OwnsLog(name string, log uint64) bool { return OwnsID(name, log) }

@@ -439,7 +439,7 @@ func logID(client uint64, pol layout.Policy, key *auth.Key) uint64 {
 	h.Write([]byte(pol.String()))
 	id := h.Sum64()
 	if key != nil && key.Scope.Tenant() {
-		id = uint64(auth.LogPrefix(key.Name))<<32 | id&0xffffffff
+		id = auth.TenantID(key.Name, id)
 	}
 	return id
 }

@@ -5,10 +5,10 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"sort"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
 	"github.com/atoll-fs/atoll/internal/wire"

@@ -6,10 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"sync/atomic"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/filelock"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
@@ -99,7 +99,7 @@ func (ls *lockState) init() {
 func (f *FS) newSession() uint64 {
 	id := randomID()
 	if k := f.data.cfg.Key; k != nil && k.Scope.Tenant() {
-		id = uint64(auth.LogPrefix(k.Name))<<32 | max(id&0xffffffff, 1)
+		id = auth.TenantID(k.Name, max(id&0xffffffff, 1)) // never 0: "no session"
 	}
 	return id
 }

@@ -29,14 +29,20 @@ func withScope(ctx context.Context, p auth.Peer, i *Island) context.Context {
 	return context.WithValue(ctx, scopeKey{}, scoped{peer: p, island: i})
 }
 
-func scopeOf(ctx context.Context) (auth.Scope, bool) {
+// scopedOf is what withScope put in ctx, if anything.
+func scopedOf(ctx context.Context) (scoped, bool) {
 	s, ok := ctx.Value(scopeKey{}).(scoped)
+	return s, ok
+}
+
+func scopeOf(ctx context.Context) (auth.Scope, bool) {
+	s, ok := scopedOf(ctx)
 	return s.peer.Scope, ok
 }
 
 // scopedPeer is the key of a scoped request (scopeOf), for its name.
 func scopedPeer(ctx context.Context) (auth.Peer, bool) {
-	s, ok := ctx.Value(scopeKey{}).(scoped)
+	s, ok := scopedOf(ctx)
 	return s.peer, ok
 }
 
@@ -50,12 +56,11 @@ func checkSessions(p auth.Peer, req any, id wire.ReqID) error {
 	if !p.Scope.Tenant() {
 		return nil
 	}
-	prefix := auth.LogPrefix(p.Name)
-	own := func(session uint64) bool { return session == 0 || uint32(session>>32) == prefix }
+	own := func(session uint64) bool { return session == 0 || auth.OwnsID(p.Name, session) }
 	bad := func(what string, session uint64) error {
 		return fmt.Errorf("%w: %s %016x is not key %s's", metawire.ErrPerm, what, session, p.Name)
 	}
-	if id != (wire.ReqID{}) && binary.BigEndian.Uint32(id[:4]) != prefix {
+	if id != (wire.ReqID{}) && !auth.OwnsID(p.Name, binary.BigEndian.Uint64(id[:8])) {
 		return fmt.Errorf("%w: request id of another key than %s", metawire.ErrPerm, p.Name)
 	}
 	switch r := req.(type) {
@@ -87,7 +92,7 @@ func checkSessions(p auth.Peer, req any, id wire.ReqID) error {
 // confinedRoot is the top of the subtree the request's key is confined
 // to, if it is.
 func confinedRoot(ctx context.Context) (namespace.Ino, bool) {
-	s, ok := ctx.Value(scopeKey{}).(scoped)
+	s, ok := scopedOf(ctx)
 	if !ok || !s.peer.Scope.Confined() {
 		return 0, false
 	}
@@ -100,7 +105,7 @@ func confinedRoot(ctx context.Context) (namespace.Ino, bool) {
 // (serve lets a tenant send only the lease and lock-session ones besides;
 // a leased read's wrapped request is checked when it is dispatched).
 func checkConfined(ctx context.Context, req any) error {
-	s, ok := ctx.Value(scopeKey{}).(scoped)
+	s, ok := scopedOf(ctx)
 	if !ok || !s.peer.Scope.Confined() {
 		return nil
 	}
