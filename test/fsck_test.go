@@ -5,14 +5,19 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/fsck"
 	"github.com/atoll-fs/atoll/internal/layout"
+	"github.com/atoll-fs/atoll/internal/metawire"
+	"github.com/atoll-fs/atoll/internal/wire"
 )
 
 // clusterMap describes an in-process fsCluster as a cluster map.
@@ -145,5 +150,59 @@ func TestClusterFsckWhileTheCleanerMovesBlocks(t *testing.T) {
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("%s: read after the move: %v, equal %v", tc.name, err, bytes.Equal(got, data))
 		}
+	}
+}
+
+// fsck started while an island is between leaders (just elected and
+// still opening its island, or failing over) waits for it as clients do,
+// rather than failing the whole check: the README tour's `atoll fsck`
+// once failed so right after `atoll dev` came up. Here a front server
+// answers the island's first requests as a replica with no serving
+// leader would, then relays to the island.
+func TestClusterFsckWaitsForAnIslandBetweenLeaders(t *testing.T) {
+	fc := startFSCluster(t, 5, 2)
+	fs := fc.newFS(t)
+	ctx := context.Background()
+	if err := fs.WriteFile(ctx, root, "/f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := fc.clusterMap()
+	target := m.Islands[0].Addr
+	pool := wire.NewPool(wire.ClientConfig{Key: testKey}, 1)
+	defer pool.Close()
+	var refused atomic.Int32
+	verifier, err := auth.NewVerifier(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front, err := wire.NewServer(wire.ServerConfig{Auth: verifier, ErrorCode: metawire.StatusOf,
+		Handler: func(ctx context.Context, req *wire.Request) (wire.Response, error) {
+			if refused.Add(1) <= 3 {
+				return wire.Response{}, fmt.Errorf("%w: island %d is not led by this server", metawire.ErrUnavailable, req.Route)
+			}
+			reply, err := pool.CallRoute(ctx, target, req.Route, req.ReqID, req.Op, req.Epoch, req.Msg, req.Payload, nil)
+			if err != nil {
+				return wire.Response{}, metawire.RemoteErr(err)
+			}
+			return wire.Response{Msg: reply.Msg, Payload: reply.Payload}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go front.Serve(sctx, ln)
+	m.Islands[0].Addr = ln.Addr().String()
+
+	rep, err := fsck.Run(ctx, m, testKey)
+	if err != nil {
+		t.Fatalf("fsck failed on an island between leaders: %v", err)
+	}
+	if !rep.Clean() || rep.Namespace.Inodes < 2 || refused.Load() <= 3 {
+		t.Fatalf("report %+v problems %v (front answered %d)", rep, rep.Problems(), refused.Load())
 	}
 }

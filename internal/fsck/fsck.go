@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/cluster"
@@ -93,6 +94,68 @@ type Checker struct {
 	Refresh func(ctx context.Context) (*cluster.Map, error)
 }
 
+// unavailableFor bounds how long the namespace pass waits for an island
+// with no serving leader (an election, a leader still opening its
+// island, a restart) before it reports the error.
+const unavailableFor = 30 * time.Second
+
+// retrySource reads one island's pages, asking again while the island is
+// between leaders: a check started right after the cluster came up, or
+// during a failover, should not fail on a pause the clients ride out.
+type retrySource struct {
+	c    Checker
+	pool *wire.Pool
+	id   namespace.IslandID
+	addr string
+}
+
+func (s *retrySource) FsckPage(ctx context.Context, cursor []byte) (page *metawire.FsckResp, err error) {
+	err = s.c.untilLed(ctx, func(m *cluster.Map) error {
+		if m != nil {
+			// The island's address may have moved with its leader.
+			for _, is := range m.Islands {
+				if namespace.IslandID(is.ID) == s.id && is.Addr != "" {
+					s.addr = is.Addr
+				}
+			}
+		}
+		page, err = meta.WireFsckSource(s.pool, s.id, s.addr).FsckPage(ctx, cursor)
+		return err
+	})
+	return page, err
+}
+
+// untilLed calls try until it succeeds, fails for another reason than an
+// island between leaders or an out-of-date map (when c.Refresh can fetch
+// a newer one), or unavailableFor has
+// passed. After a failure try gets a fresh map (when c.Refresh can
+// fetch one), else nil.
+func (c Checker) untilLed(ctx context.Context, try func(*cluster.Map) error) error {
+	deadline := time.Now().Add(unavailableFor)
+	wait := 50 * time.Millisecond
+	var m *cluster.Map
+	for {
+		err := try(m)
+		// Without a newer map, asking again with the old one is futile.
+		again := errors.Is(err, metawire.ErrUnavailable) || errors.Is(err, metawire.ErrStaleEpoch) && c.Refresh != nil
+		if err == nil || !again || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+		m = nil
+		if c.Refresh != nil {
+			if nm, rerr := c.Refresh(ctx); rerr == nil {
+				m = nm
+			}
+		}
+	}
+}
+
 // Run checks the cluster described by m.
 func (c Checker) Run(ctx context.Context, m *cluster.Map) (*Report, error) {
 	key := c.Key
@@ -107,7 +170,7 @@ func (c Checker) Run(ctx context.Context, m *cluster.Map) (*Report, error) {
 		if is.State == cluster.StateOut {
 			continue
 		}
-		srcs = append(srcs, meta.WireFsckSource(pool, namespace.IslandID(is.ID), is.Addr))
+		srcs = append(srcs, &retrySource{c: c, pool: pool, id: namespace.IslandID(is.ID), addr: is.Addr})
 	}
 	nr, err := meta.Fsck(ctx, srcs)
 	if err != nil {
@@ -163,19 +226,16 @@ func (c Checker) Run(ctx context.Context, m *cluster.Map) (*Report, error) {
 // stillReferenced reports whether some island has a block pointing into
 // stripe s now (after the listing that did not find it), asking the
 // islands of *m, or of a newer map (which it stores in *m) when an island
-// says *m is out of date.
-func (c Checker) stillReferenced(ctx context.Context, pool *wire.Pool, m **cluster.Map, s fragment.StripeID) (bool, error) {
-	for attempt := 0; ; attempt++ {
-		referenced, err := stillReferencedIn(ctx, pool, *m, s)
-		if err == nil || !errors.Is(err, metawire.ErrStaleEpoch) || c.Refresh == nil || attempt == 2 {
-			return referenced, err
+// says *m is out of date or is between leaders.
+func (c Checker) stillReferenced(ctx context.Context, pool *wire.Pool, m **cluster.Map, s fragment.StripeID) (referenced bool, err error) {
+	err = c.untilLed(ctx, func(nm *cluster.Map) error {
+		if nm != nil {
+			*m = nm
 		}
-		nm, rerr := c.Refresh(ctx)
-		if rerr != nil {
-			return false, fmt.Errorf("%w (refreshing the cluster map: %v)", err, rerr)
-		}
-		*m = nm
-	}
+		referenced, err = stillReferencedIn(ctx, pool, *m, s)
+		return err
+	})
+	return referenced, err
 }
 
 func stillReferencedIn(ctx context.Context, pool *wire.Pool, m *cluster.Map, s fragment.StripeID) (bool, error) {
