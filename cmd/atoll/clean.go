@@ -22,6 +22,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/faults"
+	"github.com/atoll-fs/atoll/internal/manager"
 )
 
 // cleanFlags are the cleaner settings shared by `atoll clean`, `atoll
@@ -330,7 +331,7 @@ func (b *backgroundCleaner) register(cmd *cobra.Command) {
 }
 
 // run returns when ctx is done.
-func (b *backgroundCleaner) run(ctx context.Context, m *cluster.Manager) error {
+func (b *backgroundCleaner) run(ctx context.Context, m *manager.Manager) error {
 	if b.interval <= 0 {
 		<-ctx.Done()
 		return nil
@@ -357,7 +358,7 @@ func (b *backgroundCleaner) run(ctx context.Context, m *cluster.Manager) error {
 
 // peakThroughput is the highest read-plus-write rate of the storage
 // servers in the manager's throughput history (0 without history).
-func peakThroughput(pts []cluster.ThroughputPoint) float64 {
+func peakThroughput(pts []manager.ThroughputPoint) float64 {
 	var peak float64
 	for _, p := range pts {
 		peak = max(peak, p.ReadBytesPerSec+p.WriteBytesPerSec)
@@ -366,7 +367,7 @@ func peakThroughput(pts []cluster.ThroughputPoint) float64 {
 }
 
 // lead runs the cleaner until ctx is done or leadership is lost.
-func (b *backgroundCleaner) lead(ctx context.Context, m *cluster.Manager, log *slog.Logger) error {
+func (b *backgroundCleaner) lead(ctx context.Context, m *manager.Manager, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	conn, err := connect.DialWhenFormatted(ctx, []string{m.Addr()}, b.key, log)

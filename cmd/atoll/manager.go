@@ -8,12 +8,13 @@ import (
 	"github.com/atoll-fs/atoll/internal/cleaner"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/islandload"
+	"github.com/atoll-fs/atoll/internal/manager"
 	"github.com/atoll-fs/atoll/internal/web"
 	"github.com/atoll-fs/atoll/internal/web/dashboard"
 )
 
 func newManagerCmd(g *globalFlags) *cobra.Command {
-	var cfg cluster.Config
+	var cfg manager.Config
 	var addrFile, webListen, metricsListen string
 	var bc backgroundCleaner
 	var balance islandload.BalancerConfig
@@ -64,7 +65,7 @@ wildcard is refused).`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			m, err := cluster.New(cfg)
+			m, err := manager.New(cfg)
 			if err != nil {
 				return err
 			}
@@ -130,7 +131,7 @@ wildcard is refused).`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7300", "client-facing address (members, CLI)")
 	f.StringVar(&cfg.RaftListen, "raft-listen", "", "raft transport address (default: --listen port + 1)")
 	f.StringVar(&cfg.Join, "join", "", "address of a running manager whose group to join (first start only)")
-	f.DurationVar(&cfg.DownAfter, "down-after", cluster.DefaultDownAfter, "mark a member down after this long without a heartbeat")
+	f.DurationVar(&cfg.DownAfter, "down-after", manager.DefaultDownAfter, "mark a member down after this long without a heartbeat")
 	f.StringVar(&addrFile, "addr-file", "", "write the listening address to this file once serving")
 	bc.register(cmd)
 	f.Float64Var(&balance.Threshold, "island-balance-threshold", islandload.DefaultThreshold,

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/auth"
 
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/wire"
@@ -46,7 +48,7 @@ func NewClient(addrs []string, key *auth.Key, logger *slog.Logger) *Client {
 	}
 	c := &Client{
 		log:         logger,
-		pool:        wire.NewPool(wire.ClientConfig{Key: key, Limits: wire.Limits{MaxMsg: maxMsg, MaxPayload: 1 << 10}}, 1),
+		pool:        wire.NewPool(wire.ClientConfig{Key: key, Limits: wire.Limits{MaxMsg: MaxMsg, MaxPayload: 1 << 10}}, 1),
 		CallTimeout: 5 * time.Second,
 		LeaderWait:  10 * time.Second,
 	}
@@ -118,7 +120,7 @@ func (c *Client) target(failed map[string]bool) string {
 // call sends one request, retrying as described on Client. Definitive
 // answers (bad request, unknown member, ...) return at once.
 func (c *Client) call(ctx context.Context, op uint16, msg []byte) ([]byte, error) {
-	bo := backoff{min: 25 * time.Millisecond, max: 500 * time.Millisecond}
+	bo := Backoff{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
 	deadline := time.Now().Add(c.LeaderWait)
 	failed := make(map[string]bool)
 	var lastErr error
@@ -127,19 +129,19 @@ func (c *Client) call(ctx context.Context, op uint16, msg []byte) ([]byte, error
 		if time.Now().After(deadline) {
 			return false
 		}
-		return sleepCtx(ctx, bo.next())
+		return SleepCtx(ctx, bo.Next())
 	}
 	giveUp := func() error {
 		if lastErr == nil {
 			lastErr = errors.New("no manager address")
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("cluster: %s: %w (last error: %w)", opName(op), ctx.Err(), lastErr)
+			return fmt.Errorf("cluster: %s: %w (last error: %w)", OpName(op), ctx.Err(), lastErr)
 		}
 		if errors.Is(lastErr, ErrNotLeader) || errors.Is(lastErr, ErrUnavailable) || errors.Is(lastErr, ErrStaleEpoch) {
-			return fmt.Errorf("cluster: %s: %w", opName(op), lastErr)
+			return fmt.Errorf("cluster: %s: %w", OpName(op), lastErr)
 		}
-		return fmt.Errorf("cluster: %s: %w: %w", opName(op), ErrUnavailable, lastErr)
+		return fmt.Errorf("cluster: %s: %w: %w", OpName(op), ErrUnavailable, lastErr)
 	}
 	for ctx.Err() == nil {
 		addr := c.target(failed)
@@ -194,7 +196,7 @@ func (c *Client) call(ctx context.Context, op uint16, msg []byte) ([]byte, error
 		case errors.Is(err, auth.ErrRefused), errors.Is(err, auth.ErrNoKey):
 			// Our key is not one of this cluster's: no manager will
 			// take it.
-			return nil, fmt.Errorf("cluster: %s: %w", opName(op), err)
+			return nil, fmt.Errorf("cluster: %s: %w", OpName(op), err)
 		default:
 			// Transport failure: try another manager.
 			lastErr = fmt.Errorf("%s: %w", addr, err)
@@ -217,7 +219,7 @@ func (c *Client) callMap(ctx context.Context, op uint16, msg []byte) (*Map, erro
 	}
 	m, err := DecodeMap(b)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: %s: reply: %w", opName(op), err)
+		return nil, fmt.Errorf("cluster: %s: reply: %w", OpName(op), err)
 	}
 	c.learn(m)
 	return m, nil
@@ -256,7 +258,7 @@ func (c *Client) callEpoch(ctx context.Context, op uint16, msg []byte) (uint64, 
 	}
 	var r EpochResp
 	if err := Unmarshal(b, &r); err != nil {
-		return 0, fmt.Errorf("cluster: %s: reply: %w", opName(op), err)
+		return 0, fmt.Errorf("cluster: %s: reply: %w", OpName(op), err)
 	}
 	return r.Epoch, nil
 }
@@ -322,4 +324,37 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	}
 	st := r.Status
 	return &st, nil
+}
+
+// Backoff yields growing, jittered waits between Min and Max.
+type Backoff struct {
+	Min, Max time.Duration
+	cur      time.Duration
+}
+
+// Next is the next wait.
+func (b *Backoff) Next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.Min
+	} else {
+		b.cur = min(b.cur*2, b.Max)
+	}
+	// ±20% jitter so that many members do not retry in lockstep.
+	j := time.Duration(rand.Int64N(int64(b.cur)/5+1)) - b.cur/10
+	return b.cur + j
+}
+
+// Reset starts again from Min.
+func (b *Backoff) Reset() { b.cur = 0 }
+
+// SleepCtx waits d or until ctx is done; it reports whether d elapsed.
+func SleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

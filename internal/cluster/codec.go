@@ -16,8 +16,8 @@ const (
 	mapVersion uint8  = 1
 
 	maxAddrLen   = 256
-	maxPolicyLen = 256
-	maxRaftIDLen = 128
+	MaxPolicyLen = 256
+	MaxRaftIDLen = 128
 	maxOwnerLen  = 64 // a key name (auth)
 )
 
@@ -219,7 +219,7 @@ func (m *Map) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: cluster map: %s", ErrBadRequest, fmt.Sprintf(format, args...))
 	}
-	if len(m.DefaultPolicy) > maxPolicyLen {
+	if len(m.DefaultPolicy) > MaxPolicyLen {
 		return bad("default policy too long")
 	}
 	check := func(k MemberKey, prev *int64, addr string, st State, pid int) error {
@@ -266,7 +266,7 @@ func (m *Map) Validate() error {
 	}
 	seen := make(map[string]bool, len(m.Managers))
 	for _, n := range m.Managers {
-		if n.RaftID == "" || len(n.RaftID) > maxRaftIDLen || len(n.RaftAddr) > maxAddrLen || len(n.ClientAddr) > maxAddrLen {
+		if n.RaftID == "" || len(n.RaftID) > MaxRaftIDLen || len(n.RaftAddr) > maxAddrLen || len(n.ClientAddr) > maxAddrLen {
 			return bad("bad manager entry %q", n.RaftID)
 		}
 		if seen[n.RaftID] {
@@ -274,7 +274,7 @@ func (m *Map) Validate() error {
 		}
 		seen[n.RaftID] = true
 	}
-	if err := validateTable(m.Table); err != nil {
+	if err := ValidateTable(m.Table); err != nil {
 		return fmt.Errorf("cluster map: %w", err)
 	}
 	if m.Formatted != (len(m.Table.Entries) > 0) {
@@ -313,9 +313,9 @@ func decodeTable(d *wire.Dec) Table {
 	return t
 }
 
-// validateTable checks the table's shape: empty, or 2^Depth entries with
+// ValidateTable checks the table's shape: empty, or 2^Depth entries with
 // Depth <= MaxTableDepth.
-func validateTable(t Table) error {
+func ValidateTable(t Table) error {
 	if t.Depth > MaxTableDepth {
 		return fmt.Errorf("%w: table depth %d above %d", ErrBadRequest, t.Depth, MaxTableDepth)
 	}
@@ -331,8 +331,8 @@ func validateTable(t Table) error {
 	return nil
 }
 
-// validateAddr checks a host:port a member or manager advertises.
-func validateAddr(what, addr string) error {
+// ValidateAddr checks a host:port a member or manager advertises.
+func ValidateAddr(what, addr string) error {
 	if addr == "" || len(addr) > maxAddrLen {
 		return fmt.Errorf("%w: %s address %q: empty or longer than %d bytes", ErrBadRequest, what, addr, maxAddrLen)
 	}

@@ -10,71 +10,71 @@ import (
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
-// cmdType is the type of a raft command (see the package doc).
-type cmdType uint8
+// CmdType is the type of a raft command (see the package doc).
+type CmdType uint8
 
 const (
-	cmdRegister     cmdType = 1
-	cmdMarkDown     cmdType = 2
-	cmdMarkUp       cmdType = 3
-	cmdSetState     cmdType = 4
-	cmdSetTable     cmdType = 5
-	cmdSetPolicy    cmdType = 6
-	cmdFormat       cmdType = 7
-	cmdManager      cmdType = 8
-	cmdMoveEntries  cmdType = 9
-	cmdFinishMove   cmdType = 10
-	cmdCancelMove   cmdType = 11
-	cmdIslandServer cmdType = 12
-	cmdSetReplicas  cmdType = 13
-	cmdRemove       cmdType = 14
-	cmdRevoke       cmdType = 15
+	CmdRegister     CmdType = 1
+	CmdMarkDown     CmdType = 2
+	CmdMarkUp       CmdType = 3
+	CmdSetState     CmdType = 4
+	CmdSetTable     CmdType = 5
+	CmdSetPolicy    CmdType = 6
+	CmdFormat       CmdType = 7
+	CmdManager      CmdType = 8
+	CmdMoveEntries  CmdType = 9
+	CmdFinishMove   CmdType = 10
+	CmdCancelMove   CmdType = 11
+	CmdIslandServer CmdType = 12
+	CmdSetReplicas  CmdType = 13
+	CmdRemove       CmdType = 14
+	CmdRevoke       CmdType = 15
 
-	cmdVersion uint8 = 1
+	CmdVersion uint8 = 1
 
-	// maxMarkDown bounds the members one markDown command names.
-	maxMarkDown = 1 << 16
+	// MaxMarkDown bounds the members one markDown command names.
+	MaxMarkDown = 1 << 16
 )
 
-func (t cmdType) String() string {
+func (t CmdType) String() string {
 	switch t {
-	case cmdRegister:
+	case CmdRegister:
 		return "register"
-	case cmdMarkDown:
+	case CmdMarkDown:
 		return "mark-down"
-	case cmdMarkUp:
+	case CmdMarkUp:
 		return "mark-up"
-	case cmdSetState:
+	case CmdSetState:
 		return "set-state"
-	case cmdSetTable:
+	case CmdSetTable:
 		return "set-table"
-	case cmdSetPolicy:
+	case CmdSetPolicy:
 		return "set-policy"
-	case cmdFormat:
+	case CmdFormat:
 		return "format"
-	case cmdManager:
+	case CmdManager:
 		return "manager"
-	case cmdMoveEntries:
+	case CmdMoveEntries:
 		return "move-entries"
-	case cmdFinishMove:
+	case CmdFinishMove:
 		return "finish-move"
-	case cmdCancelMove:
+	case CmdCancelMove:
 		return "cancel-move"
-	case cmdIslandServer:
+	case CmdIslandServer:
 		return "island-server"
-	case cmdSetReplicas:
+	case CmdSetReplicas:
 		return "set-replicas"
-	case cmdRemove:
+	case CmdRemove:
 		return "remove"
-	case cmdRevoke:
+	case CmdRevoke:
 		return "revoke"
 	}
 	return fmt.Sprintf("cmd(%d)", uint8(t))
 }
 
-// command is one raft log entry. Only the fields of its type are encoded.
-type command struct {
-	Type    cmdType
+// Command is one raft log entry. Only the fields of its type are encoded.
+type Command struct {
+	Type    CmdType
 	Key     MemberKey      // register, mark-up, set-state
 	Keys    []MemberKey    // mark-down, remove
 	Addr    string         // register
@@ -95,105 +95,105 @@ type command struct {
 func encodeKey(e *wire.Enc, k MemberKey) { e.U8(uint8(k.Kind)); e.U32(k.ID) }
 func decodeKey(d *wire.Dec) MemberKey    { return MemberKey{Kind(d.U8()), d.U32()} }
 
-func (c *command) encode() []byte {
+func (c *Command) Encode() []byte {
 	var e wire.Enc
-	e.U8(cmdVersion)
+	e.U8(CmdVersion)
 	e.U8(uint8(c.Type))
 	switch c.Type {
-	case cmdRegister:
+	case CmdRegister:
 		encodeKey(&e, c.Key)
 		e.String(c.Addr)
 		e.I64(int64(c.PID))
 		if c.Owner != "" {
 			e.String(c.Owner)
 		}
-	case cmdMarkDown, cmdRemove:
+	case CmdMarkDown, CmdRemove:
 		e.Uvarint(uint64(len(c.Keys)))
 		for _, k := range c.Keys {
 			encodeKey(&e, k)
 		}
-	case cmdMarkUp:
+	case CmdMarkUp:
 		encodeKey(&e, c.Key)
-	case cmdSetState:
+	case CmdSetState:
 		encodeKey(&e, c.Key)
 		e.U8(uint8(c.State))
-	case cmdSetTable:
+	case CmdSetTable:
 		encodeTable(&e, c.Table)
-	case cmdSetPolicy:
+	case CmdSetPolicy:
 		e.String(c.Policy)
-	case cmdFormat:
+	case CmdFormat:
 		e.Uvarint(uint64(len(c.Islands)))
 		for _, id := range c.Islands {
 			e.U32(id)
 		}
-	case cmdManager:
+	case CmdManager:
 		e.String(c.Manager.RaftID)
 		e.String(c.Manager.RaftAddr)
 		e.String(c.Manager.ClientAddr)
-	case cmdMoveEntries:
+	case CmdMoveEntries:
 		encodeMoves(&e, c.Moves)
-	case cmdFinishMove, cmdCancelMove:
+	case CmdFinishMove, CmdCancelMove:
 		e.U64(c.MoveID)
-	case cmdRevoke:
+	case CmdRevoke:
 		e.String(c.Owner)
-	case cmdIslandServer:
+	case CmdIslandServer:
 		(&IslandServerReq{Servers: c.Servers, Seed: c.Sets}).Encode(&e)
-	case cmdSetReplicas:
+	case CmdSetReplicas:
 		(&SetReplicasReq{Sets: c.Sets, Out: c.Out}).Encode(&e)
 	}
 	return e.B
 }
 
-func decodeCommand(b []byte) (*command, error) {
+func DecodeCommand(b []byte) (*Command, error) {
 	d := wire.NewDec(b)
-	if v := d.U8(); d.Err() == nil && v != cmdVersion {
+	if v := d.U8(); d.Err() == nil && v != CmdVersion {
 		return nil, fmt.Errorf("%w: raft command version %d", ErrBadRequest, v)
 	}
-	c := &command{Type: cmdType(d.U8())}
+	c := &Command{Type: CmdType(d.U8())}
 	switch c.Type {
-	case cmdRegister:
+	case CmdRegister:
 		c.Key = decodeKey(d)
 		c.Addr = d.Str()
 		c.PID = int(d.I64())
 		if d.More() {
 			c.Owner = d.Str()
 		}
-	case cmdMarkDown, cmdRemove:
+	case CmdMarkDown, CmdRemove:
 		if n := d.Count(5); n > 0 {
 			c.Keys = make([]MemberKey, n)
 			for i := range c.Keys {
 				c.Keys[i] = decodeKey(d)
 			}
 		}
-	case cmdMarkUp:
+	case CmdMarkUp:
 		c.Key = decodeKey(d)
-	case cmdSetState:
+	case CmdSetState:
 		c.Key = decodeKey(d)
 		c.State = State(d.U8())
-	case cmdSetTable:
+	case CmdSetTable:
 		c.Table = decodeTable(d)
-	case cmdSetPolicy:
+	case CmdSetPolicy:
 		c.Policy = d.Str()
-	case cmdFormat:
+	case CmdFormat:
 		if n := d.Count(4); n > 0 {
 			c.Islands = make([]uint32, n)
 			for i := range c.Islands {
 				c.Islands[i] = d.U32()
 			}
 		}
-	case cmdManager:
+	case CmdManager:
 		c.Manager = ManagerNode{RaftID: d.Str(), RaftAddr: d.Str(), ClientAddr: d.Str()}
-	case cmdMoveEntries:
+	case CmdMoveEntries:
 		c.Moves = decodeMoves(d)
-	case cmdFinishMove, cmdCancelMove:
+	case CmdFinishMove, CmdCancelMove:
 		c.MoveID = d.U64()
-	case cmdRevoke:
+	case CmdRevoke:
 		c.Owner = d.Str()
-	case cmdIslandServer:
+	case CmdIslandServer:
 		var r IslandServerReq
 		r.Decode(d)
 		c.Servers, c.Sets = r.Servers, r.Seed
-	case cmdSetReplicas:
+	case CmdSetReplicas:
 		var r SetReplicasReq
 		r.Decode(d)
 		c.Sets, c.Out = r.Sets, r.Out
@@ -208,8 +208,8 @@ func decodeCommand(b []byte) (*command, error) {
 	return c, nil
 }
 
-// validateKey checks a member key from a request.
-func validateKey(k MemberKey) error {
+// ValidateKey checks a member key from a request.
+func ValidateKey(k MemberKey) error {
 	if !k.Kind.Valid() {
 		return fmt.Errorf("%w: unknown member kind %d", ErrBadRequest, uint8(k.Kind))
 	}
@@ -223,22 +223,22 @@ func validateKey(k MemberKey) error {
 // manager applies the same log to the same state. On error m is unchanged.
 // changed reports whether the map changed, in which case the epoch was
 // increased by one.
-func (m *Map) apply(c *command) (changed bool, err error) {
+func (m *Map) Apply(c *Command) (changed bool, err error) {
 	switch c.Type {
-	case cmdRegister:
+	case CmdRegister:
 		changed, err = m.applyRegister(c.Key, c.Addr, c.PID, c.Owner)
-	case cmdRemove:
+	case CmdRemove:
 		changed, err = m.applyRemove(c.Keys)
-	case cmdRevoke:
+	case CmdRevoke:
 		changed, err = m.applyRevoke(c.Owner)
-	case cmdMarkDown:
+	case CmdMarkDown:
 		for _, k := range c.Keys {
 			if f, ok := m.fields(k); ok && *f.state == StateUp {
 				*f.state = StateDown
 				changed = true
 			}
 		}
-	case cmdMarkUp:
+	case CmdMarkUp:
 		f, ok := m.fields(c.Key)
 		if !ok {
 			return false, fmt.Errorf("%w: %s", ErrUnknownMember, c.Key)
@@ -247,25 +247,25 @@ func (m *Map) apply(c *command) (changed bool, err error) {
 			*f.state = StateUp
 			changed = true
 		}
-	case cmdSetState:
+	case CmdSetState:
 		changed, err = m.applySetState(c.Key, c.State)
-	case cmdSetTable:
+	case CmdSetTable:
 		changed, err = m.applySetTable(c.Table)
-	case cmdSetPolicy:
+	case CmdSetPolicy:
 		changed, err = m.applySetPolicy(c.Policy)
-	case cmdFormat:
+	case CmdFormat:
 		changed, err = m.applyFormat(c.Islands)
-	case cmdManager:
+	case CmdManager:
 		changed, err = m.applyManager(c.Manager)
-	case cmdMoveEntries:
+	case CmdMoveEntries:
 		changed, err = m.applyMoveEntries(c.Moves)
-	case cmdFinishMove:
+	case CmdFinishMove:
 		changed, err = m.applyFinishMove(c.MoveID)
-	case cmdCancelMove:
+	case CmdCancelMove:
 		changed, err = m.applyCancelMove(c.MoveID)
-	case cmdIslandServer:
+	case CmdIslandServer:
 		changed, err = m.applyIslandServer(c.Servers, c.Sets)
-	case cmdSetReplicas:
+	case CmdSetReplicas:
 		changed, err = m.applySetReplicas(c.Sets, c.Out)
 	default:
 		return false, fmt.Errorf("%w: unknown raft command %d", ErrBadRequest, uint8(c.Type))
@@ -281,10 +281,10 @@ func (m *Map) apply(c *command) (changed bool, err error) {
 }
 
 func (m *Map) applyRegister(k MemberKey, addr string, pid int, owner string) (bool, error) {
-	if err := validateKey(k); err != nil {
+	if err := ValidateKey(k); err != nil {
 		return false, err
 	}
-	if err := validateAddr(k.String(), addr); err != nil {
+	if err := ValidateAddr(k.String(), addr); err != nil {
 		return false, err
 	}
 	if pid < 0 {
@@ -410,7 +410,7 @@ func (m *Map) applyRevoke(name string) (bool, error) {
 }
 
 func (m *Map) applySetState(k MemberKey, st State) (bool, error) {
-	if err := validateKey(k); err != nil {
+	if err := ValidateKey(k); err != nil {
 		return false, err
 	}
 	switch st {
@@ -433,7 +433,7 @@ func (m *Map) applySetTable(t Table) (bool, error) {
 	if !m.Formatted {
 		return false, ErrNotFormatted
 	}
-	if err := validateTable(t); err != nil {
+	if err := ValidateTable(t); err != nil {
 		return false, err
 	}
 	if len(t.Entries) == 0 {
@@ -465,7 +465,7 @@ func (m *Map) applySetPolicy(text string) (bool, error) {
 		m.PolicyPinned = false
 		return true, nil
 	}
-	if len(text) > maxPolicyLen {
+	if len(text) > MaxPolicyLen {
 		return false, fmt.Errorf("%w: policy too long", ErrBadRequest)
 	}
 	p, err := layout.Parse(text)
@@ -509,13 +509,13 @@ func (m *Map) applyFormat(islands []uint32) (bool, error) {
 }
 
 func (m *Map) applyManager(n ManagerNode) (bool, error) {
-	if n.RaftID == "" || len(n.RaftID) > maxRaftIDLen {
+	if n.RaftID == "" || len(n.RaftID) > MaxRaftIDLen {
 		return false, fmt.Errorf("%w: manager raft id %q", ErrBadRequest, n.RaftID)
 	}
-	if err := validateAddr("manager raft", n.RaftAddr); err != nil {
+	if err := ValidateAddr("manager raft", n.RaftAddr); err != nil {
 		return false, err
 	}
-	if err := validateAddr("manager client", n.ClientAddr); err != nil {
+	if err := ValidateAddr("manager client", n.ClientAddr); err != nil {
 		return false, err
 	}
 	if old, ok := m.Manager(n.RaftID); ok && old == n {

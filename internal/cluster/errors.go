@@ -3,8 +3,9 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"strings"
+
+	"github.com/atoll-fs/atoll/internal/auth"
 
 	"github.com/atoll-fs/atoll/internal/wire"
 )
@@ -73,8 +74,8 @@ var statusTable = []struct {
 	{ErrInternal, StatusInternal},
 }
 
-// statusOf maps a handler error to its status code.
-func statusOf(err error) uint32 {
+// StatusOf maps a handler error to its status code.
+func StatusOf(err error) uint32 {
 	for _, e := range statusTable {
 		if errors.Is(err, e.err) {
 			return e.status

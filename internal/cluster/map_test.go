@@ -147,7 +147,7 @@ func TestInitialTable(t *testing.T) {
 		if len(tb.Entries) != 1<<tb.Depth || 1<<tb.Depth < 16*n || (tb.Depth > 0 && 1<<(tb.Depth-1) >= 16*n) {
 			t.Fatalf("n=%d: depth %d, %d entries", n, tb.Depth, len(tb.Entries))
 		}
-		if err := validateTable(tb); err != nil {
+		if err := ValidateTable(tb); err != nil {
 			t.Fatal(err)
 		}
 		shares := tb.Shares()

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/auth"
 )
 
 // MemberConfig configures RunMember.
@@ -45,10 +46,10 @@ func (c *MemberConfig) Validate() error {
 		return errors.New("cluster: member: no manager address")
 	}
 	k := MemberKey{c.Kind, c.ID}
-	if err := validateKey(k); err != nil {
+	if err := ValidateKey(k); err != nil {
 		return fmt.Errorf("cluster: member: %w", err)
 	}
-	if err := validateAddr(k.String(), c.Addr); err != nil {
+	if err := ValidateAddr(k.String(), c.Addr); err != nil {
 		return fmt.Errorf("cluster: member: %w", err)
 	}
 	if c.PID < 0 || c.Interval < 0 {
@@ -96,7 +97,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 			}
 		}
 	}
-	bo := backoff{min: 100 * time.Millisecond, max: max(2*cfg.Interval, time.Second)}
+	bo := Backoff{Min: 100 * time.Millisecond, Max: max(2*cfg.Interval, time.Second)}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -112,7 +113,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 			case err == nil:
 				deliver(m)
 				registered = true
-				bo.reset()
+				bo.Reset()
 				if cfg.OnContact != nil {
 					cfg.OnContact()
 				}
@@ -122,7 +123,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 			case errors.Is(err, ErrBadRequest):
 				return fmt.Errorf("cluster: member %s: %w", key, err)
 			default:
-				wait = bo.next()
+				wait = bo.Next()
 				log.Warn("cluster: cannot register with the manager; retrying", "retry_in", wait.Round(time.Millisecond), "err", err)
 			}
 		} else {
@@ -133,7 +134,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 			r, err := cl.Heartbeat(ctx, cfg.Kind, cfg.ID, epoch, stats)
 			switch {
 			case err == nil:
-				bo.reset()
+				bo.Reset()
 				if cfg.OnContact != nil {
 					cfg.OnContact()
 				}
@@ -144,7 +145,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 							return nil
 						}
 						log.Warn("cluster: fetching the new map", "epoch", r.Epoch, "err", err)
-						wait = bo.next()
+						wait = bo.Next()
 						break
 					}
 					deliver(m)
@@ -158,7 +159,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) error {
 			case errors.Is(err, ErrBadRequest):
 				return fmt.Errorf("cluster: member %s: %w", key, err)
 			default:
-				wait = bo.next()
+				wait = bo.Next()
 				log.Warn("cluster: heartbeat failed; retrying", "retry_in", wait.Round(time.Millisecond), "err", err)
 			}
 		}

@@ -27,9 +27,9 @@ func (mv EntryMove) String() string {
 	return fmt.Sprintf("move %d: entry %d, island %d -> %d", mv.ID, mv.Entry, mv.From, mv.To)
 }
 
-// maxMoves bounds the moves a map holds at once (a table has at most
+// MaxMoves bounds the moves a map holds at once (a table has at most
 // 65536 entries).
-const maxMoves = 1 << 16
+const MaxMoves = 1 << 16
 
 func encodeMoves(e *wire.Enc, mv []EntryMove) {
 	e.Uvarint(uint64(len(mv)))
@@ -57,7 +57,7 @@ func decodeMoves(d *wire.Dec) []EntryMove {
 // of the table owned by From, a registered island To other than From,
 // and no entry or id appears twice.
 func (m *Map) validateMoves() error {
-	if len(m.Moves) > maxMoves {
+	if len(m.Moves) > MaxMoves {
 		return fmt.Errorf("%w: %d pending moves", ErrBadRequest, len(m.Moves))
 	}
 	entries := make(map[uint32]bool, len(m.Moves))
@@ -113,7 +113,7 @@ func (m *Map) applyMoveEntries(moves []EntryMove) (bool, error) {
 		}
 		next = append(next, mv)
 	}
-	if len(next) > maxMoves {
+	if len(next) > MaxMoves {
 		return false, fmt.Errorf("%w: %d pending moves", ErrBadRequest, len(next))
 	}
 	m.Moves = next
@@ -191,42 +191,6 @@ func (c *Client) FinishMove(ctx context.Context, id uint64) (uint64, error) {
 // entry again. It returns the resulting epoch.
 func (c *Client) CancelMove(ctx context.Context, id uint64) (uint64, error) {
 	return c.callEpoch(ctx, OpCancelMove, Marshal(&MoveIDReq{ID: id}))
-}
-
-func (m *Manager) handleMove(req *wire.Request) (wire.Response, error) {
-	c := &command{}
-	switch req.Op {
-	case OpMoveEntries:
-		var r MoveEntriesReq
-		if err := Unmarshal(req.Msg, &r); err != nil {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
-		}
-		if len(r.Moves) > maxMoves {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w: %d moves", opName(req.Op), ErrBadRequest, len(r.Moves))
-		}
-		c.Type, c.Moves = cmdMoveEntries, r.Moves
-	default:
-		var r MoveIDReq
-		if err := Unmarshal(req.Msg, &r); err != nil {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
-		}
-		c.Type, c.MoveID = cmdFinishMove, r.ID
-		if req.Op == OpCancelMove {
-			c.Type = cmdCancelMove
-		}
-	}
-	if err := m.leaderCheck(); err != nil {
-		return wire.Response{}, err
-	}
-	res, err := m.apply(c)
-	if err != nil {
-		return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
-	}
-	m.log.Info("manager: "+opName(req.Op), "moves", len(c.Moves), "id", c.MoveID, "epoch", res.Epoch)
-	if res.Changed {
-		m.noteMoves(req.Op, len(c.Moves), len(m.currentMap().Moves))
-	}
-	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
 }
 
 // NamespaceTable is the map's table as the namespace package has it: its

@@ -15,7 +15,7 @@ func TestEntryMoves(t *testing.T) {
 	m.Islands = append(m.Islands, Island{ID: 3, Addr: "127.0.0.1:7502", State: StateUp})
 	e1 := uint32(slicesIndex(m.Table.Entries, 1))
 	e2 := uint32(slicesIndex(m.Table.Entries, 2))
-	apply := func(c command) (bool, error) { t.Helper(); return applyEncoded(t, m, c) }
+	apply := func(c Command) (bool, error) { t.Helper(); return applyEncoded(t, m, c) }
 	for _, bad := range [][]EntryMove{
 		{{Entry: e1, From: 2, To: 3}},                              // not From's
 		{{Entry: e1, From: 1, To: 1}},                              // to itself
@@ -23,20 +23,20 @@ func TestEntryMoves(t *testing.T) {
 		{{Entry: e1, From: 1, To: 2}, {Entry: e1, From: 1, To: 3}}, // twice
 		{{Entry: uint32(len(m.Table.Entries)), From: 1, To: 3}},    // no such entry
 	} {
-		if _, err := apply(command{Type: cmdMoveEntries, Moves: bad}); err == nil {
+		if _, err := apply(Command{Type: CmdMoveEntries, Moves: bad}); err == nil {
 			t.Fatalf("moves %v accepted", bad)
 		}
 	}
 	if len(m.Moves) != 0 {
 		t.Fatalf("refused moves left %v", m.Moves)
 	}
-	if _, err := apply(command{Type: cmdMoveEntries, Moves: []EntryMove{{Entry: e1, From: 1, To: 2}, {Entry: e2, From: 2, To: 3}}}); err != nil {
+	if _, err := apply(Command{Type: CmdMoveEntries, Moves: []EntryMove{{Entry: e1, From: 1, To: 2}, {Entry: e2, From: 2, To: 3}}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.Moves) != 2 || m.Moves[0].ID == m.Moves[1].ID || m.Moves[0].ID == 0 {
 		t.Fatalf("moves %+v", m.Moves)
 	}
-	if _, err := apply(command{Type: cmdMoveEntries, Moves: []EntryMove{{Entry: e1, From: 1, To: 3}}}); err == nil {
+	if _, err := apply(Command{Type: CmdMoveEntries, Moves: []EntryMove{{Entry: e1, From: 1, To: 3}}}); err == nil {
 		t.Fatal("a second move of a moving entry accepted")
 	}
 	// The map carries them through its encoding.
@@ -48,27 +48,27 @@ func TestEntryMoves(t *testing.T) {
 		t.Fatalf("Moving(%d) = %+v, %v", e2, mv, ok)
 	}
 	// No new table while moves are pending.
-	if _, err := apply(command{Type: cmdSetTable, Table: InitialTable([]uint32{1, 2, 3})}); !errors.Is(err, ErrBadRequest) {
+	if _, err := apply(Command{Type: CmdSetTable, Table: InitialTable([]uint32{1, 2, 3})}); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("set-table with moves pending: %v", err)
 	}
 	// Finish one, cancel the other.
 	id1, id2 := m.Moves[0].ID, m.Moves[1].ID
-	if changed, err := apply(command{Type: cmdFinishMove, MoveID: id1}); !changed || err != nil {
+	if changed, err := apply(Command{Type: CmdFinishMove, MoveID: id1}); !changed || err != nil {
 		t.Fatalf("finish: %v %v", changed, err)
 	}
 	if m.Table.Entries[e1] != 2 || len(m.Moves) != 1 {
 		t.Fatalf("after finish: entry %d is %d's, moves %v", e1, m.Table.Entries[e1], m.Moves)
 	}
-	if _, err := apply(command{Type: cmdFinishMove, MoveID: id1}); err == nil {
+	if _, err := apply(Command{Type: CmdFinishMove, MoveID: id1}); err == nil {
 		t.Fatal("a finished move finished again")
 	}
-	if changed, err := apply(command{Type: cmdCancelMove, MoveID: id2}); !changed || err != nil {
+	if changed, err := apply(Command{Type: CmdCancelMove, MoveID: id2}); !changed || err != nil {
 		t.Fatalf("cancel: %v %v", changed, err)
 	}
 	if m.Table.Entries[e2] != 2 || len(m.Moves) != 0 {
 		t.Fatalf("after cancel: entry %d is %d's, moves %v", e2, m.Table.Entries[e2], m.Moves)
 	}
-	if changed, err := apply(command{Type: cmdCancelMove, MoveID: id2}); changed || err != nil {
+	if changed, err := apply(Command{Type: CmdCancelMove, MoveID: id2}); changed || err != nil {
 		t.Fatalf("cancel again: %v %v", changed, err)
 	}
 	// A map naming a move of an entry its From does not own is damage.
@@ -139,14 +139,14 @@ func slicesIndex(s []uint32, v uint32) int {
 
 // applyEncoded applies c to m after a trip through its raft encoding and
 // checks that the epoch moved exactly when the map changed.
-func applyEncoded(t *testing.T, m *Map, c command) (bool, error) {
+func applyEncoded(t *testing.T, m *Map, c Command) (bool, error) {
 	t.Helper()
-	d, err := decodeCommand(c.encode())
+	d, err := DecodeCommand(c.Encode())
 	if err != nil {
 		t.Fatalf("%s: decode: %v", c.Type, err)
 	}
 	before := m.Epoch
-	changed, err := m.apply(d)
+	changed, err := m.Apply(d)
 	if changed != (m.Epoch == before+1) {
 		t.Fatalf("%s: changed %v, epoch %d -> %d", c.Type, changed, before, m.Epoch)
 	}

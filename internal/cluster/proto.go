@@ -29,8 +29,8 @@ const (
 	OpRevoke       uint16 = 16 // RevokeReq -> EpochResp (leader)
 )
 
-// opName names an operation in error messages.
-func opName(op uint16) string {
+// OpName names an operation in error messages.
+func OpName(op uint16) string {
 	switch op {
 	case OpGetMap:
 		return "get-map"
@@ -189,8 +189,8 @@ type ReplicaStats struct {
 	Voters         []uint32
 }
 
-// maxMetricsAddr bounds MemberStats.MetricsAddr (a host:port).
-const maxMetricsAddr = 256
+// MaxMetricsAddr bounds MemberStats.MetricsAddr (a host:port).
+const MaxMetricsAddr = 256
 
 // HeartbeatReq tells the leader a member is alive. Epoch is the member's
 // map epoch (informational). The fields after Stats.Degraded were added
@@ -408,6 +408,17 @@ type Status struct {
 	Jobs []Job
 }
 
+// Job is the progress of a background job running in the manager's
+// process (the stripe cleaner), as its owner reports it.
+type Job struct {
+	Name       string
+	Phase      string // "" when idle between runs
+	Done       int
+	Total      int
+	ETASeconds float64
+	Summary    string // one line: what the last run did
+}
+
 // Members lists the map's members with the figures of their last
 // heartbeat (capacity, used bytes, degraded stripes) from Live, for every
 // kind of member: the one source `atoll status`, `status --json` and the
@@ -521,3 +532,6 @@ func (r *StatusResp) Decode(d *wire.Dec) {
 		}
 	}
 }
+
+// MaxMsg bounds a manager message (a map of ~10^4 members fits).
+const MaxMsg = 8 << 20

@@ -33,12 +33,12 @@ type ReplicaSet struct {
 	Origin []uint32 `json:"origin"`
 }
 
-// maxReplicaSets bounds the islands a placement names (island ids are at
+// MaxReplicaSets bounds the islands a placement names (island ids are at
 // most 1024); maxSetSize the replicas of one island.
 const (
-	maxReplicaSets = 1 << 10
+	MaxReplicaSets = 1 << 10
 	maxSetSize     = 5
-	maxServers     = 1 << 12
+	MaxServers     = 1 << 12
 )
 
 // ReplicaSet returns island's placement, if the map records one.
@@ -83,7 +83,7 @@ func PlanNewIsland(m *Map, replicas int) (ReplicaSet, error) {
 	for _, is := range m.Islands {
 		id = max(id, is.ID)
 	}
-	if id+1 > maxReplicaSets {
+	if id+1 > MaxReplicaSets {
 		return ReplicaSet{}, fmt.Errorf("%w: island ids exhausted", ErrBadRequest)
 	}
 	order := slices.Clone(eligible)
@@ -181,7 +181,7 @@ func cloneSets(sets []ReplicaSet) []ReplicaSet {
 // bounded addresses) and the replica sets (sorted by island, unique; 1..5
 // distinct registered servers each, none out).
 func (m *Map) validatePlacement() error {
-	if len(m.IslandServers) > maxServers || len(m.Replicas) > maxReplicaSets {
+	if len(m.IslandServers) > MaxServers || len(m.Replicas) > MaxReplicaSets {
 		return fmt.Errorf("%w: %d island servers, %d replica sets", ErrBadRequest, len(m.IslandServers), len(m.Replicas))
 	}
 	prev := int64(0)
@@ -248,7 +248,7 @@ func (m *Map) applyIslandServer(servers []IslandServer, seed []ReplicaSet) (bool
 		if s.ID == 0 {
 			return false, fmt.Errorf("%w: island server id 0", ErrBadRequest)
 		}
-		if err := validateAddr(fmt.Sprintf("island server %d raft", s.ID), s.RaftAddr); err != nil {
+		if err := ValidateAddr(fmt.Sprintf("island server %d raft", s.ID), s.RaftAddr); err != nil {
 			return false, err
 		}
 		i := slices.IndexFunc(next, func(o IslandServer) bool { return o.ID == s.ID })
@@ -293,7 +293,7 @@ func (m *Map) applySetReplicas(sets []ReplicaSet, out []uint32) (bool, error) {
 		c.IslandServers[i].Out = true
 	}
 	for _, set := range sets {
-		if set.Island == 0 || set.Island > maxReplicaSets {
+		if set.Island == 0 || set.Island > MaxReplicaSets {
 			return false, fmt.Errorf("%w: island %d", ErrBadRequest, set.Island)
 		}
 		// A placed island keeps its origin; a new one is a new group,
@@ -364,45 +364,6 @@ func (c *Client) RegisterIslandServer(ctx context.Context, servers []IslandServe
 // returns the resulting epoch.
 func (c *Client) SetReplicas(ctx context.Context, sets []ReplicaSet, out []uint32) (uint64, error) {
 	return c.callEpoch(ctx, OpSetReplicas, Marshal(&SetReplicasReq{Sets: sets, Out: out}))
-}
-
-func (m *Manager) handlePlacement(req *wire.Request) (wire.Response, error) {
-	c := &command{}
-	switch req.Op {
-	case OpIslandServer:
-		var r IslandServerReq
-		if err := Unmarshal(req.Msg, &r); err != nil {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
-		}
-		c.Type, c.Servers, c.Sets = cmdIslandServer, r.Servers, r.Seed
-	default:
-		var r SetReplicasReq
-		if err := Unmarshal(req.Msg, &r); err != nil {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
-		}
-		c.Type, c.Sets, c.Out = cmdSetReplicas, r.Sets, r.Out
-	}
-	if len(c.Servers) > maxServers || len(c.Sets) > maxReplicaSets || len(c.Out) > maxServers {
-		return wire.Response{}, fmt.Errorf("cluster: %s: %w: too many servers or sets", opName(req.Op), ErrBadRequest)
-	}
-	if err := m.leaderCheck(); err != nil {
-		return wire.Response{}, err
-	}
-	res, err := m.apply(c)
-	if err != nil {
-		return wire.Response{}, fmt.Errorf("cluster: %s: %w", opName(req.Op), err)
-	}
-	if res.Changed {
-		m.log.Info("manager: "+opName(req.Op), "servers", len(c.Servers), "sets", len(c.Sets), "out", c.Out, "epoch", res.Epoch)
-		if req.Op == OpSetReplicas {
-			var islands []uint32
-			for _, set := range c.Sets {
-				islands = append(islands, set.Island)
-			}
-			m.noteReplicaMoves(islands)
-		}
-	}
-	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
 }
 
 // PlanReplicas plans the placement after removing the servers of remove:
@@ -501,7 +462,7 @@ func SameServers(a, b []uint32) bool {
 // leaders) and not the emptiest gives its place to the emptiest; for
 // leaders, a set that holds the emptiest as a follower swaps the two.
 func spread(sets []ReplicaSet, eligible []uint32, count map[uint32]int, leaders bool) {
-	for range 4 * maxReplicaSets {
+	for range 4 * MaxReplicaSets {
 		hi, lo := eligible[0], eligible[0]
 		for _, id := range eligible {
 			if count[id] > count[hi] {

@@ -13,10 +13,10 @@ import (
 // leave the map as it was.
 func TestReplicaPlacement(t *testing.T) {
 	m := sampleMap()
-	apply := func(c command) (bool, error) { t.Helper(); return applyEncoded(t, m, c) }
+	apply := func(c Command) (bool, error) { t.Helper(); return applyEncoded(t, m, c) }
 	static := []IslandServer{{ID: 1, RaftAddr: "127.0.0.1:7510"}, {ID: 2, RaftAddr: "127.0.0.1:7511"}, {ID: 3, RaftAddr: "127.0.0.1:7512"}}
 	seed := []ReplicaSet{{Island: 2, Servers: []uint32{2, 3, 1}}, {Island: 1, Servers: []uint32{1, 2, 3}}}
-	if ch, err := apply(command{Type: cmdIslandServer, Servers: static, Sets: seed}); err != nil || !ch {
+	if ch, err := apply(Command{Type: CmdIslandServer, Servers: static, Sets: seed}); err != nil || !ch {
 		t.Fatalf("first registration: %v %v", ch, err)
 	}
 	if set, ok := m.ReplicaSet(1); !ok || !slices.Equal(set, []uint32{1, 2, 3}) {
@@ -24,11 +24,11 @@ func TestReplicaPlacement(t *testing.T) {
 	}
 	// The same registration again changes nothing; another seed is ignored.
 	other := []ReplicaSet{{Island: 1, Servers: []uint32{3}}}
-	if ch, err := apply(command{Type: cmdIslandServer, Servers: []IslandServer{static[1], static[0]}, Sets: other}); err != nil || ch {
+	if ch, err := apply(Command{Type: CmdIslandServer, Servers: []IslandServer{static[1], static[0]}, Sets: other}); err != nil || ch {
 		t.Fatalf("second registration: %v %v", ch, err)
 	}
 	// A server's own registration updates its address; a list does not.
-	if ch, err := apply(command{Type: cmdIslandServer, Servers: []IslandServer{{ID: 2, RaftAddr: "127.0.0.1:9911"}, {ID: 1, RaftAddr: "127.0.0.1:1"}}}); err != nil || !ch {
+	if ch, err := apply(Command{Type: CmdIslandServer, Servers: []IslandServer{{ID: 2, RaftAddr: "127.0.0.1:9911"}, {ID: 1, RaftAddr: "127.0.0.1:1"}}}); err != nil || !ch {
 		t.Fatalf("readdress: %v %v", ch, err)
 	}
 	if s, _ := m.IslandServer(2); s.RaftAddr != "127.0.0.1:9911" {
@@ -37,7 +37,7 @@ func TestReplicaPlacement(t *testing.T) {
 	if s, _ := m.IslandServer(1); s.RaftAddr != "127.0.0.1:7510" {
 		t.Fatalf("server 1 readdressed by another's list: %+v", s)
 	}
-	if ch, err := apply(command{Type: cmdIslandServer, Servers: []IslandServer{{ID: 4, RaftAddr: "127.0.0.1:7513"}}}); err != nil || !ch {
+	if ch, err := apply(Command{Type: CmdIslandServer, Servers: []IslandServer{{ID: 4, RaftAddr: "127.0.0.1:7513"}}}); err != nil || !ch {
 		t.Fatalf("join: %v %v", ch, err)
 	}
 	got, err := DecodeMap(EncodeMap(m))
@@ -45,15 +45,15 @@ func TestReplicaPlacement(t *testing.T) {
 		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, m)
 	}
 	before := m.Clone()
-	for _, bad := range []command{
-		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 9}}}},          // unknown server
-		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 1, 2}}}},       // twice
-		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1}}},                                   // empty
-		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 0, Servers: []uint32{1}}}},             // island 0
-		{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 2, 3, 4, 1}}}}, // twice again
-		{Type: cmdSetReplicas, Out: []uint32{3}},                                                  // out but holding replicas
-		{Type: cmdIslandServer, Servers: []IslandServer{{ID: 5, RaftAddr: "nope"}}},               // bad address
-		{Type: cmdIslandServer}, // nobody
+	for _, bad := range []Command{
+		{Type: CmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 9}}}},          // unknown server
+		{Type: CmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 1, 2}}}},       // twice
+		{Type: CmdSetReplicas, Sets: []ReplicaSet{{Island: 1}}},                                   // empty
+		{Type: CmdSetReplicas, Sets: []ReplicaSet{{Island: 0, Servers: []uint32{1}}}},             // island 0
+		{Type: CmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 2, 3, 4, 1}}}}, // twice again
+		{Type: CmdSetReplicas, Out: []uint32{3}},                                                  // out but holding replicas
+		{Type: CmdIslandServer, Servers: []IslandServer{{ID: 5, RaftAddr: "nope"}}},               // bad address
+		{Type: CmdIslandServer},
 	} {
 		if _, err := apply(bad); err == nil {
 			t.Fatalf("%s %+v accepted", bad.Type, bad)
@@ -64,10 +64,10 @@ func TestReplicaPlacement(t *testing.T) {
 	}
 	// Moving island 1's replica off server 3 onto 4 and marking 3 out
 	// needs island 2 off it too.
-	if _, err := apply(command{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 2, 4}}}, Out: []uint32{3}}); err == nil {
+	if _, err := apply(Command{Type: CmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 2, 4}}}, Out: []uint32{3}}); err == nil {
 		t.Fatal("server 3 marked out while island 2 is on it")
 	}
-	if ch, err := apply(command{Type: cmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 2, 4}}, {Island: 2, Servers: []uint32{2, 4, 1}}}, Out: []uint32{3}}); err != nil || !ch {
+	if ch, err := apply(Command{Type: CmdSetReplicas, Sets: []ReplicaSet{{Island: 1, Servers: []uint32{1, 2, 4}}, {Island: 2, Servers: []uint32{2, 4, 1}}}, Out: []uint32{3}}); err != nil || !ch {
 		t.Fatalf("set: %v %v", ch, err)
 	}
 	if s, _ := m.IslandServer(3); !s.Out {
@@ -89,7 +89,7 @@ func TestReplicaPlacement(t *testing.T) {
 	if _, err := PlanNewIsland(m, 5); err == nil {
 		t.Fatal("5 replicas planned on 3 servers")
 	}
-	if _, err := apply(command{Type: cmdSetReplicas, Sets: []ReplicaSet{set}}); err != nil {
+	if _, err := apply(Command{Type: CmdSetReplicas, Sets: []ReplicaSet{set}}); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := m.Placement(3); !slices.Equal(p.Origin, set.Servers) {
@@ -134,12 +134,12 @@ func TestPlanReplicas(t *testing.T) {
 				}
 				seed = append(seed, ReplicaSet{Island: uint32(k), Servers: on})
 			}
-			if _, err := m.apply(&command{Type: cmdIslandServer, Servers: servers, Sets: seed}); err != nil {
+			if _, err := m.Apply(&Command{Type: CmdIslandServer, Servers: servers, Sets: seed}); err != nil {
 				t.Fatal(err)
 			}
 			for i := 1; i <= tc.add; i++ {
 				id := uint32(tc.servers + i)
-				if _, err := m.apply(&command{Type: cmdIslandServer, Servers: []IslandServer{{ID: id, RaftAddr: fmt.Sprintf("127.0.0.1:%d", 7000+id)}}}); err != nil {
+				if _, err := m.Apply(&Command{Type: CmdIslandServer, Servers: []IslandServer{{ID: id, RaftAddr: fmt.Sprintf("127.0.0.1:%d", 7000+id)}}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -147,7 +147,7 @@ func TestPlanReplicas(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := m.apply(&command{Type: cmdSetReplicas, Sets: sets, Out: tc.remove}); err != nil {
+			if _, err := m.Apply(&Command{Type: CmdSetReplicas, Sets: sets, Out: tc.remove}); err != nil {
 				t.Fatalf("plan %v refused: %v", sets, err)
 			}
 			load, lead := map[uint32]int{}, map[uint32]int{}

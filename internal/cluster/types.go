@@ -447,13 +447,13 @@ func (m *Map) ManagerAddrs() []string {
 // fields (heartbeat times and usage statistics).
 func (m *Map) SameContent(o *Map) bool {
 	a, b := m.Clone(), o.Clone()
-	a.stripLive()
-	b.stripLive()
+	a.StripLive()
+	b.StripLive()
 	return slices.Equal(EncodeMap(a), EncodeMap(b))
 }
 
-// stripLive zeroes the unreplicated fields.
-func (m *Map) stripLive() {
+// StripLive zeroes the unreplicated fields.
+func (m *Map) StripLive() {
 	for i := range m.Storage {
 		s := &m.Storage[i]
 		s.LastHeartbeat, s.CapacityBytes, s.UsedBytes, s.Degraded = time.Time{}, 0, 0, 0

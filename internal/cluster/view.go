@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/auth"
 
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/namespace"
@@ -47,7 +48,7 @@ func NewView(ctx context.Context, c *Client) (*View, error) {
 // that retrying cannot change (a key this cluster refuses, a malformed
 // request) return at once.
 func WaitView(ctx context.Context, c *Client, log *slog.Logger, who string) (*View, error) {
-	bo := backoff{min: 500 * time.Millisecond, max: 10 * time.Second}
+	bo := Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
 	for {
 		v, err := NewView(ctx, c)
 		if err == nil {
@@ -57,9 +58,9 @@ func WaitView(ctx context.Context, c *Client, log *slog.Logger, who string) (*Vi
 			errors.Is(err, auth.ErrForbidden) || errors.Is(err, ErrBadRequest) {
 			return nil, err
 		}
-		wait := bo.next()
+		wait := bo.Next()
 		log.Warn(who+": cannot reach the cluster manager; retrying", "retry_in", wait.Round(time.Millisecond), "err", err)
-		if !sleepCtx(ctx, wait) {
+		if !SleepCtx(ctx, wait) {
 			return nil, err
 		}
 	}

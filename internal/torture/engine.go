@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -22,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/auth"
 
 	"github.com/anishathalye/porcupine"
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/manager"
 	"github.com/atoll-fs/atoll/internal/web"
 )
 
@@ -22,9 +23,9 @@ var indexHTML []byte
 // initialMarker is replaced in indexHTML by the JSON view at serving time.
 var initialMarker = []byte("/*ATOLL_INITIAL*/null")
 
-// Source gives the dashboard its data; *cluster.Manager is one.
+// Source gives the dashboard its data; *manager.Manager is one.
 type Source interface {
-	Snapshot() cluster.Snapshot
+	Snapshot() manager.Snapshot
 }
 
 // Handler serves the page, /api/cluster and, when reg is not nil, /metrics.
@@ -230,7 +231,7 @@ func Name(k cluster.MemberKey) string {
 }
 
 // Build turns a snapshot into the view.
-func Build(sn cluster.Snapshot) View {
+func Build(sn manager.Snapshot) View {
 	mp := sn.Map
 	if mp == nil {
 		mp = &cluster.Map{}
@@ -241,7 +242,7 @@ func Build(sn cluster.Snapshot) View {
 			Voters: len(sn.Voters), Heartbeats: sn.RaftState == "Leader"},
 		Members: []MemberView{}, Islands: []IslandView{},
 		Table:      TableView{Depth: mp.Table.Depth, Size: len(mp.Table.Entries), Owners: slices.Clone(mp.Table.Entries)},
-		Throughput: ThroughputView{StepSeconds: cluster.ThroughputStep.Seconds(), Points: []Point{}},
+		Throughput: ThroughputView{StepSeconds: manager.ThroughputStep.Seconds(), Points: []Point{}},
 	}
 	if v.Table.Owners == nil {
 		v.Table.Owners = []uint32{}

@@ -12,13 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/manager"
 )
 
-type fakeSource struct{ sn cluster.Snapshot }
+type fakeSource struct{ sn manager.Snapshot }
 
-func (f fakeSource) Snapshot() cluster.Snapshot { return f.sn }
+func (f fakeSource) Snapshot() manager.Snapshot { return f.sn }
 
-func testSnapshot() cluster.Snapshot {
+func testSnapshot() manager.Snapshot {
 	now := time.Unix(1_800_000_000, 0)
 	mp := &cluster.Map{
 		Epoch: 12, Formatted: true, DefaultPolicy: "ec:2+1",
@@ -31,7 +32,7 @@ func testSnapshot() cluster.Snapshot {
 		Table:    cluster.Table{Depth: 2, Entries: []uint32{1, 2, 1, 2}},
 	}
 	k0, k1 := cluster.MemberKey{Kind: cluster.KindStorage, ID: 0}, cluster.MemberKey{Kind: cluster.KindStorage, ID: 1}
-	return cluster.Snapshot{
+	return manager.Snapshot{
 		Status: cluster.Status{Map: mp, Self: "m1", RaftState: "Leader", LeaderID: "m1", Leader: "127.0.0.1:7300", Term: 3,
 			Live: []cluster.MemberLive{
 				{Key: k0, LastHeartbeat: now.Add(-time.Second), Stats: cluster.MemberStats{CapacityBytes: 1000, UsedBytes: 400,
@@ -42,8 +43,8 @@ func testSnapshot() cluster.Snapshot {
 					Locks:  &cluster.LockStats{Locks: 2, OpenHeld: 5, OpenLocal: 1}}},
 			}},
 		Now:   now,
-		Rates: map[cluster.MemberKey]cluster.Rates{k0: {WriteBytesPerSec: 50}, k1: {WriteBytesPerSec: 70}},
-		Throughput: []cluster.ThroughputPoint{
+		Rates: map[cluster.MemberKey]manager.Rates{k0: {WriteBytesPerSec: 50}, k1: {WriteBytesPerSec: 70}},
+		Throughput: []manager.ThroughputPoint{
 			{Time: now.Add(-2 * time.Second), WriteBytesPerSec: 120},
 			{Time: now, ReadBytesPerSec: 10},
 		},
@@ -92,7 +93,7 @@ func TestBuild(t *testing.T) {
 	if len(v.Islands) != 2 || len(v.Islands[0].Entries) != 2 || v.Islands[0].Entries[1] != 2 || v.Islands[1].Share != 0.5 {
 		t.Errorf("islands: %+v", v.Islands)
 	}
-	if len(v.Throughput.Points) != 2 || v.Throughput.Points[0].Write != 120 || v.Throughput.StepSeconds != cluster.ThroughputStep.Seconds() {
+	if len(v.Throughput.Points) != 2 || v.Throughput.Points[0].Write != 120 || v.Throughput.StepSeconds != manager.ThroughputStep.Seconds() {
 		t.Errorf("throughput: %+v", v.Throughput)
 	}
 
@@ -106,7 +107,7 @@ func TestBuild(t *testing.T) {
 	}
 
 	// A follower (or a manager before any registration) still renders.
-	empty := Build(cluster.Snapshot{Status: cluster.Status{RaftState: "Follower"}})
+	empty := Build(manager.Snapshot{Status: cluster.Status{RaftState: "Follower"}})
 	if empty.Raft.Heartbeats || empty.Members == nil || empty.Islands == nil || empty.Table.Owners == nil || empty.Throughput.Points == nil {
 		t.Errorf("empty view has nulls: %+v", empty)
 	}

@@ -10,7 +10,7 @@
 //	GET /api/cluster  the view as JSON (View); the page polls it every 1.5s
 //	GET /metrics      the manager's Prometheus registry
 //
-// The view is built from one cluster.Snapshot: the map, the raft view and,
+// The view is built from one manager.Snapshot: the map, the raft view and,
 // on the leader, the heartbeat table with each member's cumulative
 // counters and the rates derived from their history. A follower answers
 // with its replicated map only (no heartbeats, rates or throughput;

@@ -1,4 +1,4 @@
-package cluster
+package manager
 
 import (
 	"cmp"
@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/atoll-fs/atoll/internal/auth"
-	"github.com/atoll-fs/atoll/internal/raftlog"
 	"log/slog"
 	"net"
 	"os"
@@ -19,6 +17,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/cluster"
+	"github.com/atoll-fs/atoll/internal/raftlog"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -196,7 +198,7 @@ func (c Config) withDefaults() Config {
 // liveInfo is the leader's in-memory record of a member's heartbeats.
 type liveInfo struct {
 	last  time.Time
-	stats MemberStats
+	stats cluster.MemberStats
 	hist  *sampleRing // counters of the last HistoryLen heartbeats
 }
 
@@ -224,25 +226,14 @@ type Manager struct {
 		// not a ready leader.
 		leaderTerm  uint64
 		leaderSince time.Time
-		live        map[MemberKey]liveInfo
-		jobs        func() []Job
+		live        map[cluster.MemberKey]liveInfo
+		jobs        func() []cluster.Job
 		progress    moveProgress
 	}
 }
 
-// Job is the progress of a background job running in the manager's
-// process (the stripe cleaner), as its owner reports it.
-type Job struct {
-	Name       string
-	Phase      string // "" when idle between runs
-	Done       int
-	Total      int
-	ETASeconds float64
-	Summary    string // one line: what the last run did
-}
-
 // SetJobs installs the function Status calls to list background jobs.
-func (m *Manager) SetJobs(fn func() []Job) {
+func (m *Manager) SetJobs(fn func() []cluster.Job) {
 	m.mu.Lock()
 	m.mu.jobs = fn
 	m.mu.Unlock()
@@ -340,7 +331,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	var verifier *auth.Verifier
 	if cfg.Key != nil {
-		FollowRevocations(cfg.Key)
+		cluster.FollowRevocations(cfg.Key)
 		if verifier, err = auth.NewVerifier(cfg.Key); err != nil {
 			return nil, fmt.Errorf("manager: %w", err)
 		}
@@ -350,8 +341,8 @@ func New(cfg Config) (*Manager, error) {
 		Auth:      verifier,
 		Handler:   m.handle,
 		Logger:    m.log,
-		ErrorCode: statusOf,
-		Limits:    wire.Limits{MaxMsg: maxMsg, MaxPayload: 1 << 10},
+		ErrorCode: cluster.StatusOf,
+		Limits:    wire.Limits{MaxMsg: cluster.MaxMsg, MaxPayload: 1 << 10},
 	})
 	if err != nil {
 		return nil, err
@@ -364,9 +355,6 @@ func New(cfg Config) (*Manager, error) {
 	ok = true
 	return m, nil
 }
-
-// maxMsg bounds a manager message (a map of ~10^4 members fits).
-const maxMsg = 8 << 20
 
 // lockDir takes DIR/LOCK so two managers never share a directory.
 func lockDir(dir string) (*os.File, error) {
@@ -387,7 +375,7 @@ func nodeID(dir string) (string, error) {
 	path := filepath.Join(dir, "node-id")
 	if b, err := os.ReadFile(path); err == nil {
 		id := strings.TrimSpace(string(b))
-		if id == "" || len(id) > maxRaftIDLen {
+		if id == "" || len(id) > cluster.MaxRaftIDLen {
 			return "", fmt.Errorf("manager: %s: bad node id %q", path, id)
 		}
 		return id, nil
@@ -428,7 +416,7 @@ func (m *Manager) IsLeader() bool { return m.leaderCheck() == nil }
 
 // Map returns this manager's current map (with heartbeat data when it is
 // the leader).
-func (m *Manager) Map() *Map { return m.currentMap() }
+func (m *Manager) Map() *cluster.Map { return m.currentMap() }
 
 // Run serves until ctx is done, then stops serving, hands leadership to
 // another voter when there is one, and shuts raft down cleanly.
@@ -512,10 +500,10 @@ func (m *Manager) closeResources() {
 // joinLoop asks the existing group to add this manager as a voter,
 // retrying until it succeeds or ctx is done.
 func (m *Manager) joinLoop(ctx context.Context) {
-	cl := NewClient([]string{m.cfg.Join}, m.cfg.Key, m.log)
+	cl := cluster.NewClient([]string{m.cfg.Join}, m.cfg.Key, m.log)
 	defer cl.Close()
-	req := JoinReq{RaftID: m.id, RaftAddr: m.RaftAddr(), ClientAddr: m.Addr()}
-	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	req := cluster.JoinReq{RaftID: m.id, RaftAddr: m.RaftAddr(), ClientAddr: m.Addr()}
+	bo := cluster.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		err := cl.Join(ctx, req)
 		if err == nil {
@@ -525,12 +513,12 @@ func (m *Manager) joinLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, ErrBadRequest) {
+		if errors.Is(err, cluster.ErrBadRequest) {
 			m.log.Error("manager: join refused", "via", m.cfg.Join, "err", err)
 			return
 		}
 		m.log.Warn("manager: join failed; retrying", "via", m.cfg.Join, "err", err)
-		if !sleepCtx(ctx, bo.next()) {
+		if !cluster.SleepCtx(ctx, bo.Next()) {
 			return
 		}
 	}
@@ -563,9 +551,9 @@ func (m *Manager) leaderCheck() error {
 		if ready {
 			return nil
 		}
-		return fmt.Errorf("%w: leader is starting", ErrUnavailable)
+		return fmt.Errorf("%w: leader is starting", cluster.ErrUnavailable)
 	}
-	nl := &NotLeaderError{Leader: m.leaderClientAddr()}
+	nl := &cluster.NotLeaderError{Leader: m.leaderClientAddr()}
 	if nl.Leader == m.Addr() {
 		nl.Leader = "" // raft's view lags ours; let the client wait
 	}
@@ -573,21 +561,21 @@ func (m *Manager) leaderCheck() error {
 }
 
 // apply commits one command through raft and returns the FSM's result.
-func (m *Manager) apply(c *command) (*applyResult, error) {
-	f := m.raft.Apply(c.encode(), m.cfg.ApplyTimeout)
+func (m *Manager) apply(c *cluster.Command) (*applyResult, error) {
+	f := m.raft.Apply(c.Encode(), m.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 			errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return nil, &NotLeaderError{Leader: m.leaderClientAddr()}
+			return nil, &cluster.NotLeaderError{Leader: m.leaderClientAddr()}
 		case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout):
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %v", cluster.ErrUnavailable, err)
 		}
-		return nil, fmt.Errorf("%w: raft apply %s: %v", ErrInternal, c.Type, err)
+		return nil, fmt.Errorf("%w: raft apply %s: %v", cluster.ErrInternal, c.Type, err)
 	}
 	res, ok := f.Response().(*applyResult)
 	if !ok {
-		return nil, fmt.Errorf("%w: raft apply %s: unexpected result %T", ErrInternal, c.Type, f.Response())
+		return nil, fmt.Errorf("%w: raft apply %s: unexpected result %T", cluster.ErrInternal, c.Type, f.Response())
 	}
 	if res.Err != nil {
 		return nil, res.Err
@@ -597,7 +585,7 @@ func (m *Manager) apply(c *command) (*applyResult, error) {
 
 // currentMap is the FSM's map, with the heartbeat table overlaid when this
 // manager is the leader.
-func (m *Manager) currentMap() *Map {
+func (m *Manager) currentMap() *cluster.Map {
 	mp := m.fsm.Map()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -606,18 +594,18 @@ func (m *Manager) currentMap() *Map {
 	}
 	for i := range mp.Storage {
 		s := &mp.Storage[i]
-		if li, ok := m.mu.live[MemberKey{KindStorage, uint32(s.Slot)}]; ok {
+		if li, ok := m.mu.live[cluster.MemberKey{Kind: cluster.KindStorage, ID: uint32(s.Slot)}]; ok {
 			s.LastHeartbeat = li.last
 			s.CapacityBytes, s.UsedBytes, s.Degraded = li.stats.CapacityBytes, li.stats.UsedBytes, li.stats.Degraded
 		}
 	}
 	for i := range mp.Islands {
-		if li, ok := m.mu.live[MemberKey{KindIsland, mp.Islands[i].ID}]; ok {
+		if li, ok := m.mu.live[cluster.MemberKey{Kind: cluster.KindIsland, ID: mp.Islands[i].ID}]; ok {
 			mp.Islands[i].LastHeartbeat = li.last
 		}
 	}
 	for i := range mp.Gateways {
-		if li, ok := m.mu.live[MemberKey{KindGateway, mp.Gateways[i].ID}]; ok {
+		if li, ok := m.mu.live[cluster.MemberKey{Kind: cluster.KindGateway, ID: mp.Gateways[i].ID}]; ok {
 			mp.Gateways[i].LastHeartbeat = li.last
 		}
 	}
@@ -625,7 +613,7 @@ func (m *Manager) currentMap() *Map {
 }
 
 // touch records a sign of life from a member (leader only).
-func (m *Manager) touch(k MemberKey, stats *MemberStats) {
+func (m *Manager) touch(k cluster.MemberKey, stats *cluster.MemberStats) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.mu.live == nil {
@@ -647,8 +635,8 @@ func (m *Manager) touch(k MemberKey, stats *MemberStats) {
 // only holders of the cluster key may register or heartbeat as one (a
 // forged storage member would be handed stripes); gateways and mounts
 // register with their user keys.
-func memberAllowed(p auth.Peer, k MemberKey) error {
-	if k.Kind == KindGateway {
+func memberAllowed(p auth.Peer, k cluster.MemberKey) error {
+	if k.Kind == cluster.KindGateway {
 		return nil
 	}
 	return p.Allow(auth.CapMember, "registering "+k.String())
@@ -660,80 +648,80 @@ func memberAllowed(p auth.Peer, k MemberKey) error {
 // an existing member needs it), and only admin keys change the map.
 func needs(op uint16) auth.Caps {
 	switch op {
-	case OpGetMap, OpStatus:
+	case cluster.OpGetMap, cluster.OpStatus:
 		return auth.CapRead
-	case OpRegister, OpHeartbeat:
+	case cluster.OpRegister, cluster.OpHeartbeat:
 		return auth.CapWrite // and CapMember unless a gateway: memberAllowed
-	case OpJoin, OpFinishMove, OpIslandServer:
+	case cluster.OpJoin, cluster.OpFinishMove, cluster.OpIslandServer:
 		return auth.CapMember
 	}
 	return auth.CapAdmin
 }
 
 func (m *Manager) handle(ctx context.Context, req *wire.Request) (wire.Response, error) {
-	if err := req.Peer.Allow(needs(req.Op), opName(req.Op)); err != nil {
+	if err := req.Peer.Allow(needs(req.Op), cluster.OpName(req.Op)); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: %w", err)
 	}
 	switch req.Op {
-	case OpGetMap:
+	case cluster.OpGetMap:
 		return m.handleGetMap(req)
-	case OpRegister:
+	case cluster.OpRegister:
 		return m.handleRegister(req)
-	case OpHeartbeat:
+	case cluster.OpHeartbeat:
 		return m.handleHeartbeat(req)
-	case OpSetState:
+	case cluster.OpSetState:
 		return m.handleSetState(req)
-	case OpFormat:
+	case cluster.OpFormat:
 		return m.handleFormat(req)
-	case OpJoin:
+	case cluster.OpJoin:
 		return m.handleJoin(req)
-	case OpStatus:
+	case cluster.OpStatus:
 		return m.handleStatus(req)
-	case OpSetTable:
+	case cluster.OpSetTable:
 		return m.handleSetTable(req)
-	case OpSetPolicy:
+	case cluster.OpSetPolicy:
 		return m.handleSetPolicy(req)
-	case OpMoveEntries, OpFinishMove, OpCancelMove:
+	case cluster.OpMoveEntries, cluster.OpFinishMove, cluster.OpCancelMove:
 		return m.handleMove(req)
-	case OpIslandServer, OpSetReplicas:
+	case cluster.OpIslandServer, cluster.OpSetReplicas:
 		return m.handlePlacement(req)
-	case OpRemove:
+	case cluster.OpRemove:
 		return m.handleRemove(req)
-	case OpRevoke:
+	case cluster.OpRevoke:
 		return m.handleRevoke(req)
 	}
-	return wire.Response{}, fmt.Errorf("cluster: op %d: %w: unknown operation", req.Op, ErrBadRequest)
+	return wire.Response{}, fmt.Errorf("cluster: op %d: %w: unknown operation", req.Op, cluster.ErrBadRequest)
 }
 
 func (m *Manager) handleGetMap(req *wire.Request) (wire.Response, error) {
-	var r GetMapReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.GetMapReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: get-map: %w", err)
 	}
 	mp := m.currentMap()
 	if mp.Epoch < r.MinEpoch {
-		return wire.Response{}, fmt.Errorf("cluster: get-map: %w: this manager has epoch %d, want %d", ErrStaleEpoch, mp.Epoch, r.MinEpoch)
+		return wire.Response{}, fmt.Errorf("cluster: get-map: %w: this manager has epoch %d, want %d", cluster.ErrStaleEpoch, mp.Epoch, r.MinEpoch)
 	}
-	return wire.Response{Msg: EncodeMap(mp)}, nil
+	return wire.Response{Msg: cluster.EncodeMap(mp)}, nil
 }
 
 func (m *Manager) handleRegister(req *wire.Request) (wire.Response, error) {
-	var r RegisterReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.RegisterReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: register: %w", err)
 	}
-	k := MemberKey{r.Kind, r.ID}
-	if err := validateKey(k); err != nil {
+	k := cluster.MemberKey{Kind: r.Kind, ID: r.ID}
+	if err := cluster.ValidateKey(k); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: register: %w", err)
 	}
 	if err := memberAllowed(req.Peer, k); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: register: %w", err)
 	}
-	if err := validateAddr(k.String(), r.Addr); err != nil {
+	if err := cluster.ValidateAddr(k.String(), r.Addr); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: register: %w", err)
 	}
 	if r.PID < 0 {
-		return wire.Response{}, fmt.Errorf("cluster: register %s: %w: negative pid", k, ErrBadRequest)
+		return wire.Response{}, fmt.Errorf("cluster: register %s: %w: negative pid", k, cluster.ErrBadRequest)
 	}
 	if err := m.leaderCheck(); err != nil {
 		return wire.Response{}, err
@@ -741,7 +729,7 @@ func (m *Manager) handleRegister(req *wire.Request) (wire.Response, error) {
 	// Record the sign of life first, so the monitor never sees the member
 	// up without one.
 	m.touch(k, nil)
-	c := &command{Type: cmdRegister, Key: k, Addr: r.Addr, PID: r.PID}
+	c := &cluster.Command{Type: cluster.CmdRegister, Key: k, Addr: r.Addr, PID: r.PID}
 	if !req.Peer.Caps.Has(auth.CapMember) {
 		c.Owner = req.Peer.Name
 	}
@@ -752,16 +740,16 @@ func (m *Manager) handleRegister(req *wire.Request) (wire.Response, error) {
 	if res.Changed {
 		m.log.Info("manager: member registered", "member", k.String(), "addr", r.Addr, "pid", r.PID, "epoch", res.Epoch)
 	}
-	return wire.Response{Msg: EncodeMap(m.currentMap())}, nil
+	return wire.Response{Msg: cluster.EncodeMap(m.currentMap())}, nil
 }
 
 func (m *Manager) handleHeartbeat(req *wire.Request) (wire.Response, error) {
-	var r HeartbeatReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.HeartbeatReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: heartbeat: %w", err)
 	}
-	k := MemberKey{r.Kind, r.ID}
-	if err := validateKey(k); err != nil {
+	k := cluster.MemberKey{Kind: r.Kind, ID: r.ID}
+	if err := cluster.ValidateKey(k); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: heartbeat: %w", err)
 	}
 	if err := memberAllowed(req.Peer, k); err != nil {
@@ -772,71 +760,71 @@ func (m *Manager) handleHeartbeat(req *wire.Request) (wire.Response, error) {
 	}
 	v, epoch, ok := m.fsm.member(k)
 	if !ok {
-		return wire.Response{}, fmt.Errorf("cluster: heartbeat %s: %w", k, ErrUnknownMember)
+		return wire.Response{}, fmt.Errorf("cluster: heartbeat %s: %w", k, cluster.ErrUnknownMember)
 	}
-	if len(r.Stats.MetricsAddr) > maxMetricsAddr {
+	if len(r.Stats.MetricsAddr) > cluster.MaxMetricsAddr {
 		r.Stats.MetricsAddr = "" // informational only: not worth refusing the heartbeat
 	}
-	if len(r.Stats.Role) > MaxRoleLen {
-		r.Stats.Role = r.Stats.Role[:MaxRoleLen]
+	if len(r.Stats.Role) > cluster.MaxRoleLen {
+		r.Stats.Role = r.Stats.Role[:cluster.MaxRoleLen]
 	}
 	m.touch(k, &r.Stats)
-	resp := HeartbeatResp{Epoch: epoch, State: v.State}
-	if v.State == StateDown {
-		res, err := m.apply(&command{Type: cmdMarkUp, Key: k})
+	resp := cluster.HeartbeatResp{Epoch: epoch, State: v.State}
+	if v.State == cluster.StateDown {
+		res, err := m.apply(&cluster.Command{Type: cluster.CmdMarkUp, Key: k})
 		if err != nil {
 			return wire.Response{}, fmt.Errorf("cluster: heartbeat %s: mark up: %w", k, err)
 		}
 		if res.Changed {
 			m.log.Info("manager: member up again", "member", k.String(), "epoch", res.Epoch)
 		}
-		resp = HeartbeatResp{Epoch: res.Epoch, State: StateUp}
+		resp = cluster.HeartbeatResp{Epoch: res.Epoch, State: cluster.StateUp}
 	}
-	return wire.Response{Msg: Marshal(&resp)}, nil
+	return wire.Response{Msg: cluster.Marshal(&resp)}, nil
 }
 
 func (m *Manager) handleRemove(req *wire.Request) (wire.Response, error) {
-	var r RemoveReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.RemoveReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: remove: %w", err)
 	}
-	k := MemberKey{r.Kind, r.ID}
-	if err := validateKey(k); err != nil {
+	k := cluster.MemberKey{Kind: r.Kind, ID: r.ID}
+	if err := cluster.ValidateKey(k); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: remove: %w", err)
 	}
 	if err := m.leaderCheck(); err != nil {
 		return wire.Response{}, err
 	}
 	if _, _, ok := m.fsm.member(k); !ok {
-		return wire.Response{}, fmt.Errorf("cluster: remove %s: %w", k, ErrUnknownMember)
+		return wire.Response{}, fmt.Errorf("cluster: remove %s: %w", k, cluster.ErrUnknownMember)
 	}
-	res, err := m.apply(&command{Type: cmdRemove, Keys: []MemberKey{k}})
+	res, err := m.apply(&cluster.Command{Type: cluster.CmdRemove, Keys: []cluster.MemberKey{k}})
 	if err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: remove %s: %w", k, err)
 	}
 	m.forget(k)
 	m.log.Info("manager: member removed", "member", k.String(), "epoch", res.Epoch)
-	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+	return wire.Response{Msg: cluster.Marshal(&cluster.EpochResp{Epoch: res.Epoch})}, nil
 }
 
 func (m *Manager) handleRevoke(req *wire.Request) (wire.Response, error) {
-	var r RevokeReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.RevokeReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: revoke: %w", err)
 	}
 	if r.Name == auth.ClusterKeyName {
-		return wire.Response{}, fmt.Errorf("cluster: revoke: %w: the cluster key is revoked by making a new cluster key", ErrBadRequest)
+		return wire.Response{}, fmt.Errorf("cluster: revoke: %w: the cluster key is revoked by making a new cluster key", cluster.ErrBadRequest)
 	}
 	if err := m.leaderCheck(); err != nil {
 		return wire.Response{}, err
 	}
-	res, err := m.apply(&command{Type: cmdRevoke, Owner: r.Name})
+	res, err := m.apply(&cluster.Command{Type: cluster.CmdRevoke, Owner: r.Name})
 	if err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: revoke %q: %w", r.Name, err)
 	}
 	m.followRevocations()
 	m.log.Info("manager: key revoked", "key", r.Name, "epoch", res.Epoch)
-	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+	return wire.Response{Msg: cluster.Marshal(&cluster.EpochResp{Epoch: res.Epoch})}, nil
 }
 
 // followRevocations hands the map's revocations to this manager's own
@@ -848,7 +836,7 @@ func (m *Manager) followRevocations() {
 }
 
 // forget drops removed members from the heartbeat table.
-func (m *Manager) forget(keys ...MemberKey) {
+func (m *Manager) forget(keys ...cluster.MemberKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, k := range keys {
@@ -857,94 +845,94 @@ func (m *Manager) forget(keys ...MemberKey) {
 }
 
 func (m *Manager) handleSetState(req *wire.Request) (wire.Response, error) {
-	var r SetStateReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.SetStateReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: set-state: %w", err)
 	}
-	k := MemberKey{r.Kind, r.ID}
-	if err := validateKey(k); err != nil {
+	k := cluster.MemberKey{Kind: r.Kind, ID: r.ID}
+	if err := cluster.ValidateKey(k); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: set-state: %w", err)
 	}
 	if err := m.leaderCheck(); err != nil {
 		return wire.Response{}, err
 	}
-	res, err := m.apply(&command{Type: cmdSetState, Key: k, State: r.State})
+	res, err := m.apply(&cluster.Command{Type: cluster.CmdSetState, Key: k, State: r.State})
 	if err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: set-state %s %s: %w", k, r.State, err)
 	}
 	if res.Changed {
 		m.log.Info("manager: member state set", "member", k.String(), "state", r.State.String(), "epoch", res.Epoch)
 	}
-	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+	return wire.Response{Msg: cluster.Marshal(&cluster.EpochResp{Epoch: res.Epoch})}, nil
 }
 
 func (m *Manager) handleFormat(req *wire.Request) (wire.Response, error) {
-	var r FormatReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.FormatReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: format: %w", err)
 	}
-	if len(r.Islands) > 1<<MaxTableDepth {
-		return wire.Response{}, fmt.Errorf("cluster: format: %w: %d islands", ErrBadRequest, len(r.Islands))
+	if len(r.Islands) > 1<<cluster.MaxTableDepth {
+		return wire.Response{}, fmt.Errorf("cluster: format: %w: %d islands", cluster.ErrBadRequest, len(r.Islands))
 	}
 	if err := m.leaderCheck(); err != nil {
 		return wire.Response{}, err
 	}
-	res, err := m.apply(&command{Type: cmdFormat, Islands: r.Islands})
+	res, err := m.apply(&cluster.Command{Type: cluster.CmdFormat, Islands: r.Islands})
 	if err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: format: %w", err)
 	}
 	m.log.Info("manager: cluster formatted", "epoch", res.Epoch)
-	return wire.Response{Msg: EncodeMap(m.currentMap())}, nil
+	return wire.Response{Msg: cluster.EncodeMap(m.currentMap())}, nil
 }
 
 func (m *Manager) handleSetTable(req *wire.Request) (wire.Response, error) {
-	var r SetTableReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.SetTableReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: set-table: %w", err)
 	}
-	if err := validateTable(r.Table); err != nil {
+	if err := cluster.ValidateTable(r.Table); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: set-table: %w", err)
 	}
 	if err := m.leaderCheck(); err != nil {
 		return wire.Response{}, err
 	}
-	res, err := m.apply(&command{Type: cmdSetTable, Table: r.Table})
+	res, err := m.apply(&cluster.Command{Type: cluster.CmdSetTable, Table: r.Table})
 	if err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: set-table: %w", err)
 	}
-	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+	return wire.Response{Msg: cluster.Marshal(&cluster.EpochResp{Epoch: res.Epoch})}, nil
 }
 
 func (m *Manager) handleSetPolicy(req *wire.Request) (wire.Response, error) {
-	var r SetPolicyReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.SetPolicyReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: set-policy: %w", err)
 	}
-	if len(r.Policy) > maxPolicyLen {
-		return wire.Response{}, fmt.Errorf("cluster: set-policy: %w: policy too long", ErrBadRequest)
+	if len(r.Policy) > cluster.MaxPolicyLen {
+		return wire.Response{}, fmt.Errorf("cluster: set-policy: %w: policy too long", cluster.ErrBadRequest)
 	}
 	if err := m.leaderCheck(); err != nil {
 		return wire.Response{}, err
 	}
-	res, err := m.apply(&command{Type: cmdSetPolicy, Policy: r.Policy})
+	res, err := m.apply(&cluster.Command{Type: cluster.CmdSetPolicy, Policy: r.Policy})
 	if err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: set-policy %q: %w", r.Policy, err)
 	}
-	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+	return wire.Response{Msg: cluster.Marshal(&cluster.EpochResp{Epoch: res.Epoch})}, nil
 }
 
 func (m *Manager) handleJoin(req *wire.Request) (wire.Response, error) {
-	var r JoinReq
-	if err := Unmarshal(req.Msg, &r); err != nil {
+	var r cluster.JoinReq
+	if err := cluster.Unmarshal(req.Msg, &r); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: join: %w", err)
 	}
-	if r.RaftID == "" || len(r.RaftID) > maxRaftIDLen {
-		return wire.Response{}, fmt.Errorf("cluster: join: %w: raft id %q", ErrBadRequest, r.RaftID)
+	if r.RaftID == "" || len(r.RaftID) > cluster.MaxRaftIDLen {
+		return wire.Response{}, fmt.Errorf("cluster: join: %w: raft id %q", cluster.ErrBadRequest, r.RaftID)
 	}
-	if err := validateAddr("raft", r.RaftAddr); err != nil {
+	if err := cluster.ValidateAddr("raft", r.RaftAddr); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: join %s: %w", r.RaftID, err)
 	}
-	if err := validateAddr("client", r.ClientAddr); err != nil {
+	if err := cluster.ValidateAddr("client", r.ClientAddr); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: join %s: %w", r.RaftID, err)
 	}
 	if err := m.leaderCheck(); err != nil {
@@ -952,7 +940,7 @@ func (m *Manager) handleJoin(req *wire.Request) (wire.Response, error) {
 	}
 	cf := m.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
-		return wire.Response{}, fmt.Errorf("cluster: join %s: %w: configuration: %v", r.RaftID, ErrUnavailable, err)
+		return wire.Response{}, fmt.Errorf("cluster: join %s: %w: configuration: %v", r.RaftID, cluster.ErrUnavailable, err)
 	}
 	present := false
 	for _, s := range cf.Configuration().Servers {
@@ -974,11 +962,11 @@ func (m *Manager) handleJoin(req *wire.Request) (wire.Response, error) {
 		}
 		m.log.Info("manager: added voter", "id", r.RaftID, "raft_addr", r.RaftAddr, "addr", r.ClientAddr)
 	}
-	res, err := m.apply(&command{Type: cmdManager, Manager: ManagerNode{RaftID: r.RaftID, RaftAddr: r.RaftAddr, ClientAddr: r.ClientAddr}})
+	res, err := m.apply(&cluster.Command{Type: cluster.CmdManager, Manager: cluster.ManagerNode{RaftID: r.RaftID, RaftAddr: r.RaftAddr, ClientAddr: r.ClientAddr}})
 	if err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: join %s: %w", r.RaftID, err)
 	}
-	return wire.Response{Msg: Marshal(&EpochResp{Epoch: res.Epoch})}, nil
+	return wire.Response{Msg: cluster.Marshal(&cluster.EpochResp{Epoch: res.Epoch})}, nil
 }
 
 // raftErr classifies an error from a raft membership future.
@@ -986,34 +974,34 @@ func (m *Manager) raftErr(err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return &NotLeaderError{Leader: m.leaderClientAddr()}
+		return &cluster.NotLeaderError{Leader: m.leaderClientAddr()}
 	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout):
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", cluster.ErrUnavailable, err)
 	}
-	return fmt.Errorf("%w: %v", ErrInternal, err)
+	return fmt.Errorf("%w: %v", cluster.ErrInternal, err)
 }
 
 func (m *Manager) handleStatus(req *wire.Request) (wire.Response, error) {
 	if len(req.Msg) != 0 {
-		return wire.Response{}, fmt.Errorf("cluster: status: %w: %d unexpected bytes", ErrBadRequest, len(req.Msg))
+		return wire.Response{}, fmt.Errorf("cluster: status: %w: %d unexpected bytes", cluster.ErrBadRequest, len(req.Msg))
 	}
 	if err := m.leaderCheck(); err != nil {
-		var nl *NotLeaderError
+		var nl *cluster.NotLeaderError
 		if errors.As(err, &nl) && nl.Leader != "" {
 			return wire.Response{}, err // the leader has the heartbeat table
 		}
 		// No leader: answer with this manager's own view.
 	}
 	st := m.status()
-	return wire.Response{Msg: Marshal(&StatusResp{MapBytes: EncodeMap(st.Map), Status: st})}, nil
+	return wire.Response{Msg: cluster.Marshal(&cluster.StatusResp{MapBytes: cluster.EncodeMap(st.Map), Status: st})}, nil
 }
 
 // status is this manager's map (with heartbeat data when it leads), its
 // raft view and its heartbeat table.
-func (m *Manager) status() Status {
+func (m *Manager) status() cluster.Status {
 	mp := m.currentMap()
 	_, leaderID := m.raft.LeaderWithID()
-	st := Status{
+	st := cluster.Status{
 		Map:          mp,
 		Self:         m.id,
 		RaftState:    m.raft.State().String(),
@@ -1025,7 +1013,7 @@ func (m *Manager) status() Status {
 	}
 	if cf := m.raft.GetConfiguration(); cf.Error() == nil {
 		for _, s := range cf.Configuration().Servers {
-			v := Voter{RaftID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter}
+			v := cluster.Voter{RaftID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter}
 			if n, ok := mp.Manager(string(s.ID)); ok {
 				v.ClientAddr = n.ClientAddr
 			}
@@ -1034,21 +1022,21 @@ func (m *Manager) status() Status {
 	}
 	m.mu.Lock()
 	for k, li := range m.mu.live {
-		st.Live = append(st.Live, MemberLive{Key: k, LastHeartbeat: li.last, Stats: li.stats})
+		st.Live = append(st.Live, cluster.MemberLive{Key: k, LastHeartbeat: li.last, Stats: li.stats})
 	}
 	jobs := m.mu.jobs
 	m.mu.Unlock()
 	if jobs != nil {
 		st.Jobs = jobs()
 	}
-	slices.SortFunc(st.Live, func(a, b MemberLive) int { return compareKeys(a.Key, b.Key) })
+	slices.SortFunc(st.Live, func(a, b cluster.MemberLive) int { return compareKeys(a.Key, b.Key) })
 	if m.IsLeader() {
 		st.Jobs = append(st.Jobs, m.moveJobs(&st)...)
 	}
 	return st
 }
 
-func compareKeys(a, b MemberKey) int {
+func compareKeys(a, b cluster.MemberKey) int {
 	if c := cmp.Compare(a.Kind, b.Kind); c != 0 {
 		return c
 	}
@@ -1066,9 +1054,9 @@ type Rates struct {
 // leads, the rates derived from its heartbeat history. A follower has no
 // heartbeat table: its Snapshot has the replicated map only.
 type Snapshot struct {
-	Status
+	cluster.Status
 	Now   time.Time
-	Rates map[MemberKey]Rates
+	Rates map[cluster.MemberKey]Rates
 	// Throughput is the storage servers' summed throughput, one point per
 	// ThroughputStep over the last ThroughputWindow, oldest first.
 	Throughput []ThroughputPoint
@@ -1082,7 +1070,7 @@ func (m *Manager) Throughput() []ThroughputPoint {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, li := range m.mu.live {
-		if k.Kind == KindStorage && li.hist != nil {
+		if k.Kind == cluster.KindStorage && li.hist != nil {
 			storage = append(storage, li.hist)
 		}
 	}
@@ -1091,7 +1079,7 @@ func (m *Manager) Throughput() []ThroughputPoint {
 
 // Snapshot returns the dashboard's view of the cluster.
 func (m *Manager) Snapshot() Snapshot {
-	sn := Snapshot{Status: m.status(), Now: time.Now(), Rates: map[MemberKey]Rates{}}
+	sn := Snapshot{Status: m.status(), Now: time.Now(), Rates: map[cluster.MemberKey]Rates{}}
 	var storage []*sampleRing
 	m.mu.Lock()
 	for k, li := range m.mu.live {
@@ -1101,7 +1089,7 @@ func (m *Manager) Snapshot() Snapshot {
 		var r Rates
 		r.ReadBytesPerSec, r.WriteBytesPerSec, r.OpsPerSec = li.hist.rates(sn.Now)
 		sn.Rates[k] = r
-		if k.Kind == KindStorage {
+		if k.Kind == cluster.KindStorage {
 			storage = append(storage, li.hist)
 		}
 	}

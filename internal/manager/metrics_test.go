@@ -1,42 +1,13 @@
-package cluster
+package manager
 
 import (
-	"reflect"
 	"testing"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
-
-func TestHeartbeatAndStatusEncoding(t *testing.T) {
-	st := MemberStats{CapacityBytes: 1, UsedBytes: 2, Degraded: 3, BytesRead: 4, BytesWritten: 5, Ops: 6,
-		ScrubPassBytes: 7, ScrubPasses: 8, Corrupt: 9, Repairs: 10, MetricsAddr: "127.0.0.1:7600"}
-	leased := st
-	leased.Leases = &LeaseStats{Held: 1, Granted: 2, Broken: 3, Expired: 4, Exclusive: 5, Recalled: 6, Kept: 7, Sent: 8}
-	hb := HeartbeatReq{Kind: KindIsland, ID: 3, Epoch: 42, Stats: leased}
-	var got HeartbeatReq
-	if err := Unmarshal(Marshal(&hb), &got); err != nil || !reflect.DeepEqual(got, hb) {
-		t.Fatalf("heartbeat with leases round trip: %+v, %v", got, err)
-	}
-	hb = HeartbeatReq{Kind: KindStorage, ID: 3, Epoch: 42, Stats: st}
-	got = HeartbeatReq{}
-	if err := Unmarshal(Marshal(&hb), &got); err != nil || !reflect.DeepEqual(got, hb) {
-		t.Fatalf("heartbeat round trip: %+v, %v", got, err)
-	}
-	now := time.Unix(0, time.Now().UnixNano()) // no monotonic reading
-	sr := StatusResp{MapBytes: []byte{1, 2}, Status: Status{Self: "m", RaftState: "Leader", Voters: []Voter{{RaftID: "m", RaftAddr: "a:1", Voter: true}},
-		Live: []MemberLive{{Key: MemberKey{KindIsland, 2}, LastHeartbeat: now, Stats: leased}, {Key: MemberKey{KindStorage, 3}, LastHeartbeat: now, Stats: st}, {Key: MemberKey{KindIsland, 1}}}}}
-	var sgot StatusResp
-	if err := Unmarshal(Marshal(&sr), &sgot); err != nil || !reflect.DeepEqual(sgot, sr) {
-		t.Fatalf("status round trip:\n got %+v, %v\nwant %+v", sgot, err, sr)
-	}
-	// A short or hostile count is refused, not allocated.
-	b := Marshal(&sr)
-	if err := Unmarshal(b[:len(b)-1], &sgot); err == nil {
-		t.Fatal("truncated status decoded")
-	}
-}
 
 func TestSampleRingRatesAndThroughput(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
@@ -98,26 +69,26 @@ func TestManagerMetricsAndSnapshot(t *testing.T) {
 	n := startNode(t, cfg)
 	waitLeader(t, n)
 	ctx := ctxT(t, 30*time.Second)
-	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
+	cl := cluster.NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
-	if _, err := cl.Register(ctx, KindStorage, 0, "127.0.0.1:7400", 10); err != nil {
+	if _, err := cl.Register(ctx, cluster.KindStorage, 0, "127.0.0.1:7400", 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Register(ctx, KindIsland, 1, "127.0.0.1:7500", 11); err != nil {
+	if _, err := cl.Register(ctx, cluster.KindIsland, 1, "127.0.0.1:7500", 11); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 3; i++ {
-		st := MemberStats{CapacityBytes: 100, UsedBytes: 10, BytesWritten: uint64(i) << 20, Ops: uint64(i), MetricsAddr: "127.0.0.1:7600"}
-		if _, err := cl.Heartbeat(ctx, KindStorage, 0, 0, st); err != nil {
+		st := cluster.MemberStats{CapacityBytes: 100, UsedBytes: 10, BytesWritten: uint64(i) << 20, Ops: uint64(i), MetricsAddr: "127.0.0.1:7600"}
+		if _, err := cl.Heartbeat(ctx, cluster.KindStorage, 0, 0, st); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	sn := n.Snapshot()
-	if len(sn.Live) != 2 || sn.Live[0].Key != (MemberKey{KindStorage, 0}) || sn.Live[0].Stats.MetricsAddr != "127.0.0.1:7600" {
+	if len(sn.Live) != 2 || sn.Live[0].Key != (cluster.MemberKey{Kind: cluster.KindStorage, ID: 0}) || sn.Live[0].Stats.MetricsAddr != "127.0.0.1:7600" {
 		t.Fatalf("snapshot heartbeat table: %+v", sn.Live)
 	}
-	if r := sn.Rates[MemberKey{KindStorage, 0}]; r.WriteBytesPerSec <= 0 {
+	if r := sn.Rates[cluster.MemberKey{Kind: cluster.KindStorage, ID: 0}]; r.WriteBytesPerSec <= 0 {
 		t.Fatalf("no write rate from growing counters: %+v", sn.Rates)
 	}
 	st, err := cl.Status(ctx)

@@ -1,9 +1,10 @@
-package cluster
+package manager
 
 import (
 	"strconv"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -51,8 +52,8 @@ func (c *managerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 var (
-	allKinds  = []Kind{KindStorage, KindIsland, KindGateway}
-	allStates = []State{StateUp, StateDown, StateDraining, StateOut}
+	allKinds  = []cluster.Kind{cluster.KindStorage, cluster.KindIsland, cluster.KindGateway}
+	allStates = []cluster.State{cluster.StateUp, cluster.StateDown, cluster.StateDraining, cluster.StateOut}
 	// raftStates are hashicorp/raft's states, in its order.
 	raftStates = []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown}
 )

@@ -1,10 +1,10 @@
-package cluster
+package manager
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/hashicorp/raft"
 )
 
@@ -72,16 +72,16 @@ func (m *Manager) becomeLeader(term uint64) error {
 			}
 		}
 	}
-	want := ManagerNode{RaftID: m.id, RaftAddr: m.RaftAddr(), ClientAddr: m.Addr()}
+	want := cluster.ManagerNode{RaftID: m.id, RaftAddr: m.RaftAddr(), ClientAddr: m.Addr()}
 	if cur, ok := m.fsm.manager(m.id); !ok || cur != want {
-		if _, err := m.apply(&command{Type: cmdManager, Manager: want}); err != nil {
+		if _, err := m.apply(&cluster.Command{Type: cluster.CmdManager, Manager: want}); err != nil {
 			return err
 		}
 	}
 	m.mu.Lock()
 	m.mu.leaderTerm = term
 	m.mu.leaderSince = time.Now()
-	m.mu.live = make(map[MemberKey]liveInfo)
+	m.mu.live = make(map[cluster.MemberKey]liveInfo)
 	m.mu.Unlock()
 	m.log.Info("manager: leading the manager group", "term", term, "epoch", m.fsm.Epoch())
 	return nil
@@ -102,7 +102,7 @@ func (m *Manager) stepDown() {
 func (m *Manager) checkLiveness() {
 	mp := m.fsm.Map()
 	now := time.Now()
-	var down, expired []MemberKey
+	var down, expired []cluster.MemberKey
 	m.mu.Lock()
 	for _, v := range mp.Members() {
 		last := m.mu.leaderSince
@@ -110,11 +110,11 @@ func (m *Manager) checkLiveness() {
 			last = li.last
 		}
 		silent := now.Sub(last)
-		if v.Kind == KindGateway && silent > m.cfg.GatewayExpiry && len(expired) < maxMarkDown {
+		if v.Kind == cluster.KindGateway && silent > m.cfg.GatewayExpiry && len(expired) < cluster.MaxMarkDown {
 			expired = append(expired, v.Key())
 			continue
 		}
-		if v.State == StateUp && silent > m.cfg.DownAfter && len(down) < maxMarkDown {
+		if v.State == cluster.StateUp && silent > m.cfg.DownAfter && len(down) < cluster.MaxMarkDown {
 			down = append(down, v.Key())
 		}
 	}
@@ -123,7 +123,7 @@ func (m *Manager) checkLiveness() {
 		// Gateways and mounts leave no data behind: one gone for long is
 		// forgotten, so dead mounts and a tenant's registrations do not
 		// accumulate in the map.
-		if res, err := m.apply(&command{Type: cmdRemove, Keys: expired}); err != nil {
+		if res, err := m.apply(&cluster.Command{Type: cluster.CmdRemove, Keys: expired}); err != nil {
 			m.log.Warn("manager: removing silent gateways", "members", len(expired), "err", err)
 		} else if res.Changed {
 			m.forget(expired...)
@@ -133,7 +133,7 @@ func (m *Manager) checkLiveness() {
 	if len(down) == 0 {
 		return
 	}
-	res, err := m.apply(&command{Type: cmdMarkDown, Keys: down})
+	res, err := m.apply(&cluster.Command{Type: cluster.CmdMarkDown, Keys: down})
 	if err != nil {
 		m.log.Warn("manager: marking silent members down", "members", keyStrings(down), "err", err)
 		return
@@ -143,43 +143,12 @@ func (m *Manager) checkLiveness() {
 	}
 }
 
-func keyStrings(ks []MemberKey) []string {
+func keyStrings(ks []cluster.MemberKey) []string {
 	out := make([]string, len(ks))
 	for i, k := range ks {
 		out[i] = k.String()
 	}
 	return out
-}
-
-// backoff yields growing, jittered waits between min and max.
-type backoff struct {
-	min, max time.Duration
-	cur      time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	// ±20% jitter so that many members do not retry in lockstep.
-	j := time.Duration(rand.Int64N(int64(b.cur)/5+1)) - b.cur/10
-	return b.cur + j
-}
-
-func (b *backoff) reset() { b.cur = 0 }
-
-// sleepCtx waits d or until ctx is done; it reports whether d elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // History of heartbeat counters, kept by the leader for the dashboard's

@@ -1,4 +1,4 @@
-package cluster
+package manager
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 )
 
@@ -23,18 +24,18 @@ type applyResult struct {
 type fsm struct {
 	mu struct {
 		lockcheck.RWMutex
-		m *Map
+		m *cluster.Map
 	}
 }
 
 func newFSM() *fsm {
 	f := &fsm{}
-	f.mu.m = &Map{DefaultPolicy: DefaultPolicyFor(0)}
+	f.mu.m = &cluster.Map{DefaultPolicy: cluster.DefaultPolicyFor(0)}
 	return f
 }
 
 // Map returns a copy of the current map.
-func (f *fsm) Map() *Map {
+func (f *fsm) Map() *cluster.Map {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.mu.m.Clone()
@@ -49,7 +50,7 @@ func (f *fsm) Epoch() uint64 {
 
 // member looks one member up without copying the map, and returns the
 // epoch with it.
-func (f *fsm) member(k MemberKey) (MemberView, uint64, bool) {
+func (f *fsm) member(k cluster.MemberKey) (cluster.MemberView, uint64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	v, ok := f.mu.m.Member(k)
@@ -65,7 +66,7 @@ func (f *fsm) revocations() map[string]uint32 {
 }
 
 // manager looks a manager up by raft id without copying the map.
-func (f *fsm) manager(raftID string) (ManagerNode, bool) {
+func (f *fsm) manager(raftID string) (cluster.ManagerNode, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.mu.m.Manager(raftID)
@@ -77,13 +78,13 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return &applyResult{Epoch: f.Epoch()}
 	}
-	c, err := decodeCommand(l.Data)
+	c, err := cluster.DecodeCommand(l.Data)
 	if err != nil {
 		return &applyResult{Epoch: f.Epoch(), Err: err}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	changed, err := f.mu.m.apply(c)
+	changed, err := f.mu.m.Apply(c)
 	return &applyResult{Epoch: f.mu.m.Epoch, Changed: changed, Err: err}
 }
 
@@ -91,7 +92,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return &fsmSnapshot{data: EncodeMap(f.mu.m)}, nil
+	return &fsmSnapshot{data: cluster.EncodeMap(f.mu.m)}, nil
 }
 
 // Restore implements raft.FSM.
@@ -104,11 +105,11 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if len(b) > maxSnapshotBytes {
 		return fmt.Errorf("cluster: restore snapshot: larger than %d bytes", maxSnapshotBytes)
 	}
-	m, err := DecodeMap(b)
+	m, err := cluster.DecodeMap(b)
 	if err != nil {
 		return fmt.Errorf("cluster: restore snapshot: %w", err)
 	}
-	m.stripLive()
+	m.StripLive()
 	f.mu.Lock()
 	f.mu.m = m
 	f.mu.Unlock()

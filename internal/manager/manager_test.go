@@ -1,4 +1,4 @@
-package cluster
+package manager
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
@@ -163,20 +164,20 @@ func TestSingleVoterRegisterFormatRestart(t *testing.T) {
 	n := startNode(t, cfg)
 	waitLeader(t, n)
 	ctx := ctxT(t, 30*time.Second)
-	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
+	cl := cluster.NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
 
 	for slot := range 3 {
-		if _, err := cl.Register(ctx, KindStorage, uint32(slot), "127.0.0.1:"+itoa(7400+slot), 1000+slot); err != nil {
+		if _, err := cl.Register(ctx, cluster.KindStorage, uint32(slot), "127.0.0.1:"+itoa(7400+slot), 1000+slot); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, id := range []uint32{7, 3} {
-		if _, err := cl.Register(ctx, KindIsland, id, "127.0.0.1:"+itoa(7500+int(id)), 2000+int(id)); err != nil {
+		if _, err := cl.Register(ctx, cluster.KindIsland, id, "127.0.0.1:"+itoa(7500+int(id)), 2000+int(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := cl.Register(ctx, KindGateway, 1, "127.0.0.1:2049", 3000); err != nil {
+	if _, err := cl.Register(ctx, cluster.KindGateway, 1, "127.0.0.1:2049", 3000); err != nil {
 		t.Fatal(err)
 	}
 	m, err := cl.Map(ctx, 0)
@@ -186,7 +187,7 @@ func TestSingleVoterRegisterFormatRestart(t *testing.T) {
 	if m.Formatted || len(m.Storage) != 3 || len(m.Islands) != 2 || len(m.Gateways) != 1 || m.DefaultPolicy != "ec:2+1" {
 		t.Fatalf("before format: %+v", m)
 	}
-	if m.Islands[0].ID != 3 || m.Storage[2].Addr != "127.0.0.1:7402" || m.Storage[2].PID != 1002 || m.Storage[2].State != StateUp {
+	if m.Islands[0].ID != 3 || m.Storage[2].Addr != "127.0.0.1:7402" || m.Storage[2].PID != 1002 || m.Storage[2].State != cluster.StateUp {
 		t.Fatalf("members: %+v", m.Members())
 	}
 	if len(m.Managers) != 1 || m.Managers[0].ClientAddr != n.Addr() {
@@ -203,7 +204,7 @@ func TestSingleVoterRegisterFormatRestart(t *testing.T) {
 		t.Fatalf("shares %v", sh)
 	}
 	// Re-registering unchanged is not a new epoch.
-	if rm, err := cl.Register(ctx, KindStorage, 1, "127.0.0.1:7401", 1001); err != nil || rm.Epoch != fm.Epoch {
+	if rm, err := cl.Register(ctx, cluster.KindStorage, 1, "127.0.0.1:7401", 1001); err != nil || rm.Epoch != fm.Epoch {
 		t.Fatalf("re-register: epoch %v, %v", rm, err)
 	}
 	// A snapshot, then more commands on top of it: restart must replay
@@ -211,7 +212,7 @@ func TestSingleVoterRegisterFormatRestart(t *testing.T) {
 	if err := n.raft.Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
-	if _, err := cl.SetState(ctx, KindStorage, 2, StateDraining); err != nil {
+	if _, err := cl.SetState(ctx, cluster.KindStorage, 2, cluster.StateDraining); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.SetPolicy(ctx, "mirror:3"); err != nil {
@@ -229,7 +230,7 @@ func TestSingleVoterRegisterFormatRestart(t *testing.T) {
 	cfg2.Listen, cfg2.RaftListen = addr, raftAddr
 	n2 := startNode(t, cfg2)
 	waitLeader(t, n2)
-	cl2 := NewClient([]string{n2.Addr()}, nil, testLogger(t))
+	cl2 := cluster.NewClient([]string{n2.Addr()}, nil, testLogger(t))
 	defer cl2.Close()
 	got, err := cl2.Map(ctx, want.Epoch)
 	if err != nil {
@@ -238,7 +239,7 @@ func TestSingleVoterRegisterFormatRestart(t *testing.T) {
 	if !got.SameContent(want) {
 		t.Fatalf("map after restart differs:\n got %+v\nwant %+v", got, want)
 	}
-	if st, _ := got.StorageSlot(2); st.State != StateDraining || got.DefaultPolicy != "mirror:3" {
+	if st, _ := got.StorageSlot(2); st.State != cluster.StateDraining || got.DefaultPolicy != "mirror:3" {
 		t.Fatalf("after restart: %+v", got)
 	}
 
@@ -259,12 +260,12 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 	n := startNode(t, cfg)
 	waitLeader(t, n)
 	ctx := ctxT(t, 30*time.Second)
-	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
+	cl := cluster.NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
 
 	// A member that registers and never heartbeats is marked down.
 	start := time.Now()
-	m0, err := cl.Register(ctx, KindIsland, 9, "127.0.0.1:9999", 99)
+	m0, err := cl.Register(ctx, cluster.KindIsland, 9, "127.0.0.1:9999", 99)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 		m := n.Map()
 		is, _ := m.Island(9)
 		downEpoch = m.Epoch
-		return is.State == StateDown
+		return is.State == cluster.StateDown
 	})
 	// Not before its grace ran out (how long after is the machine's
 	// business: the race detector on a busy machine is slow).
@@ -286,16 +287,16 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 
 	// A member run by RunMember stays up while it heartbeats.
 	var mu sync.Mutex
-	var maps []*Map
+	var maps []*cluster.Map
 	runMember := func() (stop func()) {
 		mctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- RunMember(mctx, MemberConfig{
-				Managers: []string{n.Addr()}, Kind: KindStorage, ID: 4, Addr: "127.0.0.1:7404", PID: 44,
+			done <- cluster.RunMember(mctx, cluster.MemberConfig{
+				Managers: []string{n.Addr()}, Kind: cluster.KindStorage, ID: 4, Addr: "127.0.0.1:7404", PID: 44,
 				Interval: 100 * time.Millisecond,
-				Stats:    func() MemberStats { return MemberStats{CapacityBytes: 1000, UsedBytes: 10} },
-				OnMap: func(m *Map) {
+				Stats:    func() cluster.MemberStats { return cluster.MemberStats{CapacityBytes: 1000, UsedBytes: 10} },
+				OnMap: func(m *cluster.Map) {
 					mu.Lock()
 					maps = append(maps, m)
 					mu.Unlock()
@@ -310,7 +311,7 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 			}
 		}
 	}
-	memberState := func() (State, uint64) {
+	memberState := func() (cluster.State, uint64) {
 		m := n.Map()
 		s, _ := m.StorageSlot(4)
 		return s.State, m.Epoch
@@ -321,7 +322,7 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 		t.Helper()
 		waitFor(t, 30*time.Second, what, func() bool {
 			s, _ := n.Map().StorageSlot(4)
-			if s.State != StateUp {
+			if s.State != cluster.StateUp {
 				t.Fatalf("heartbeating member is %s (last heartbeat %s)", s.State, s.LastHeartbeat)
 			}
 			return s.LastHeartbeat.After(at)
@@ -329,7 +330,7 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 	}
 	memberStart := time.Now()
 	stop := runMember()
-	waitFor(t, 30*time.Second, "storage 4 registered", func() bool { s, _ := memberState(); return s == StateUp })
+	waitFor(t, 30*time.Second, "storage 4 registered", func() bool { s, _ := memberState(); return s == cluster.StateUp })
 	// It stays up over three grace periods of heartbeats.
 	heartbeatsUntil("heartbeats of storage 4 over 3*DownAfter", time.Now().Add(3*downAfter))
 	if s, _ := n.Map().StorageSlot(4); s.CapacityBytes != 1000 || s.UsedBytes != 10 || !s.LastHeartbeat.After(memberStart) {
@@ -352,7 +353,7 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 		m := n.Map()
 		s, _ := m.StorageSlot(4)
 		epDown, last = m.Epoch, s.LastHeartbeat
-		return s.State == StateDown
+		return s.State == cluster.StateDown
 	})
 	if el := time.Since(last); last.IsZero() || el < downAfter {
 		t.Fatalf("marked down %s after the last heartbeat (%s), DownAfter %s", el, last, downAfter)
@@ -371,7 +372,7 @@ func TestHeartbeatsMarkDownAndUp(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range maps[nmaps:] {
-			if s, _ := m.StorageSlot(4); s.State == StateUp && m.Epoch > epDown {
+			if s, _ := m.StorageSlot(4); s.State == cluster.StateUp && m.Epoch > epDown {
 				return true
 			}
 		}
@@ -395,14 +396,14 @@ func TestMemberNoticesNewEpoch(t *testing.T) {
 	n := startNode(t, cfg)
 	waitLeader(t, n)
 	ctx := ctxT(t, 20*time.Second)
-	got := make(chan *Map, 64)
+	got := make(chan *cluster.Map, 64)
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunMember(mctx, MemberConfig{
-			Managers: []string{n.Addr()}, Kind: KindGateway, ID: 1, Addr: "127.0.0.1:2049",
+		done <- cluster.RunMember(mctx, cluster.MemberConfig{
+			Managers: []string{n.Addr()}, Kind: cluster.KindGateway, ID: 1, Addr: "127.0.0.1:2049",
 			Interval: 50 * time.Millisecond, Logger: testLogger(t),
-			OnMap: func(m *Map) {
+			OnMap: func(m *cluster.Map) {
 				select {
 				case got <- m:
 				default:
@@ -417,9 +418,9 @@ func TestMemberNoticesNewEpoch(t *testing.T) {
 		}
 	}()
 	first := <-got
-	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
+	cl := cluster.NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
-	if _, err := cl.Register(ctx, KindStorage, 0, "127.0.0.1:7400", 1); err != nil {
+	if _, err := cl.Register(ctx, cluster.KindStorage, 0, "127.0.0.1:7400", 1); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -445,7 +446,7 @@ func TestThreeVoters(t *testing.T) {
 		nodes = append(nodes, startNode(t, c))
 	}
 	ctx := ctxT(t, 60*time.Second)
-	cl := NewClient([]string{n1.Addr()}, nil, testLogger(t))
+	cl := cluster.NewClient([]string{n1.Addr()}, nil, testLogger(t))
 	defer cl.Close()
 	waitFor(t, 20*time.Second, "three voters with addresses", func() bool {
 		st, err := cl.Status(ctx)
@@ -466,14 +467,14 @@ func TestThreeVoters(t *testing.T) {
 			follower = n
 		}
 	}
-	fcl := NewClient([]string{follower.Addr()}, nil, testLogger(t))
+	fcl := cluster.NewClient([]string{follower.Addr()}, nil, testLogger(t))
 	defer fcl.Close()
 	for slot := range 3 {
-		if _, err := fcl.Register(ctx, KindStorage, uint32(slot), "127.0.0.1:"+itoa(7400+slot), 10+slot); err != nil {
+		if _, err := fcl.Register(ctx, cluster.KindStorage, uint32(slot), "127.0.0.1:"+itoa(7400+slot), 10+slot); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := fcl.Register(ctx, KindIsland, 1, "127.0.0.1:7500", 20); err != nil {
+	if _, err := fcl.Register(ctx, cluster.KindIsland, 1, "127.0.0.1:7500", 20); err != nil {
 		t.Fatal(err)
 	}
 	fm, err := fcl.Format(ctx, nil)
@@ -493,16 +494,16 @@ func TestThreeVoters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	if rep, err := raw.Call(ctx, OpGetMap, 0, Marshal(&GetMapReq{MinEpoch: fm.Epoch}), nil, nil); err != nil {
+	if rep, err := raw.Call(ctx, cluster.OpGetMap, 0, cluster.Marshal(&cluster.GetMapReq{MinEpoch: fm.Epoch}), nil, nil); err != nil {
 		t.Fatalf("follower read: %v", err)
-	} else if m, err := DecodeMap(rep.Msg); err != nil || m.Epoch < fm.Epoch {
+	} else if m, err := cluster.DecodeMap(rep.Msg); err != nil || m.Epoch < fm.Epoch {
 		t.Fatalf("follower map: %v %v", m, err)
 	}
-	if _, err := raw.Call(ctx, OpGetMap, 0, Marshal(&GetMapReq{MinEpoch: fm.Epoch + 100}), nil, nil); !errors.Is(RemoteErr(err), ErrStaleEpoch) {
+	if _, err := raw.Call(ctx, cluster.OpGetMap, 0, cluster.Marshal(&cluster.GetMapReq{MinEpoch: fm.Epoch + 100}), nil, nil); !errors.Is(cluster.RemoteErr(err), cluster.ErrStaleEpoch) {
 		t.Fatalf("follower with an older map: %v", err)
 	}
-	var nl *NotLeaderError
-	if _, err := raw.Call(ctx, OpSetState, 0, Marshal(&SetStateReq{KindStorage, 0, StateDraining}), nil, nil); !errors.As(RemoteErr(err), &nl) || nl.Leader == "" {
+	var nl *cluster.NotLeaderError
+	if _, err := raw.Call(ctx, cluster.OpSetState, 0, cluster.Marshal(&cluster.SetStateReq{Kind: cluster.KindStorage, ID: 0, State: cluster.StateDraining}), nil, nil); !errors.As(cluster.RemoteErr(err), &nl) || nl.Leader == "" {
 		t.Fatalf("follower write: %v", err)
 	}
 
@@ -510,8 +511,8 @@ func TestThreeVoters(t *testing.T) {
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan error, 1)
 	go func() {
-		mdone <- RunMember(mctx, MemberConfig{
-			Managers: []string{follower.Addr()}, Kind: KindStorage, ID: 0, Addr: "127.0.0.1:7400", PID: 10,
+		mdone <- cluster.RunMember(mctx, cluster.MemberConfig{
+			Managers: []string{follower.Addr()}, Kind: cluster.KindStorage, ID: 0, Addr: "127.0.0.1:7400", PID: 10,
 			Interval: 100 * time.Millisecond, Logger: testLogger(t),
 		})
 	}()
@@ -534,9 +535,9 @@ func TestThreeVoters(t *testing.T) {
 		}
 	}
 	nl2 := waitLeader(t, rest...)
-	scl := NewClient(append([]string{old.Addr()}, addrs...), nil, testLogger(t))
+	scl := cluster.NewClient(append([]string{old.Addr()}, addrs...), nil, testLogger(t))
 	defer scl.Close()
-	rm, err := scl.Register(ctx, KindStorage, 3, "127.0.0.1:7403", 13)
+	rm, err := scl.Register(ctx, cluster.KindStorage, 3, "127.0.0.1:7403", 13)
 	if err != nil {
 		t.Fatalf("register after failover: %v", err)
 	}
@@ -553,14 +554,14 @@ func TestThreeVoters(t *testing.T) {
 		mm := nl2.Map()
 		s1, _ := mm.StorageSlot(1)
 		is, _ := mm.Island(1)
-		return s1.State == StateDown && is.State == StateDown
+		return s1.State == cluster.StateDown && is.State == cluster.StateDown
 	})
 	// Slot 0 keeps heartbeating to the new leader for a whole grace
 	// period past that, and is up all along.
 	after := time.Now().Add(c1.DownAfter)
 	waitFor(t, 30*time.Second, "slot 0's heartbeats on the new leader for DownAfter", func() bool {
 		s0, _ := nl2.Map().StorageSlot(0)
-		if s0.State != StateUp {
+		if s0.State != cluster.StateUp {
 			t.Fatalf("heartbeating member is %s after failover", s0.State)
 		}
 		return s0.LastHeartbeat.After(after)
@@ -587,36 +588,36 @@ func TestBadInput(t *testing.T) {
 	expect := func(what string, op uint16, msg []byte, want error) {
 		t.Helper()
 		_, err := raw.Call(ctx, op, 0, msg, nil, nil)
-		if err = RemoteErr(err); !errors.Is(err, want) {
+		if err = cluster.RemoteErr(err); !errors.Is(err, want) {
 			t.Errorf("%s: got %v, want %v", what, err, want)
 		}
 	}
-	for op := OpGetMap; op <= OpSetPolicy; op++ {
-		if op != OpStatus {
-			expect("short message", op, []byte{1}, ErrBadRequest)
+	for op := cluster.OpGetMap; op <= cluster.OpSetPolicy; op++ {
+		if op != cluster.OpStatus {
+			expect("short message", op, []byte{1}, cluster.ErrBadRequest)
 		}
-		expect("trailing bytes", op, append(Marshal(&RegisterReq{Kind: KindStorage, Addr: "127.0.0.1:1"}), make([]byte, 200)...), ErrBadRequest)
+		expect("trailing bytes", op, append(cluster.Marshal(&cluster.RegisterReq{Kind: cluster.KindStorage, Addr: "127.0.0.1:1"}), make([]byte, 200)...), cluster.ErrBadRequest)
 	}
-	expect("unknown op", 999, nil, ErrBadRequest)
-	expect("unknown op 0", 0, nil, ErrBadRequest)
-	expect("wrong kind", OpRegister, Marshal(&RegisterReq{Kind: 9, ID: 1, Addr: "127.0.0.1:1"}), ErrBadRequest)
-	expect("kind zero", OpHeartbeat, Marshal(&HeartbeatReq{Kind: 0, ID: 1}), ErrBadRequest)
-	expect("slot too big", OpRegister, Marshal(&RegisterReq{Kind: KindStorage, ID: 70000, Addr: "127.0.0.1:1"}), ErrBadRequest)
-	expect("bad address", OpRegister, Marshal(&RegisterReq{Kind: KindStorage, ID: 1, Addr: "no port"}), ErrBadRequest)
-	expect("negative pid", OpRegister, Marshal(&RegisterReq{Kind: KindStorage, ID: 1, Addr: "127.0.0.1:1", PID: -5}), ErrBadRequest)
-	expect("huge count", OpFormat, []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, ErrBadRequest)
-	expect("format without islands", OpFormat, Marshal(&FormatReq{}), ErrBadRequest)
-	expect("set table unformatted", OpSetTable, Marshal(&SetTableReq{Table: Table{Entries: []uint32{1}}}), ErrNotFormatted)
-	expect("bad table", OpSetTable, Marshal(&SetTableReq{Table: Table{Depth: 3, Entries: []uint32{1}}}), ErrBadRequest)
-	expect("set state unknown", OpSetState, Marshal(&SetStateReq{KindStorage, 5, StateOut}), ErrUnknownMember)
-	expect("set state down", OpSetState, Marshal(&SetStateReq{KindStorage, 5, StateDown}), ErrBadRequest)
-	expect("set state garbage", OpSetState, Marshal(&SetStateReq{KindStorage, 5, 77}), ErrBadRequest)
-	expect("heartbeat unknown", OpHeartbeat, Marshal(&HeartbeatReq{Kind: KindIsland, ID: 5}), ErrUnknownMember)
-	expect("future epoch", OpGetMap, Marshal(&GetMapReq{MinEpoch: 1 << 60}), ErrStaleEpoch)
-	expect("bad policy", OpSetPolicy, Marshal(&SetPolicyReq{Policy: "raid5"}), ErrBadRequest)
-	expect("join without id", OpJoin, Marshal(&JoinReq{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}), ErrBadRequest)
-	expect("join bad addr", OpJoin, Marshal(&JoinReq{RaftID: "x", RaftAddr: "nope", ClientAddr: "127.0.0.1:2"}), ErrBadRequest)
-	expect("format unknown island", OpFormat, Marshal(&FormatReq{Islands: []uint32{4}}), ErrUnknownMember)
+	expect("unknown op", 999, nil, cluster.ErrBadRequest)
+	expect("unknown op 0", 0, nil, cluster.ErrBadRequest)
+	expect("wrong kind", cluster.OpRegister, cluster.Marshal(&cluster.RegisterReq{Kind: 9, ID: 1, Addr: "127.0.0.1:1"}), cluster.ErrBadRequest)
+	expect("kind zero", cluster.OpHeartbeat, cluster.Marshal(&cluster.HeartbeatReq{Kind: 0, ID: 1}), cluster.ErrBadRequest)
+	expect("slot too big", cluster.OpRegister, cluster.Marshal(&cluster.RegisterReq{Kind: cluster.KindStorage, ID: 70000, Addr: "127.0.0.1:1"}), cluster.ErrBadRequest)
+	expect("bad address", cluster.OpRegister, cluster.Marshal(&cluster.RegisterReq{Kind: cluster.KindStorage, ID: 1, Addr: "no port"}), cluster.ErrBadRequest)
+	expect("negative pid", cluster.OpRegister, cluster.Marshal(&cluster.RegisterReq{Kind: cluster.KindStorage, ID: 1, Addr: "127.0.0.1:1", PID: -5}), cluster.ErrBadRequest)
+	expect("huge count", cluster.OpFormat, []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, cluster.ErrBadRequest)
+	expect("format without islands", cluster.OpFormat, cluster.Marshal(&cluster.FormatReq{}), cluster.ErrBadRequest)
+	expect("set table unformatted", cluster.OpSetTable, cluster.Marshal(&cluster.SetTableReq{Table: cluster.Table{Entries: []uint32{1}}}), cluster.ErrNotFormatted)
+	expect("bad table", cluster.OpSetTable, cluster.Marshal(&cluster.SetTableReq{Table: cluster.Table{Depth: 3, Entries: []uint32{1}}}), cluster.ErrBadRequest)
+	expect("set state unknown", cluster.OpSetState, cluster.Marshal(&cluster.SetStateReq{Kind: cluster.KindStorage, ID: 5, State: cluster.StateOut}), cluster.ErrUnknownMember)
+	expect("set state down", cluster.OpSetState, cluster.Marshal(&cluster.SetStateReq{Kind: cluster.KindStorage, ID: 5, State: cluster.StateDown}), cluster.ErrBadRequest)
+	expect("set state garbage", cluster.OpSetState, cluster.Marshal(&cluster.SetStateReq{Kind: cluster.KindStorage, ID: 5, State: 77}), cluster.ErrBadRequest)
+	expect("heartbeat unknown", cluster.OpHeartbeat, cluster.Marshal(&cluster.HeartbeatReq{Kind: cluster.KindIsland, ID: 5}), cluster.ErrUnknownMember)
+	expect("future epoch", cluster.OpGetMap, cluster.Marshal(&cluster.GetMapReq{MinEpoch: 1 << 60}), cluster.ErrStaleEpoch)
+	expect("bad policy", cluster.OpSetPolicy, cluster.Marshal(&cluster.SetPolicyReq{Policy: "raid5"}), cluster.ErrBadRequest)
+	expect("join without id", cluster.OpJoin, cluster.Marshal(&cluster.JoinReq{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}), cluster.ErrBadRequest)
+	expect("join bad addr", cluster.OpJoin, cluster.Marshal(&cluster.JoinReq{RaftID: "x", RaftAddr: "nope", ClientAddr: "127.0.0.1:2"}), cluster.ErrBadRequest)
+	expect("format unknown island", cluster.OpFormat, cluster.Marshal(&cluster.FormatReq{Islands: []uint32{4}}), cluster.ErrUnknownMember)
 
 	// Random messages for every op never crash the manager.
 	seed := uint64(time.Now().UnixNano())
@@ -624,7 +625,7 @@ func TestBadInput(t *testing.T) {
 	rng := newRand(seed)
 	for i := range 400 {
 		op := uint16(1 + i%9)
-		if op == OpJoin {
+		if op == cluster.OpJoin {
 			continue // a random but valid join would add a voter that never answers
 		}
 		b := make([]byte, rng.IntN(40))
@@ -654,18 +655,18 @@ func TestBadInput(t *testing.T) {
 	c.Close()
 
 	// The manager still serves, and formatting twice is refused.
-	cl := NewClient([]string{n.Addr()}, nil, testLogger(t))
+	cl := cluster.NewClient([]string{n.Addr()}, nil, testLogger(t))
 	defer cl.Close()
-	if _, err := cl.Register(ctx, KindIsland, 1, "127.0.0.1:7500", 1); err != nil {
+	if _, err := cl.Register(ctx, cluster.KindIsland, 1, "127.0.0.1:7500", 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.Format(ctx, []uint32{1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Format(ctx, nil); !errors.Is(err, ErrFormatted) {
+	if _, err := cl.Format(ctx, nil); !errors.Is(err, cluster.ErrFormatted) {
 		t.Fatalf("second format: %v", err)
 	}
-	if _, err := cl.SetState(ctx, KindIsland, 42, StateDraining); !errors.Is(err, ErrUnknownMember) {
+	if _, err := cl.SetState(ctx, cluster.KindIsland, 42, cluster.StateDraining); !errors.Is(err, cluster.ErrUnknownMember) {
 		t.Fatalf("set state of an unknown member: %v", err)
 	}
 	if _, err := cl.Status(ctx); err != nil {
@@ -680,13 +681,13 @@ func TestClientUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cl := NewClient([]string{addr}, nil, testLogger(t))
+	cl := cluster.NewClient([]string{addr}, nil, testLogger(t))
 	defer cl.Close()
 	// The client gives up by itself: its context (long, only a backstop)
 	// is still running when the call returns.
 	ctx := ctxT(t, 2*time.Minute)
 	_, err = cl.Status(ctx)
-	if !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, cluster.ErrUnavailable) {
 		t.Fatalf("got %v, want ErrUnavailable", err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {

@@ -1,9 +1,11 @@
-package cluster
+package manager
 
 import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/atoll-fs/atoll/internal/cluster"
 )
 
 // Names of the move jobs the leader reports (Status.Jobs, metrics).
@@ -52,14 +54,14 @@ func (m *Manager) noteMoves(op uint16, added, pending int) {
 	b := &m.mu.progress.entry
 	now := time.Now()
 	switch op {
-	case OpMoveEntries:
+	case cluster.OpMoveEntries:
 		if b.total == 0 || b.done+b.cancelled >= b.total {
 			*b = entryBatch{start: now, summary: b.summary}
 		}
 		b.total += added
-	case OpFinishMove:
+	case cluster.OpFinishMove:
 		b.done++
-	case OpCancelMove:
+	case cluster.OpCancelMove:
 		b.cancelled++
 	}
 	b.cover(pending, now)
@@ -79,13 +81,13 @@ func (m *Manager) noteReplicaMoves(islands []uint32) {
 
 // moveJobs reports both kinds of moves as background jobs of the leader.
 // st is the status being built (its map and heartbeat table).
-func (m *Manager) moveJobs(st *Status) []Job {
+func (m *Manager) moveJobs(st *cluster.Status) []cluster.Job {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := &m.mu.progress
-	var out []Job
+	var out []cluster.Job
 	pending := len(st.Map.Moves)
-	j := Job{Name: JobEntryMoves, Summary: p.entry.summary}
+	j := cluster.Job{Name: JobEntryMoves, Summary: p.entry.summary}
 	if pending > 0 {
 		p.entry.cover(pending, time.Now())
 		j.Phase = "moving"
@@ -97,14 +99,14 @@ func (m *Manager) moveJobs(st *Status) []Job {
 		out = append(out, j)
 	}
 	if len(p.replicaIslands) > 0 {
-		unsettled := ReplicasUnsettled(st)
+		unsettled := cluster.ReplicasUnsettled(st)
 		left := 0
 		for _, id := range p.replicaIslands {
 			if slices.Contains(unsettled, id) {
 				left++
 			}
 		}
-		rj := Job{Name: JobReplicaMoves, Total: len(p.replicaIslands), Done: len(p.replicaIslands) - left}
+		rj := cluster.Job{Name: JobReplicaMoves, Total: len(p.replicaIslands), Done: len(p.replicaIslands) - left}
 		if left > 0 {
 			rj.Phase = "moving"
 			rj.ETASeconds = eta(p.replicaStart, rj.Done, left)
