@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -269,57 +266,16 @@ Run it again if it reports stripes it could not move yet.`,
 	return cmd
 }
 
-// backgroundCleaner runs the cleaner inside a manager process while it is
-// the raft leader: passes every interval (deletes and repairs always,
-// copies when a server runs low on space), draining slots unreachable for
-// rebuildAfter onto the others. A manager that loses leadership stops its
-// cleaner; the new leader's starts over from the durable state.
-type backgroundCleaner struct {
+// backgroundFlags are the manager's flags for its background cleaner
+// (cleaner.Background).
+type backgroundFlags struct {
 	flags        cleanFlags
 	interval     time.Duration
 	rebuildAfter time.Duration
 	share        float64
-	g            *globalFlags
-	key          *auth.Key                       // the manager's cluster key
-	cur          atomic.Pointer[cleaner.Cleaner] // while leading
 }
 
-// status is the running cleaner's, or an idle one's.
-func (b *backgroundCleaner) status() cleaner.Status {
-	if c := b.cur.Load(); c != nil {
-		return c.Status()
-	}
-	return cleaner.Status{}
-}
-
-// jobs reports the cleaner to the manager's Status (atoll status, the
-// dashboard).
-func (b *backgroundCleaner) jobs() []cluster.Job {
-	c := b.cur.Load()
-	if c == nil {
-		return nil
-	}
-	st := c.Status()
-	l := &st.Last
-	sum := fmt.Sprintf("%d passes; last: %d stripes, %s on disk, %s live; deleted %d stripes, copied %s, repaired %d (%d failed, %d waiting)",
-		st.Passes, l.Stripes, hsize(uint64(l.Bytes)), hsize(uint64(l.LiveBytes)), l.DeletedStripes, hsize(uint64(l.CopiedBytes)),
-		l.Repaired, l.RepairFailed, l.RepairPending)
-	tot := &st.Totals
-	sum += fmt.Sprintf("; in all: copied %s, repaired %d", hsize(uint64(tot.CopiedBytes)), tot.Repaired)
-	if len(l.Unreachable) > 0 {
-		sum += fmt.Sprintf("; unreachable slots %v", l.Unreachable)
-	}
-	if l.DrainRemaining > 0 {
-		sum += fmt.Sprintf("; %d stripes wait to leave drained or lost slots (too few other servers for their width)", l.DrainRemaining)
-	}
-	if l.StorageImbalance > 0 {
-		sum += fmt.Sprintf("; storage imbalance %.2f, rebalanced %s in all, about %s still to move", l.StorageImbalance,
-			hsize(uint64(tot.RebalancedBytes)), hsize(uint64(l.RebalanceRemaining)))
-	}
-	return []cluster.Job{{Name: "cleaner", Phase: st.Phase, Done: st.Done, Total: st.Total, ETASeconds: st.ETASeconds, Summary: sum}}
-}
-
-func (b *backgroundCleaner) register(cmd *cobra.Command) {
+func (b *backgroundFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.DurationVar(&b.flags.grace, "clean-grace", cleaner.DefaultGrace, fmt.Sprintf("cleaner: never delete stripes younger than this (at least %v)", cleaner.MinGrace))
 	fl.Int64Var(&b.flags.rate, "clean-rate", cleaner.DefaultRate, "cleaner: bytes copied per second at most")
@@ -330,84 +286,12 @@ func (b *backgroundCleaner) register(cmd *cobra.Command) {
 		"cleaner: move old data until every storage server's used bytes are within this fraction of the mean, e.g. onto a server just added (0: never)")
 }
 
-// run returns when ctx is done.
-func (b *backgroundCleaner) run(ctx context.Context, m *manager.Manager) error {
-	if b.interval <= 0 {
-		<-ctx.Done()
-		return nil
-	}
-	log, err := b.g.logger()
-	if err != nil {
-		return err
-	}
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
-	for {
-		if m.IsLeader() {
-			if err := b.lead(ctx, m, log); err != nil && ctx.Err() == nil {
-				log.Warn("manager: cleaner stopped", "err", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
-}
-
-// peakThroughput is the highest read-plus-write rate of the storage
-// servers in the manager's throughput history (0 without history).
-func peakThroughput(pts []manager.ThroughputPoint) float64 {
-	var peak float64
-	for _, p := range pts {
-		peak = max(peak, p.ReadBytesPerSec+p.WriteBytesPerSec)
-	}
-	return peak
-}
-
-// lead runs the cleaner until ctx is done or leadership is lost.
-func (b *backgroundCleaner) lead(ctx context.Context, m *manager.Manager, log *slog.Logger) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	conn, err := connect.DialWhenFormatted(ctx, []string{m.Addr()}, b.key, log)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	// The map moves on while the cleaner runs (a storage server joins,
-	// goes down, drains): its data client follows.
-	var watch sync.WaitGroup
-	defer watch.Wait()
-	defer cancel()
-	watch.Add(1)
-	go func() {
-		defer watch.Done()
-		conn.Watch(ctx, 5*time.Second)
-	}()
-	cfg := cleaner.Config{Data: conn.Data, FS: conn.FS, Grace: b.flags.grace, Rate: b.flags.rate,
-		Share: b.share, Capacity: func() float64 { return peakThroughput(m.Throughput()) },
-		Interval: b.interval, RebuildAfter: b.rebuildAfter, Rebalance: b.flags.rebalance(), Logger: log.With("role", "cleaner")}
-	c, err := cleaner.New(cfg)
-	if err != nil {
-		return err
-	}
-	b.cur.Store(c)
-	defer b.cur.Store(nil)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-t.C:
-			if !m.IsLeader() {
-				cancel()
-				return <-done
-			}
-		}
+// config is the background cleaner of manager m.
+func (b *backgroundFlags) config(m *manager.Manager, key *auth.Key, log *slog.Logger) cleaner.BackgroundConfig {
+	return cleaner.BackgroundConfig{
+		Managers: []string{m.Addr()}, Key: key, IsLeader: m.IsLeader, Interval: b.interval, Logger: log,
+		Cleaner: cleaner.Config{Grace: b.flags.grace, Rate: b.flags.rate, Share: b.share, Capacity: m.PeakThroughput,
+			RebuildAfter: b.rebuildAfter, Rebalance: b.flags.rebalance(), Logger: log.With("role", "cleaner")},
 	}
 }
 

@@ -431,13 +431,4 @@ func shortErr(err error) string {
 	return msg
 }
 
-func hsize(n uint64) string {
-	f := float64(n)
-	for _, u := range []string{"B", "KiB", "MiB", "GiB", "TiB"} {
-		if f < 1024 || u == "TiB" {
-			return fmt.Sprintf("%.1f%s", f, u)
-		}
-		f /= 1024
-	}
-	return ""
-}
+func hsize(n uint64) string { return layout.HumanSize(n) }

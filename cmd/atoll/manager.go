@@ -16,7 +16,7 @@ import (
 func newManagerCmd(g *globalFlags) *cobra.Command {
 	var cfg manager.Config
 	var addrFile, webListen, metricsListen string
-	var bc backgroundCleaner
+	var bc backgroundFlags
 	var balance islandload.BalancerConfig
 	cmd := &cobra.Command{
 		Use:   "manager --dir DIR --listen ADDR [--raft-listen ADDR] [--join ADDR] [--web-listen ADDR]",
@@ -50,15 +50,10 @@ wildcard is refused).`,
 				return err
 			}
 			reg := web.NewRegistry()
-			bc.g = g
-			if err := cleaner.RegisterMetrics(reg, bc.status); err != nil {
-				return err
-			}
 			cfg.Logger, cfg.Registerer = log, reg
 			if cfg.Key, err = g.clusterKey("manager"); err != nil {
 				return err
 			}
-			bc.key = cfg.Key
 			if err := cleaner.CheckGrace(bc.flags.grace, false); err != nil {
 				return err
 			}
@@ -69,8 +64,13 @@ wildcard is refused).`,
 			if err != nil {
 				return err
 			}
+			// The cleaner runs beside the manager, in the leader only.
+			bg, err := cleaner.NewBackground(bc.config(m, cfg.Key, log))
+			if err == nil {
+				err = cleaner.RegisterMetrics(reg, bg.Status)
+			}
 			var ws, ms *web.Server
-			if webListen != "" {
+			if err == nil && webListen != "" {
 				ws, err = web.NewServer(webListen, dashboard.Handler(m, reg), log)
 			}
 			if err == nil {
@@ -93,14 +93,13 @@ wildcard is refused).`,
 			if ws != nil {
 				log.Info("manager: dashboard", "url", "http://"+ws.Addr()+"/")
 			}
-			m.SetJobs(bc.jobs)
+			m.SetJobs(bg.Jobs)
 			return web.RunWith(cmd.Context(), ms, func(ctx context.Context) error {
 				return web.RunWith(ctx, ws, func(ctx context.Context) error {
-					// The cleaner runs beside the manager, in the leader only.
 					ctx, cancel := context.WithCancel(ctx)
 					defer cancel()
 					cleanDone := make(chan error, 1)
-					go func() { cleanDone <- bc.run(ctx, m) }()
+					go func() { cleanDone <- bg.Run(ctx) }()
 					// So does the island balancer.
 					mc := cluster.NewClient([]string{m.Addr()}, cfg.Key, log)
 					defer mc.Close()

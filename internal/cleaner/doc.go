@@ -43,4 +43,14 @@
 //     stripe's live counter (metawire.OpForget) if it is zero, so counters
 //     do not pile up with every stripe ever written. A counter a crash
 //     brings back is a zero key, which means the same as no key.
+//
+// # In the manager
+//
+// `atoll clean` and `atoll drain` run one pass. The cluster's own cleaner
+// is Background, run by every manager process: it runs a Cleaner (Run:
+// a pass every Interval) only while its manager is the raft leader, so
+// one cleaner works at a time; it checks the lead every 2 s while leading
+// and stops its cleaner when the lead goes, and every 5 s while
+// following. A new leader's cleaner starts over from the durable state
+// above, as a killed one does.
 package cleaner

@@ -177,6 +177,19 @@ func ParseSize(s string) (int, error) {
 	return n * mult, nil
 }
 
+// HumanSize renders n in the largest binary unit below it, to one
+// decimal (for people: "1.5GiB").
+func HumanSize(n uint64) string {
+	f := float64(n)
+	for _, u := range []string{"B", "KiB", "MiB", "GiB", "TiB"} {
+		if f < 1024 || u == "TiB" {
+			return fmt.Sprintf("%.1f%s", f, u)
+		}
+		f /= 1024
+	}
+	return ""
+}
+
 // FormatSize renders n with the largest exact binary unit.
 func FormatSize(n int) string {
 	switch {

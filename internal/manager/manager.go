@@ -1077,6 +1077,17 @@ func (m *Manager) Throughput() []ThroughputPoint {
 	return throughput(storage, time.Now())
 }
 
+// PeakThroughput is the highest read-plus-write rate of the storage
+// servers in the throughput history (0 without history): what the
+// background cleaner's copy rate is a share of.
+func (m *Manager) PeakThroughput() float64 {
+	var peak float64
+	for _, p := range m.Throughput() {
+		peak = max(peak, p.ReadBytesPerSec+p.WriteBytesPerSec)
+	}
+	return peak
+}
+
 // Snapshot returns the dashboard's view of the cluster.
 func (m *Manager) Snapshot() Snapshot {
 	sn := Snapshot{Status: m.status(), Now: time.Now(), Rates: map[cluster.MemberKey]Rates{}}
