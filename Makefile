@@ -49,6 +49,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzReadFrameHeader -fuzztime 30s ./internal/wire/
 	$(GO) test -run XXX -fuzz FuzzDec -fuzztime 30s ./internal/wire/
 	$(GO) test -run XXX -fuzz FuzzStorageRequests -fuzztime 30s ./internal/storage/
+	$(GO) test -run XXX -fuzz FuzzMessages -fuzztime 30s ./internal/metawire/
 
 # The data-path benchmark of issue #2: 5 storage servers, ec:4+1, 1 GiB.
 bench-data: build

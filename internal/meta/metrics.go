@@ -44,27 +44,8 @@ import (
 // at construction: the common path costs no label lookup. Failures look
 // their child up by label values (no allocation once it exists).
 
-// metaOps lists the operations with their metric label.
-var metaOps = []struct {
-	op   uint16
-	name string
-}{
-	{metawire.OpLookup, "lookup"}, {metawire.OpGetAttr, "getattr"}, {metawire.OpSetAttr, "setattr"},
-	{metawire.OpCreate, "create"}, {metawire.OpMkdir, "mkdir"}, {metawire.OpSymlink, "symlink"},
-	{metawire.OpReadlink, "readlink"}, {metawire.OpUnlink, "unlink"}, {metawire.OpRmdir, "rmdir"},
-	{metawire.OpRename, "rename"}, {metawire.OpLink, "link"}, {metawire.OpReaddir, "readdir"},
-	{metawire.OpGetXattr, "getxattr"}, {metawire.OpSetXattr, "setxattr"}, {metawire.OpListXattr, "listxattr"},
-	{metawire.OpRemoveXattr, "removexattr"}, {metawire.OpReadMap, "readmap"}, {metawire.OpCommit, "commit"},
-	{metawire.OpClean, "clean"}, {metawire.OpStatFS, "statfs"}, {metawire.OpAccess, "access"},
-	{metawire.OpLiveBytes, "livebytes"}, {metawire.OpStripeRefs, "striperefs"}, {metawire.OpSync, "sync"}, {metawire.OpForget, "forget"},
-	{metawire.OpLease, "lease"}, {metawire.OpLeasePoll, "leasepoll"}, {metawire.OpUnlinkMany, "unlinkmany"},
-	{metawire.OpLock, "lock"}, {metawire.OpLockSession, "locksession"},
-	{metawire.OpPrepare, "prepare"}, {metawire.OpDecide, "decide"}, {metawire.OpOutcome, "outcome"},
-	{metawire.OpFsck, "fsck"}, {metawire.OpAllocIno, "allocino"}, {metawire.OpImportEntry, "importentry"}, {metawire.OpEntryLoad, "entryload"},
-}
-
 // maxMetaOp bounds the op codes with their own label: codes without a
-// name in metaOps are "op_N", those above maxMetaOp (only malformed
+// name in metawire.Ops are "op_N", those above maxMetaOp (only malformed
 // requests send them) share "op_other".
 const maxMetaOp = 127
 
@@ -143,9 +124,9 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 		m.opLabel[i] = "op_" + strconv.Itoa(i)
 	}
 	m.opLabel[maxMetaOp] = "op_other"
-	for _, o := range metaOps {
-		m.opLabel[o.op] = o.name
-		m.ok[o.op], m.latency[o.op] = m.opsVec.WithLabelValues(o.name, "ok"), lat.WithLabelValues(o.name)
+	for _, o := range metawire.Ops {
+		m.opLabel[o.Op] = o.Name
+		m.ok[o.Op], m.latency[o.Op] = m.opsVec.WithLabelValues(o.Name, "ok"), lat.WithLabelValues(o.Name)
 	}
 	for _, e := range metawire.Table {
 		m.results[e.Status] = resultLabel(e.Err, e.Errno)

@@ -10,36 +10,10 @@ import (
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
-// serveWire adapts Handle to internal/wire.
-// needs is the capability each island operation requires of the
-// connection's key: reading names, attributes and block maps takes read;
-// changing them (acting for a user, whose uid/gid the request asserts)
-// write; the cleaner's and fsck's operations admin; the cross-island
-// transaction protocol member (only peer islands hold the cluster key).
-func needs(op uint16) auth.Caps {
-	switch op {
-	case metawire.OpLookup, metawire.OpGetAttr, metawire.OpReadlink, metawire.OpReaddir, metawire.OpGetXattr,
-		metawire.OpListXattr, metawire.OpReadMap, metawire.OpStatFS, metawire.OpAccess, metawire.OpStripeRefs,
-		metawire.OpLease, metawire.OpLeasePoll:
-		return auth.CapRead
-	case metawire.OpLock, metawire.OpLockSession:
-		// Locks are advisory and change no file: a read-only key may
-		// lock what it reads (Linux lets a read-only descriptor flock).
-		return auth.CapRead
-	case metawire.OpLockEnd:
-		return auth.CapAdmin
-	case metawire.OpSetAttr, metawire.OpCreate, metawire.OpMkdir, metawire.OpSymlink, metawire.OpUnlink, metawire.OpUnlinkMany,
-		metawire.OpRmdir, metawire.OpRename, metawire.OpLink, metawire.OpSetXattr, metawire.OpRemoveXattr,
-		metawire.OpCommit, metawire.OpSync:
-		return auth.CapWrite
-	case metawire.OpClean, metawire.OpLiveBytes, metawire.OpForget, metawire.OpFsck, metawire.OpEntryLoad:
-		return auth.CapAdmin
-	}
-	return auth.CapMember
-}
-
+// serveWire adapts Handle to internal/wire. The capability each
+// operation needs is metawire.Ops'.
 func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Response, error) {
-	if need := needs(req.Op); !req.Peer.Caps.Has(need) {
+	if need := metawire.Needs(req.Op); !req.Peer.Caps.Has(need) {
 		err := req.Peer.Allow(need, fmt.Sprintf("island %d op %d", i.id, req.Op))
 		if need == auth.CapWrite {
 			return wire.Response{}, fmt.Errorf("%w: %w", metawire.ErrReadOnly, err)
@@ -104,11 +78,7 @@ func (i *Island) handle(ctx context.Context, op uint16, epoch uint64, id wire.Re
 		return nil, err
 	}
 	defer i.leave()
-	switch op {
-	case metawire.OpStatFS, metawire.OpDecide, metawire.OpOutcome, metawire.OpFsck, metawire.OpImportEntry, metawire.OpEntryLoad:
-		// Decisions and recovery must flow whatever the maps say; StatFS
-		// and fsck are not tied to buckets.
-	default:
+	if !metawire.AnyEpoch(op) {
 		if err := i.checkEpoch(ctx, epoch); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,13 @@
 // trailing bytes are ErrBadRequest), the attribute structure, and the one
 // table that maps island errors to status codes and to POSIX errnos.
 //
+// Ops is the protocol's schema: one entry per operation with its name,
+// request and response types, the capability it needs, whether islands
+// deduplicate it and whether it is served at any map epoch. The islands'
+// checks, their metric labels and the codec tests (a round trip of random
+// contents and a fuzz target over every message) are read from it, and a
+// test fails when an Op constant has no entry.
+//
 // Inode-based operations name files by inode id (see internal/namespace:
 // the top 32 bits are the bucket). A request goes to the island owning the
 // bucket of the inode it names first (the directory for name operations);

@@ -836,18 +836,6 @@ func (r *RefsResp) Decode(d *wire.Dec) {
 	}
 }
 
-// Deduplicated reports whether the islands apply op at most once per
-// request id (wire.ReqID): the operations that change names, attributes
-// or data, which a client retries after a lost answer.
-func Deduplicated(op uint16) bool {
-	switch op {
-	case OpCreate, OpMkdir, OpSymlink, OpUnlink, OpUnlinkMany, OpRmdir, OpRename, OpLink,
-		OpSetAttr, OpSetXattr, OpRemoveXattr, OpCommit:
-		return true
-	}
-	return false
-}
-
 // LeaseReq wraps a read (Op: OpLookup, OpGetAttr or OpReaddir, Msg its
 // request) from a client session that wants a lease on the bucket it
 // reads (internal/lease). The session's changes carry it as the first 8
