@@ -50,6 +50,8 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzDec -fuzztime 30s ./internal/wire/
 	$(GO) test -run XXX -fuzz FuzzStorageRequests -fuzztime 30s ./internal/storage/
 	$(GO) test -run XXX -fuzz FuzzMessages -fuzztime 30s ./internal/metawire/
+	$(GO) test -run XXX -fuzz FuzzMessages -fuzztime 30s ./internal/fragment/
+	$(GO) test -run XXX -fuzz FuzzMessages -fuzztime 30s ./internal/cluster/
 
 # The data-path benchmark of issue #2: 5 storage servers, ec:4+1, 1 GiB.
 bench-data: build

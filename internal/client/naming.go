@@ -275,7 +275,7 @@ const DefaultIslandWait = 6 * time.Second
 // the map and retrying on stale-epoch and wrong-island answers and backing
 // off on busy ones.
 func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawire.Message) error {
-	if !metawire.Deduplicated(op) {
+	if !metawire.Schema.Dedup(op) {
 		// Changes flushed in beginChange (or run beside the flush).
 		f.flushBeforeCall(ctx, op)
 	}
@@ -284,7 +284,7 @@ func (f *FS) call(ctx context.Context, route uint64, op uint16, req, resp metawi
 	// applied it (the answer was lost with a connection or a leader)
 	// answers the retry without applying it twice.
 	var reqID wire.ReqID
-	if metawire.Deduplicated(op) || f.wb.on.Load() {
+	if metawire.Schema.Dedup(op) || f.wb.on.Load() {
 		// Under write-behind reads carry the session too: an island
 		// recalls an exclusive lease before anyone else's request.
 		reqID = f.reqIDFor()

@@ -136,12 +136,12 @@ func (c *Client) call(ctx context.Context, op uint16, msg []byte) ([]byte, error
 			lastErr = errors.New("no manager address")
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("cluster: %s: %w (last error: %w)", OpName(op), ctx.Err(), lastErr)
+			return fmt.Errorf("cluster: %s: %w (last error: %w)", Schema.Name(op), ctx.Err(), lastErr)
 		}
 		if errors.Is(lastErr, ErrNotLeader) || errors.Is(lastErr, ErrUnavailable) || errors.Is(lastErr, ErrStaleEpoch) {
-			return fmt.Errorf("cluster: %s: %w", OpName(op), lastErr)
+			return fmt.Errorf("cluster: %s: %w", Schema.Name(op), lastErr)
 		}
-		return fmt.Errorf("cluster: %s: %w: %w", OpName(op), ErrUnavailable, lastErr)
+		return fmt.Errorf("cluster: %s: %w: %w", Schema.Name(op), ErrUnavailable, lastErr)
 	}
 	for ctx.Err() == nil {
 		addr := c.target(failed)
@@ -196,7 +196,7 @@ func (c *Client) call(ctx context.Context, op uint16, msg []byte) ([]byte, error
 		case errors.Is(err, auth.ErrRefused), errors.Is(err, auth.ErrNoKey):
 			// Our key is not one of this cluster's: no manager will
 			// take it.
-			return nil, fmt.Errorf("cluster: %s: %w", OpName(op), err)
+			return nil, fmt.Errorf("cluster: %s: %w", Schema.Name(op), err)
 		default:
 			// Transport failure: try another manager.
 			lastErr = fmt.Errorf("%s: %w", addr, err)
@@ -219,7 +219,7 @@ func (c *Client) callMap(ctx context.Context, op uint16, msg []byte) (*Map, erro
 	}
 	m, err := DecodeMap(b)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: %s: reply: %w", OpName(op), err)
+		return nil, fmt.Errorf("cluster: %s: reply: %w", Schema.Name(op), err)
 	}
 	c.learn(m)
 	return m, nil
@@ -258,7 +258,7 @@ func (c *Client) callEpoch(ctx context.Context, op uint16, msg []byte) (uint64, 
 	}
 	var r EpochResp
 	if err := Unmarshal(b, &r); err != nil {
-		return 0, fmt.Errorf("cluster: %s: reply: %w", OpName(op), err)
+		return 0, fmt.Errorf("cluster: %s: reply: %w", Schema.Name(op), err)
 	}
 	return r.Epoch, nil
 }

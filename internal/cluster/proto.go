@@ -29,45 +29,6 @@ const (
 	OpRevoke       uint16 = 16 // RevokeReq -> EpochResp (leader)
 )
 
-// OpName names an operation in error messages.
-func OpName(op uint16) string {
-	switch op {
-	case OpGetMap:
-		return "get-map"
-	case OpRegister:
-		return "register"
-	case OpHeartbeat:
-		return "heartbeat"
-	case OpSetState:
-		return "set-state"
-	case OpFormat:
-		return "format"
-	case OpJoin:
-		return "join"
-	case OpStatus:
-		return "status"
-	case OpSetTable:
-		return "set-table"
-	case OpSetPolicy:
-		return "set-policy"
-	case OpMoveEntries:
-		return "move-entries"
-	case OpFinishMove:
-		return "finish-move"
-	case OpCancelMove:
-		return "cancel-move"
-	case OpIslandServer:
-		return "island-server"
-	case OpSetReplicas:
-		return "set-replicas"
-	case OpRemove:
-		return "remove"
-	case OpRevoke:
-		return "revoke"
-	}
-	return fmt.Sprintf("op %d", op)
-}
-
 // Message is implemented by every request and response structure.
 type Message = wire.Message
 

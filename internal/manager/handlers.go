@@ -13,16 +13,16 @@ func (m *Manager) handleMove(req *wire.Request) (wire.Response, error) {
 	case cluster.OpMoveEntries:
 		var r cluster.MoveEntriesReq
 		if err := cluster.Unmarshal(req.Msg, &r); err != nil {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.OpName(req.Op), err)
+			return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.Schema.Name(req.Op), err)
 		}
 		if len(r.Moves) > cluster.MaxMoves {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w: %d moves", cluster.OpName(req.Op), cluster.ErrBadRequest, len(r.Moves))
+			return wire.Response{}, fmt.Errorf("cluster: %s: %w: %d moves", cluster.Schema.Name(req.Op), cluster.ErrBadRequest, len(r.Moves))
 		}
 		c.Type, c.Moves = cluster.CmdMoveEntries, r.Moves
 	default:
 		var r cluster.MoveIDReq
 		if err := cluster.Unmarshal(req.Msg, &r); err != nil {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.OpName(req.Op), err)
+			return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.Schema.Name(req.Op), err)
 		}
 		c.Type, c.MoveID = cluster.CmdFinishMove, r.ID
 		if req.Op == cluster.OpCancelMove {
@@ -34,9 +34,9 @@ func (m *Manager) handleMove(req *wire.Request) (wire.Response, error) {
 	}
 	res, err := m.apply(c)
 	if err != nil {
-		return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.OpName(req.Op), err)
+		return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.Schema.Name(req.Op), err)
 	}
-	m.log.Info("manager: "+cluster.OpName(req.Op), "moves", len(c.Moves), "id", c.MoveID, "epoch", res.Epoch)
+	m.log.Info("manager: "+cluster.Schema.Name(req.Op), "moves", len(c.Moves), "id", c.MoveID, "epoch", res.Epoch)
 	if res.Changed {
 		m.noteMoves(req.Op, len(c.Moves), len(m.currentMap().Moves))
 	}
@@ -49,28 +49,28 @@ func (m *Manager) handlePlacement(req *wire.Request) (wire.Response, error) {
 	case cluster.OpIslandServer:
 		var r cluster.IslandServerReq
 		if err := cluster.Unmarshal(req.Msg, &r); err != nil {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.OpName(req.Op), err)
+			return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.Schema.Name(req.Op), err)
 		}
 		c.Type, c.Servers, c.Sets = cluster.CmdIslandServer, r.Servers, r.Seed
 	default:
 		var r cluster.SetReplicasReq
 		if err := cluster.Unmarshal(req.Msg, &r); err != nil {
-			return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.OpName(req.Op), err)
+			return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.Schema.Name(req.Op), err)
 		}
 		c.Type, c.Sets, c.Out = cluster.CmdSetReplicas, r.Sets, r.Out
 	}
 	if len(c.Servers) > cluster.MaxServers || len(c.Sets) > cluster.MaxReplicaSets || len(c.Out) > cluster.MaxServers {
-		return wire.Response{}, fmt.Errorf("cluster: %s: %w: too many servers or sets", cluster.OpName(req.Op), cluster.ErrBadRequest)
+		return wire.Response{}, fmt.Errorf("cluster: %s: %w: too many servers or sets", cluster.Schema.Name(req.Op), cluster.ErrBadRequest)
 	}
 	if err := m.leaderCheck(); err != nil {
 		return wire.Response{}, err
 	}
 	res, err := m.apply(c)
 	if err != nil {
-		return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.OpName(req.Op), err)
+		return wire.Response{}, fmt.Errorf("cluster: %s: %w", cluster.Schema.Name(req.Op), err)
 	}
 	if res.Changed {
-		m.log.Info("manager: "+cluster.OpName(req.Op), "servers", len(c.Servers), "sets", len(c.Sets), "out", c.Out, "epoch", res.Epoch)
+		m.log.Info("manager: "+cluster.Schema.Name(req.Op), "servers", len(c.Servers), "sets", len(c.Sets), "out", c.Out, "epoch", res.Epoch)
 		if req.Op == cluster.OpSetReplicas {
 			var islands []uint32
 			for _, set := range c.Sets {

@@ -642,24 +642,8 @@ func memberAllowed(p auth.Peer, k cluster.MemberKey) error {
 	return p.Allow(auth.CapMember, "registering "+k.String())
 }
 
-// needs is the capability each manager operation requires: anyone with a
-// key of the cluster reads the map and the status; only members register
-// and heartbeat (a member's identity is the cluster key: registering over
-// an existing member needs it), and only admin keys change the map.
-func needs(op uint16) auth.Caps {
-	switch op {
-	case cluster.OpGetMap, cluster.OpStatus:
-		return auth.CapRead
-	case cluster.OpRegister, cluster.OpHeartbeat:
-		return auth.CapWrite // and CapMember unless a gateway: memberAllowed
-	case cluster.OpJoin, cluster.OpFinishMove, cluster.OpIslandServer:
-		return auth.CapMember
-	}
-	return auth.CapAdmin
-}
-
 func (m *Manager) handle(ctx context.Context, req *wire.Request) (wire.Response, error) {
-	if err := req.Peer.Allow(needs(req.Op), cluster.OpName(req.Op)); err != nil {
+	if err := req.Peer.Allow(cluster.Schema.Needs(req.Op), cluster.Schema.Name(req.Op)); err != nil {
 		return wire.Response{}, fmt.Errorf("cluster: %w", err)
 	}
 	switch req.Op {

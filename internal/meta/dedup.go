@@ -13,7 +13,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/wire"
 )
 
-// Requests applied at most once. A change (metawire.Deduplicated) sent
+// Requests applied at most once. A change (metawire.Schema.Dedup) sent
 // with a request id (wire.ReqID) records the id in the same batch as its
 // effect (markDone); a request whose id is recorded is not applied again
 // but answered from the current state (replay): the client retried it

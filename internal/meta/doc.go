@@ -364,7 +364,7 @@
 //
 // # Request ids
 //
-// A change (metawire.Deduplicated) sent with a wire.ReqID is applied at
+// A change (metawire.Schema.Dedup) sent with a wire.ReqID is applied at
 // most once: its id is written with its effect (the single-island batch,
 // the coordinator's decision batch, or the SetAttr/xattr/Commit batch)
 // under FF FF FF FF FF 'Q', and a request whose id is found is answered

@@ -45,7 +45,7 @@ import (
 // their child up by label values (no allocation once it exists).
 
 // maxMetaOp bounds the op codes with their own label: codes without a
-// name in metawire.Ops are "op_N", those above maxMetaOp (only malformed
+// name in metawire.Schema are "op_N", those above maxMetaOp (only malformed
 // requests send them) share "op_other".
 const maxMetaOp = 127
 
@@ -124,7 +124,7 @@ func newIslandMetrics(reg prometheus.Registerer, id uint32) *islandMetrics {
 		m.opLabel[i] = "op_" + strconv.Itoa(i)
 	}
 	m.opLabel[maxMetaOp] = "op_other"
-	for _, o := range metawire.Ops {
+	for _, o := range metawire.Schema.Ops() {
 		m.opLabel[o.Op] = o.Name
 		m.ok[o.Op], m.latency[o.Op] = m.opsVec.WithLabelValues(o.Name, "ok"), lat.WithLabelValues(o.Name)
 	}

@@ -11,9 +11,9 @@ import (
 )
 
 // serveWire adapts Handle to internal/wire. The capability each
-// operation needs is metawire.Ops'.
+// operation needs is in metawire.Schema.
 func (i *Island) serveWire(ctx context.Context, req *wire.Request) (wire.Response, error) {
-	if need := metawire.Needs(req.Op); !req.Peer.Caps.Has(need) {
+	if need := metawire.Schema.Needs(req.Op); !req.Peer.Caps.Has(need) {
 		err := req.Peer.Allow(need, fmt.Sprintf("island %d op %d", i.id, req.Op))
 		if need == auth.CapWrite {
 			return wire.Response{}, fmt.Errorf("%w: %w", metawire.ErrReadOnly, err)
@@ -67,7 +67,7 @@ func (i *Island) Handle(ctx context.Context, op uint16, epoch uint64, msg []byte
 }
 
 // HandleReq is Handle for a request with id (wire.ReqID): a change
-// (metawire.Deduplicated) already applied under id is answered, not
+// (metawire.Schema.Dedup) already applied under id is answered, not
 // applied again.
 func (i *Island) HandleReq(ctx context.Context, op uint16, epoch uint64, id wire.ReqID, msg []byte) ([]byte, error) {
 	return i.handle(ctx, op, epoch, id, msg)
@@ -78,7 +78,7 @@ func (i *Island) handle(ctx context.Context, op uint16, epoch uint64, id wire.Re
 		return nil, err
 	}
 	defer i.leave()
-	if !metawire.AnyEpoch(op) {
+	if !metawire.Schema.AnyEpoch(op) {
 		if err := i.checkEpoch(ctx, epoch); err != nil {
 			return nil, err
 		}
@@ -96,7 +96,7 @@ func (i *Island) handle(ctx context.Context, op uint16, epoch uint64, id wire.Re
 	if err := i.recall(ctx, op, msg); err != nil {
 		return nil, err
 	}
-	if id != (wire.ReqID{}) && metawire.Deduplicated(op) {
+	if id != (wire.ReqID{}) && metawire.Schema.Dedup(op) {
 		return i.dedup(ctx, op, id, msg, func(ctx context.Context) ([]byte, error) { return i.dispatch(ctx, op, msg) })
 	}
 	return i.dispatch(ctx, op, msg)

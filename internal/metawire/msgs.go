@@ -59,10 +59,7 @@ func Unmarshal(b []byte, m Message) error {
 }
 
 // Empty is a message with no fields.
-type Empty struct{}
-
-func (Empty) Encode(*wire.Enc) {}
-func (Empty) Decode(*wire.Dec) {}
+type Empty = wire.Empty
 
 // InoReq names one inode.
 type InoReq struct {

@@ -33,14 +33,6 @@ import (
 // request counters are updated per request with label children resolved
 // in advance, so serving costs no map lookups or allocations.
 
-// opNames names the fragment protocol's operations by op code. Codes
-// without a name here are labelled "op_N".
-var opNames = map[uint16]string{
-	fragment.OpPut: "put", fragment.OpAppend: "append", fragment.OpRead: "read", fragment.OpDelete: "delete",
-	fragment.OpInfo: "info", fragment.OpList: "list", fragment.OpNewest: "newest", fragment.OpVerify: "verify",
-	fragment.OpStat: "stat", fragment.OpScan: "scan",
-}
-
 // maxOpLabel bounds the op codes with their own label; higher ones (only
 // malformed requests send them) share "op_other".
 const maxOpLabel = 63
@@ -93,9 +85,9 @@ func newServerMetrics(reg prometheus.Registerer, slot uint16, st *Store, refused
 		m.opLabel[op] = "op_" + strconv.Itoa(op)
 	}
 	m.opLabel[maxOpLabel] = "op_other"
-	for op, name := range opNames {
-		m.opLabel[op] = name
-		m.ok[op], m.latency[op] = opsVec.WithLabelValues(name, "ok"), lat.WithLabelValues(name)
+	for _, o := range fragment.Schema.Ops() {
+		m.opLabel[o.Op] = o.Name
+		m.ok[o.Op], m.latency[o.Op] = opsVec.WithLabelValues(o.Name, "ok"), lat.WithLabelValues(o.Name)
 	}
 	if reg == nil {
 		return m, nil

@@ -192,21 +192,6 @@ var statusTable = []struct {
 	{auth.ErrForbidden, fragment.StatusForbidden},
 }
 
-// needs is the capability each operation requires of the connection's
-// key: reading takes read, writing log stripes write, and what only the
-// cleaner, repair, drain and fsck do (listing every fragment, deleting,
-// verifying) admin. Unknown ops fall through to the handler, which
-// refuses them.
-func needs(op uint16) auth.Caps {
-	switch op {
-	case fragment.OpRead, fragment.OpInfo, fragment.OpStat, fragment.OpNewest:
-		return auth.CapRead
-	case fragment.OpPut, fragment.OpAppend:
-		return auth.CapWrite
-	}
-	return auth.CapAdmin
-}
-
 func statusOf(err error) uint32 {
 	for _, e := range statusTable {
 		if errors.Is(err, e.err) {
@@ -245,7 +230,7 @@ func (s *Server) tenantRead(p auth.Peer, m *fragment.ReadReq) error {
 }
 
 func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, error) {
-	if err := req.Peer.Allow(needs(req.Op), opNames[req.Op]); err != nil {
+	if err := req.Peer.Allow(fragment.Schema.Needs(req.Op), fragment.Schema.Name(req.Op)); err != nil {
 		return wire.Response{}, fmt.Errorf("storage slot %d: %w", s.cfg.Slot, err)
 	}
 	switch req.Op {

@@ -82,4 +82,14 @@
 // retries: a lookup through a FUSE mount cut from its island had not
 // failed after 5 minutes, and fails after about a minute with it
 // (internal/simcluster's TestPartitionedMountServesNoStaleName).
+//
+// # Schemas
+//
+// Each protocol built on frames (metawire, fragment, cluster) declares its
+// operations once, in a Schema of OpSpecs: name, request and response
+// types, the capability a connection's key needs, whether the server
+// deduplicates it by ReqID and whether it is served at any map epoch.
+// Servers check capabilities and label metrics from it; wiretest checks
+// that every Op constant has an entry and that every message round-trips
+// and survives fuzzing.
 package wire
