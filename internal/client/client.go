@@ -66,6 +66,9 @@ type Config struct {
 	// Key authenticates every connection to storage servers and islands
 	// (nil: none, for servers started in-process without a key).
 	Key *auth.Key
+	// Dial, when set, connects instead of TCP (memnet in in-process
+	// tests), to storage servers and islands alike.
+	Dial wire.DialFunc
 }
 
 // Validate checks the configuration.
@@ -177,7 +180,7 @@ func New(cfg Config) (*Client, error) {
 		log: cfg.Logger,
 		// Storage connections carry every byte of file data: unsealed
 		// unless the cluster seals data too (auth.SealData).
-		pool:       wire.NewPool(wire.ClientConfig{Key: cfg.Key, PlainOK: !auth.SealData()}, cfg.ConnsPerServer),
+		pool:       wire.NewPool(wire.ClientConfig{Key: cfg.Key, PlainOK: !auth.SealData(), Dial: cfg.Dial}, cfg.ConnsPerServer),
 		encs:       map[[2]int]reedsolomon.Encoder{},
 		repairQ:    make(chan repairJob, 1024),
 		repairSeen: map[fragment.ID]bool{},

@@ -230,7 +230,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 			cfg.Root = k.Scope.Root
 		}
 	}
-	f := &FS{cfg: cfg, data: cfg.Data, pool: wire.NewPool(wire.ClientConfig{Key: cfg.Data.cfg.Key}, 2), log: cfg.Logger}
+	f := &FS{cfg: cfg, data: cfg.Data, pool: wire.NewPool(wire.ClientConfig{Key: cfg.Data.cfg.Key, Dial: cfg.Data.cfg.Dial}, 2), log: cfg.Logger}
 	f.cache.attrs = map[uint64]cachedAttr{}
 	f.cache.dentry = map[dentryKey]cachedDentry{}
 	f.cache.blocks = map[uint64]*blockMap{}

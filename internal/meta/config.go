@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/atoll-fs/atoll/internal/lockcheck"
 	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/namespace"
+	"github.com/atoll-fs/atoll/internal/wire"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,6 +74,11 @@ type Config struct {
 	// Listen is the address Run serves on (":0" picks a port). Empty:
 	// no listener; the island is used in-process through Handle.
 	Listen string
+	// Listener, when set, is served instead of a TCP listener on Listen
+	// (memnet in in-process tests).
+	Listener net.Listener
+	// Dial, when set, connects to other islands instead of TCP.
+	Dial wire.DialFunc
 	// ID is this island's id in the cluster map (not 0).
 	ID uint32
 	// Map is the cluster map.

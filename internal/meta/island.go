@@ -188,7 +188,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 	i.tx.active = map[metawire.TxID]bool{}
 	i.peer = cfg.Peer
 	if i.peer == nil {
-		i.pool = wire.NewPool(wire.ClientConfig{Key: cfg.Key}, 1)
+		i.pool = wire.NewPool(wire.ClientConfig{Key: cfg.Key, Dial: cfg.Dial}, 1)
 		wp := &WirePeer{Pool: i.pool, Map: cfg.Map}
 		if _, ok := cfg.Map.(leaderhint.Map); ok {
 			wp.Hints = leaderhint.New(wp.askIsland, i.log)
@@ -220,7 +220,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 		i.closePool()
 		return nil, fmt.Errorf("meta: open %s: %w", cfg.Dir, err)
 	}
-	if cfg.Listen != "" {
+	if cfg.Listen != "" || cfg.Listener != nil {
 		var verifier *auth.Verifier
 		if cfg.Key != nil {
 			if verifier, err = auth.NewVerifier(cfg.Key); err != nil {
@@ -235,7 +235,7 @@ func newIsland(cfg Config, tm timing) (*Island, error) {
 			ErrorCode: metawire.StatusOf,
 			Inline:    inlineOp,
 		})
-		if err == nil {
+		if i.ln = cfg.Listener; err == nil && i.ln == nil {
 			i.ln, err = net.Listen("tcp", cfg.Listen)
 		}
 		if err != nil {

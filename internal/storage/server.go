@@ -24,7 +24,10 @@ import (
 type ServerConfig struct {
 	Dir    string
 	Listen string // host:port; ":0" picks a port
-	Slot   uint16
+	// Listener, when set, is served instead of a TCP listener on Listen
+	// (memnet in in-process tests).
+	Listener net.Listener
+	Slot     uint16
 	// CapacityBytes caps stored bytes (0: the filesystem's free space).
 	CapacityBytes int64
 	// ScrubBytesPerSec is the scrubber's rate (0: scrubber off).
@@ -47,7 +50,7 @@ func (c *ServerConfig) Validate() error {
 	if c.Dir == "" {
 		return errors.New("storage: server config: --dir is required")
 	}
-	if c.Listen == "" {
+	if c.Listen == "" && c.Listener == nil {
 		return errors.New("storage: server config: --listen is required")
 	}
 	if c.ScrubBytesPerSec < 0 {
@@ -134,7 +137,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln := cfg.Listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", cfg.Listen)
+	}
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("storage: listen %s: %w", cfg.Listen, err)

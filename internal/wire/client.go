@@ -59,7 +59,13 @@ type ClientConfig struct {
 	// minutes TCP retransmits. A server that is merely slow (or stopped:
 	// its kernel still acknowledges) is not affected.
 	PeerTimeout time.Duration
+	// Dial, when set, connects instead of TCP (memnet in in-process
+	// tests); PeerTimeout's socket options do not apply then.
+	Dial DialFunc
 }
+
+// DialFunc connects to addr (ClientConfig.Dial).
+type DialFunc func(ctx context.Context, addr string) (net.Conn, error)
 
 // DefaultPeerTimeout is ClientConfig.PeerTimeout's default.
 const DefaultPeerTimeout = 15 * time.Second
@@ -108,7 +114,13 @@ func (c *Client) idleLongerThan(now time.Time, d time.Duration) bool {
 
 // Dial connects to addr.
 func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
-	c, err := peerDialer(cfg.PeerTimeout).DialContext(ctx, "tcp", addr)
+	var c net.Conn
+	var err error
+	if cfg.Dial != nil {
+		c, err = cfg.Dial(ctx, addr)
+	} else {
+		c, err = peerDialer(cfg.PeerTimeout).DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s: %w", addr, err)
 	}
