@@ -93,7 +93,15 @@ atoll-test) cl=$test_cluster key=$work/test/data/admin.key ;;
 atoll-scratch) cl=$scratch_cluster key=$work/scratch/data/admin.key ;;
 *) echo "mount.fuse.atoll: unknown device \$dev" >&2; exit 1 ;;
 esac
-setsid $work/atoll mount --cluster \$cl --key \$key --fsname "\$dev" --plain-type --log-level warn "\$mnt" >>$work/mount.log 2>&1 </dev/null &
+# Of the options, atoll takes the access time ones and ro (which it
+# refuses: a test that needs a read-only mount fails visibly).
+opts=
+if [ "\$3" = -o ]; then
+	for o in \$(echo "\$4" | tr , ' '); do
+		case "\$o" in noatime|relatime|strictatime|atime|ro) opts=\$opts,\$o ;; esac
+	done
+fi
+setsid $work/atoll mount --cluster \$cl --key \$key --fsname "\$dev" --plain-type --log-level warn -o "\${opts#,}" "\$mnt" >>$work/mount.log 2>&1 </dev/null &
 for _ in \$(seq 300); do mountpoint -q "\$mnt" && exit 0; sleep 0.1; done
 echo "mount.fuse.atoll: \$mnt not mounted" >&2
 exit 1

@@ -22,7 +22,7 @@ import (
 )
 
 func newMountCmd(g *globalFlags) *cobra.Command {
-	var addr, metricsListen, rootPath string
+	var addr, metricsListen, rootPath, options string
 	var leases, writeBehind, abort bool
 	var prebornDelay time.Duration
 	var cfg fusefs.Config
@@ -55,6 +55,9 @@ and repairs its reads found.`,
 			cfg.Mountpoint, cfg.Logger = args[0], log
 			if abort {
 				return fusefs.Abort(cfg.Mountpoint)
+			}
+			if err := mountOptions(&cfg, options); err != nil {
+				return err
 			}
 			// Environment problems first: they need no cluster.
 			if err := fusefs.CheckFuseDevice(); err != nil {
@@ -163,6 +166,8 @@ and repairs its reads found.`,
 	f.BoolVar(&abort, "abort", false, "abort the FUSE connection of the mount at MOUNTPOINT (its process killed but still there, the mountpoint hanging), then exit")
 	f.StringVar(&cfg.WriteCache, "write-cache", fusefs.WriteClose, "when a file's changes reach the cluster: close (at close(2); a mount killed with -9 loses only files still open), sync (every write durable before it returns), preborn (with --write-behind: a closed file's create and data stay in the mount up to --preborn-delay, so a file removed by then never reaches the cluster; fsync, another client's access and unmount send them first; a mount killed with -9 loses what it holds)")
 	f.DurationVar(&prebornDelay, "preborn-delay", 10*time.Second, "with --write-cache preborn: how long a closed file may stay in the mount (the directory's lease bounds it too)")
+	f.StringVar(&cfg.Atime, "atime", fusefs.AtimeNoatime, "when reads update access times: noatime (never), relatime (the first read after a change, or a day later), strictatime (every open's first read)")
+	f.StringVarP(&options, "options", "o", "", "mount(8) options, comma-separated, as mount helpers pass them: noatime, relatime and strictatime set --atime; nodiratime, rw and the generic ones (dev, suid, exec, auto, ...) are accepted; others are refused")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here and register with the managers, e.g. 127.0.0.1:7609 (empty: off)")
 	return cmd
 }
@@ -229,4 +234,33 @@ func hostname() string {
 		return "?"
 	}
 	return h
+}
+
+// mountOptions applies mount(8)-style options (-o) to cfg, and checks
+// --atime before the cluster is dialed.
+func mountOptions(cfg *fusefs.Config, opts string) error {
+	switch cfg.Atime {
+	case fusefs.AtimeNoatime, fusefs.AtimeRelatime, fusefs.AtimeStrict:
+	default:
+		return fmt.Errorf("--atime %q: want %s, %s or %s", cfg.Atime, fusefs.AtimeNoatime, fusefs.AtimeRelatime, fusefs.AtimeStrict)
+	}
+	for _, o := range strings.Split(opts, ",") {
+		switch o {
+		case "":
+		case fusefs.AtimeNoatime, fusefs.AtimeRelatime, fusefs.AtimeStrict:
+			cfg.Atime = o
+		case "atime":
+			cfg.Atime = fusefs.AtimeRelatime // mount(8)'s atime is the kernel default
+		case "nodiratime", "diratime", "rw", "defaults", "dev", "nodev", "suid", "nosuid", "exec", "noexec",
+			"auto", "noauto", "nouser", "async", "lazytime", "nolazytime", "_netdev", "nofail", "silent", "loud",
+			"allow_other", "default_permissions":
+			// Directories' atimes are never updated (nodiratime), and
+			// the rest are the kernel's or mount(8)'s own business.
+		case "ro":
+			return fmt.Errorf("mount option ro: read-only mounts are not supported (mount with a read-only key: atoll key new --caps read)")
+		default:
+			return fmt.Errorf("mount option %q is not supported", o)
+		}
+	}
+	return nil
 }

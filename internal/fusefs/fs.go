@@ -772,6 +772,11 @@ func (a *adapter) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 		}
 	}
 	st := a.openHandle(ctx, cred, i, in.Flags, nil, &out.Fh)
+	if st.Ok() && in.Flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+		// At the open, not the first read: the kernel serves reads of
+		// pages it keeps (FOPEN_KEEP_CACHE) without asking.
+		a.accessed(ctx, in.NodeId, cred, i)
+	}
 	if st.Ok() {
 		if !a.kernelAttrLeased(i) {
 			a.dropKernelAttr(in.NodeId)
@@ -920,6 +925,36 @@ func (a *adapter) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 		}
 	}
 	return &viewResult{data: data, release: release}, fuse.OK
+}
+
+// relatimeAge is how old an access time relatime updates anyway.
+const relatimeAge = 24 * time.Hour
+
+// accessed updates the access time of file ino, opened for reading by
+// cred, as Config.Atime says: at the open, so a file opened to be read
+// counts as read. It waits for the island (a stat right after the read
+// must see the new time) and drops the kernel's cached attributes; a
+// failure (a read-only key, an older island) is only logged: the open
+// itself succeeded.
+func (a *adapter) accessed(ctx context.Context, node uint64, cred metawire.Cred, ino uint64) {
+	mode := a.cfg.Atime
+	if mode == "" || mode == AtimeNoatime {
+		return
+	}
+	if mode == AtimeRelatime {
+		at, err := a.fs.GetAttr(ctx, cred, ino)
+		if err != nil {
+			return
+		}
+		if at.Atime > at.Mtime && at.Atime > at.Ctime && time.Since(time.Unix(0, at.Atime)) < relatimeAge {
+			return
+		}
+	}
+	if _, err := a.fs.SetAttr(ctx, metawire.SetAttrReq{Cred: cred, Ino: ino, Valid: metawire.SetAccessed}); err != nil {
+		a.log.Debug("fusefs: access time not updated", "ino", fmt.Sprintf("%x", ino), "err", err)
+		return
+	}
+	a.dropKernelAttr(node)
 }
 
 // staleEnd reports whether f, of's File, ends at end though the kernel

@@ -78,6 +78,16 @@ type Config struct {
 	// SetPreborn; needs write-behind), so a file created and removed in
 	// it never reaches an island.
 	WriteCache string
+	// Atime is when a read updates a file's access time: AtimeNoatime
+	// (the default: never; a network file system's reads stay reads),
+	// AtimeRelatime (Linux's default for local disks: the first read
+	// after the file changed, or a day after the last update) or
+	// AtimeStrict (every read). A read counts at the open for reading
+	// (the kernel serves cached pages without asking). The kernel does not keep
+	// atime for FUSE mounts; the mount sends a read's update to the
+	// island (metawire.SetAccessed: ctime stays). Directories' atimes
+	// are not updated (nodiratime).
+	Atime string
 	// Debug logs every FUSE request (go-fuse's debug output).
 	Debug  bool
 	Logger *slog.Logger
@@ -90,6 +100,13 @@ const (
 	WritePreborn = "preborn"
 )
 
+// Access time modes (Config.Atime).
+const (
+	AtimeNoatime  = "noatime"
+	AtimeRelatime = "relatime"
+	AtimeStrict   = "strictatime"
+)
+
 // Validate checks the configuration (not the mountpoint: see CheckMountpoint).
 func (c *Config) Validate() error {
 	if c.FS == nil {
@@ -97,6 +114,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Mountpoint == "" {
 		return errors.New("fusefs: config: a mountpoint is required")
+	}
+	switch c.Atime {
+	case "", AtimeNoatime, AtimeRelatime, AtimeStrict:
+	default:
+		return fmt.Errorf("fusefs: config: atime %q: want %s, %s or %s", c.Atime, AtimeNoatime, AtimeRelatime, AtimeStrict)
 	}
 	switch c.WriteCache {
 	case "", WriteClose, WriteSync:

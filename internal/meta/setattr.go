@@ -13,7 +13,7 @@ import (
 const MaxFileSize = 1 << 62
 
 const allSetAttr = metawire.SetMode | metawire.SetUID | metawire.SetGID | metawire.SetSize |
-	metawire.SetAtime | metawire.SetAtimeNow | metawire.SetMtime | metawire.SetMtimeNow | metawire.SetCtime | metawire.SetKillSUID
+	metawire.SetAtime | metawire.SetAtimeNow | metawire.SetMtime | metawire.SetMtimeNow | metawire.SetCtime | metawire.SetKillSUID | metawire.SetAccessed
 
 // withInodes runs f on an indexed batch with the inodes locked
 // exclusively, and commits the batch (synced) if f succeeds.
@@ -124,6 +124,9 @@ func (i *Island) applySetAttr(b *pebble.Batch, n *inode, r *metawire.SetAttrReq)
 	if v&(metawire.SetAtimeNow|metawire.SetMtimeNow) != 0 && !isOwner(&a, c) && !mayAccess(&a, c, accW) {
 		return fmt.Errorf("utimes: %w", metawire.ErrAccess)
 	}
+	if v&metawire.SetAccessed != 0 && !mayAccess(&a, c, accR) {
+		return fmt.Errorf("access time: %w", metawire.ErrAccess)
+	}
 
 	if v&(metawire.SetUID|metawire.SetGID) != 0 {
 		if v&metawire.SetUID != 0 {
@@ -162,7 +165,7 @@ func (i *Island) applySetAttr(b *pebble.Batch, n *inode, r *metawire.SetAttrReq)
 		}
 	}
 	switch {
-	case v&metawire.SetAtimeNow != 0:
+	case v&(metawire.SetAtimeNow|metawire.SetAccessed) != 0:
 		n.atime = now
 	case v&metawire.SetAtime != 0:
 		n.atime = r.Atime
@@ -173,7 +176,9 @@ func (i *Island) applySetAttr(b *pebble.Batch, n *inode, r *metawire.SetAttrReq)
 	case v&metawire.SetMtime != 0:
 		n.mtime = r.Mtime
 	}
-	n.ctime = now
+	if v&^metawire.SetAccessed != 0 {
+		n.ctime = now // a read alone changes nothing
+	}
 	if v&metawire.SetCtime != 0 {
 		n.ctime = r.Ctime
 	}

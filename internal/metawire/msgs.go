@@ -140,6 +140,11 @@ const (
 	// (FUSE_HANDLE_KILLPRIV_V2), which saves the kernel a getattr
 	// before every chown.
 	SetKillSUID
+	// SetAccessed records a read of the file's data: atime becomes now
+	// and, unlike SetAtimeNow, ctime stays (a read is not a change),
+	// and read permission is enough. The mount sends it by its atime
+	// rule (fusefs.Config.Atime).
+	SetAccessed
 )
 
 // SetAttrReq changes attributes selected by Valid. Truncation (SetSize)
