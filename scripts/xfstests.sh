@@ -101,8 +101,16 @@ if [ "\$3" = -o ]; then
 		case "\$o" in noatime|relatime|strictatime|atime|ro) opts=\$opts,\$o ;; esac
 	done
 fi
-setsid $work/atoll mount --cluster \$cl --key \$key --fsname "\$dev" --plain-type --log-level warn -o "\${opts#,}" "\$mnt" >>$work/mount.log 2>&1 </dev/null &
-for _ in \$(seq 300); do mountpoint -q "\$mnt" && exit 0; sleep 0.1; done
+# Ready once atoll says so (the mount shows a moment before, when an
+# umount would still be EBUSY).
+ready=\$(mktemp -u /tmp/atoll-mount-ready.XXXXXX)
+setsid $work/atoll mount --cluster \$cl --key \$key --fsname "\$dev" --plain-type --log-level warn -o "\${opts#,}" --ready-file "\$ready" "\$mnt" >>$work/mount.log 2>&1 </dev/null &
+pid=\$!
+for _ in \$(seq 300); do
+	[ -e "\$ready" ] && { rm -f "\$ready"; exit 0; }
+	kill -0 \$pid 2>/dev/null || break # it refused (see mount.log)
+	sleep 0.1
+done
 echo "mount.fuse.atoll: \$mnt not mounted" >&2
 exit 1
 HELPER

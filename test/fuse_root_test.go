@@ -3,12 +3,17 @@ package test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/atoll-fs/atoll/internal/fusefs"
 	"github.com/atoll-fs/atoll/internal/metawire"
+	"golang.org/x/sys/unix"
 )
 
 // TestMountSubdirectory is issue #44's `atoll mount --root DIR`: the
@@ -70,5 +75,60 @@ func TestMountSubdirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(mnt, "..", "outside")); err == nil {
 		t.Errorf("the namespace's /outside is reachable from the mount of /proj")
+	}
+}
+
+// `atoll mount --ready-file` says when the mount is ready: an umount
+// right after it succeeds. The mount appears a moment before (go-fuse's
+// first requests and the read-ahead setting hold it), and xfstests'
+// umount right after its mount helper returned failed with EBUSY.
+func TestUmountRightAfterReady(t *testing.T) {
+	fuseUsable(t)
+	cl, _ := startDev(t, 3, 1, 0, nil)
+	for i := range 5 {
+		mnt, ready := t.TempDir(), filepath.Join(t.TempDir(), "ready")
+		cmd := exec.Command(atoll(t), "mount", "--cluster", cl.Manager, "--key", testKeyPath, "--log-level", "warn", "--ready-file", ready, mnt)
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if b, err := os.ReadFile(ready); err == nil {
+				if strings.TrimSpace(string(b)) != mnt {
+					t.Fatalf("ready file says %q, mountpoint %s", b, mnt)
+				}
+				break
+			}
+			select {
+			case err := <-exited:
+				t.Fatalf("atoll mount exited before it was ready: %v", err)
+			case <-time.After(5 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatal("no ready file after a minute")
+			}
+		}
+		if err := unix.Unmount(mnt, 0); err != nil {
+			// A FUSE server killed while mounted can stay a zombie
+			// until its mount goes: detach it, and do not wait.
+			cmd.Process.Kill()
+			_ = fusefs.Abort(mnt)
+			_ = unix.Unmount(mnt, unix.MNT_DETACH)
+			t.Fatalf("round %d: umount right after the mount said ready: %v", i, err)
+		}
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("round %d: atoll mount after umount: %v", i, err)
+			}
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			t.Fatalf("round %d: atoll mount still running a minute after umount", i)
+		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 )
 
 func newMountCmd(g *globalFlags) *cobra.Command {
-	var addr, metricsListen, rootPath, options string
+	var addr, metricsListen, rootPath, options, readyFile string
 	var leases, writeBehind, abort bool
 	var prebornDelay time.Duration
 	var cfg fusefs.Config
@@ -125,6 +125,9 @@ and repairs its reads found.`,
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "atoll: cluster %s mounted on %s (Ctrl-C or `fusermount3 -u %s` to unmount)\n", strings.Join(addrs, ","), m.Mountpoint(), m.Mountpoint())
+			if err := writeAddrFile(readyFile, m.Mountpoint()); err != nil {
+				return errors.Join(fmt.Errorf("atoll mount: --ready-file: %w", err), m.Unmount())
+			}
 			// Serve until interrupted or unmounted from outside.
 			run := func(ctx context.Context) error {
 				select {
@@ -168,6 +171,7 @@ and repairs its reads found.`,
 	f.DurationVar(&prebornDelay, "preborn-delay", 10*time.Second, "with --write-cache preborn: how long a closed file may stay in the mount (the directory's lease bounds it too)")
 	f.StringVar(&cfg.Atime, "atime", fusefs.AtimeNoatime, "when reads update access times: noatime (never), relatime (the first read after a change, or a day later), strictatime (every open's first read)")
 	f.StringVarP(&options, "options", "o", "", "mount(8) options, comma-separated, as mount helpers pass them: noatime, relatime and strictatime set --atime; nodiratime, rw and the generic ones (dev, suid, exec, auto, ...) are accepted; others are refused")
+	f.StringVar(&readyFile, "ready-file", "", "write the mountpoint to this file once the mount is ready: the mount appears a moment before, while its own setup still holds it (an umount then is EBUSY); mount helpers wait for this file")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here and register with the managers, e.g. 127.0.0.1:7609 (empty: off)")
 	return cmd
 }

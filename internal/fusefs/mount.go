@@ -405,8 +405,14 @@ func ReadAheadOf(mp string) (int, error) {
 }
 
 // readAheadFile is the read_ahead_kb file of the mount at mp: its backing
-// device info, /sys/class/bdi/MAJOR:MINOR, named by the mount's st_dev.
+// device info, /sys/class/bdi/MAJOR:MINOR, named by the mount's device.
+// The device comes from mountinfo, not a stat of mp: a stat holds the
+// mount while the kernel asks this very server, and an umount then
+// fails with EBUSY.
 func readAheadFile(mp string) (string, error) {
+	if ms, err := mountsAt(mp); err == nil && len(ms) > 0 {
+		return "/sys/class/bdi/" + ms[len(ms)-1].dev + "/read_ahead_kb", nil
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(mp, &st); err != nil {
 		return "", err
