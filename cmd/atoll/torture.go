@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/faults"
 	"github.com/atoll-fs/atoll/internal/torture"
 )
 
@@ -30,6 +31,9 @@ func newTortureCmd(g *globalFlags) *cobra.Command {
 			var err error
 			if cfg.Exe, err = os.Executable(); err != nil {
 				return err
+			}
+			if cfg.Failpoints && !faults.Enabled {
+				return errors.New("torture: --failpoints needs a binary built with -tags failpoints (make torture-bin)")
 			}
 			if cfg.Dir == "" {
 				if cfg.Dir, err = os.MkdirTemp("", fmt.Sprintf("atoll-torture-%d-", cfg.Seed)); err != nil {
@@ -76,6 +80,7 @@ func newTortureCmd(g *globalFlags) *cobra.Command {
 	f.IntVar(&cfg.Islands, "islands", 3, "metadata islands")
 	f.DurationVar(&cfg.FaultEvery, "fault-every", 4*time.Second, "mean time between faults")
 	f.DurationVar(&cfg.AttrTTL, "client-attr-ttl", time.Nanosecond, "library clients' name and attribute cache (1s, the product default, is not linearizable: the history check fails, which shows it works)")
+	f.BoolVar(&cfg.Failpoints, "failpoints", faults.Enabled, "also restart roles with one of their failpoints armed to crash them (needs a -tags failpoints build, as make torture's)")
 	f.BoolVar(&cfg.Loopback, "loopback", false, "run on 127.99.x.x without network namespaces (no partitions)")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary one, removed unless the run fails or --keep)")
 	f.BoolVar(&keep, "keep", false, "keep the scratch directory")

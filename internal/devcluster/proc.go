@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,7 +178,11 @@ func (c *Child) Signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
 // Respawn starts the child again after it has exited, with its original
 // spec (same command line, directory and address), and waits until it is
 // ready. The returned Child replaces c.
-func (c *Child) Respawn(ctx context.Context) (*Child, error) {
+func (c *Child) Respawn(ctx context.Context) (*Child, error) { return c.RespawnWith(ctx) }
+
+// RespawnWith is Respawn with env added to this start's environment only
+// (a failpoint armed for one life: the next Respawn starts without it).
+func (c *Child) RespawnWith(ctx context.Context, env ...string) (*Child, error) {
 	select {
 	case <-c.done:
 	default:
@@ -185,10 +190,12 @@ func (c *Child) Respawn(ctx context.Context) (*Child, error) {
 	}
 	spec := c.spec
 	spec.NoWait = false
+	spec.Env = append(slices.Clip(c.spec.Env), env...)
 	n, err := Start(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: restart %s: %w", c.Name, err)
 	}
+	n.spec.Env = c.spec.Env
 	n.MetricsAddr = c.MetricsAddr
 	return n, nil
 }

@@ -400,7 +400,11 @@ func (r *Role) ExitCode() (int, bool) {
 // line, and waits until it serves (its addr file; a mount: its
 // mountpoint, after detaching the stale one). It does not wait for the
 // manager to see it up again (Cluster.WaitMembers does).
-func (r *Role) Restart(ctx context.Context) error {
+func (r *Role) Restart(ctx context.Context) error { return r.RestartWith(ctx) }
+
+// RestartWith is Restart with env added for this start only (e.g.
+// ATOLL_FAILPOINTS=name=crash: the role runs until the point fires).
+func (r *Role) RestartWith(ctx context.Context, env ...string) error {
 	r.op.Lock()
 	defer r.op.Unlock()
 	if r.Running() {
@@ -411,7 +415,7 @@ func (r *Role) Restart(ctx context.Context) error {
 			return fmt.Errorf("simcluster: restart %s: %w", r.Name, err)
 		}
 	}
-	n, err := r.current().Respawn(ctx)
+	n, err := r.current().RespawnWith(ctx, env...)
 	if err != nil {
 		return fmt.Errorf("simcluster: %w", err)
 	}

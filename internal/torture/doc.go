@@ -20,7 +20,16 @@
 //   - corrupt: 16 bytes flipped in a fragment file of a storage server;
 //   - delete: a fragment file removed;
 //   - diskfull: a storage server's disk (a 1.5 GiB tmpfs of its own) filled
-//     up for 1-8 s.
+//     up for 1-8 s;
+//   - failpoint (Config.Failpoints, a -tags failpoints binary): a role
+//     restarted with one of the registered failpoints its process passes
+//     armed to crash it there (storage servers: their store's puts,
+//     appends, deletes and repairs; islands: transactions, moves and
+//     replica appends; the manager: its cleaner; mounts and gateways:
+//     the client's puts), for 2-8 s; a point that fired is counted, and
+//     the role starts again without it. These come from a random stream
+//     of their own, about one every 3 × FaultEvery, so a seed's other
+//     faults are what they were without them.
 //
 // At most one fault runs on a role at a time, at most one fragment per
 // stripe is damaged in a run (the policies tolerate one), and the last

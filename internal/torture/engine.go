@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/atoll-fs/atoll/internal/auth"
+	"github.com/atoll-fs/atoll/internal/faults"
 
 	"github.com/anishathalye/porcupine"
 
@@ -56,6 +57,10 @@ type Config struct {
 	// namespace history is close-to-open consistent but not linearizable,
 	// and the checker says so: a way to see it catch a violation.
 	AttrTTL time.Duration
+	// Failpoints arms the roles' registered failpoints as one more kind
+	// of fault (FaultFailpoint); Exe must be built with -tags failpoints
+	// (a binary without them refuses to start with one armed).
+	Failpoints bool
 	// Out gets progress lines (nil: none).
 	Out io.Writer
 }
@@ -110,14 +115,19 @@ type Report struct {
 	// "timeout": abandoned after opTimeout).
 	UnknownWhy map[string]int64 `json:"unknown_why,omitempty"`
 	// UnknownExample is the first error of each UnknownWhy key.
-	UnknownExample      map[string]string `json:"unknown_example,omitempty"`
-	FilesCreated        int64             `json:"files_created"`
-	Kills               int               `json:"kills"`
-	Partitions          int               `json:"partitions"`
-	Hangs               int               `json:"hangs"`
-	Corruptions         int               `json:"corruptions"`
-	CorruptionsDetected int               `json:"corruptions_detected"`
-	CorruptionsMoot     int               `json:"corruptions_moot"` // their stripes died before anyone looked
+	UnknownExample map[string]string `json:"unknown_example,omitempty"`
+	FilesCreated   int64             `json:"files_created"`
+	Kills          int               `json:"kills"`
+	// FailpointsArmed counts roles restarted with a failpoint armed to
+	// crash them; FailpointsFired those whose point fired (the process
+	// had exited by the fault's end).
+	FailpointsArmed     int `json:"failpoints_armed"`
+	FailpointsFired     int `json:"failpoints_fired"`
+	Partitions          int `json:"partitions"`
+	Hangs               int `json:"hangs"`
+	Corruptions         int `json:"corruptions"`
+	CorruptionsDetected int `json:"corruptions_detected"`
+	CorruptionsMoot     int `json:"corruptions_moot"` // their stripes died before anyone looked
 	// CorruptionsProbed counts corruptions the engine asked the storage
 	// server about soon after injecting them (its scrubber's verdict, not
 	// waiting for the end of the run, by when most stripes have died);
@@ -184,8 +194,8 @@ func (r *Report) Summary() string {
 	if !r.Passed {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d partitions, %d hangs, %d/%d corruptions detected (%d moot; %d/%d probed soon after were reported sick, within %.0fs), %d/%d deletions repaired, %d disk-full, %d failed restarts retried; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s); %d locks taken (%d after a wait, longest %.1fs), %d lock requests failed, %d locks lost, increments %d acked, %d unknown, %d failed before the write, %d lock violations; open files removed while open %d: %d read back whole, %d failed, %d wrong or gone under a live session, %d not reclaimed; fsck clean %v, fully redundant %v",
-		verdict, r.Seed, r.Seconds, r.Operations, r.UnknownOutcomes, r.Kills, r.Partitions, r.Hangs, r.CorruptionsDetected, r.Corruptions, r.CorruptionsMoot, r.ProbeDetected, r.CorruptionsProbed, r.ProbeDelayMaxSec,
+	return fmt.Sprintf("torture %s seed=%d %.0fs: %d ops (%d unknown), %d kills, %d failpoints armed (%d fired), %d partitions, %d hangs, %d/%d corruptions detected (%d moot; %d/%d probed soon after were reported sick, within %.0fs), %d/%d deletions repaired, %d disk-full, %d failed restarts retried; %d bytes acked, %d lost, %d read mismatches, %d history violations (%s); %d locks taken (%d after a wait, longest %.1fs), %d lock requests failed, %d locks lost, increments %d acked, %d unknown, %d failed before the write, %d lock violations; open files removed while open %d: %d read back whole, %d failed, %d wrong or gone under a live session, %d not reclaimed; fsck clean %v, fully redundant %v",
+		verdict, r.Seed, r.Seconds, r.Operations, r.UnknownOutcomes, r.Kills, r.FailpointsArmed, r.FailpointsFired, r.Partitions, r.Hangs, r.CorruptionsDetected, r.Corruptions, r.CorruptionsMoot, r.ProbeDetected, r.CorruptionsProbed, r.ProbeDelayMaxSec,
 		r.DeletionsRepaired, r.Deletions, r.DiskFull, r.FailedRestarts, r.AckedBytes, r.LostBytes, r.ReadMismatches, r.HistoryViolations, r.HistoryCheck,
 		r.LockHolds, r.LockWaits, r.LockWaitMaxSec, r.LockFailures, r.LocksLost, r.IncrementsAcked, r.IncrementsUnknown, r.IncrementsFailed, r.LockViolations,
 		r.OpenRemoved, r.OpenReadsOK, r.OpenReadsFailed, r.OpenMismatches, r.OpenLeaked, r.FsckClean, r.FullyRedundant)
@@ -324,7 +334,38 @@ func (e *engine) topology() Topology {
 		top.Hosts = append(top.Hosts, h.Name)
 	}
 	top.Partition = e.net.Isolated()
+	if e.cfg.Failpoints {
+		top.Failpoints = map[string][]string{}
+		for _, r := range e.cl.Roles {
+			top.Failpoints[r.Name] = failpointsOf(r.Kind)
+		}
+	}
 	return top
+}
+
+// failpointPackages are the packages whose registered failpoints a
+// role's process passes (by the names' prefix): storage servers their
+// store's, islands their transactions', moves' and replicas', the
+// manager its background cleaner's, mounts and gateways the client's.
+var failpointPackages = map[string][]string{
+	simcluster.KindStorage: {"storage."},
+	simcluster.KindIsland:  {"meta.", "replica."},
+	simcluster.KindManager: {"cleaner."},
+	simcluster.KindMount:   {"client."},
+	simcluster.KindNFS:     {"client."},
+}
+
+// failpointsOf lists the registered failpoints a role of kind passes.
+func failpointsOf(kind string) []string {
+	var out []string
+	for _, n := range faults.Names() {
+		for _, p := range failpointPackages[kind] {
+			if strings.HasPrefix(n, p) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 // dial connects a library client with the key in keyFile (the workload's
@@ -596,6 +637,29 @@ func (e *engine) apply(ctx context.Context, f Fault) (func(context.Context) erro
 		r.Kill()
 		e.count(&e.rep.Kills)
 		return func(ctx context.Context) error { return e.restartUntilUp(ctx, r) }, nil
+	case FaultFailpoint:
+		r := e.cl.Role(f.Target)
+		if r == nil || !r.Running() {
+			return nil, notRunning(r, f.Target)
+		}
+		r.Kill()
+		if err := r.RestartWith(ctx, faults.EnvVar+"="+f.Point+"=crash"); err != nil {
+			return func(ctx context.Context) error { return e.restartUntilUp(ctx, r) }, fmt.Errorf("restart with %s armed: %w", f.Point, err)
+		}
+		e.count(&e.rep.FailpointsArmed)
+		// Undo: a process whose point has not fired by then is killed;
+		// either way it starts again without it.
+		return func(ctx context.Context) error {
+			if r.Running() {
+				r.Kill()
+			} else if code, _ := r.ExitCode(); code == 128+int(syscall.SIGKILL) {
+				e.count(&e.rep.FailpointsFired) // it crashed itself there
+				e.printf("%s crashed at %s", r.Name, f.Point)
+			} else {
+				e.printf("%s exited with code %d while %s was armed", r.Name, code, f.Point)
+			}
+			return e.restartUntilUp(ctx, r)
+		}, nil
 	case FaultPause:
 		r := e.cl.Role(f.Target)
 		if r == nil || !r.Running() {

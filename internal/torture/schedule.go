@@ -1,8 +1,10 @@
 package torture
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -16,6 +18,10 @@ const (
 	FaultCorrupt   FaultKind = "corrupt"   // flip bytes in a fragment file of storage A
 	FaultDelete    FaultKind = "delete"    // delete a fragment file of storage A
 	FaultDiskFull  FaultKind = "diskfull"  // fill storage A's disk for Duration
+	// FaultFailpoint restarts role A with one of its registered
+	// failpoints armed to crash it (Point); it runs until the point
+	// fires or Duration ends, then starts again without it.
+	FaultFailpoint FaultKind = "failpoint"
 )
 
 // Fault is one scheduled fault.
@@ -26,7 +32,8 @@ type Fault struct {
 	Peer     string        `json:"peer,omitempty"`    // partitions: the other side
 	OneWay   bool          `json:"one_way,omitempty"` // partitions: only Target -> Peer is cut
 	Duration time.Duration `json:"duration,omitempty"`
-	Pick     uint64        `json:"pick,omitempty"` // corrupt/delete: which fragment (an index into the sorted list)
+	Pick     uint64        `json:"pick,omitempty"`  // corrupt/delete: which fragment (an index into the sorted list)
+	Point    string        `json:"point,omitempty"` // failpoint: the point armed
 }
 
 func (f Fault) String() string {
@@ -37,6 +44,9 @@ func (f Fault) String() string {
 			dir = "->"
 		}
 		s = fmt.Sprintf("%8.1fs %-9s %s %s %s", f.At.Seconds(), f.Kind, f.Target, dir, f.Peer)
+	}
+	if f.Kind == FaultFailpoint {
+		s += " at " + f.Point
 	}
 	if f.Duration > 0 {
 		s += fmt.Sprintf(" for %s", f.Duration.Round(100*time.Millisecond))
@@ -50,6 +60,10 @@ type Topology struct {
 	Storage   []string // storage roles (corruption, deletion, disk full)
 	Hosts     []string // hosts that can be partitioned, "local" being the clients
 	Partition bool     // false: no partition faults (no namespaces)
+	// Failpoints are the registered failpoints each role's process
+	// passes (nil: no failpoint faults; the roles' binary must be built
+	// with -tags failpoints).
+	Failpoints map[string][]string
 }
 
 // Schedule draws the faults of a run from seed: one every Every on
@@ -93,5 +107,46 @@ func Schedule(seed uint64, duration, every time.Duration, top Topology) []Fault 
 		busyUntil[key] = at + f.Duration + time.Second
 		out = append(out, f)
 	}
-	return out
+	return withFailpoints(out, seed, every, end, top)
+}
+
+// withFailpoints adds failpoint faults to sched, one every 3×every on
+// average, from a stream of their own: the other faults of a seed stay
+// what they were before failpoints were scheduled.
+func withFailpoints(sched []Fault, seed uint64, every, end time.Duration, top Topology) []Fault {
+	var roles []string
+	for r, pts := range top.Failpoints {
+		if len(pts) > 0 {
+			roles = append(roles, r)
+		}
+	}
+	if len(roles) == 0 {
+		return sched
+	}
+	slices.Sort(roles)
+	r := rand.New(rand.NewPCG(seed, seed^0xfa11fa11fa11fa11))
+	// busy holds every fault's window on its target (busyUntil has
+	// only the last one).
+	busy := func(target string, from, to time.Duration) bool {
+		for _, f := range sched {
+			if (f.Target == target || f.Peer == target) && f.At < to && from < f.At+f.Duration+time.Second {
+				return true
+			}
+		}
+		return false
+	}
+	for at := every * 3 / 2; at < end; at += time.Duration(float64(3*every) * (0.5 + r.Float64())) {
+		target := roles[r.IntN(len(roles))]
+		pts := top.Failpoints[target]
+		f := Fault{At: at, Kind: FaultFailpoint, Target: target, Point: pts[r.IntN(len(pts))], Duration: time.Duration(2+r.IntN(7)) * time.Second}
+		if at+f.Duration > end {
+			f.Duration = max(end-at, time.Second)
+		}
+		if busy(target, at, at+f.Duration+time.Second) {
+			continue
+		}
+		sched = append(sched, f) // later ones see it as busy
+	}
+	slices.SortStableFunc(sched, func(a, b Fault) int { return cmp.Compare(a.At, b.At) })
+	return sched
 }
