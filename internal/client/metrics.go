@@ -24,6 +24,7 @@ import (
 //	atoll_client_leases                        gauge    buckets this client holds a live lease on
 //	atoll_client_lease_breaks_total            counter
 //	atoll_client_unreachable_fails_total       counter  island requests failed at once: their island was given up on (unreachable.go)
+//	atoll_client_range_copy_bytes_total{how}   counter  copy_file_range bytes cloned (pointers shared) or copied
 //	atoll_client_open_files{held}              gauge    files held open for the mount's users: held island|local (opens.go)
 //	atoll_client_writebehind_total{what,outcome} counter changes kept back under exclusive leases:
 //	                                                    what attr|create, outcome kept|sent|failed|cancelled|short_lease
@@ -32,6 +33,8 @@ import (
 // fsCounters are the FS's own counters (the data client keeps the rest).
 type fsCounters struct {
 	bytesRead        atomic.Uint64
+	clonedBytes      atomic.Uint64 // file bytes cloned by sharing block pointers (CloneRange)
+	copiedBytes      atomic.Uint64 // file bytes a range copy had to copy (CountCopied)
 	lockRequests     atomic.Uint64 // locks asked for (SetLock)
 	lockSessionsLost atomic.Uint64 // lock sessions an island ended
 	localLocks       atomic.Uint64 // locks granted under an exclusive lease, without a request
@@ -48,6 +51,16 @@ func (f *FS) LocalLocks() (granted, handedOver uint64) {
 // island ended (their locks and open-file holds went with them).
 func (f *FS) LockSessionsLost() uint64 { return f.ctr.lockSessionsLost.Load() }
 
+// ClonedBytes returns the bytes CloneRange shared instead of copying,
+// and CopiedBytes those range copies copied (CountCopied).
+func (f *FS) ClonedBytes() (cloned, copied uint64) {
+	return f.ctr.clonedBytes.Load(), f.ctr.copiedBytes.Load()
+}
+
+// CountCopied counts n bytes a range copy (copy_file_range) copied
+// because they could not be cloned.
+func (f *FS) CountCopied(n uint64) { f.ctr.copiedBytes.Add(n) }
+
 // BytesRead returns the file bytes handed to readers since the FS was made.
 func (f *FS) BytesRead() uint64 { return f.ctr.bytesRead.Load() }
 
@@ -62,7 +75,7 @@ type clientDescs struct {
 	readBytes, writtenBytes, stripes, degradedWritten, blocksRead, degradedReads,
 	corrupt, repairs, repairFailures, degraded, cacheHits, cacheMisses, readAhead, dirty,
 	leases, leaseBreaks, fastFails, leaderHints, writeBehind,
-	lockRequests, lockedInodes, lockSessionsLost, openFiles *prometheus.Desc
+	lockRequests, lockedInodes, lockSessionsLost, openFiles, rangeCopy *prometheus.Desc
 }
 
 func newClientDescs() clientDescs {
@@ -91,6 +104,9 @@ func newClientDescs() clientDescs {
 		lockRequests:     d("lock_requests_total", "File locks asked for (fcntl, OFD, flock), granted or not."),
 		lockedInodes:     d("locked_inodes", "Files this client holds locks on."),
 		lockSessionsLost: d("lock_sessions_lost_total", "Lock sessions an island ended (not renewed within its term): their locks were lost."),
+		rangeCopy: prometheus.NewDesc("atoll_client_range_copy_bytes_total",
+			"Bytes of range copies (copy_file_range) by how: cloned (block pointers shared, no data moved) or copied.",
+			[]string{"how"}, nil),
 		openFiles: prometheus.NewDesc("atoll_client_open_files",
 			"Files this client holds open for its users (the mount), by where the hold is: island (another client's unlink keeps the file) or local (under an exclusive lease, told at its recall).",
 			[]string{"held"}, nil),
@@ -110,7 +126,7 @@ func (k *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &k.descs
 	for _, x := range []*prometheus.Desc{d.readBytes, d.writtenBytes, d.stripes, d.degradedWritten, d.blocksRead,
 		d.degradedReads, d.corrupt, d.repairs, d.repairFailures, d.degraded, d.cacheHits, d.cacheMisses, d.readAhead, d.dirty,
-		d.leases, d.leaseBreaks, d.fastFails, d.leaderHints, d.writeBehind, d.lockRequests, d.lockedInodes, d.lockSessionsLost, d.openFiles} {
+		d.leases, d.leaseBreaks, d.fastFails, d.leaderHints, d.writeBehind, d.lockRequests, d.lockedInodes, d.lockSessionsLost, d.openFiles, d.rangeCopy} {
 		ch <- x
 	}
 }
@@ -132,6 +148,9 @@ func (k *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.degraded, prometheus.GaugeValue, float64(len(k.c.DegradedStripes())))
 	if k.fs != nil {
 		counter(d.readBytes, k.fs.BytesRead())
+		cloned, copied := k.fs.ClonedBytes()
+		ch <- prometheus.MustNewConstMetric(d.rangeCopy, prometheus.CounterValue, float64(cloned), "cloned")
+		ch <- prometheus.MustNewConstMetric(d.rangeCopy, prometheus.CounterValue, float64(copied), "copied")
 		hits, misses := k.fs.CacheStats()
 		counter(d.cacheHits, hits)
 		counter(d.cacheMisses, misses)

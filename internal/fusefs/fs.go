@@ -1412,3 +1412,101 @@ func (a *adapter) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.Sta
 	out.Files, out.Ffree = st.Files, min(st.FreeFiles, st.Files)
 	return fuse.OK
 }
+
+// maxRangeCopy bounds one COPY_FILE_RANGE (its reply counts in 32 bits;
+// the kernel asks again for the rest).
+const maxRangeCopy = 1 << 30
+
+// copyChunk is how much a copied (not cloned) part moves at a time.
+const copyChunk = 1 << 20
+
+// CopyFileRange serves copy_file_range(2) (and cp --reflink=auto): the
+// whole blocks of the range that line up in both files are cloned
+// (client.FS.CloneRange: the destination shares the source's block
+// pointers, nothing is read or written), the unaligned edges and the
+// rest are copied through the two Files.
+func (a *adapter) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	src, dst := a.getHandle(in.FhIn), a.getHandle(in.FhOut)
+	switch {
+	case src == nil || dst == nil:
+		return 0, fuse.EBADF
+	case !dst.writable() || src.flags&syscall.O_ACCMODE == syscall.O_WRONLY:
+		return 0, fuse.EBADF
+	case int64(in.OffIn) < 0 || int64(in.OffOut) < 0 || int64(in.Len) < 0:
+		return 0, fuse.EINVAL
+	case a.killed.Load():
+		return 0, fuse.EIO
+	}
+	if err := dst.of.lockCheck(); err != nil {
+		return 0, status(err)
+	}
+	ctx, done := a.mutCtx(cancel)
+	defer done()
+	n := min(in.Len, maxRangeCopy)
+	srcOff, dstOff := in.OffIn, in.OffOut
+	var moved uint64
+	copyN := func(k uint64) error {
+		buf := make([]byte, min(k, copyChunk))
+		for k > 0 {
+			src.of.mu.RLock()
+			r, err := src.of.file.Load().ReadAt(ctx, buf[:min(k, uint64(len(buf)))], int64(srcOff))
+			src.of.mu.RUnlock()
+			if err != nil {
+				return err
+			}
+			if r == 0 {
+				k = 0 // the source ends here
+				break
+			}
+			dst.of.mu.RLock()
+			w, err := a.writeAt(ctx, dst.of, dst.of.file.Load(), buf[:r], int64(dstOff))
+			dst.of.mu.RUnlock()
+			a.fs.CountCopied(uint64(w))
+			moved, srcOff, dstOff, k = moved+uint64(w), srcOff+uint64(w), dstOff+uint64(w), k-uint64(w)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	src.of.mu.RLock()
+	bs := uint64(src.of.file.Load().Attr().BlockSize)
+	src.of.mu.RUnlock()
+	if bs > 0 && srcOff%bs == dstOff%bs && n >= 2*bs {
+		// The head up to a block boundary is copied, then whole blocks
+		// cloned, on committed state: the source's writes flushed, and
+		// the destination's inside modifyOpen, which opens its File
+		// again afterwards.
+		if err := copyN(min((bs-srcOff%bs)%bs, n)); err != nil {
+			return a.rangeCopied(moved, in.NodeIdOut, err)
+		}
+		if err := src.of.flush(ctx, false); err != nil {
+			return a.rangeCopied(moved, in.NodeIdOut, err)
+		}
+		var cloned uint64
+		err := a.modifyOpen(ctx, dst.of, func() error {
+			var err error
+			cloned, err = a.fs.CloneRange(ctx, dst.cred, src.of.ino, srcOff, dst.of.ino, dstOff, n-moved)
+			return err
+		})
+		if err != nil {
+			return a.rangeCopied(moved, in.NodeIdOut, err)
+		}
+		moved, srcOff, dstOff = moved+cloned, srcOff+cloned, dstOff+cloned
+	}
+	return a.rangeCopied(moved, in.NodeIdOut, copyN(n-moved))
+}
+
+// rangeCopied answers a COPY_FILE_RANGE that moved n bytes: an error
+// only when nothing moved (the caller retries the rest), and the
+// destination's cached attributes dropped either way.
+func (a *adapter) rangeCopied(n, node uint64, err error) (uint32, fuse.Status) {
+	if n > 0 {
+		a.dropKernelAttr(node)
+	}
+	if err != nil && n == 0 {
+		a.ioError("copy_file_range", a.ino(node), err)
+		return 0, status(err)
+	}
+	return uint32(n), fuse.OK
+}
