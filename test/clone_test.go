@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -86,6 +87,16 @@ func TestCopyFileRangeClones(t *testing.T) {
 		}
 	}
 	check("after the clone", "/b", orig)
+	// cp --reflink=auto gets there too (FICLONE is not passed to FUSE
+	// mounts; coreutils then uses copy_file_range).
+	before, _ := mfs.ClonedBytes()
+	if out, err := exec.Command("cp", "--reflink=auto", a, filepath.Join(mnt, "c")).CombinedOutput(); err != nil {
+		t.Fatalf("cp --reflink=auto: %v\n%s", err, out)
+	}
+	if after, _ := mfs.ClonedBytes(); after-before < 8<<20 {
+		t.Errorf("cp --reflink=auto cloned %d bytes", after-before)
+	}
+	check("after cp --reflink=auto", "/c", orig)
 	wantOdd := append(make([]byte, 7), orig[100:100+3<<20]...)
 	check("after the odd copy", "/odd", wantOdd)
 
