@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -411,5 +412,23 @@ func closesKeyless(t *testing.T, what, addr string, garbage []byte) {
 	c.Write(garbage)
 	if n, err := io.ReadAll(c); len(n) > 0 || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("%s answered or kept a keyless peer: %q %v", what, n, err)
+	}
+}
+
+// A key made for NFS gateways (--protocols nfs) is refused by atoll
+// mount and atoll smb before they dial anything.
+func TestKeyProtocolScope(t *testing.T) {
+	k := filepath.Join(t.TempDir(), "nfs.key")
+	if out, err := exec.Command(atoll(t), "key", "new", "--key", testKeyPath, "--name", "gw", "--protocols", "nfs", "--gen", "0", "--out", k).CombinedOutput(); err != nil {
+		t.Fatalf("key new: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"mount", "--key", k, "--cluster", "127.0.0.1:1", t.TempDir()},
+		{"smb", "--key", k, "--cluster", "127.0.0.1:1", "--dir", t.TempDir(), "--listen", "127.0.0.1:0"},
+	} {
+		out, err := exec.Command(atoll(t), args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), `key "gw" may serve only nfs, not `+args[0]) {
+			t.Errorf("atoll %s with an nfs key: %v\n%s", args[0], err, out)
+		}
 	}
 }

@@ -65,11 +65,11 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 		},
 	}
 	initCmd.Flags().StringVar(&out, "out", "", "file to write (refused if it exists)")
-	var name, caps, newOut, uids, gids, addr, path string
+	var name, caps, newOut, uids, gids, addr, path, protocols string
 	var readOnly bool
 	var gen int64
 	newCmd := &cobra.Command{
-		Use:   "new --name NAME [--caps CAPS | --read-only] [--uids 1000,...] [--gids 1000,...] [--path DIR] --out FILE",
+		Use:   "new --name NAME [--caps CAPS | --read-only] [--uids 1000,...] [--gids 1000,...] [--path DIR] [--protocols mount,nfs,smb] --out FILE",
 		Short: "Derive a key with capabilities from the cluster key (--key, $ATOLL_KEY or ~/.config/atoll/admin.key)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -86,6 +86,9 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 			}
 			if sc.GIDs, err = auth.ParseIDList(gids); err != nil {
 				return usageErr("--gids", err)
+			}
+			if sc.Protocols, err = auth.ParseProtocols(protocols); err != nil {
+				return usageErr("--protocols", err)
 			}
 			ck, err := g.key()
 			if err != nil {
@@ -144,6 +147,7 @@ Key files are one line, mode 0600; $ATOLL_KEY may hold the line itself.`,
 	newCmd.Flags().StringVar(&caps, "caps", "user", "capabilities: read, write, admin, or user (read,write), comma-separated")
 	newCmd.Flags().StringVar(&newOut, "out", "", "file to write (default: print the key line)")
 	newCmd.Flags().StringVar(&uids, "uids", "", "user ids the key may act as, comma-separated (default: any, as a mount host's key; root only if listed, else squashed to nobody)")
+	newCmd.Flags().StringVar(&protocols, "protocols", "", "the gateways the key may serve, comma-separated: mount, nfs, smb (default: any; atoll's commands refuse to serve another with it)")
 	newCmd.Flags().StringVar(&gids, "gids", "", "group ids the key may act as, comma-separated (default: any)")
 	newCmd.Flags().StringVar(&path, "path", "", "confine the key to the subtree of this directory (asked of --cluster): it reaches nothing else, and its mounts, gateways and file commands take the directory as their /")
 	newCmd.Flags().BoolVar(&readOnly, "read-only", false, "capability read only (same as --caps read)")

@@ -22,7 +22,7 @@ import (
 )
 
 func newMountCmd(g *globalFlags) *cobra.Command {
-	var addr, metricsListen, rootPath, options, readyFile string
+	var addr, metricsListen, rootPath, options, readyFile, serves string
 	var leases, writeBehind, abort bool
 	var prebornDelay time.Duration
 	var cfg fusefs.Config
@@ -77,6 +77,12 @@ and repairs its reads found.`,
 			key, err := g.key()
 			if err != nil {
 				return err
+			}
+			if serves != auth.ProtoMount && serves != auth.ProtoSMB {
+				return usageErr("--serves", fmt.Errorf("%q: want mount or smb", serves))
+			}
+			if err := key.Scope.ServesErr(key.Name, serves); err != nil {
+				return fmt.Errorf("atoll mount: %w", err)
 			}
 			conn, statfs, closeFS, err := connectFS(ctx, addrs, key, log)
 			if err != nil {
@@ -171,6 +177,9 @@ and repairs its reads found.`,
 	f.DurationVar(&prebornDelay, "preborn-delay", 10*time.Second, "with --write-cache preborn: how long a closed file may stay in the mount (the directory's lease bounds it too)")
 	f.StringVar(&cfg.Atime, "atime", fusefs.AtimeNoatime, "when reads update access times: noatime (never), relatime (the first read after a change, or a day later), strictatime (every open's first read)")
 	f.StringVarP(&options, "options", "o", "", "mount(8) options, comma-separated, as mount helpers pass them: noatime, relatime and strictatime set --atime; nodiratime, rw and the generic ones (dev, suid, exec, auto, ...) are accepted; others are refused")
+	// The SMB gateway's own mount serves SMB: its key may be one for smb.
+	f.StringVar(&serves, "serves", auth.ProtoMount, "the protocol this mount serves, as a key's --protocols names it")
+	_ = f.MarkHidden("serves")
 	f.StringVar(&readyFile, "ready-file", "", "write the mountpoint to this file once the mount is ready: the mount appears a moment before, while its own setup still holds it (an umount then is EBUSY); mount helpers wait for this file")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics here and register with the managers, e.g. 127.0.0.1:7609 (empty: off)")
 	return cmd

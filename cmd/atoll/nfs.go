@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"os"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/cluster"
 	"github.com/atoll-fs/atoll/internal/connect"
@@ -66,6 +68,9 @@ The manager address is --cluster, else $ATOLL_CLUSTER, else ` + defaultCluster +
 			key, err := g.key()
 			if err != nil {
 				return err
+			}
+			if err := key.Scope.ServesErr(key.Name, auth.ProtoNFS); err != nil {
+				return fmt.Errorf("atoll nfs: %w", err)
 			}
 			// Gateways with the same key and --export accept each
 			// other's handles.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/client"
 	"github.com/atoll-fs/atoll/internal/connect"
 	"github.com/atoll-fs/atoll/internal/smb"
@@ -39,6 +40,9 @@ else $ATOLL_CLUSTER, else ` + defaultCluster + `.`,
 			}
 			if cfg.Key, err = g.key(); err != nil {
 				return err
+			}
+			if err := cfg.Key.Scope.ServesErr(cfg.Key.Name, auth.ProtoSMB); err != nil {
+				return fmt.Errorf("atoll smb: %w", err)
 			}
 			cfg.Managers, cfg.Logger = clusterAddrs(addr), log
 			cfg.MountArgs = strings.Fields(mountArgs)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -277,6 +278,48 @@ func TestConfinedScope(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"root=0", "root=x", "path=/a", "root=1;root=2", "root=1;path=a"} {
+		if _, err := ParseScope(bad); err == nil {
+			t.Errorf("ParseScope(%q) accepted", bad)
+		}
+	}
+}
+
+// A key scoped to protocols carries them through derivation, the key
+// file and the handshake (a holder cannot drop them), and says which
+// gateways it may serve.
+func TestProtocolScope(t *testing.T) {
+	ck := mustCluster(t)
+	v, _ := NewVerifier(ck)
+	ps, err := ParseProtocols("smb, nfs,smb")
+	if err != nil || !slices.Equal(ps, []string{"nfs", "smb"}) {
+		t.Fatalf("ParseProtocols: %v %v", ps, err)
+	}
+	gw, err := ck.DeriveScoped("gw", CapRead|CapWrite, Scope{Protocols: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gw.Scope.Tenant() || !gw.Scope.Serves(ProtoNFS) || gw.Scope.Serves(ProtoMount) || !(Scope{}).Serves(ProtoMount) {
+		t.Fatalf("Serves/Tenant of %v", gw.Scope)
+	}
+	if err := gw.Scope.ServesErr("gw", ProtoMount); !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "nfs, smb") {
+		t.Fatalf("ServesErr: %v", err)
+	}
+	p, serr, cerr := handshake(t, v, gw)
+	if serr != nil || cerr != nil || !slices.Equal(p.Scope.Protocols, ps) {
+		t.Fatalf("handshake: %+v %v %v", p.Scope, serr, cerr)
+	}
+	back, err := Parse(gw.Marshal())
+	if err != nil || !slices.Equal(back.Scope.Protocols, ps) || back.Secret != gw.Secret {
+		t.Fatalf("key file round trip: %v %q", err, gw.Marshal())
+	}
+	for name, s := range map[string]Scope{"protocols dropped": {}, "protocol added": {Protocols: []string{"mount", "nfs", "smb"}}} {
+		k := *gw
+		k.Scope = s
+		if _, serr, cerr := handshake(t, v, &k); !errors.Is(serr, ErrRefused) || !errors.Is(cerr, ErrRefused) {
+			t.Errorf("%s: server %v, client %v; want refused", name, serr, cerr)
+		}
+	}
+	for _, bad := range []string{"protocols=ftp", "protocols=nfs;protocols=smb", "protocols="} {
 		if _, err := ParseScope(bad); err == nil {
 			t.Errorf("ParseScope(%q) accepted", bad)
 		}

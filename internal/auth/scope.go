@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -36,6 +37,34 @@ type Scope struct {
 	// (listings, logs); Root is what is enforced, so renaming the
 	// directory keeps the key's subtree.
 	Path string
+	// Protocols are the gateways the key may serve (empty: any): of
+	// ProtoMount, ProtoNFS, ProtoSMB. Atoll's commands refuse to serve
+	// another with it. Servers cannot tell a mount's requests from a
+	// gateway's, so this guards against mistakes and reuse of a key
+	// where it was not meant to go, not against a holder running
+	// modified code: that one is held by the rest of the scope and the
+	// key's capabilities.
+	Protocols []string
+}
+
+// Gateway protocols (Scope.Protocols).
+const (
+	ProtoMount = "mount"
+	ProtoNFS   = "nfs"
+	ProtoSMB   = "smb"
+)
+
+// Serves reports whether s lets its key serve protocol proto.
+func (s Scope) Serves(proto string) bool {
+	return len(s.Protocols) == 0 || slices.Contains(s.Protocols, proto)
+}
+
+// ServesErr is Serves as an error for a command that serves proto.
+func (s Scope) ServesErr(name, proto string) error {
+	if s.Serves(proto) {
+		return nil
+	}
+	return fmt.Errorf("%w: key %q may serve only %s, not %s (atoll key new --protocols)", ErrForbidden, name, strings.Join(s.Protocols, ", "), proto)
 }
 
 // NobodyID is the uid and gid a squashed root acts as.
@@ -51,7 +80,7 @@ const maxScopePath = 160
 
 // IsZero reports whether s limits nothing.
 func (s Scope) IsZero() bool {
-	return len(s.UIDs) == 0 && len(s.GIDs) == 0 && s.Gen == 0 && s.Root == 0 && s.Path == ""
+	return len(s.UIDs) == 0 && len(s.GIDs) == 0 && s.Gen == 0 && s.Root == 0 && s.Path == "" && len(s.Protocols) == 0
 }
 
 // LimitsIDs reports whether s limits identities (not only a generation).
@@ -92,6 +121,9 @@ func (s Scope) String() string {
 			parts = append(parts, "path="+s.Path)
 		}
 	}
+	if len(s.Protocols) > 0 {
+		parts = append(parts, "protocols="+strings.Join(s.Protocols, ","))
+	}
 	return strings.Join(parts, ";")
 }
 
@@ -126,12 +158,22 @@ func ParseScope(str string) (Scope, error) {
 			}
 			s.Path = val
 			continue
+		case ok && name == "protocols" && s.Protocols == nil:
+			ps, err := ParseProtocols(val)
+			if err == nil && len(ps) == 0 {
+				err = errors.New("no protocols")
+			}
+			if err != nil {
+				return Scope{}, fmt.Errorf("%w: scope %q: %v", ErrBadKey, str, err)
+			}
+			s.Protocols = ps
+			continue
 		case ok && name == "uids" && s.UIDs == nil:
 			dst = &s.UIDs
 		case ok && name == "gids" && s.GIDs == nil:
 			dst = &s.GIDs
 		default:
-			return Scope{}, fmt.Errorf("%w: scope %q: want uids=N,...;gids=N,...;gen=N;root=N;path=P", ErrBadKey, str)
+			return Scope{}, fmt.Errorf("%w: scope %q: want uids=N,...;gids=N,...;gen=N;root=N;path=P;protocols=mount,nfs,smb", ErrBadKey, str)
 		}
 		ids, err := parseIDs(val)
 		if err != nil {
@@ -154,6 +196,25 @@ func checkScopePath(p string) error {
 		return fmt.Errorf("path %q holds ';', white space or NUL (a key file is one line of fields)", p)
 	}
 	return nil
+}
+
+// ParseProtocols parses a comma list of gateway protocols into a sorted,
+// deduplicated list (nil for "").
+func ParseProtocols(val string) ([]string, error) {
+	if strings.TrimSpace(val) == "" {
+		return nil, nil
+	}
+	var ps []string
+	for _, f := range strings.Split(val, ",") {
+		switch p := strings.TrimSpace(f); p {
+		case ProtoMount, ProtoNFS, ProtoSMB:
+			ps = append(ps, p)
+		default:
+			return nil, fmt.Errorf("protocol %q: want %s, %s or %s", f, ProtoMount, ProtoNFS, ProtoSMB)
+		}
+	}
+	slices.Sort(ps)
+	return slices.Compact(ps), nil
 }
 
 // parseIDs parses a comma list of ids into a sorted, deduplicated list.

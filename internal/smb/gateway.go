@@ -364,7 +364,7 @@ func (c *child) stop(log *slog.Logger) {
 }
 
 func (g *Gateway) startMount(ctx context.Context) (*child, error) {
-	args := append([]string{"mount", "--cluster", strings.Join(g.cfg.Managers, ",")}, g.cfg.MountArgs...)
+	args := append([]string{"mount", "--cluster", strings.Join(g.cfg.Managers, ","), "--serves", "smb"}, g.cfg.MountArgs...)
 	cmd := exec.Command(g.cfg.Atoll, append(args, g.l.mnt())...)
 	cmd.Env = append(os.Environ(), "ATOLL_KEY="+string(bytes.TrimSpace(g.cfg.Key.Marshal())))
 	c, err := g.start("mount", cmd)
