@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -9,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/atoll-fs/atoll/internal/metawire"
 	"github.com/atoll-fs/atoll/internal/nfs"
 	"github.com/atoll-fs/atoll/internal/nfs/xdr"
 )
@@ -269,5 +271,46 @@ func TestNLMLocksSurviveGatewayRestart(t *testing.T) {
 	}
 	if _, err := posixLock(ff, unix.F_SETLK, unix.F_WRLCK, 25, 1); err != nil {
 		t.Fatalf("the mount after hostB's NOTIFY to the restarted gateway: %v", err)
+	}
+}
+
+// UNLOCK writes back what the gateway buffered of the file and lets the
+// file go: a SETATTR after it (which needs the gateway's open file to
+// itself) is answered. It hung for good when UNLOCK kept the open file
+// read-locked.
+func TestNLMUnlockLetsTheFileGo(t *testing.T) {
+	fc := startFSCluster(t, 5, 1)
+	g := startGateway(t, fc.newFS(t), "", func(c *nfs.Config) { c.NLMGrace = -1 })
+	c := dialRPC(t, g.addr)
+	root := c.mount("/")
+	st, fh := c.create(root, "f", 0, 0)
+	if st != sOK {
+		t.Fatalf("create: %d", st)
+	}
+	if st := nlmLockCall(t, c, fh, nlmTestCaller, false, true, false, 0, 0); st != nlm4Granted {
+		t.Fatalf("LOCK: %d", st)
+	}
+	if st, _, _ := c.write(fh, 0, []byte("under the lock"), 0); st != sOK {
+		t.Fatalf("unstable WRITE: %d", st)
+	}
+	if st := nlmUnlockCall(t, c, fh, nlmTestCaller, 0, 0); st != nlm4Granted {
+		t.Fatalf("UNLOCK: %d", st)
+	}
+	c2 := dialRPC(t, g.addr)
+	done := make(chan uint32, 1)
+	go func() {
+		st, _ := c2.nfs(pSetattr, args(fh, []any{false, false, false, true, uint64(5), 0, 0}, false))
+		done <- st
+	}()
+	select {
+	case st := <-done:
+		if st != sOK {
+			t.Fatalf("SETATTR after UNLOCK: %d", st)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("SETATTR after UNLOCK not answered in 20 s: the gateway's open file stayed locked")
+	}
+	if got, err := fc.newFS(t).ReadFile(context.Background(), metawire.Root, "/f"); err != nil || string(got) != "under" {
+		t.Fatalf("read back %q, %v; want the unlocked write cut to 5 bytes", got, err)
 	}
 }

@@ -383,7 +383,9 @@ func nlmUnlock(c *call) error {
 	}
 	ino := l.fh.ino()
 	if o := c.s.files.peek(ino); o != nil {
-		if err := c.s.files.flush(c.ctx, o); err != nil {
+		err := c.s.files.flush(c.ctx, o)
+		o.mu.RUnlock() // peek returned it held
+		if err != nil {
 			c.res.Uint32(nlm4Failed)
 			return nil
 		}
