@@ -53,4 +53,20 @@
 // and stops its cleaner when the lead goes, and every 5 s while
 // following. A new leader's cleaner starts over from the durable state
 // above, as a killed one does.
+//
+// # Locks
+//
+// Cleaner.mu guards the stripe geometries, unreachable slots, the
+// capacity answer and the progress figures. It is a leaf held for map
+// and counter updates: island and storage calls, Config.Capacity (which
+// calls into the manager, whose status calls back into Status) and
+// Progress run without it. The pass token (Cleaner.pass) is a channel,
+// not a mutex: a pass holds it across all its calls, and a Pass waiting
+// for it gives up with its ctx.
+//
+// Two local mutexes: Pass's gmu (the report's errors and stripe shapes;
+// a leaf), and repair's mu, which orders the repair workers' report
+// updates and is held across phase (so repair's mu → Cleaner.mu) and
+// thus across the PassOptions.Progress callback (atoll clean's progress
+// bar: a write to the terminal).
 package cleaner

@@ -238,4 +238,39 @@
 // ends (it is told then, before the recall is acknowledged), so a file
 // created, used and removed under the lease costs no request; KeepOpen
 // tells the island at once, before this FS removes the last name itself.
+//
+// # Locks (mutexes)
+//
+// The package's mutexes (not the file locks above). Order, outermost
+// first: File.mu → writeBehind.flush → writeBehind.sending → FS.cache →
+// writeBehind.mu; File.mu → Log.mu; openHold.send → lockState.mu →
+// FS.cache; openHold.send → openState.mu. File.mu reaches
+// writeBehind.flush through FS.call, which first sends what is kept
+// back (flushBeforeCall, beginChange). Held across I/O by design:
+//
+//   - File.mu: the File's cache, its I/O lock. Held across reads (the
+//     block map, storage reads, waiting for a prefetch), writes (log
+//     appends), flushLocked (appends, Log.Sync waiting for the stripes,
+//     SendCreate, OpCommit, OpSync), Fsync (flushKept, settle) and
+//     Truncate (SetAttr, GetAttrFresh). Also takes Client.mu (Log),
+//     FS.lazy and unreachable.mu.
+//   - Log.mu: the open stripe. sealLocked waits under it for a pipeline
+//     slot, i.e. for an earlier stripe's storage writes (back-pressure
+//     on every appender to the log).
+//   - writeBehind.flush: one flush of kept-back changes at a time, held
+//     across its setattr, unlink and create calls so that an inode's
+//     changes stay in order; writeBehind.sending is taken exclusively
+//     under it only to wait for creates sent alone.
+//   - writeBehind.sending (RW): shared across a create sent alone
+//     (sendAlone's OpCreate).
+//   - openHold.send: one inode's hold and unhold messages, held across
+//     them (settleHold: sendHold, joinIsland, flushKept) so they reach
+//     the island in order.
+//
+// Memory only: FS.cache, lockState.mu, and the leaves writeBehind.mu,
+// FS.lazy, openState.mu, unreachable.mu, Client.mu, Client.encMu,
+// Client.repairMu, Log.errMu and the local mutexes of Read and
+// readRun. endLeasesAndUnlock lets FS.cache go before it sends what
+// is kept back and hands locks and holds over, and before the
+// OnLeaseBreak hook, which runs with no lock of this package held.
 package client

@@ -186,4 +186,17 @@
 // answers may have been committed, and the client retries it elsewhere.
 // Every command is idempotent except Format, whose retry then reports
 // ErrFormatted.
+//
+// # Locks
+//
+// Two mutexes, neither taken inside the other nor held across a call to
+// the managers:
+//
+//   - Client.mu: the manager addresses known, the rotation, the last
+//     leader and the highest epoch seen. call takes it around each step
+//     and lets it go before the request (pool.Call) and the backoff
+//     sleeps.
+//   - View.mu (RW): the current map and when it was last refreshed.
+//     Refresh lets it go before fetching a map; Update runs the OnChange
+//     callbacks after letting it go.
 package cluster

@@ -260,4 +260,38 @@
 // Every error of client.FS becomes an errno through metawire.Errno, the
 // one errno table of the system. Requests with impossible input (bad
 // handles, unknown flags) get EBADF or EINVAL; no input panics.
+//
+// # Locks (mutexes)
+//
+// The adapter's mutexes (not the file locks above). Order, outermost
+// first: openFile.appendMu → openFile.mu → pageVersions.mu,
+// adapter.muts and the client's locks (client.File's); dirStream.mu →
+// adapter.mu, toldVersions.mu, kernelLeases.mu (fillEntry) and the
+// client's. adapter.mu nests only the lock of an openFile acquire has
+// just made and not yet published. Mount.mu is taken alone.
+//
+//   - adapter.mu: files, handles, directory streams, openFile.refs and
+//     orphan, handle.lockOwners. Never held across a call: release lets
+//     it go before the write-back, ReleaseOpen and an orphan's unlink.
+//   - openFile.mu (RW): the shared File against its replacement; held
+//     across I/O by design. Shared across the File's reads, writes and
+//     flushes (Read, Write, Fallocate, flush, copy_file_range's copy);
+//     exclusive across island calls in acquire (HoldOpen, Open),
+//     refreshLocked and reopenLocked, modifyOpenAttr (write-back, the
+//     change, reopen: SETATTR, truncation, O_TRUNC, the policy xattr,
+//     fallocate, copy_file_range's clone), staleEnd and revalidateFile.
+//   - openFile.appendMu: one O_APPEND write at a time, held across all
+//     of appendWrite: SetLock waiting for the island's append lock, the
+//     write-back, the write and UnlockWritten.
+//   - dirStream.mu: a directory handle's buffer, held across readDir's
+//     island Readdir.
+//   - Mount.mu: held across Mount's mount (fuse.NewServer, WaitMount for
+//     the kernel, the read-ahead sysfs write).
+//   - adapter.muts, kernelLeases.mu, pageVersions.mu, toldVersions.mu,
+//     credCache.mu: leaves, memory only (credCache reads /proc and
+//     kernelBreak waits for the kernel's invalidations without them).
+//
+// leaseBroken, which the client's lease poller runs before a break is
+// acknowledged, takes openFile.mu shared (flush): a request holding it
+// exclusively while it waits at the island delays the acknowledgement.
 package fusefs

@@ -25,4 +25,12 @@
 //
 // internal/client uses it for its requests, internal/meta for calls
 // between islands (cross-island operations).
+//
+// # Locks
+//
+// One mutex, Hints.mu: the hints by island, the count of leaders found
+// and the addresses seen. find lets it go while the servers are asked
+// and takes it again for the answer, so it is never held across a call
+// or a wait. Only the Map's Islands runs under it (cluster.View takes
+// its read lock there).
 package leaderhint

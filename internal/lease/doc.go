@@ -69,4 +69,13 @@
 // applies no change to a bucket until one Term after it started (Fence),
 // and, when that incarnation granted exclusive leases, serves no read
 // either (FencedReads).
+//
+// # Locks
+//
+// One mutex, Table.mu: buckets, sessions, the generation counter, the
+// statistics and the withdrawn ranges. Whatever waits (Break, Recall,
+// Withdraw, Poll, the fences) sets up under it, lets it go, then waits
+// on a session's channel or a timer: it is never held across a wait.
+// Nothing nests inside it but Config.Now, which is called under it (a
+// test clock must not call back into the table).
 package lease

@@ -50,4 +50,20 @@
 // the rest of the heartbeat table this is never replicated: a new leader
 // starts an empty history. The manager's own Prometheus metrics are in
 // metrics.go.
+//
+// # Locks
+//
+// Two mutexes, never held together:
+//
+//   - fsm.mu (RW): the replicated map. Apply and Restore write it (on
+//     raft's goroutine; Restore reads the snapshot before taking it),
+//     Map, Snapshot and the lookups read it. Only copying, encoding and
+//     applying a command happen under it.
+//   - Manager.mu: the heartbeat table (each member's last heartbeat,
+//     statistics and history), the term it belongs to, the jobs
+//     callback and the move progress. Never held across raft calls
+//     (apply, Barrier), I/O or the jobs callback, which status calls
+//     after letting it go: the cleaner's Status, behind that callback,
+//     takes the cleaner's own lock. currentMap copies the map (fsm.mu)
+//     before it takes Manager.mu.
 package manager

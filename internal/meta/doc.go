@@ -445,4 +445,40 @@
 //
 //	{"epoch": 1, "depth": 2, "entries": [1, 1, 2, 3],
 //	 "islands": {"1": "127.0.0.1:7500", "2": "127.0.0.1:7501", "3": "127.0.0.1:7502"}}
+//
+// # Locks
+//
+// Order, outermost first: Island.state, then one of resolveMu,
+// moves.importMu and leaseRecord, then seq, then the leaves. (importMu
+// → seq at an import's end; seq and leaseRecord are never held
+// together.) These are held across I/O by design:
+//
+//   - state (RW): closing. Requests (and moveOnce, ResolvePending,
+//     HandOver, LiveBytes) hold it shared for their whole run, across
+//     island calls, lease waits, pebble writes and raft replication.
+//     Close holds it exclusively across closing the listener, waiting
+//     for the background raft deletions (lazyDels), the log sync and
+//     closing the database.
+//   - resolveMu: one resolver pass at a time, held across all of it:
+//     OpDecide and OpOutcome calls to other islands, intent deletions,
+//     decide's writes.
+//   - moves.importMu: one import at a time, held across checkImport
+//     (which may refresh the cluster map from the managers), pebble
+//     reads and the chunk's write, or forgetImport's.
+//   - leaseRecord: held across writing (leasedRead) or deleting
+//     (HandOver) the lease record, a synced write or, replicated, a raft
+//     round trip; takes lease.Table's lock (Withdrawn).
+//   - seq: the inode id counters. Held across lastSeqLocked's pebble
+//     read and, once per seqReserve ids, allocInos' write of the new
+//     reservation (synced, or a raft round trip): no id is handed out
+//     beyond what is durable. Takes lockTable.mu (isFrozen).
+//
+// Leaves, memory only: tx, lockTable.mu, flocks.mu, moves.mu (write's
+// noteWrite takes it under any lock above), reqs.mu, confined.mu,
+// touched.mu, deliver's mu, StaticMap.mu and LocalNet.mu. The inode
+// locks lockTable grants are not mutexes: held across a change's commit
+// and a prepared transaction's decision, with bounded waits for them.
+// write's lease breaks (lease.Table's lock, then waits for holders) run
+// under resolveMu and importMu, not under seq or leaseRecord: their
+// keys break no lease.
 package meta

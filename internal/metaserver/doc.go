@@ -83,4 +83,10 @@
 //	atoll_island_raft_refused_connections_total connections to the raft port that did not authenticate as members
 //
 // and every served Island's own metrics (internal/meta).
+//
+// # Locks
+//
+// One mutex, Server.hostsMu: it orders the copy-and-replace of the
+// hosted replicas' map (setHost), which readers load without a lock.
+// Nothing nests inside it, and nothing under it does I/O or waits.
 package metaserver

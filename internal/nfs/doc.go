@@ -126,4 +126,29 @@
 // Errors map through StatusTable, one row per metawire sentinel;
 // transient cluster states (stale epoch, wrong island, busy, unavailable)
 // are NFS3ERR_JUKEBOX so clients retry.
+//
+// # Locks
+//
+// Order: openFile.mu → fileCache.mu (acquire locks a new openFile
+// before it publishes it; drop, reopen and eviction take it out of the
+// map under its lock), and under openFile.mu the client's locks
+// (client.File's). The others are leaves.
+//
+//   - openFile.mu (RW): I/O on the open client.File against its
+//     replacement; held across I/O by design. Shared by READ, WRITE,
+//     COMMIT, UNLOCK and the flusher across the File's reads, writes
+//     and flushes (storage and island calls); exclusive across fs.Open
+//     in acquire (a file not yet open) and reopen, and across the flush
+//     in drop (SETATTR, a removed file, shutdown). Eviction, the idle
+//     close, overlay and noteAttr only try it. nlmUnlock takes it shared
+//     through peek for the flush and lets it go before the island's
+//     unlock (it kept it until TestNLMUnlockLetsTheFileGo).
+//   - fileCache.mu: the open files by inode. revalidate's GetAttrFresh
+//     runs with neither lock held.
+//   - nlmState.mu: the blocked LOCKs' cancel functions.
+//   - mountTable.mu: what DUMP reports.
+//   - Server.mu: the open connections; shutdown closes them under it.
+//   - conn.wmu: one reply at a time on a connection, held across the
+//     socket write (send, bounded by sendTimeout): records must not
+//     interleave.
 package nfs

@@ -206,4 +206,29 @@
 // bound by that serial latency (two syncs and two hops): see the create
 // figures in bench/ (make bench-meta-replicas). Moving to etcd raft is
 // the measured way to close the rest.
+//
+// # Locks
+//
+// Order: LogDB.mu → LogDB.sync; the others are leaves.
+//
+//   - LogDB.mu: which groups have their log open. group holds it across
+//     loadBounds (a pebble iterator: disk reads) and DropGroup across a
+//     synced DeleteRange of the group's keys, so that an open of the
+//     same group cannot race them; both are rare (a replica opening, or
+//     leaving for good).
+//   - LogDB.sync (with cond): each group's written and synced indexes.
+//     syncLoop lets it go around the fsync (db.LogData) and the
+//     beforeSync hook; waitSynced waits on cond, which lets it go.
+//   - groupLog.boundsMu: the first and last index as StoreLogs and
+//     DeleteRange move them; DeleteRange holds it across loadBounds
+//     (pebble reads).
+//   - Mux.mu: the groups' layers and the probe function; never held
+//     across an accept, a handshake or a probe's answer.
+//   - mergingPipeline.mu (with cond): queued and in-flight appends. The
+//     sending flag is the writer role, so the inner AppendEntries (a
+//     network write) runs without the mutex; AppendEntries waits on
+//     cond while the queue is full, which lets it go.
+//   - Replica.reload: orders ReloadableConfig and ReloadConfig pairs;
+//     raft's ReloadConfig (in memory, under raft's own lock) runs under
+//     it.
 package replica

@@ -89,4 +89,11 @@
 // DOS attributes and alternate data streams live in user.* extended
 // attributes, which the islands store (store dos attributes,
 // streams_xattr); vfs_fruit serves macOS clients' metadata as streams.
+//
+// # Locks
+//
+// One mutex, Gateway.mu: the users file last imported. syncUsers takes
+// it only to compare the file with it and to record it, not across
+// reading the file through the mount or running pdbedit. Nothing nests
+// inside it.
 package smb

@@ -178,4 +178,28 @@
 // storage.append.{beforeData,afterData,afterMeta},
 // storage.repair.beforeRename and storage.delete.afterMeta; see the Fail*
 // constants.
+//
+// # Locks
+//
+// Order: state → locks[i] → mu. The first two are held across disk I/O
+// on purpose:
+//
+//   - Store.state (RW): closing. Every operation holds it shared from
+//     enter to exit, across all its I/O, so that Close, which takes it
+//     exclusively (and holds it across db.Close), waits for the
+//     operations in flight. No operation enters twice: a second shared
+//     lock behind a waiting Close would never be granted.
+//   - Store.locks (256 RWMutexes, by fragment id): the writers of one
+//     fragment. Put, Append, Repair and Delete hold theirs exclusively
+//     across the whole change (file writes and fsyncs, synced pebble
+//     commits and deletes, rename, remove; failpoints, in tests, may
+//     sleep there): a fragment's file and record change together. Read
+//     and verify take it shared, across a second read of the file, only
+//     to confirm a checksum failure. No operation takes two of them.
+//   - Store.mu: byte and fragment counts, scrub statistics. A leaf held
+//     for arithmetic (reserve asks the file system for free space
+//     before taking it).
+//
+// reportCorrupt (a synced pebble write, OnCorrupt) runs after the
+// fragment's lock is let go; the scrubber sleeps with no lock held.
 package storage

@@ -92,4 +92,25 @@
 // Servers check capabilities and label metrics from it; wiretest checks
 // that every Op constant has an entry and that every message round-trips
 // and survives fuzzing.
+//
+// # Locks
+//
+// Order: Pool.mu → Client.mu (Get asks each pooled connection's Err and
+// idleLongerThan); the others are leaves. None is held across a socket
+// read or write:
+//
+//   - Pool.mu: the connections by address. Dials and closes run after
+//     it is let go.
+//   - Client.mu: the pending calls, the next id and the error that
+//     broke the connection. fail closes the pending calls' channels
+//     under it.
+//   - frameWriter.mu: the pending bytes and the writer role. The role is
+//     a flag, not the mutex: the writer lets the mutex go around each
+//     socket write (flushLocked, and write's large frames). Senders wait
+//     on its condition variable idle (a large frame while a write runs,
+//     a small one while pending is past maxPending), which lets it go
+//     while they wait. failLocked closes the connection under it (Close
+//     does not block).
+//   - Server.mu: the open connections; Serve closes them under it when
+//     it stops.
 package wire
