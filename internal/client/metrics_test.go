@@ -45,14 +45,14 @@ func TestRegisterMetrics(t *testing.T) {
 		"atoll_client_readahead_bytes": 3 << 20, "atoll_client_dirty_bytes": 0,
 		"atoll_client_leases": 0, "atoll_client_lease_breaks_total": 0, "atoll_client_writebehind_total": 0,
 		"atoll_client_unreachable_fails_total": 0, "atoll_client_unregistered_leaders_found_total": 0,
-		"atoll_client_open_files": 0,
+		"atoll_client_open_files": 0, "atoll_client_range_copy_bytes_total": 0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
-	if len(got) != 23 {
-		t.Errorf("%d metrics, want 23: %v", len(got), got)
+	if len(got) != 24 {
+		t.Errorf("%d metrics, want 24: %v", len(got), got)
 	}
 	// Registering twice on one registry is refused, not a panic.
 	if err := RegisterMetrics(reg, c, fs); err == nil {
