@@ -239,6 +239,15 @@
 // created, used and removed under the lease costs no request; KeepOpen
 // tells the island at once, before this FS removes the last name itself.
 //
+// # Clones
+//
+// CloneRange (clone.go) copies a range of whole blocks by giving the
+// destination the source's block pointers in one commit: stripes never
+// change, and each island counts every reference (live bytes, reverse
+// index), so the files diverge by replacing pointers and a shared
+// stripe lives while either points into it. The cleaner moves each
+// reference's block on its own, which ends the sharing, not the data.
+//
 // # Locks (mutexes)
 //
 // The package's mutexes (not the file locks above). Order, outermost

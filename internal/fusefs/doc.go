@@ -241,6 +241,15 @@
 // hidden name stays until the link or the last close (visible in
 // listings meanwhile).
 //
+// # Range copies and access times
+//
+// COPY_FILE_RANGE (copy_file_range(2), cp --reflink=auto) clones the
+// whole blocks that line up in both files (client.FS.CloneRange, inside
+// modifyOpen: the destination's File is written back first and opened
+// again after) and copies the edges through the two Files. An open for
+// reading updates the access time by Config.Atime (accessed): at the
+// open, because reads of pages the kernel keeps never reach the mount.
+//
 // # Interrupts
 //
 // Lookups, reads and listings stop when the kernel interrupts them (a
