@@ -252,10 +252,8 @@ func hostname() string {
 // mountOptions applies mount(8)-style options (-o) to cfg, and checks
 // --atime before the cluster is dialed.
 func mountOptions(cfg *fusefs.Config, opts string) error {
-	switch cfg.Atime {
-	case fusefs.AtimeNoatime, fusefs.AtimeRelatime, fusefs.AtimeStrict:
-	default:
-		return fmt.Errorf("--atime %q: want %s, %s or %s", cfg.Atime, fusefs.AtimeNoatime, fusefs.AtimeRelatime, fusefs.AtimeStrict)
+	if err := fusefs.CheckAtime(cfg.Atime); err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	for _, o := range strings.Split(opts, ",") {
 		switch o {

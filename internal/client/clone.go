@@ -68,16 +68,28 @@ func (f *FS) CloneRange(ctx context.Context, cred metawire.Cred, src, srcOff, ds
 		} // else a hole: an empty pointer removes dst's block
 		w.Blocks = append(w.Blocks, b)
 	}
-	var resp metawire.CommitResp
-	ch := f.beginChange(ctx, dst)
-	err = f.call(ctx, dst, metawire.OpCommit, &metawire.CommitReq{Cred: cred, Writes: []metawire.FileWrite{w}}, &resp)
-	if err == nil && len(resp.Attrs) == 1 {
-		f.cacheAttrAt(resp.Attrs[0], ch.mark)
-	}
-	f.endChange(ch)
-	if err != nil {
+	if _, err := f.commitWrite(ctx, time.Time{}, cred, w, false); err != nil {
 		return 0, fmt.Errorf("client: clone %x to %x: %w", src, dst, err)
 	}
 	f.ctr.clonedBytes.Add(blocks * bs)
 	return blocks * bs, nil
+}
+
+// commitWrite commits w, one file's write, as a change of that file: its
+// answer's attributes are cached under the change's mark. by, unless
+// zero, bounds the commit call (not what beginChange sends first).
+func (f *FS) commitWrite(ctx context.Context, by time.Time, cred metawire.Cred, w metawire.FileWrite, lazy bool) (metawire.CommitResp, error) {
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if !by.IsZero() {
+		cctx, cancel = context.WithDeadline(ctx, by)
+	}
+	defer cancel()
+	ch := f.beginChange(ctx, w.Ino)
+	defer f.endChange(ch)
+	var resp metawire.CommitResp
+	err := f.call(cctx, w.Ino, metawire.OpCommit, &metawire.CommitReq{Cred: cred, Writes: []metawire.FileWrite{w}, Lazy: lazy}, &resp)
+	if err == nil && len(resp.Attrs) == 1 {
+		f.cacheAttrAt(resp.Attrs[0], ch.mark)
+	}
+	return resp, err
 }

@@ -876,16 +876,8 @@ func (h *File) flushLocked(ctx context.Context, lazy bool) error {
 			return fmt.Errorf("client: flush %x: %w", h.ino, err)
 		}
 	}
-	var resp metawire.CommitResp
-	cctx, cancel := context.WithDeadline(ctx, commitBy)
 	mark := h.fs.lazyMark()
-	ch := h.fs.beginChange(ctx, h.ino)
-	err := h.fs.call(cctx, h.ino, metawire.OpCommit, &metawire.CommitReq{Cred: h.cred, Writes: []metawire.FileWrite{w}, Lazy: lazy}, &resp)
-	cancel()
-	if len(resp.Attrs) == 1 && err == nil {
-		h.fs.cacheAttrAt(resp.Attrs[0], ch.mark)
-	}
-	h.fs.endChange(ch)
+	resp, err := h.fs.commitWrite(ctx, commitBy, h.cred, w, lazy)
 	if err != nil {
 		h.mu.streamed = nil
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {

@@ -107,6 +107,15 @@ const (
 	AtimeStrict   = "strictatime"
 )
 
+// CheckAtime refuses an access time mode other than the three above.
+func CheckAtime(mode string) error {
+	switch mode {
+	case AtimeNoatime, AtimeRelatime, AtimeStrict:
+		return nil
+	}
+	return fmt.Errorf("atime %q: want %s, %s or %s", mode, AtimeNoatime, AtimeRelatime, AtimeStrict)
+}
+
 // Validate checks the configuration (not the mountpoint: see CheckMountpoint).
 func (c *Config) Validate() error {
 	if c.FS == nil {
@@ -115,10 +124,10 @@ func (c *Config) Validate() error {
 	if c.Mountpoint == "" {
 		return errors.New("fusefs: config: a mountpoint is required")
 	}
-	switch c.Atime {
-	case "", AtimeNoatime, AtimeRelatime, AtimeStrict:
-	default:
-		return fmt.Errorf("fusefs: config: atime %q: want %s, %s or %s", c.Atime, AtimeNoatime, AtimeRelatime, AtimeStrict)
+	if c.Atime != "" {
+		if err := CheckAtime(c.Atime); err != nil {
+			return fmt.Errorf("fusefs: config: %w", err)
+		}
 	}
 	switch c.WriteCache {
 	case "", WriteClose, WriteSync:
