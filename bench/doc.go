@@ -64,14 +64,33 @@
 // storage0 killed -9 a quarter in; workers keep a 100 ms timeline, and the
 // report gives the rate before, the worst half second, the rate the
 // cluster settles at without the dead host and the time to 90% of it).
-// --small (CI) runs two points each at a small size. Growth while serving
-// (the migration penalty) is not built yet. ATOLL_SCALE_PIPELINE=N sets
+// Growth (Archipelago §5, Sigma) adds a server while workers run, as an
+// operator would, with the admin commands run on the manager's host
+// within its budget: an island server on a spare host joins (--join), `atoll
+// island create --replicas 1` puts a new island on it and `atoll island
+// add` moves its share of the table there, under the mixed workload on 2
+// islands; a storage server on a spare host joins 5 and `atoll clean
+// --rebalance` passes (copying at most a fifth of what the storage disks
+// did before, the manager's cleaner's share; grace 20 s, which the workers'
+// files outlive) run until every server is within 10% of the mean, under
+// writers of 4 MiB files (files-run: data a rebalancing pass can move; the
+// data workers' raw logs belong to no file). A run phase ends when the
+// coordinator leaves stop-run, after a 30 s warm-up (a fresh island's
+// mixed workload runs faster before its first flushes and compactions),
+// a 15 s before window, the moves, and a 15 s after window; the report
+// gives the rate in each window, the penalty 1 - during / mean(before,
+// after) (the migration penalty; the worst is migration_penalty), the
+// moves' length and what moved, and the server hosts' CPU beyond their
+// mean rate before and after (the moves' own cost).
+// --small (CI) runs two points each at a small size. ATOLL_SCALE_PIPELINE=N sets
 // the data workers' stripes in flight (client.Config.Pipeline), for
 // experiments with the write path.
 //
 // `atoll bench rebalance` (RunRebalance) adds a storage server to a
 // cluster holding data and runs rebalancing passes until every server's
 // used bytes are within the tolerance of the mean, with a paced writer
-// measured before, during and after. Adding an island (moving table
-// entries) is not built, so its half of the issue's benchmark is not run.
+// measured before, during and after; its island half (RunIslandGrow)
+// adds a single-copy island under a metadata workload, all on this one
+// machine (the scale model's growth experiment does both on budgeted
+// hosts).
 package bench

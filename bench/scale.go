@@ -70,10 +70,17 @@ type ScaleResult struct {
 	Replicas []ScalePoint             `json:"replicas,omitempty"`
 	Clients  []ScalePoint             `json:"clients,omitempty"`
 	Failover []ScalePoint             `json:"failover,omitempty"`
+	Growth   []ScalePoint             `json:"growth,omitempty"`
 	// The worst point of each experiment (nil: not run).
 	StorageEfficiency  *float64 `json:"storage_efficiency"`
 	MetadataEfficiency *float64 `json:"metadata_efficiency"`
-	ReplicasRatio      *float64 `json:"replicas_ratio"`
+	// ReplicasRatio is durable creates and lookups with 3 replicas of
+	// each island, each replica on a host of its own (9 island servers),
+	// against one replica (3); ReplicasRatioShared the same with the 3
+	// replicas of the 3 islands on 3 hosts, each host leading one island
+	// and following two (full runs only).
+	ReplicasRatio       *float64 `json:"replicas_ratio"`
+	ReplicasRatioShared *float64 `json:"replicas_ratio_shared_hosts,omitempty"`
 	// The same at equal CPU speed (PhaseResult.NormEfficiency).
 	StorageEfficiencyNorm  *float64 `json:"storage_efficiency_at_equal_cpu_speed"`
 	MetadataEfficiencyNorm *float64 `json:"metadata_efficiency_at_equal_cpu_speed"`
@@ -83,12 +90,14 @@ type ScaleResult struct {
 	ClientsAfterPeak *float64 `json:"clients_after_peak"`
 	// FailoverSeconds is the longest time back to full speed after a
 	// kill -9 (-1: one did not get back within its run).
-	FailoverSeconds  *float64 `json:"failover_s"`
+	FailoverSeconds *float64 `json:"failover_s"`
+	// MigrationPenalty is the growth experiment's worst Growth.Penalty:
+	// the share of throughput lost while data or table entries moved
+	// onto an added server, against the mean of before and after.
 	MigrationPenalty *float64 `json:"migration_penalty"`
 	// IdleFraction is the machine's least idle fraction over the phases.
-	IdleFraction float64  `json:"idle_fraction"`
-	NotRun       []string `json:"not_run,omitempty"`
-	Seconds      float64  `json:"seconds"`
+	IdleFraction float64 `json:"idle_fraction"`
+	Seconds      float64 `json:"seconds"`
 }
 
 // ScalePoint is one cluster shape and what its workers did.
@@ -96,9 +105,45 @@ type ScalePoint struct {
 	Storage  int           `json:"storage_servers"`
 	Islands  int           `json:"islands"`
 	Replicas int           `json:"replicas"`
+	// IslandServers is the hosts running island servers (Islands unless
+	// the replicas have hosts of their own).
+	IslandServers int `json:"island_servers"`
 	Clients  int           `json:"clients"`
 	Phases   []PhaseResult `json:"phases"`
 	Failover *Failover     `json:"failover,omitempty"`
+	Growth   *Growth       `json:"growth,omitempty"`
+}
+
+// Growth is what adding a server in the middle of a run did: its phases
+// (PhaseResult) are the windows before the server joined, while data or
+// table entries moved onto it, and after.
+type Growth struct {
+	Added string `json:"added"` // the host and role
+	Moved string `json:"moved"` // what moved onto it
+	Unit  string `json:"unit"`
+	// Rates over the windows: Before ends when the server is started,
+	// During runs from the first move to the last, After from then to
+	// the end of the run.
+	Before float64 `json:"rate_before"`
+	During float64 `json:"rate_during"`
+	After  float64 `json:"rate_after"`
+	// Penalty is 1 - During / ((Before + After) / 2): the throughput the
+	// moves cost, beyond the change the new server itself brings
+	// (Archipelago §5: 4.5%). Negative: none.
+	Penalty float64 `json:"penalty"`
+	// JoinSeconds is from starting the server to its being up in the
+	// map (for an island server: to its island serving); MoveSeconds the
+	// moves' length.
+	JoinSeconds float64 `json:"join_s"`
+	MoveSeconds float64 `json:"move_s"`
+	// The moves' own cost: CPU-seconds of the hosts that ran them (the
+	// islands, or the rebalancing pass on the manager's host) while they
+	// ran, beyond what those hosts used per second before.
+	MoveCPUSeconds float64   `json:"move_cpu_s"`
+	JoinAt         float64   `json:"join_at_s"` // seconds into the run
+	MoveAt         float64   `json:"move_at_s"`
+	MovedAt        float64   `json:"moved_at_s"`
+	PerSecond      []float64 `json:"per_second"`
 }
 
 // Failover is what a kill -9 in the middle of a run did to its rate.
@@ -162,6 +207,8 @@ type pointSpec struct {
 	kind                                string        // worker kind
 	size                                int64         // data: per client
 	files                               int           // meta: per client
+	grow                                string        // "island" or "storage": a server added in the middle of the run
+	ownHosts                            bool          // every island replica on a host of its own
 }
 
 // RunScale runs the experiments, each point on a fresh simulated cluster.
@@ -213,8 +260,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 		defer f.Close()
 		cfg.Out = f
 	}
-	res := ScaleResult{Budgets: cfg.Budgets, IdleFraction: 1,
-		NotRun: []string{"growth while serving (migration penalty)"}}
+	res := ScaleResult{Budgets: cfg.Budgets, IdleFraction: 1}
 	for k, b := range cfg.Budgets {
 		say("budget %-8s %s", k, b)
 	}
@@ -243,9 +289,11 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 				c := max(1, n/2)
 				specs = append(specs, pointSpec{storage: 1, islands: n, replicas: 1, clients: c, threads: 16 * n / c, kind: "meta", files: cfg.Files * n / c})
 			}
-		case "replicas": // three islands, each replica on its own host
-			for _, r := range []int{1, 3} {
-				specs = append(specs, pointSpec{storage: 1, islands: 3, replicas: r, clients: 3, kind: "meta", files: cfg.Files})
+		case "replicas": // three islands, one replica against three, each replica on its own host; then three sharing hosts
+			specs = append(specs, pointSpec{storage: 1, islands: 3, replicas: 1, clients: 3, kind: "meta", files: cfg.Files},
+				pointSpec{storage: 1, islands: 3, replicas: 3, clients: 3, kind: "meta", files: cfg.Files, ownHosts: true})
+			if !cfg.Small {
+				specs = append(specs, pointSpec{storage: 1, islands: 3, replicas: 3, clients: 3, kind: "meta", files: cfg.Files})
 			}
 		case "failover": // kill -9 a quarter into a run: an island's leader (3 replicas), a storage server (ec:4+1 on 6)
 			d := 24 * time.Second
@@ -255,6 +303,11 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 			specs = append(specs,
 				pointSpec{storage: 1, islands: 3, replicas: 3, clients: 3, kind: "meta-run", duration: d, kill: "island1"},
 				pointSpec{storage: 6, islands: 1, replicas: 1, clients: 2, kind: "data-run", duration: d, kill: "storage0", size: 64 << 20})
+		case "growth": // Archipelago §5, Sigma: a server added while serving; a run ends once the moves are over
+			d := 10 * time.Minute // at most
+			specs = append(specs,
+				pointSpec{storage: 1, islands: 2, replicas: 1, clients: 2, threads: 16, kind: "meta-run", duration: d, grow: "island"},
+				pointSpec{storage: 5, islands: 1, replicas: 1, clients: 2, kind: "files-run", duration: d, grow: "storage"})
 		case "clients": // Sigma's NetBench curve: 1 -> 16 small clients on 4 islands, the same total work
 			counts := []int{1, 2, 4, 8, 16}
 			if cfg.Small {
@@ -277,10 +330,18 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 			}
 		}
 		var worst, norm float64
-		if exp != "failover" {
+		if exp != "failover" && exp != "growth" {
 			worst, norm = efficiencies(exp, points)
 		}
 		switch exp {
+		case "growth":
+			worst = math.Inf(-1)
+			for _, p := range points {
+				worst = max(worst, p.Growth.Penalty)
+			}
+			res.Growth, res.MigrationPenalty = points, &worst
+			printGrowth(say, points)
+			continue
 		case "failover":
 			worst = 0
 			for _, p := range points {
@@ -301,17 +362,23 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 		case "metadata":
 			res.Metadata, res.MetadataEfficiency, res.MetadataEfficiencyNorm = points, &worst, &norm
 		case "replicas":
-			res.Replicas, res.ReplicasRatio, res.ReplicasRatioNorm = points, &worst, &norm
+			// The ratio is the own-hosts point's (the second); the
+			// shared-hosts point has its own figure.
+			own, ownNorm := pointWorst(points[1])
+			res.Replicas, res.ReplicasRatio, res.ReplicasRatioNorm = points, &own, &ownNorm
+			if len(points) > 2 {
+				shared, _ := pointWorst(points[2])
+				res.ReplicasRatioShared = &shared
+			}
 		}
 		printTable(say, exp, points)
 	}
 	res.Seconds = time.Since(began).Seconds()
 	say("\nleast idle fraction of the machine during a phase: %.0f%%", 100*res.IdleFraction)
-	say("not run yet: %s", strings.Join(res.NotRun, "; "))
 	return res, nil
 }
 
-var experiments = []string{"storage", "metadata", "replicas", "clients", "failover"}
+var experiments = []string{"storage", "metadata", "replicas", "clients", "failover", "growth"}
 
 // afterPeak is, over the phases, the worst rate of a point after the
 // phase's best point against that best.
@@ -367,11 +434,24 @@ func efficiencies(exp string, points []ScalePoint) (worst, worstNorm float64) {
 	return worst, worstNorm
 }
 
+// pointWorst is a point's lowest efficiency over its phases, and the
+// same at equal CPU speed.
+func pointWorst(p ScalePoint) (worst, norm float64) {
+	worst, norm = math.Inf(1), math.Inf(1)
+	for _, ph := range p.Phases {
+		worst, norm = min(worst, ph.Efficiency), min(norm, ph.NormEfficiency)
+	}
+	return worst, norm
+}
+
 func printTable(say func(string, ...any), exp string, points []ScalePoint) {
 	for _, p := range points {
 		head := fmt.Sprintf("%2d servers, %d clients", p.Storage, p.Clients)
 		if exp != "storage" {
 			head = fmt.Sprintf("%d islands x%d, %d clients", p.Islands, p.Replicas, p.Clients)
+			if p.IslandServers != p.Islands {
+				head = fmt.Sprintf("%d islands x%d on %d hosts, %d clients", p.Islands, p.Replicas, p.IslandServers, p.Clients)
+			}
 		}
 		for _, ph := range p.Phases {
 			eff := "of perfect scaling"
@@ -391,7 +471,7 @@ func printTable(say func(string, ...any), exp string, points []ScalePoint) {
 // runScalePoint starts a cluster on budgeted hosts, runs the workers
 // phase by phase, and stops it.
 func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpec, say func(string, ...any)) (ScalePoint, error) {
-	pt := ScalePoint{Storage: sp.storage, Islands: sp.islands, Replicas: sp.replicas, Clients: sp.clients}
+	pt := ScalePoint{Storage: sp.storage, Islands: sp.islands, Replicas: sp.replicas, Clients: sp.clients, IslandServers: sp.islands}
 	pdir, err := os.MkdirTemp(dir, "point-")
 	if err != nil {
 		return pt, err
@@ -399,6 +479,15 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 	defer os.RemoveAll(pdir)
 	ccfg := simcluster.Config{Exe: cfg.Exe, Dir: filepath.Join(pdir, "data"), Storage: sp.storage, Islands: sp.islands,
 		IslandReplicas: sp.replicas, LogLevel: "warn", Out: cfg.Out, OwnDisks: 4 << 30}
+	switch sp.grow {
+	case "island":
+		ccfg.SpareIslandServers = 1
+	case "storage":
+		ccfg.SpareStorage = 1
+	}
+	if sp.ownHosts {
+		ccfg.SpareIslandServers = sp.islands * (sp.replicas - 1)
+	}
 	hosts := simcluster.HostNames(ccfg)
 	kinds := simcluster.HostKinds(ccfg)
 	for i := 0; i < sp.clients; i++ {
@@ -445,6 +534,20 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		return pt, err
 	}
 	defer cl.Stop()
+	if sp.ownHosts {
+		// As an operator spreads replicas over new machines: island
+		// servers join, and `atoll island server rebalance` evens out
+		// replicas and preferred leaders (one replica per server).
+		for range ccfg.SpareIslandServers {
+			if _, err := cl.AddIslandServer(ctx); err != nil {
+				return pt, err
+			}
+		}
+		if _, err := adminOn(ctx, n, cfg.Exe, cl.Manager, ccfg.ClusterKeyPath(), "island", "server", "rebalance", "--timeout", "5m"); err != nil {
+			return pt, err
+		}
+		pt.IslandServers += ccfg.SpareIslandServers
+	}
 	for _, h := range hosts {
 		if k := kinds[h]; k == kindClient || k == kindCalibrate {
 			if err := n.SetBudget(ctx, h, budgetOf(h), ""); err != nil {
@@ -529,14 +632,8 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 			}
 		}
 	}
-	type sample struct {
-		at   time.Time
-		cpu  simnet.CPUTimes
-		host map[string]simnet.Usage
-		cal  int64
-	}
-	take := func() (sample, error) {
-		s := sample{at: time.Now(), host: map[string]simnet.Usage{}}
+	take := func() (scaleSample, error) {
+		s := scaleSample{at: time.Now(), host: map[string]simnet.Usage{}}
 		var err error
 		b, _ := os.ReadFile(calFile)
 		s.cal, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
@@ -551,8 +648,9 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		return s, nil
 	}
 	phases := workerPhases[sp.kind]
-	var samples []sample
+	var samples []scaleSample
 	var killAt time.Time
+	var marks *growMarks
 	for _, ph := range append(slices.Clone(phases), "end") {
 		if err := waitAll(ph); err != nil {
 			return pt, err
@@ -580,6 +678,18 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 					}
 				}()
 			}
+			if sp.grow != "" {
+				g := growEnv{cfg: cfg, sp: sp, cl: cl, net: n, key: ccfg.ClusterKeyPath(), kind: kinds, take: take, say: say}
+				marks, err = growDuring(ctx, g)
+				// The workers stop either way (an error is reported once
+				// they have).
+				if werr := os.WriteFile(filepath.Join(sync, "stop-run"), nil, 0o644); werr != nil && err == nil {
+					err = werr
+				}
+				if err != nil {
+					return pt, err
+				}
+			}
 		}
 	}
 	var results [][]WorkerPhase
@@ -594,31 +704,17 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		}
 		results = append(results, r)
 	}
-	for k, name := range phases {
-		var start, end int64
-		var ops, nbytes int64
-		for _, r := range results {
-			if start == 0 || r[k].Start < start {
-				start = r[k].Start
-			}
-			end = max(end, r[k].End)
-			ops += r[k].Ops
-			nbytes += r[k].Bytes
+	// use fills a phase's host use, busiest budget, idle fraction and
+	// CPU speed between two samples.
+	use := func(pr *PhaseResult, s0, s1 scaleSample) {
+		pr.Idle = simnet.IdleSince(s0.cpu, s1.cpu)
+		if cs := s1.host["cal"].Sub(s0.host["cal"]).CPUSeconds; cs > 0 {
+			pr.CPUSpeed = float64(s1.cal-s0.cal) / cs
 		}
-		secs := float64(end-start) / 1e9
-		pr := PhaseResult{Name: name, Seconds: secs, Idle: simnet.IdleSince(samples[k].cpu, samples[k+1].cpu)}
-		if cs := samples[k+1].host["cal"].Sub(samples[k].host["cal"]).CPUSeconds; cs > 0 {
-			pr.CPUSpeed = float64(samples[k+1].cal-samples[k].cal) / cs
-		}
-		if strings.HasPrefix(sp.kind, "data") {
-			pr.Rate, pr.Unit = float64(nbytes)/1e6/secs, "MB/s"
-		} else {
-			pr.Rate, pr.Unit = float64(ops)/secs, "ops/s"
-		}
-		wall := samples[k+1].at.Sub(samples[k].at).Seconds()
+		wall := s1.at.Sub(s0.at).Seconds()
 		var busiest float64
 		for _, h := range hosts {
-			u := samples[k+1].host[h].Sub(samples[k].host[h])
+			u := s1.host[h].Sub(s0.host[h])
 			b := budgetOf(h)
 			hu := HostUse{Host: h, Kind: kinds[h], CPUSeconds: u.CPUSeconds}
 			if b.CPU > 0 {
@@ -643,10 +739,33 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 				}
 			}
 		}
+	}
+	for k, name := range phases {
+		var start, end int64
+		var ops, nbytes int64
+		for _, r := range results {
+			if start == 0 || r[k].Start < start {
+				start = r[k].Start
+			}
+			end = max(end, r[k].End)
+			ops += r[k].Ops
+			nbytes += r[k].Bytes
+		}
+		secs := float64(end-start) / 1e9
+		pr := PhaseResult{Name: name, Seconds: secs}
+		if strings.HasPrefix(sp.kind, "data") || sp.kind == "files-run" {
+			pr.Rate, pr.Unit = float64(nbytes)/1e6/secs, "MB/s"
+		} else {
+			pr.Rate, pr.Unit = float64(ops)/secs, "ops/s"
+		}
+		use(&pr, samples[k], samples[k+1])
 		pt.Phases = append(pt.Phases, pr)
 	}
 	if sp.kill != "" {
 		pt.Failover = failoverOf(results, killAt, sp.kill, pt.Phases[0].Unit)
+	}
+	if marks != nil {
+		pt.Growth, pt.Phases = growthOf(results, marks, pt.Phases[0].Unit, use)
 	}
 	say("  %d servers, %d islands x%d, %d clients: %s", sp.storage, sp.islands, sp.replicas, sp.clients, phaseLine(pt.Phases))
 	return pt, nil
@@ -664,38 +783,9 @@ func phaseLine(ps []PhaseResult) string {
 // rate before the kill, the dip, and the time back to full speed.
 func failoverOf(results [][]WorkerPhase, killAt time.Time, killed, unit string) *Failover {
 	f := &Failover{Killed: killed, Unit: unit, FullSpeedAfter: -1}
-	var t0 int64
-	for _, r := range results {
-		if t0 == 0 || r[0].Start < t0 {
-			t0 = r[0].Start
-		}
-	}
-	var bins []float64
-	for _, r := range results {
-		off := int((r[0].Start - t0) / int64(Tick))
-		for k, v := range r[0].Timeline {
-			for len(bins) <= off+k {
-				bins = append(bins, 0)
-			}
-			bins[off+k] += float64(v)
-		}
-	}
-	scale := 1 / Tick.Seconds()
-	if unit == "MB/s" {
-		scale /= 1e6
-	}
+	t0, bins := mergeTimelines(results)
+	mean := binMean(bins, unit)
 	kill := int(killAt.Sub(time.Unix(0, t0)) / Tick)
-	mean := func(lo, hi int) float64 {
-		lo, hi = max(lo, 0), min(hi, len(bins))
-		if hi <= lo {
-			return 0
-		}
-		var sum float64
-		for _, v := range bins[lo:hi] {
-			sum += v
-		}
-		return sum / float64(hi-lo) * scale
-	}
 	second := int(time.Second / Tick)
 	half := second / 2
 	end := len(bins) - half // the last half second is cut short by the run's end
@@ -704,9 +794,7 @@ func failoverOf(results [][]WorkerPhase, killAt time.Time, killed, unit string) 
 	// settles at (the last third of the run), not the rate before.
 	f.After = mean(end-(end-kill)/3, end)
 	f.KillAt = float64(kill) * Tick.Seconds()
-	for b := 0; b+second <= len(bins); b += second {
-		f.PerSecond = append(f.PerSecond, math.Round(10*mean(b, b+second))/10)
-	}
+	f.PerSecond = perSecond(bins, unit)
 	// The dip comes a moment after the kill (requests in flight finish
 	// first): back to full speed is the first half second at 90% of After
 	// once past the worst one.
@@ -728,6 +816,57 @@ func failoverOf(results [][]WorkerPhase, killAt time.Time, killed, unit string) 
 		}
 	}
 	return f
+}
+
+// mergeTimelines adds the workers' timelines of their first phase up by
+// wall clock: the work of all of them in each tick from t0 (unix ns).
+func mergeTimelines(results [][]WorkerPhase) (t0 int64, bins []float64) {
+	for _, r := range results {
+		if t0 == 0 || r[0].Start < t0 {
+			t0 = r[0].Start
+		}
+	}
+	for _, r := range results {
+		off := int((r[0].Start - t0) / int64(Tick))
+		for k, v := range r[0].Timeline {
+			for len(bins) <= off+k {
+				bins = append(bins, 0)
+			}
+			bins[off+k] += float64(v)
+		}
+	}
+	return t0, bins
+}
+
+// binMean is the rate over the ticks [lo, hi) of bins in unit (MB/s or
+// ops/s).
+func binMean(bins []float64, unit string) func(lo, hi int) float64 {
+	scale := 1 / Tick.Seconds()
+	if unit == "MB/s" {
+		scale /= 1e6
+	}
+	return func(lo, hi int) float64 {
+		lo, hi = max(lo, 0), min(hi, len(bins))
+		if hi <= lo {
+			return 0
+		}
+		var sum float64
+		for _, v := range bins[lo:hi] {
+			sum += v
+		}
+		return sum / float64(hi-lo) * scale
+	}
+}
+
+// perSecond is the rate in each whole second of bins.
+func perSecond(bins []float64, unit string) []float64 {
+	mean := binMean(bins, unit)
+	second := int(time.Second / Tick)
+	var out []float64
+	for b := 0; b+second <= len(bins); b += second {
+		out = append(out, math.Round(10*mean(b, b+second))/10)
+	}
+	return out
 }
 
 func printFailover(say func(string, ...any), points []ScalePoint) {

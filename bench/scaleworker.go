@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,7 +37,9 @@ type WorkerConfig struct {
 	// Pipeline is data: stripes of the log in flight (0: the client's
 	// default).
 	Pipeline int
-	// Duration is how long a "run" phase lasts (data-run, meta-run).
+	// Duration is how long a "run" phase lasts at most (data-run,
+	// meta-run, files-run); it ends sooner when the coordinator leaves
+	// the file stop-run in Sync.
 	Duration time.Duration
 	Sync     string // the barrier directory
 	Logger   *slog.Logger
@@ -67,6 +70,40 @@ var workerPhases = map[string][]string{
 	// For failover: one phase of Duration, the mixed workload or writes.
 	"data-run": {"run"},
 	"meta-run": {"run"},
+	// For growth: files of 4 MiB written through the naming layer, so
+	// that the data is live and a rebalancing pass can move it.
+	"files-run": {"run"},
+}
+
+// runClock ends a run phase: at its deadline or once the coordinator left
+// stop-run in the barrier directory (looked for every 50 ms at most).
+type runClock struct {
+	deadline time.Time
+	stopFile string
+	mu       sync.Mutex
+	checked  time.Time
+	over     bool
+}
+
+func newRunClock(cfg WorkerConfig) *runClock {
+	return &runClock{deadline: time.Now().Add(cfg.Duration), stopFile: filepath.Join(cfg.Sync, "stop-run")}
+}
+
+// Over reports whether the run is over.
+func (c *runClock) Over() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over || time.Now().After(c.deadline) {
+		c.over = true
+		return true
+	}
+	if time.Since(c.checked) >= 50*time.Millisecond {
+		c.checked = time.Now()
+		if _, err := os.Stat(c.stopFile); err == nil {
+			c.over = true
+		}
+	}
+	return c.over
 }
 
 // barrier announces that worker id is ready for phase and waits for the
@@ -126,6 +163,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err
 	switch cfg.Kind {
 	case "data", "data-run":
 		run, err = dataWorker(ctx, cfg, conn.Data)
+	case "files-run":
+		run, err = filesWorker(ctx, cfg, conn.FS)
 	case "meta", "meta-run":
 		// The stats go through a second naming layer with nothing cached
 		// and no leases, so each one is an island request.
@@ -191,7 +230,7 @@ func dataWorker(ctx context.Context, cfg WorkerConfig, cl *client.Client) (func(
 				return 0, 0, err
 			}
 			var n int64
-			for start := time.Now(); time.Since(start) < cfg.Duration; n += mib {
+			for clock := newRunClock(cfg); !clock.Over(); n += mib {
 				p, err := log.Append(ctx, src.chunk(n % max(cfg.Size, mib))[:mib])
 				if err != nil {
 					return 0, n, err
@@ -264,9 +303,9 @@ func metaWorker(ctx context.Context, cfg WorkerConfig, fs, statFS *client.FS) (f
 		}
 		switch phase {
 		case "run": // the mixed workload until Duration is over
-			deadline := time.Now().Add(cfg.Duration)
+			clock := newRunClock(cfg)
 			err = parallel(ctx, threads, 1<<30, func(_, i int) error {
-				if time.Now().After(deadline) {
+				if clock.Over() {
 					return errDone
 				}
 				return mixed(i)
@@ -292,5 +331,45 @@ func metaWorker(ctx context.Context, cfg WorkerConfig, fs, statFS *client.FS) (f
 			err = errors.New("unknown phase " + strings.ToUpper(phase))
 		}
 		return ops.Load(), 0, err
+	}, nil
+}
+
+// filesWorker writes 4 MiB files in its own directory until the run is
+// over, four at a time: data a rebalancing pass can move (the data
+// workers' raw logs belong to no file).
+func filesWorker(ctx context.Context, cfg WorkerConfig, fs *client.FS) (func(string, *atomic.Int64) (int64, int64, error), error) {
+	cred := metawire.Root
+	top := fmt.Sprintf("/w%d", cfg.ID)
+	if _, err := fs.MkdirAll(ctx, cred, top, 0o755); err != nil {
+		return nil, err
+	}
+	const fileSize = 4 * mib
+	src := newSource(64 * mib)
+	return func(phase string, done *atomic.Int64) (int64, int64, error) {
+		clock := newRunClock(cfg)
+		var files, nbytes atomic.Int64
+		err := parallel(ctx, 4, 1<<30, func(_, i int) error {
+			if clock.Over() {
+				return errDone
+			}
+			f, err := fs.CreateFile(ctx, cred, fmt.Sprintf("%s/f%06d", top, i), 0o644)
+			if err != nil {
+				return err
+			}
+			for off := int64(0); off < fileSize; off += mib {
+				if _, err := f.WriteAt(ctx, src.chunk(int64(i)*fileSize+off), off); err != nil {
+					_ = f.Close(ctx)
+					return err
+				}
+				done.Add(mib)
+				nbytes.Add(mib)
+			}
+			files.Add(1)
+			return f.Close(ctx)
+		})
+		if errors.Is(err, errDone) {
+			err = nil
+		}
+		return files.Load(), nbytes.Load(), err
 	}, nil
 }

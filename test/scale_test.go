@@ -87,6 +87,37 @@ func TestBenchScaleSmall(t *testing.T) {
 			t.Errorf("kill -9 %s: before %.1f, after %.1f, back after %.1f s", f.Killed, f.Before, f.After, f.FullSpeedAfter)
 		}
 	}
+	// A server added while serving: an island server (a new island takes
+	// its share of the table) and a storage server (old data rebalanced
+	// onto it). Work goes on in every window, something moved, and the
+	// penalty is a figure.
+	if len(res.Growth) != 2 || res.MigrationPenalty == nil {
+		t.Fatalf("growth: %d points, penalty %v", len(res.Growth), res.MigrationPenalty)
+	}
+	for _, p := range res.Growth {
+		g := p.Growth
+		if g == nil || len(p.Phases) != 3 {
+			t.Fatalf("growth point without its figures: %+v", p)
+		}
+		t.Logf("%s: %.1f %s before, %.1f during %.1f s of moves (%s), %.1f after: penalty %.1f%%", g.Added, g.Before, g.Unit, g.During, g.MoveSeconds, g.Moved, g.After, 100*g.Penalty)
+		if g.Before <= 0 || g.During <= 0 || g.After <= 0 || g.MoveSeconds <= 0 || g.Moved == "" || g.Moved == "0B" {
+			t.Errorf("%s: before %.1f, during %.1f, after %.1f, moves %.1f s of %q", g.Added, g.Before, g.During, g.After, g.MoveSeconds, g.Moved)
+		}
+	}
+	// Each of the 9 replicas on a host of its own: every island host
+	// worked in the durable creates.
+	if res.Replicas[1].IslandServers != 9 {
+		t.Errorf("3 replicas of 3 islands ran on %d island servers, want 9 (a host per replica)", res.Replicas[1].IslandServers)
+	}
+	busy := 0
+	for _, h := range res.Replicas[1].Phases[0].Hosts {
+		if h.Kind == "island" && h.CPUSeconds > 0.05 {
+			busy++
+		}
+	}
+	if busy != 9 {
+		t.Errorf("%d island hosts worked in %s with 3 replicas of 3 islands, want 9", busy, res.Replicas[1].Phases[0].Name)
+	}
 	if res.Storage[1].Storage != 10 || res.Metadata[1].Islands != 2 || res.Replicas[1].Replicas != 3 || res.Clients[1].Clients != 4 {
 		t.Errorf("points: storage %d servers, metadata %d islands, replicas %d, clients %d", res.Storage[1].Storage, res.Metadata[1].Islands, res.Replicas[1].Replicas, res.Clients[1].Clients)
 	}

@@ -147,7 +147,7 @@ func newBenchScaleCmd(g *globalFlags) *cobra.Command {
 	var size, experiments string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "scale [--small] [--experiments storage,metadata,replicas,clients,failover] [--json]",
+		Use:   "scale [--small] [--experiments storage,metadata,replicas,clients,failover,growth] [--json]",
 		Short: "The scale model: simulated hosts with their own CPU, disk and link; throughput as servers and islands are added (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -172,7 +172,7 @@ func newBenchScaleCmd(g *globalFlags) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&cfg.Small, "small", false, "two points per experiment at a small size (what CI runs)")
-	f.StringVar(&experiments, "experiments", "", "comma-separated: storage, metadata, replicas, clients, failover (default all)")
+	f.StringVar(&experiments, "experiments", "", "comma-separated: storage, metadata, replicas, clients, failover, growth (default all)")
 	f.StringVar(&size, "size", "", "storage: bytes written and read per point (default 1GiB, 32MiB with --small)")
 	f.IntVar(&cfg.Files, "files", 0, "metadata: files per client (default 3000, 300 with --small)")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")

@@ -37,6 +37,16 @@
 // every role with a data directory a disk of its own (simnet.GiveDisk),
 // each applied just before the role starts.
 //
+// # Machines added while serving
+//
+// Config.SpareStorage and Config.SpareIslandServers make hosts for
+// machines added later: Cluster.AddStorage starts the next storage server
+// (slot Storage, Storage+1, ...; up in the map when it returns) and
+// Cluster.AddIslandServer the next island server with --join instead of
+// the placement flags, as docs/deploy.md adds one; it holds no replica
+// until `atoll island create` or `atoll island server add` places one on
+// it (Role.Joined: WaitMembers does not wait for it).
+//
 // # Roles
 //
 // A Role is one process. Kill (SIGKILL), Pause (SIGSTOP), Resume

@@ -3,6 +3,7 @@ package simcluster
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,6 +93,12 @@ type Config struct {
 	OwnDisks int64
 	LogLevel string    // every role's --log-level (default info)
 	Out      io.Writer // roles' output, each line prefixed with the role name (nil: discarded)
+	// SpareStorage and SpareIslandServers are hosts made for machines
+	// added while the cluster serves (Cluster.AddStorage,
+	// Cluster.AddIslandServer): storage hosts "s<Storage>".., island
+	// server hosts "i<Islands+1>"... Start leaves them idle.
+	SpareStorage       int
+	SpareIslandServers int
 }
 
 // Validate checks the configuration against its net.
@@ -112,6 +119,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("simcluster: %d replicas of %d islands (1, 3 or 5, at most the islands)", c.IslandReplicas, c.Islands)
 	case c.Islands == 0 && (c.NFS || c.Mount != ""):
 		return errors.New("simcluster: an NFS gateway or a mount needs at least one island")
+	case c.SpareStorage < 0 || c.Storage+c.SpareStorage > 64 || c.SpareIslandServers < 0 || c.Islands+c.SpareIslandServers > 32:
+		return fmt.Errorf("simcluster: %d spare storage servers and %d spare island servers (at most 64 and 32 in all)", c.SpareStorage, c.SpareIslandServers)
+	case c.SpareIslandServers > 0 && c.Islands == 0:
+		return errors.New("simcluster: a spare island server needs a cluster with islands to join")
 	}
 	for k, b := range c.Budgets {
 		if !slices.Contains([]string{KindManager, KindStorage, KindIsland, KindNFS, KindMount}, k) {
@@ -163,10 +174,10 @@ func HostKinds(cfg Config) map[string]string {
 // hostRoles is each host cfg needs and its role's kind, in start order.
 func hostRoles(cfg Config) [][2]string {
 	hosts := [][2]string{{ManagerHost, KindManager}}
-	for i := 0; i < cfg.Storage; i++ {
+	for i := 0; i < cfg.Storage+cfg.SpareStorage; i++ {
 		hosts = append(hosts, [2]string{fmt.Sprintf("s%d", i), KindStorage})
 	}
-	for i := 1; i <= cfg.Islands; i++ {
+	for i := 1; i <= cfg.Islands+cfg.SpareIslandServers; i++ {
 		hosts = append(hosts, [2]string{fmt.Sprintf("i%d", i), KindIsland})
 	}
 	if cfg.NFS {
@@ -226,6 +237,7 @@ type step struct {
 	// Config.IslandArgs).
 	args, extra []string
 	addr        string // what the role registers (Role.Addr)
+	joined      bool   // an island server added later (Role.Joined)
 	metrics     string
 	dir         string
 }
@@ -239,10 +251,7 @@ func plan(cfg Config, addrOf func(host string) string) []step {
 	// docs/deploy.md: servers and admins hold the cluster key, the
 	// gateway and the mount a derived key with the user capabilities.
 	ck, uk := cfg.ClusterKeyPath(), cfg.ClientKeyPath()
-	lvl := cfg.LogLevel
-	if lvl == "" {
-		lvl = "info"
-	}
+	lvl := cfg.logLevel()
 	mgr := hp(ManagerHost, ManagerPort)
 	steps := []step{{
 		name: "manager", kind: KindManager, host: ManagerHost, addr: mgr, metrics: hp(ManagerHost, MetricsPort), dir: dir("manager"),
@@ -251,12 +260,7 @@ func plan(cfg Config, addrOf func(host string) string) []step {
 		extra: cfg.ManagerArgs,
 	}}
 	for i := 0; i < cfg.Storage; i++ {
-		h, n := fmt.Sprintf("s%d", i), fmt.Sprintf("storage%d", i)
-		steps = append(steps, step{
-			name: n, kind: KindStorage, host: h, id: i, addr: hp(h, StoragePort), metrics: hp(h, MetricsPort), dir: dir(n),
-			args: []string{"storage", "--dir", dir(n), "--slot", strconv.Itoa(i), "--listen", hp(h, StoragePort),
-				"--manager", mgr, "--metrics-listen", hp(h, MetricsPort), "--key", ck, "--log-level", lvl},
-		})
+		steps = append(steps, storageStep(cfg, addrOf, i))
 	}
 	var servers []string
 	for i := 1; i <= cfg.Islands; i++ {
@@ -295,12 +299,46 @@ func plan(cfg Config, addrOf func(host string) string) []step {
 	return steps
 }
 
+// storageStep is storage server i on host "si" (slot i).
+func storageStep(cfg Config, addrOf func(host string) string, i int) step {
+	hp := func(host string, port int) string { return net.JoinHostPort(addrOf(host), strconv.Itoa(port)) }
+	h, n := fmt.Sprintf("s%d", i), fmt.Sprintf("storage%d", i)
+	d := filepath.Join(cfg.Dir, n)
+	return step{
+		name: n, kind: KindStorage, host: h, id: i, addr: hp(h, StoragePort), metrics: hp(h, MetricsPort), dir: d,
+		args: []string{"storage", "--dir", d, "--slot", strconv.Itoa(i), "--listen", hp(h, StoragePort),
+			"--manager", hp(ManagerHost, ManagerPort), "--metrics-listen", hp(h, MetricsPort), "--key", cfg.ClusterKeyPath(), "--log-level", cfg.logLevel()},
+	}
+}
+
+// joinStep is island server id on host "i<id>" joining a running
+// cluster, as docs/deploy.md adds one: --join instead of the placement
+// flags; its replicas come from the map (atoll island create, atoll
+// island server add).
+func joinStep(cfg Config, addrOf func(host string) string, id int) step {
+	hp := func(host string, port int) string { return net.JoinHostPort(addrOf(host), strconv.Itoa(port)) }
+	h, n := fmt.Sprintf("i%d", id), fmt.Sprintf("island%d", id)
+	d := filepath.Join(cfg.Dir, n)
+	return step{
+		name: n, kind: KindIsland, host: h, id: id, addr: hp(h, IslandPort), metrics: hp(h, MetricsPort), dir: d, joined: true,
+		args: []string{"meta", "--dir", d, "--server-id", strconv.Itoa(id), "--join", "--listen", hp(h, IslandPort),
+			"--raft-listen", hp(h, IslandRaft), "--manager", hp(ManagerHost, ManagerPort), "--metrics-listen", hp(h, MetricsPort),
+			"--key", cfg.ClusterKeyPath(), "--log-level", cfg.logLevel()},
+		extra: cfg.IslandArgs,
+	}
+}
+
+func (c *Config) logLevel() string { return cmp.Or(c.LogLevel, "info") }
+
 // Cluster is a started cluster.
 type Cluster struct {
 	Manager   string // the manager's address, host:port
 	Dashboard string // the manager's dashboard, host:port
 	Roles     []*Role
 	cfg       Config
+
+	grow                       sync.Mutex // serialises AddStorage, AddIslandServer
+	addedStorage, addedIslands int
 }
 
 // Key loads the cluster key the roles were started with (for admin
@@ -330,6 +368,9 @@ type Role struct {
 	Dir     string // data directory ("" for the NFS gateway and the mount)
 	// Mountpoint is the mount role's mountpoint ("" for the others).
 	Mountpoint string
+	// Joined is an island server added while the cluster served
+	// (AddIslandServer): it leads an island only once one is placed on it.
+	Joined bool
 
 	op    sync.Mutex // serialises Restart
 	mu    sync.Mutex
@@ -494,21 +535,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			}
 			continue
 		}
-		if cfg.OwnDisks > 0 && st.dir != "" {
-			if err := cfg.Net.GiveDisk(ctx, st.host, st.dir, cfg.OwnDisks); err != nil {
-				return nil, fmt.Errorf("simcluster: disk of %s: %w", st.host, err)
-			}
-		}
-		if b, ok := cfg.Budgets[st.kind]; ok {
-			d := st.dir
-			if d == "" {
-				d = cfg.Dir
-			}
-			if err := cfg.Net.SetBudget(ctx, st.host, b, d); err != nil {
-				return nil, fmt.Errorf("simcluster: budget of %s: %w", st.host, err)
-			}
-		}
-		r, err := c.start(ctx, st)
+		r, err := c.launch(ctx, st)
 		if err != nil {
 			return nil, err
 		}
@@ -524,11 +551,76 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
+// launch gives a role's host its disk and budget, then starts the role.
+func (c *Cluster) launch(ctx context.Context, st step) (*Role, error) {
+	cfg := c.cfg
+	if cfg.OwnDisks > 0 && st.dir != "" {
+		if err := cfg.Net.GiveDisk(ctx, st.host, st.dir, cfg.OwnDisks); err != nil {
+			return nil, fmt.Errorf("simcluster: disk of %s: %w", st.host, err)
+		}
+	}
+	if b, ok := cfg.Budgets[st.kind]; ok {
+		d := st.dir
+		if d == "" {
+			d = cfg.Dir
+		}
+		if err := cfg.Net.SetBudget(ctx, st.host, b, d); err != nil {
+			return nil, fmt.Errorf("simcluster: budget of %s: %w", st.host, err)
+		}
+	}
+	return c.start(ctx, st)
+}
+
+// AddStorage starts the next spare storage server (Config.SpareStorage)
+// on the next slot, as a machine added to a serving cluster, and returns
+// once it is up in the map. The data already stored stays where it is
+// until a rebalancing pass moves some onto it (atoll clean --rebalance,
+// the manager's cleaner). It appends to Roles: call it from the goroutine
+// that reads them.
+func (c *Cluster) AddStorage(ctx context.Context) (*Role, error) {
+	c.grow.Lock()
+	defer c.grow.Unlock()
+	if c.addedStorage >= c.cfg.SpareStorage {
+		return nil, fmt.Errorf("simcluster: no spare storage host left (%d)", c.cfg.SpareStorage)
+	}
+	st := storageStep(c.cfg, c.addrOf, c.cfg.Storage+c.addedStorage)
+	r, err := c.launch(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	c.addedStorage++
+	wctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	return r, c.WaitMembers(wctx)
+}
+
+// AddIslandServer starts the next spare island server
+// (Config.SpareIslandServers) with --join and returns once it serves.
+// It holds no replica until the map places one on it: `atoll island
+// create` (a new island on the servers holding fewest) or `atoll island
+// server add ID`. It appends to Roles, as AddStorage.
+func (c *Cluster) AddIslandServer(ctx context.Context) (*Role, error) {
+	c.grow.Lock()
+	defer c.grow.Unlock()
+	if c.addedIslands >= c.cfg.SpareIslandServers {
+		return nil, fmt.Errorf("simcluster: no spare island server host left (%d)", c.cfg.SpareIslandServers)
+	}
+	st := joinStep(c.cfg, c.addrOf, c.cfg.Islands+c.addedIslands+1)
+	r, err := c.launch(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	c.addedIslands++
+	return r, r.current().WaitReady(ctx)
+}
+
+func (c *Cluster) addrOf(host string) string { return c.cfg.Net.Host(host).Addr.String() }
+
 // start starts one role on its host (an island without waiting: it serves
 // only once formatted).
 func (c *Cluster) start(ctx context.Context, st step) (*Role, error) {
 	host := c.cfg.Net.Host(st.host)
-	r := &Role{Name: st.name, Kind: st.kind, Host: host, ID: st.id, Addr: st.addr, Metrics: st.metrics, Dir: st.dir}
+	r := &Role{Name: st.name, Kind: st.kind, Host: host, ID: st.id, Addr: st.addr, Metrics: st.metrics, Dir: st.dir, Joined: st.joined}
 	spec := devcluster.ChildSpec{
 		Name: st.name, Exe: c.cfg.Exe,
 		Args:         append(append([]string(nil), st.args...), st.extra...),
@@ -614,8 +706,8 @@ func (c *Cluster) islandAddr(addr string) bool {
 // when none.
 func (c *Cluster) missing(m *cluster.Map) string {
 	for _, r := range c.Roles {
-		if r.Kind == KindManager || !r.Running() {
-			continue
+		if r.Kind == KindManager || !r.Running() || r.Joined {
+			continue // a joined island server registers only an island placed on it
 		}
 		found := false
 		for _, v := range m.Members() {
