@@ -56,8 +56,11 @@
 // with a cold cache, and create/rename/lookup/unlink, islands 1, 2, 4, 8,
 // a client per two islands and 16 requests in flight per island: an
 // island's group commit makes a create cheaper the more wait together, so
-// the load per island is held constant), replicas (3 islands with 1 and 3
-// replicas), clients (Sigma's NetBench curve: 1 to 16 clients of 0.04
+// the load per island is held constant), replicas (3 islands with 1
+// replica, then 3 replicas each on a host of its own: 6 more island
+// servers join and `atoll island server rebalance` spreads the replicas
+// and preferred leaders, one per server; full runs add 3 replicas on the
+// 3 hosts, each leading one island and following two), clients (Sigma's NetBench curve: 1 to 16 clients of 0.04
 // core on 4 islands; clients_after_peak is the worst rate after the best
 // against it) and failover (a run of the mixed workload on 3 islands of 3
 // replicas, and of ec:4+1 writes on 6 servers, with island1's server or

@@ -102,16 +102,16 @@ type ScaleResult struct {
 
 // ScalePoint is one cluster shape and what its workers did.
 type ScalePoint struct {
-	Storage  int           `json:"storage_servers"`
-	Islands  int           `json:"islands"`
-	Replicas int           `json:"replicas"`
+	Storage  int `json:"storage_servers"`
+	Islands  int `json:"islands"`
+	Replicas int `json:"replicas"`
 	// IslandServers is the hosts running island servers (Islands unless
 	// the replicas have hosts of their own).
-	IslandServers int `json:"island_servers"`
-	Clients  int           `json:"clients"`
-	Phases   []PhaseResult `json:"phases"`
-	Failover *Failover     `json:"failover,omitempty"`
-	Growth   *Growth       `json:"growth,omitempty"`
+	IslandServers int           `json:"island_servers"`
+	Clients       int           `json:"clients"`
+	Phases        []PhaseResult `json:"phases"`
+	Failover      *Failover     `json:"failover,omitempty"`
+	Growth        *Growth       `json:"growth,omitempty"`
 }
 
 // Growth is what adding a server in the middle of a run did: its phases
