@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -40,6 +41,10 @@ func DefaultBudgets() map[string]simnet.Budget {
 		simcluster.KindStorage: {CPU: 0.06, DiskBps: 10e6, DiskIOPS: 2000, LinkBits: 100e6},
 		simcluster.KindIsland:  {CPU: 0.06, DiskBps: 10e6, DiskIOPS: 2000, LinkBits: 100e6},
 		kindClient:             {CPU: 0.15, LinkBits: 400e6},
+		// A mount host runs the FUSE mount and the writing application:
+		// a link faster than the five storage servers' together, so that
+		// theirs are what the mount experiment is measured against.
+		simcluster.KindMount: {CPU: 0.6, LinkBits: 1e9},
 	}
 }
 
@@ -71,6 +76,7 @@ type ScaleResult struct {
 	Clients  []ScalePoint             `json:"clients,omitempty"`
 	Failover []ScalePoint             `json:"failover,omitempty"`
 	Growth   []ScalePoint             `json:"growth,omitempty"`
+	Mount    []ScalePoint             `json:"mount,omitempty"`
 	// The worst point of each experiment (nil: not run).
 	StorageEfficiency  *float64 `json:"storage_efficiency"`
 	MetadataEfficiency *float64 `json:"metadata_efficiency"`
@@ -95,6 +101,13 @@ type ScaleResult struct {
 	// the share of throughput lost while data or table entries moved
 	// onto an added server, against the mean of before and after.
 	MigrationPenalty *float64 `json:"migration_penalty"`
+	// MountLinkShare is the mount experiment's write rate against what
+	// the storage servers' links carry together, in file bytes (their
+	// rate times 4/5 for ec:4+1's parity); MountVsLibrary is the same
+	// write against the library clients' on as many servers (the storage
+	// experiment's first point), when both ran.
+	MountLinkShare *float64 `json:"mount_write_link_share"`
+	MountVsLibrary *float64 `json:"mount_write_vs_library,omitempty"`
 	// IdleFraction is the machine's least idle fraction over the phases.
 	IdleFraction float64 `json:"idle_fraction"`
 	Seconds      float64 `json:"seconds"`
@@ -209,6 +222,9 @@ type pointSpec struct {
 	files                               int           // meta: per client
 	grow                                string        // "island" or "storage": a server added in the middle of the run
 	ownHosts                            bool          // every island replica on a host of its own
+	// diskOverLink gives the storage hosts disks faster than their links
+	// (the mount experiment is measured against the links).
+	diskOverLink bool
 }
 
 // RunScale runs the experiments, each point on a fresh simulated cluster.
@@ -308,6 +324,8 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 			specs = append(specs,
 				pointSpec{storage: 1, islands: 2, replicas: 1, clients: 2, threads: 16, kind: "meta-run", duration: d, grow: "island"},
 				pointSpec{storage: 5, islands: 1, replicas: 1, clients: 2, kind: "files-run", duration: d, grow: "storage"})
+		case "mount": // write and read through a FUSE mount on its own host, 5 storage servers (ec:4+1)
+			specs = append(specs, pointSpec{storage: 5, islands: 1, replicas: 1, clients: 1, kind: "mount", size: max(cfg.Size/4, 16<<20), diskOverLink: true})
 		case "clients": // Sigma's NetBench curve: 1 -> 16 small clients on 4 islands, the same total work
 			counts := []int{1, 2, 4, 8, 16}
 			if cfg.Small {
@@ -318,6 +336,9 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 			}
 		}
 		say("\n== %s ==", exp)
+		if exp == "mount" {
+			say("  (storage hosts' disks at twice their link's rate, so that the links bound the servers)")
+		}
 		var points []ScalePoint
 		for _, sp := range specs {
 			p, err := runScalePoint(ctx, cfg, dir, sp, say)
@@ -330,7 +351,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 			}
 		}
 		var worst, norm float64
-		if exp != "failover" && exp != "growth" {
+		if exp != "failover" && exp != "growth" && exp != "mount" {
 			worst, norm = efficiencies(exp, points)
 		}
 		switch exp {
@@ -354,6 +375,25 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 			res.Failover, res.FailoverSeconds = points, &worst
 			printFailover(say, points)
 			continue
+		case "mount":
+			// Against the servers' links: each phase's rate over what they
+			// carry together in file bytes.
+			link := float64(cfg.Budgets[simcluster.KindStorage].LinkBits) / 8 / 1e6 * 4 / 5
+			for i := range points {
+				for j := range points[i].Phases {
+					ph := &points[i].Phases[j]
+					if link > 0 {
+						ph.Efficiency = ph.Rate / (link * float64(points[i].Storage))
+						ph.NormEfficiency = ph.Efficiency
+					}
+				}
+			}
+			w := points[0].Phases[0].Efficiency
+			res.Mount, res.MountLinkShare = points, &w
+			if len(res.Storage) > 0 && res.Storage[0].Storage == points[0].Storage && res.Storage[0].Phases[0].Rate > 0 {
+				v := points[0].Phases[0].Rate / res.Storage[0].Phases[0].Rate
+				res.MountVsLibrary = &v
+			}
 		case "clients":
 			after := afterPeak(points)
 			res.Clients, res.ClientsAfterPeak = points, &after
@@ -378,7 +418,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 	return res, nil
 }
 
-var experiments = []string{"storage", "metadata", "replicas", "clients", "failover", "growth"}
+var experiments = []string{"storage", "metadata", "replicas", "clients", "failover", "growth", "mount"}
 
 // afterPeak is, over the phases, the worst rate of a point after the
 // phase's best point against that best.
@@ -460,6 +500,8 @@ func printTable(say func(string, ...any), exp string, points []ScalePoint) {
 				eff = "against one replica"
 			case "clients":
 				eff = "against one client"
+			case "mount":
+				eff = "of the servers' links"
 			}
 			say("  %-28s %-6s %9.1f %-5s %4.0f%% %s, %4.0f%% at equal CPU speed  (%.1f s; busiest: %s; machine idle %.0f%%; CPU speed %.0f)",
 				head, ph.Name, ph.Rate, ph.Unit, 100*ph.Efficiency, eff, 100*ph.NormEfficiency, ph.Seconds, ph.Bottleneck, 100*ph.Idle, ph.CPUSpeed)
@@ -490,10 +532,25 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 	}
 	hosts := simcluster.HostNames(ccfg)
 	kinds := simcluster.HostKinds(ccfg)
-	for i := 0; i < sp.clients; i++ {
-		h := fmt.Sprintf("c%d", i)
-		hosts = append(hosts, h)
-		kinds[h] = kindClient
+	budgets := maps.Clone(cfg.Budgets)
+	if sb := budgets[simcluster.KindStorage]; sp.diskOverLink && sb.LinkBits > 0 {
+		// Twice the link's rate, and IOPS to match.
+		sb.DiskBps, sb.DiskIOPS = max(sb.DiskBps, sb.LinkBits/4), max(sb.DiskIOPS, 2*sb.DiskIOPS)
+		budgets[simcluster.KindStorage] = sb
+	}
+	workerHost := func(i int) string { return fmt.Sprintf("c%d", i) }
+	if sp.kind == "mount" {
+		// The writing application runs on the mount's host, in its
+		// budget, as it would on a real client machine.
+		ccfg.Mount = filepath.Join(pdir, "mnt")
+		hosts, kinds = simcluster.HostNames(ccfg), simcluster.HostKinds(ccfg)
+		workerHost = func(int) string { return "cl" }
+	} else {
+		for i := 0; i < sp.clients; i++ {
+			h := workerHost(i)
+			hosts = append(hosts, h)
+			kinds[h] = kindClient
+		}
 	}
 	hosts = append(hosts, "cal")
 	kinds["cal"] = kindCalibrate
@@ -501,17 +558,17 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		if kinds[h] == kindCalibrate {
 			return simnet.Budget{CPU: calibrateCPU}
 		}
-		b := cfg.Budgets[kinds[h]]
+		b := budgets[kinds[h]]
 		if kinds[h] == kindClient && sp.clientCPU > 0 {
 			b.CPU = sp.clientCPU
 		}
 		return b
 	}
-	var budgets []simnet.Budget
+	var quotas []simnet.Budget
 	for _, h := range hosts {
-		budgets = append(budgets, budgetOf(h))
+		quotas = append(quotas, budgetOf(h))
 	}
-	if err := simnet.CheckQuotas(budgets, cfg.MaxCPU); err != nil {
+	if err := simnet.CheckQuotas(quotas, cfg.MaxCPU); err != nil {
 		return pt, err
 	}
 	n, err := simnet.New(ctx, simnet.Config{Name: fmt.Sprintf("sc%d", os.Getpid()%10000), Hosts: hosts})
@@ -524,7 +581,7 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 	}
 	ccfg.Net = n
 	ccfg.Budgets = map[string]simnet.Budget{}
-	for k, b := range cfg.Budgets {
+	for k, b := range budgets {
 		if k != kindClient {
 			ccfg.Budgets[k] = b
 		}
@@ -584,7 +641,14 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		if p := os.Getenv("ATOLL_SCALE_PIPELINE"); p != "" {
 			args = append(args, "--pipeline", p)
 		}
-		w := &worker{cmd: n.Host(fmt.Sprintf("c%d", i)).Command(wctx, cfg.Exe, args...), done: make(chan error, 1)}
+		if sp.kind == "mount" {
+			d := filepath.Join(ccfg.Mount, "bench")
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return pt, err
+			}
+			args = append(args, "--dir", d)
+		}
+		w := &worker{cmd: n.Host(workerHost(i)).Command(wctx, cfg.Exe, args...), done: make(chan error, 1)}
 		w.cmd.Stdout, w.cmd.Stderr = &w.out, cfg.Out
 		if err := w.cmd.Start(); err != nil {
 			return pt, err
@@ -753,7 +817,7 @@ func runScalePoint(ctx context.Context, cfg ScaleConfig, dir string, sp pointSpe
 		}
 		secs := float64(end-start) / 1e9
 		pr := PhaseResult{Name: name, Seconds: secs}
-		if strings.HasPrefix(sp.kind, "data") || sp.kind == "files-run" {
+		if strings.HasPrefix(sp.kind, "data") || sp.kind == "files-run" || sp.kind == "mount" {
 			pr.Rate, pr.Unit = float64(nbytes)/1e6/secs, "MB/s"
 		} else {
 			pr.Rate, pr.Unit = float64(ops)/secs, "ops/s"

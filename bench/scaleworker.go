@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/atoll-fs/atoll/internal/auth"
 	"github.com/atoll-fs/atoll/internal/client"
@@ -42,7 +46,11 @@ type WorkerConfig struct {
 	// the file stop-run in Sync.
 	Duration time.Duration
 	Sync     string // the barrier directory
-	Logger   *slog.Logger
+	// Dir is the mount kind's directory on a FUSE mount of the cluster:
+	// the worker writes and reads plain files there (no client of its
+	// own).
+	Dir    string
+	Logger *slog.Logger
 }
 
 // WorkerPhase is what one worker did in one phase.
@@ -73,6 +81,9 @@ var workerPhases = map[string][]string{
 	// For growth: files of 4 MiB written through the naming layer, so
 	// that the data is live and a rebalancing pass can move it.
 	"files-run": {"run"},
+	// For the mount experiment: files written through a FUSE mount with
+	// write(2), then read back after dropping them from the page cache.
+	"mount": {"write", "read"},
 }
 
 // runClock ends a run phase: at its deadline or once the coordinator left
@@ -139,6 +150,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err
 	if !ok {
 		return nil, fmt.Errorf("bench: worker kind %q (data or meta)", cfg.Kind)
 	}
+	if cfg.Kind == "mount" {
+		return runPhases(ctx, cfg, names, mountWorker(cfg))
+	}
 	// The client as the CLI, the mount and the gateways build it: it
 	// follows the map (a storage server marked down, new slots).
 	conn, err := connect.DialWith(ctx, cfg.Cluster, cfg.Key, cfg.Logger, connect.Tune{Data: func(c *client.Config) {
@@ -178,6 +192,12 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err
 	if err != nil {
 		return nil, err
 	}
+	return runPhases(ctx, cfg, names, run)
+}
+
+// runPhases runs each phase at its barrier with a timeline of the work
+// done, and leaves ready-end-ID after the last.
+func runPhases(ctx context.Context, cfg WorkerConfig, names []string, run func(string, *atomic.Int64) (int64, int64, error)) (phases []WorkerPhase, err error) {
 	for _, name := range names {
 		if err := barrier(ctx, cfg.Sync, name, cfg.ID); err != nil {
 			return phases, err
@@ -372,4 +392,60 @@ func filesWorker(ctx context.Context, cfg WorkerConfig, fs *client.FS) (func(str
 		}
 		return files.Load(), nbytes.Load(), err
 	}, nil
+}
+
+// mountWorker writes Size bytes into four files under Dir with 1 MiB
+// write(2) calls, each file fsynced and closed (the mount commits at
+// close), then reads them back after dropping them from the kernel's page
+// cache (fadvise DONTNEED), comparing every byte.
+func mountWorker(cfg WorkerConfig) func(string, *atomic.Int64) (int64, int64, error) {
+	const files = 4
+	per := max(cfg.Size/files/mib, 1) * mib
+	src := newSource(64 * mib)
+	name := func(f int) string { return filepath.Join(cfg.Dir, fmt.Sprintf("w%d-f%d", cfg.ID, f)) }
+	return func(phase string, done *atomic.Int64) (int64, int64, error) {
+		err := parallel(context.Background(), files, files, func(_, f int) error {
+			base := int64(f) * per
+			switch phase {
+			case "write":
+				fh, err := os.OpenFile(name(f), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+				if err != nil {
+					return err
+				}
+				for off := int64(0); off < per; off += mib {
+					if _, err := fh.Write(src.chunk(base + off)); err != nil {
+						fh.Close()
+						return err
+					}
+					done.Add(mib)
+				}
+				if err := fh.Sync(); err != nil {
+					fh.Close()
+					return err
+				}
+				return fh.Close()
+			case "read":
+				fh, err := os.Open(name(f))
+				if err != nil {
+					return err
+				}
+				defer fh.Close()
+				if err := unix.Fadvise(int(fh.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+					return err
+				}
+				buf := make([]byte, mib)
+				for off := int64(0); off < per; off += mib {
+					if _, err := io.ReadFull(fh, buf); err != nil {
+						return fmt.Errorf("read %s at %d: %w", name(f), off, err)
+					}
+					if !bytes.Equal(buf, src.chunk(base+off)) {
+						return fmt.Errorf("%s: the MiB at %d differs from what was written", name(f), off)
+					}
+					done.Add(mib)
+				}
+			}
+			return nil
+		})
+		return files, files * per, err
+	}
 }

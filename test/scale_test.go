@@ -104,6 +104,17 @@ func TestBenchScaleSmall(t *testing.T) {
 			t.Errorf("%s: before %.1f, during %.1f, after %.1f, moves %.1f s of %q", g.Added, g.Before, g.During, g.After, g.MoveSeconds, g.Moved)
 		}
 	}
+	// Files written and read back byte for byte through a FUSE mount on
+	// a host of its own (the worker compares what it reads).
+	if len(res.Mount) != 1 || res.MountLinkShare == nil || len(res.Mount[0].Phases) != 2 {
+		t.Fatalf("mount: %d points, link share %v", len(res.Mount), res.MountLinkShare)
+	}
+	for _, ph := range res.Mount[0].Phases {
+		t.Logf("mount %s: %.1f %s, %.0f%% of the servers' links (busiest: %s)", ph.Name, ph.Rate, ph.Unit, 100*ph.Efficiency, ph.Bottleneck)
+		if ph.Rate <= 0 || ph.Efficiency <= 0 {
+			t.Errorf("mount %s: rate %v, share %v", ph.Name, ph.Rate, ph.Efficiency)
+		}
+	}
 	// Each of the 9 replicas on a host of its own: every island host
 	// worked in the durable creates.
 	if res.Replicas[1].IslandServers != 9 {

@@ -147,7 +147,7 @@ func newBenchScaleCmd(g *globalFlags) *cobra.Command {
 	var size, experiments string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "scale [--small] [--experiments storage,metadata,replicas,clients,failover,growth] [--json]",
+		Use:   "scale [--small] [--experiments storage,metadata,replicas,clients,failover,growth,mount] [--json]",
 		Short: "The scale model: simulated hosts with their own CPU, disk and link; throughput as servers and islands are added (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -172,7 +172,7 @@ func newBenchScaleCmd(g *globalFlags) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&cfg.Small, "small", false, "two points per experiment at a small size (what CI runs)")
-	f.StringVar(&experiments, "experiments", "", "comma-separated: storage, metadata, replicas, clients, failover, growth (default all)")
+	f.StringVar(&experiments, "experiments", "", "comma-separated: storage, metadata, replicas, clients, failover, growth, mount (default all)")
 	f.StringVar(&size, "size", "", "storage: bytes written and read per point (default 1GiB, 32MiB with --small)")
 	f.IntVar(&cfg.Files, "files", 0, "metadata: files per client (default 3000, 300 with --small)")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: a temporary directory)")
@@ -217,7 +217,8 @@ func newBenchScaleWorkerCmd(g *globalFlags) *cobra.Command {
 	f.IntVar(&cfg.Threads, "threads", 16, "meta: requests in flight")
 	f.IntVar(&cfg.Pipeline, "pipeline", 0, "data: stripes in flight (0: the client's default)")
 	f.StringVar(&cfg.Sync, "sync", "", "barrier directory")
-	f.DurationVar(&cfg.Duration, "duration", 0, "data-run, meta-run: how long the run lasts")
+	f.DurationVar(&cfg.Duration, "duration", 0, "data-run, meta-run, files-run: how long the run lasts at most")
+	f.StringVar(&cfg.Dir, "dir", "", "mount: the directory on a FUSE mount to write in")
 	return cmd
 }
 

@@ -107,7 +107,18 @@ func (w *workload) run(ctx context.Context, id int, c fsOps, r *rand.Rand) {
 		w.ops.Add(1)
 		if !cached && r.IntN(10) < 6 {
 			w.nsOps.Add(1)
-			w.namespaceOp(ctx, id, c, r)
+			if w.namespaceOp(ctx, id, c, r) {
+				// An operation that failed without a definite answer (its
+				// island unavailable, failed at once while the client
+				// probes it) stays open to the end of the history and
+				// doubles the checker's states; an application would back
+				// off too. Without this, one client spinning through an
+				// island's outage left thousands and the check gave up.
+				select {
+				case <-ctx.Done():
+				case <-time.After(unknownBackoff):
+				}
+			}
 		} else {
 			w.dataOp.Add(1)
 			w.dataOpOnce(ctx, id, c, r)
@@ -131,7 +142,13 @@ func do(ctx context.Context, fn func(ctx context.Context) error) (error, bool) {
 	}
 }
 
-func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand.Rand) {
+// unknownBackoff is a client's pause after an operation that failed
+// without a definite answer.
+const unknownBackoff = 250 * time.Millisecond
+
+// namespaceOp runs one operation of the model and records it; it reports
+// whether it failed without a definite answer (the caller backs off).
+func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand.Rand) (indefinite bool) {
 	in := NsInput{Group: r.IntN(w.groups), Kind: OpKind(r.IntN(7)), From: slots[r.IntN(4)]}
 	// Creates and reads are the most telling: weight them up.
 	switch r.IntN(10) {
@@ -188,7 +205,7 @@ func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand
 	}
 	w.hist.add(client, in, call, out)
 	if !finished {
-		return
+		return false // it timed out: the wait was its back-off
 	}
 	if fill != nil && !out.Unknown && out.Errno == 0 {
 		// The content, through the handle the create opened.
@@ -201,9 +218,11 @@ func (w *workload) namespaceOp(ctx context.Context, client int, c fsOps, r *rand
 			w.noteUnknown(client, c, "fill ", err, finished)
 		}
 		w.hist.add(client, fin, call, fout)
+		return fout.Unknown && finished
 	} else if fill != nil {
 		_ = fill(ctx, nil) // closes the handle
 	}
+	return out.Unknown
 }
 
 // observe runs a read or a list of the model's names and puts what it
