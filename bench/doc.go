@@ -85,7 +85,15 @@
 // after) (the migration penalty; the worst is migration_penalty), the
 // moves' length and what moved, and the server hosts' CPU beyond their
 // mean rate before and after (the moves' own cost).
-// --small (CI) runs two points each at a small size. ATOLL_SCALE_PIPELINE=N sets
+// The mount experiment writes files with write(2) through a FUSE mount
+// on a host of its own (a client machine: 0.6 core, 1 Gbit/s) to 5
+// storage servers whose disks run at twice their links' rate, and reads
+// them back after dropping them from the page cache, comparing every
+// byte; mount_write_link_share is the write against what the servers'
+// links carry together in file bytes (4/5 of their rate with ec:4+1).
+// --small (CI) runs two points each at a small size (growth: entries
+// moving at a 20% duty, one rebalancing pass with a 5 s grace; mount:
+// 16 MiB). ATOLL_SCALE_PIPELINE=N sets
 // the data workers' stripes in flight (client.Config.Pipeline), for
 // experiments with the write path.
 //

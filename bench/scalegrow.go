@@ -68,11 +68,15 @@ func growDuring(ctx context.Context, g growEnv) (*growMarks, error) {
 	if g.cfg.Small {
 		warm, window = 2*time.Second, 5*time.Second
 	}
+	grace := growGrace
+	if g.cfg.Small {
+		grace = 5 * time.Second // the files commit within a second or two
+	}
 	before := window
 	if g.sp.grow == "storage" {
 		// Rebalancing moves only stripes older than its grace: the
 		// warm-up and the before window write them.
-		before = max(window, growGrace+5*time.Second-warm)
+		before = max(window, grace+5*time.Second-warm)
 	}
 	m := &growMarks{}
 	var err error
@@ -146,8 +150,12 @@ func growDuring(ctx context.Context, g growEnv) (*growMarks, error) {
 			if err != nil {
 				return nil, err
 			}
+			if g.cfg.Small && passes == 1 {
+				m.moveEnd = pre // CI: one pass shows the path works
+				break
+			}
 			out, err := g.admin(ctx, "clean", "--rebalance", "--json", "--rate", strconv.FormatInt(rate, 10),
-				"--grace", growGrace.String(), "--unsafe-grace")
+				"--grace", grace.String(), "--unsafe-grace")
 			var rep cleaner.Report
 			if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
 				return nil, fmt.Errorf("rebalancing pass: %v (printed %q)", cmpErr(err, jerr), out)
