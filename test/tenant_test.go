@@ -111,6 +111,98 @@ func TestForgedRepairRefused(t *testing.T) {
 	}
 }
 
+// TestForgedReputRefused is the rest of issue #43's attack 2: a fragment
+// its server lost (deleted here by the admin) was put back by any key
+// with write, and a plain put is checked only against the CRC32C the
+// putter itself sends. A mount host's unlimited `user` key put forged
+// bytes with the original checksum there, and every read returned them.
+// Keys that are not admin now put only into their own logs (their ids
+// carry the key's prefix); the cleaner rebuilds the others' fragments.
+func TestForgedReputRefused(t *testing.T) {
+	cl, _ := startDev(t, 3, 1, 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := dialDev(t, cl)
+	want := bytes.Repeat([]byte("victim's bytes. "), 2560) // 40 KiB: in a stripe, not inline
+	if err := admin.FS.WriteFile(ctx, metawire.Root, "/victim", want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := admin.FS.Resolve(ctx, metawire.Root, "/victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptrs, err := admin.FS.BlockPointers(ctx, metawire.Root, a.Ino)
+	if err != nil || len(ptrs) == 0 {
+		t.Fatalf("block pointers: %v %v", ptrs, err)
+	}
+	p := ptrs[0]
+	id := p.Fragment(0)
+	addr := ""
+	for _, s := range admin.View.Map().Storage {
+		if s.Slot == p.Slots[0] {
+			addr = s.Addr
+		}
+	}
+	epoch := admin.View.Map().Epoch
+	call := func(k *auth.Key, op uint16, req fragment.Message, payload []byte) (wire.Reply, error) {
+		c, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: k, IOTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.Call(ctx, op, epoch, fragment.Marshal(req), payload, nil)
+	}
+	rep, err := call(testKey, fragment.OpInfo, &fragment.IDReq{ID: id}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info fragment.Info
+	if err := fragment.Unmarshal(rep.Msg, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Length > uint64(info.ChunkSize) || len(info.CRCs) != 1 {
+		t.Fatalf("fragment of %d bytes, chunk %d: the test wants one chunk", info.Length, info.ChunkSize)
+	}
+	rep, err = call(testKey, fragment.OpRead, &fragment.ReadReq{ID: id, Len: uint32(info.Length)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := forgeCRC32C(t, rep.Payload, []byte("EVIL EVIL EVIL!!"))
+	// The server loses the fragment.
+	if _, err := call(testKey, fragment.OpDelete, &fragment.IDReq{ID: id}, nil); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := testKey.Derive("host2", auth.CapRead|auth.CapWrite) // a mount host's key: any uid
+	_, err = call(host, fragment.OpPut, &fragment.PutReq{ID: id, ChunkSize: info.ChunkSize, CRCs: info.CRCs}, forged)
+	if !errors.Is(fragment.RemoteErr(err), fragment.ErrForbidden) {
+		t.Errorf("a forged put of another log's missing fragment with a mount host's key: %v, want forbidden", err)
+	}
+	if _, err := call(testKey, fragment.OpInfo, &fragment.IDReq{ID: id}, nil); !errors.Is(fragment.RemoteErr(err), fragment.ErrNotFound) {
+		t.Errorf("the lost fragment after the put: %v, want not found", err)
+	}
+	// The file still reads right (degraded, from the other fragments),
+	// and a client with the host's key still writes: into its own log.
+	hc, err := connect.Dial(ctx, []string{cl.Manager}, host, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	got, err := hc.FS.ReadFile(ctx, metawire.Root, "/victim")
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("victim reads %q... (%d bytes, %v)", got[:min(16, len(got))], len(got), err)
+	}
+	if err := hc.FS.WriteFile(ctx, metawire.Root, "/host2-file", want, 0o644); err != nil {
+		t.Fatalf("the host's own write: %v", err)
+	}
+	hp, err := hc.FS.Resolve(ctx, metawire.Root, "/host2-file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := admin.FS.BlockPointers(ctx, metawire.Root, hp.Ino); err != nil || len(ps) == 0 || !auth.OwnsLog("host2", ps[0].Stripe.Log) {
+		t.Fatalf("the host's file is in log %v (%v), want one of host2's", ps, err)
+	}
+}
+
 // forgeCRC32C returns b with its start replaced by head and the four
 // bytes after head chosen so that the CRC32C of the whole is unchanged.
 // CRC32C is affine over GF(2): for messages of one length,

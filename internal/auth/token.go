@@ -53,5 +53,16 @@ func TenantID(name string, low uint64) uint64 {
 // OwnsID reports whether id carries name's prefix (LogPrefix).
 func OwnsID(name string, id uint64) bool { return uint32(id>>32) == LogPrefix(name) }
 
+// WritesOwnLogs reports whether a key of this name and these
+// capabilities writes only logs under its own prefix (LogPrefix): every
+// derived key but an admin one (a tenant's, a mount host's, a
+// gateway's). A put into another log could plant bytes that readers check
+// only against CRC32C, which anyone can forge (internal/storage, "Who may
+// repair"); the cluster key and admin keys are the cluster's own
+// repairers and write anywhere.
+func WritesOwnLogs(name string, caps Caps) bool {
+	return name != "" && !caps.Has(CapAdmin) && !caps.Has(CapMember)
+}
+
 // OwnsLog reports whether log id is one of name's logs (LogPrefix).
 func OwnsLog(name string, log uint64) bool { return OwnsID(name, log) }

@@ -431,9 +431,10 @@ func (c *Client) encoder(k, m int) (reedsolomon.Encoder, error) {
 }
 
 // logID derives a stable log id from the client id and the policy class.
-// Under a key limited to identities (a tenant's) the high 32 bits are the
-// key's log prefix (auth.LogPrefix): storage servers let such a key write
-// and read freely only its own logs.
+// Under any key but an admin one (a tenant's, a mount host's) the high 32
+// bits are the key's log prefix (auth.LogPrefix, auth.WritesOwnLogs):
+// storage servers let such a key put and append only in its own logs (and
+// a tenant's key read freely only those).
 func logID(client uint64, pol layout.Policy, key *auth.Key) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
@@ -441,7 +442,7 @@ func logID(client uint64, pol layout.Policy, key *auth.Key) uint64 {
 	h.Write(b[:])
 	h.Write([]byte(pol.String()))
 	id := h.Sum64()
-	if key != nil && key.Scope.Tenant() {
+	if key != nil && auth.WritesOwnLogs(key.Name, key.Caps) {
 		id = auth.TenantID(key.Name, id)
 	}
 	return id

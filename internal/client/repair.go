@@ -206,7 +206,7 @@ func (c *Client) repairFragment(ctx context.Context, sid fragment.StripeID, slot
 // "Tenants' keys"), so such stripes are left to the repair service.
 func (c *Client) mayRepairLog(log uint64) bool {
 	k := c.cfg.Key
-	return k == nil || !k.Scope.Tenant() || auth.OwnsLog(k.Name, log)
+	return k == nil || !auth.WritesOwnLogs(k.Name, k.Caps) || auth.OwnsLog(k.Name, log)
 }
 
 func (c *Client) mayRewrite() bool { return c.cfg.Key == nil || c.cfg.Key.Caps.Has(auth.CapAdmin) }

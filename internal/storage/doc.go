@@ -131,14 +131,26 @@
 // (the server has queued it under its suspect records), and reports the stripe
 // degraded meanwhile.
 //
-// What this does not close: a plain put of a fragment id that is missing
-// (its server lost it) is still accepted from a trusted mount host's
-// `user` key, and a reader checks such bytes against the parent's CRC32C
-// only. A tenant's key (one limited to identities) may put only into its
-// own logs (below), so it cannot plant bytes under another tenant's ids.
-// Closing it for mount hosts needs a check no key can forge in the parent
-// pointer: a cryptographic hash per block as a per-file policy, measured
-// against CRC32C (not built yet).
+// A plain put of a fragment id that is missing (its server lost it) is
+// the same attack: the putter sends the checksums with the bytes. So
+// every key but an admin one (a tenant's, a mount host's, a gateway's)
+// puts and appends only into its own logs, whose ids carry the key's
+// prefix (auth.WritesOwnLogs, auth.LogPrefix; its clients make them so):
+// a mount host's key put forged bytes with the original CRC32C into
+// another log's lost fragment, and every read returned them
+// (TestForgedReputRefused). Its client leaves another log's missing
+// fragment to the cleaner, as a corrupt one. Within its own logs a key
+// writes what it likes: those are its own files' bytes, which it may
+// change through the islands anyway. Trusted members (the cleaner, the
+// cluster key) repair with bytes rebuilt from the stripe; a check no key
+// could forge (a cryptographic hash per block in the parent pointer)
+// would protect even against them, and is not built.
+//
+// Logs written before this rule by mount hosts' unlimited keys carry no
+// prefix: their missing fragments are rebuilt by the cleaner only. A
+// client older than this rule writes such logs, which a newer server
+// refuses: upgrade the clients (mounts, gateways) before the storage
+// servers.
 //
 // # Tenants' keys: their own logs, and read tokens for the rest
 //

@@ -207,9 +207,20 @@ func statusOf(err error) uint32 {
 	return fragment.StatusInternal
 }
 
+// ownLog lets a key that is not an admin one put and append only in its
+// own logs (auth.WritesOwnLogs): a put of another log's missing fragment
+// could plant bytes its readers check only against CRC32C ("Who may
+// repair" in doc.go). The cluster key and admin keys write anywhere.
+func (s *Server) ownLog(p auth.Peer, op string, log uint64) error {
+	if !auth.WritesOwnLogs(p.Name, p.Caps) || auth.OwnsLog(p.Name, log) {
+		return nil
+	}
+	return fmt.Errorf("storage slot %d: %s in log %016x: %w: key %q may write only its own logs (the cleaner repairs the others)", s.cfg.Slot, op, log, auth.ErrForbidden, p.Name)
+}
+
 // tenantLog lets a key limited to identities (a tenant's) reach only its
-// own logs (auth.OwnsLog): appends, puts and fragment infos elsewhere are
-// refused. Other keys are trusted with every log, as before.
+// own logs (auth.OwnsLog): fragment infos and newest stripes elsewhere are
+// refused. Other keys are trusted to read every log, as before.
 func (s *Server) tenantLog(p auth.Peer, op string, log uint64) error {
 	if !p.Scope.Tenant() || auth.OwnsLog(p.Name, log) {
 		return nil
@@ -245,7 +256,7 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
 			return wire.Response{}, err
 		}
-		if err := s.tenantLog(req.Peer, "put", m.ID.Log); err != nil {
+		if err := s.ownLog(req.Peer, "put", m.ID.Log); err != nil {
 			return wire.Response{}, err
 		}
 		if m.Repair {
@@ -276,7 +287,7 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) (wire.Response, 
 		if err := fragment.Unmarshal(req.Msg, &m); err != nil {
 			return wire.Response{}, err
 		}
-		if err := s.tenantLog(req.Peer, "append", m.ID.Log); err != nil {
+		if err := s.ownLog(req.Peer, "append", m.ID.Log); err != nil {
 			return wire.Response{}, err
 		}
 		n, err := s.store.Append(ctx, m.ID, req.Payload)
