@@ -117,8 +117,10 @@
 // that may act as any uid (a mount host's, a gateway's, the cleaner's)
 // reads any fragment by id, as an NFS AUTH_SYS client is trusted to act
 // for its users, and islands do not re-check POSIX permissions on its
-// block maps and commits. A key limited to identities (a tenant's) writes
-// logs with its own prefix (LogPrefix) and reads other logs' fragments
+// block maps and commits; like every key but an admin one it writes only
+// logs with its own prefix (LogPrefix, WritesOwnLogs: a put into another
+// log could plant bytes with forged CRC32Cs). A key limited to
+// identities (a tenant's) also reads other logs' fragments
 // only with a read token (ReadToken) that an island gives it beside each
 // block pointer after checking the file's bits for its identity; storage
 // servers check the token and that the read stays within the block

@@ -182,7 +182,8 @@
 // marked down (a corrupt fragment, or the seconds before the map marks a
 // dead server down) is refused to a tenant until the cleaner repairs the
 // stripe or the map catches up. Other keys (mount hosts, gateways, the
-// cleaner) are trusted with every log, as before.
+// cleaner) read every log; only admin keys write into others' logs
+// ("Who may repair").
 //
 // # Failpoints
 //
