@@ -122,7 +122,9 @@ func TestBenchScaleSmall(t *testing.T) {
 	}
 	busy := 0
 	for _, h := range res.Replicas[1].Phases[0].Hosts {
-		if h.Kind == "island" && h.CPUSeconds > 0.05 {
+		// A follower uses a quarter to a third of its budget in the
+		// creates, a leader nearly all; a host without a replica 2%.
+		if h.Kind == "island" && h.CPU > 0.1 {
 			busy++
 		}
 	}

@@ -598,7 +598,8 @@ func (c *Cluster) AddStorage(ctx context.Context) (*Role, error) {
 // (Config.SpareIslandServers) with --join and returns once it serves.
 // It holds no replica until the map places one on it: `atoll island
 // create` (a new island on the servers holding fewest) or `atoll island
-// server add ID`. It appends to Roles, as AddStorage.
+// server add ID`. It returns once the map lists the server. It appends to
+// Roles, as AddStorage.
 func (c *Cluster) AddIslandServer(ctx context.Context) (*Role, error) {
 	c.grow.Lock()
 	defer c.grow.Unlock()
@@ -611,7 +612,36 @@ func (c *Cluster) AddIslandServer(ctx context.Context) (*Role, error) {
 		return nil, err
 	}
 	c.addedIslands++
-	return r, r.current().WaitReady(ctx)
+	if err := r.current().WaitReady(ctx); err != nil {
+		return r, err
+	}
+	// Placement plans only with the island servers the map lists: wait
+	// for this one's registration (a rebalance planned before it would
+	// leave it empty).
+	return r, c.waitMap(ctx, func(m *cluster.Map) bool { _, ok := m.IslandServer(uint32(st.id)); return ok })
+}
+
+// waitMap waits until the leading manager's map satisfies ok.
+func (c *Cluster) waitMap(ctx context.Context, ok func(*cluster.Map) bool) error {
+	key, err := auth.Load(c.cfg.ClusterKeyPath())
+	if err != nil {
+		return err
+	}
+	mc := cluster.NewClient([]string{c.Manager}, key, slog.New(slog.DiscardHandler))
+	defer mc.Close()
+	mc.CallTimeout, mc.LeaderWait = 3*time.Second, 3*time.Second
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	for {
+		if m, err := mc.Map(ctx, 0); err == nil && ok(m) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("simcluster: the map never showed what it waited for: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (c *Cluster) addrOf(host string) string { return c.cfg.Net.Host(host).Addr.String() }
