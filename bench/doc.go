@@ -78,8 +78,8 @@
 // files outlive) run until every server is within 10% of the mean, under
 // writers of 4 MiB files (files-run: data a rebalancing pass can move; the
 // data workers' raw logs belong to no file). A run phase ends when the
-// coordinator leaves stop-run, after a 30 s warm-up (a fresh island's
-// mixed workload runs faster before its first flushes and compactions),
+// coordinator leaves stop-run, after a 30 s warm-up (a fresh island ran
+// the mixed workload a third faster for its first half minute),
 // a 15 s before window, the moves, and a 15 s after window; the report
 // gives the rate in each window, the penalty 1 - during / mean(before,
 // after) (the migration penalty; the worst is migration_penalty), the
