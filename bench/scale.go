@@ -103,11 +103,8 @@ type ScaleResult struct {
 	MigrationPenalty *float64 `json:"migration_penalty"`
 	// MountLinkShare is the mount experiment's write rate against what
 	// the storage servers' links carry together, in file bytes (their
-	// rate times 4/5 for ec:4+1's parity); MountVsLibrary is the same
-	// write against the library clients' on as many servers (the storage
-	// experiment's first point), when both ran.
+	// rate times 4/5 for ec:4+1's parity).
 	MountLinkShare *float64 `json:"mount_write_link_share"`
-	MountVsLibrary *float64 `json:"mount_write_vs_library,omitempty"`
 	// IdleFraction is the machine's least idle fraction over the phases.
 	IdleFraction float64 `json:"idle_fraction"`
 	Seconds      float64 `json:"seconds"`
@@ -149,9 +146,10 @@ type Growth struct {
 	// moves' length.
 	JoinSeconds float64 `json:"join_s"`
 	MoveSeconds float64 `json:"move_s"`
-	// The moves' own cost: CPU-seconds of the hosts that ran them (the
-	// islands, or the rebalancing pass on the manager's host) while they
-	// ran, beyond what those hosts used per second before.
+	// MoveCPUSeconds is the moves' own cost: the CPU-seconds all server
+	// hosts (manager, storage, islands: the rebalancing pass runs on the
+	// manager's) used while the moves ran, beyond their mean rate before
+	// and after.
 	MoveCPUSeconds float64   `json:"move_cpu_s"`
 	JoinAt         float64   `json:"join_at_s"` // seconds into the run
 	MoveAt         float64   `json:"move_at_s"`
@@ -288,8 +286,9 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 			// A client writes a few stripes at a time, so its rate is
 			// bound by their round trips (about 14 MB/s here), not by
 			// its CPU: with 2/5 of a client per server, rounded, 6
-			// servers got the 5's two clients and read 83% of perfect
-			// while their disks idled. One small client per server keeps
+			// servers got the 5's two clients and wrote at 83% of
+			// perfect while their disks ran at 59%. One small client per
+			// server keeps
 			// the offered load in step with the servers.
 			servers := []int{5, 6, 8, 10}
 			if cfg.Small {
@@ -395,10 +394,6 @@ func RunScale(ctx context.Context, cfg ScaleConfig, progress io.Writer) (ScaleRe
 			}
 			w := points[0].Phases[0].Efficiency
 			res.Mount, res.MountLinkShare = points, &w
-			if len(res.Storage) > 0 && res.Storage[0].Storage == points[0].Storage && res.Storage[0].Phases[0].Rate > 0 {
-				v := points[0].Phases[0].Rate / res.Storage[0].Phases[0].Rate
-				res.MountVsLibrary = &v
-			}
 		case "clients":
 			after := afterPeak(points)
 			res.Clients, res.ClientsAfterPeak = points, &after
