@@ -151,7 +151,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) (phases []WorkerPhase, err
 		return nil, fmt.Errorf("bench: worker kind %q (data or meta)", cfg.Kind)
 	}
 	if cfg.Kind == "mount" {
-		return runPhases(ctx, cfg, names, mountWorker(cfg))
+		return runPhases(ctx, cfg, names, mountWorker(ctx, cfg))
 	}
 	// The client as the CLI, the mount and the gateways build it: it
 	// follows the map (a storage server marked down, new slots).
@@ -402,13 +402,13 @@ func filesWorker(ctx context.Context, cfg WorkerConfig, fs *client.FS) (func(str
 // write(2) calls, each file fsynced and closed (the mount commits at
 // close), then reads them back after dropping them from the kernel's page
 // cache (fadvise DONTNEED), comparing every byte.
-func mountWorker(cfg WorkerConfig) func(string, *atomic.Int64) (int64, int64, error) {
+func mountWorker(ctx context.Context, cfg WorkerConfig) func(string, *atomic.Int64) (int64, int64, error) {
 	const files = 4
 	per := max(cfg.Size/files/mib, 1) * mib
 	src := newSource(64 * mib)
 	name := func(f int) string { return filepath.Join(cfg.Dir, fmt.Sprintf("w%d-f%d", cfg.ID, f)) }
 	return func(phase string, done *atomic.Int64) (int64, int64, error) {
-		err := parallel(context.Background(), files, files, func(_, f int) error {
+		err := parallel(ctx, files, files, func(_, f int) error {
 			base := int64(f) * per
 			switch phase {
 			case "write":
