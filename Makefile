@@ -113,7 +113,7 @@ bench-peers: build
 # hosts; the report is also kept as bench-scale.json.
 bench-scale: build
 	./bin/atoll bench scale --json > bench-scale.json
-	jq '{storage_efficiency, metadata_efficiency, replicas_ratio, replicas_ratio_shared_hosts, clients_after_peak, failover_s, migration_penalty, idle_fraction}' bench-scale.json
+	jq '{storage_efficiency, metadata_efficiency, replicas_ratio, replicas_ratio_shared_hosts, clients_after_peak, failover_s, migration_penalty, mount_write_link_share, idle_fraction}' bench-scale.json
 
 # Island requests per file of a real `tar x` through the FUSE mount of a
 # fresh dev cluster, by operation (bench/run-trips.sh; BENCH_TRIPS_TREE,
