@@ -618,30 +618,14 @@ func (c *Cluster) AddIslandServer(ctx context.Context) (*Role, error) {
 	// Placement plans only with the island servers the map lists: wait
 	// for this one's registration (a rebalance planned before it would
 	// leave it empty).
-	return r, c.waitMap(ctx, func(m *cluster.Map) bool { _, ok := m.IslandServer(uint32(st.id)); return ok })
-}
-
-// waitMap waits until the leading manager's map satisfies ok.
-func (c *Cluster) waitMap(ctx context.Context, ok func(*cluster.Map) bool) error {
-	key, err := auth.Load(c.cfg.ClusterKeyPath())
-	if err != nil {
-		return err
-	}
-	mc := cluster.NewClient([]string{c.Manager}, key, slog.New(slog.DiscardHandler))
-	defer mc.Close()
-	mc.CallTimeout, mc.LeaderWait = 3*time.Second, 3*time.Second
-	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	wctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
-	for {
-		if m, err := mc.Map(ctx, 0); err == nil && ok(m) {
-			return nil
+	return r, c.waitMap(wctx, "island server "+strconv.Itoa(st.id)+" not in the map", func(m *cluster.Map) string {
+		if _, ok := m.IslandServer(uint32(st.id)); ok {
+			return ""
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("simcluster: the map never showed what it waited for: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return "not listed"
+	})
 }
 
 func (c *Cluster) addrOf(host string) string { return c.cfg.Net.Host(host).Addr.String() }
@@ -699,6 +683,13 @@ func (c *Cluster) format(ctx context.Context, st step) error {
 // registered and up in the leader's map with its own address, or ctx is
 // done.
 func (c *Cluster) WaitMembers(ctx context.Context) error {
+	return c.waitMap(ctx, "members not all up in the map", c.missing)
+}
+
+// waitMap asks the leading manager for its map until wrong finds nothing
+// wrong with it ("") or ctx is done; the error says what, with wrong's
+// last answer.
+func (c *Cluster) waitMap(ctx context.Context, what string, wrong func(*cluster.Map) string) error {
 	key, err := auth.Load(c.cfg.ClusterKeyPath())
 	if err != nil {
 		return err
@@ -711,12 +702,12 @@ func (c *Cluster) WaitMembers(ctx context.Context) error {
 		m, err := mc.Map(ctx, 0)
 		if err != nil {
 			why = "manager: " + err.Error()
-		} else if why = c.missing(m); why == "" {
+		} else if why = wrong(m); why == "" {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("simcluster: members not all up in the map: %s (%w)", why, ctx.Err())
+			return fmt.Errorf("simcluster: %s: %s (%w)", what, why, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
