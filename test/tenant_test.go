@@ -36,55 +36,14 @@ func TestForgedRepairRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin := dialDev(t, cl)
-	want := bytes.Repeat([]byte("victim's bytes. "), 2560) // 40 KiB: in a stripe, not inline
-	f, err := admin.FS.CreateFile(ctx, metawire.Root, "/victim", 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(ctx, want, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ino := f.Ino()
-	f.Release()
-	ptrs, err := admin.FS.BlockPointers(ctx, metawire.Root, ino)
-	if err != nil || len(ptrs) == 0 {
-		t.Fatalf("block pointers: %v %v", ptrs, err)
-	}
-	p := ptrs[0]
-	id := p.Fragment(0)
-	addr := ""
-	for _, s := range admin.View.Map().Storage {
-		if s.Slot == p.Slots[0] {
-			addr = s.Addr
-		}
-	}
-
+	want, id, addr, epoch := victimFragment(t, ctx, admin)
 	user, _ := testKey.Derive("tenant", auth.CapRead|auth.CapWrite)
 	c, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: user, IOTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	epoch := admin.View.Map().Epoch
-	rep, err := c.Call(ctx, fragment.OpInfo, epoch, fragment.Marshal(&fragment.IDReq{ID: id}), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var info fragment.Info
-	if err := fragment.Unmarshal(rep.Msg, &info); err != nil {
-		t.Fatal(err)
-	}
-	if info.Length > uint64(info.ChunkSize) || len(info.CRCs) != 1 {
-		t.Fatalf("fragment of %d bytes, chunk %d: the test wants one chunk", info.Length, info.ChunkSize)
-	}
-	rep, err = c.Call(ctx, fragment.OpRead, epoch, fragment.Marshal(&fragment.ReadReq{ID: id, Len: uint32(info.Length)}), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	orig := append([]byte(nil), rep.Payload...)
+	info, orig := oneChunk(t, ctx, c, epoch, id)
 	forged := forgeCRC32C(t, orig, []byte("EVIL EVIL EVIL!!"))
 	crc := crc32.Checksum(forged, crc32.MakeTable(crc32.Castagnoli))
 	if crc != info.CRCs[0] || bytes.Equal(forged, orig) {
@@ -95,7 +54,7 @@ func TestForgedRepairRefused(t *testing.T) {
 		t.Errorf("a forged repair with a user key: %v, want forbidden", err)
 	}
 	// The bytes stayed: on the server and through a fresh client.
-	rep, err = c.Call(ctx, fragment.OpRead, epoch, fragment.Marshal(&fragment.ReadReq{ID: id, Len: uint32(info.Length)}), nil, nil)
+	rep, err := c.Call(ctx, fragment.OpRead, epoch, fragment.Marshal(&fragment.ReadReq{ID: id, Len: uint32(info.Length)}), nil, nil)
 	if err != nil || !bytes.Equal(rep.Payload, orig) {
 		t.Fatalf("fragment after the repair attempt: %v, changed %v", err, !bytes.Equal(rep.Payload, orig))
 	}
@@ -123,27 +82,7 @@ func TestForgedReputRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin := dialDev(t, cl)
-	want := bytes.Repeat([]byte("victim's bytes. "), 2560) // 40 KiB: in a stripe, not inline
-	if err := admin.FS.WriteFile(ctx, metawire.Root, "/victim", want, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a, err := admin.FS.Resolve(ctx, metawire.Root, "/victim")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ptrs, err := admin.FS.BlockPointers(ctx, metawire.Root, a.Ino)
-	if err != nil || len(ptrs) == 0 {
-		t.Fatalf("block pointers: %v %v", ptrs, err)
-	}
-	p := ptrs[0]
-	id := p.Fragment(0)
-	addr := ""
-	for _, s := range admin.View.Map().Storage {
-		if s.Slot == p.Slots[0] {
-			addr = s.Addr
-		}
-	}
-	epoch := admin.View.Map().Epoch
+	want, id, addr, epoch := victimFragment(t, ctx, admin)
 	call := func(k *auth.Key, op uint16, req fragment.Message, payload []byte) (wire.Reply, error) {
 		c, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: k, IOTimeout: 10 * time.Second})
 		if err != nil {
@@ -152,22 +91,13 @@ func TestForgedReputRefused(t *testing.T) {
 		defer c.Close()
 		return c.Call(ctx, op, epoch, fragment.Marshal(req), payload, nil)
 	}
-	rep, err := call(testKey, fragment.OpInfo, &fragment.IDReq{ID: id}, nil)
+	ac, err := wire.Dial(ctx, addr, wire.ClientConfig{Key: testKey, IOTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info fragment.Info
-	if err := fragment.Unmarshal(rep.Msg, &info); err != nil {
-		t.Fatal(err)
-	}
-	if info.Length > uint64(info.ChunkSize) || len(info.CRCs) != 1 {
-		t.Fatalf("fragment of %d bytes, chunk %d: the test wants one chunk", info.Length, info.ChunkSize)
-	}
-	rep, err = call(testKey, fragment.OpRead, &fragment.ReadReq{ID: id, Len: uint32(info.Length)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forged := forgeCRC32C(t, rep.Payload, []byte("EVIL EVIL EVIL!!"))
+	info, orig := oneChunk(t, ctx, ac, epoch, id)
+	ac.Close()
+	forged := forgeCRC32C(t, orig, []byte("EVIL EVIL EVIL!!"))
 	// The server loses the fragment.
 	if _, err := call(testKey, fragment.OpDelete, &fragment.IDReq{ID: id}, nil); err != nil {
 		t.Fatal(err)
@@ -201,6 +131,54 @@ func TestForgedReputRefused(t *testing.T) {
 	if ps, err := admin.FS.BlockPointers(ctx, metawire.Root, hp.Ino); err != nil || len(ps) == 0 || !auth.OwnsLog("host2", ps[0].Stripe.Log) {
 		t.Fatalf("the host's file is in log %v (%v), want one of host2's", ps, err)
 	}
+}
+
+// victimFragment writes a 40 KiB file /victim as root (in a stripe, not
+// inline) and returns it, the first fragment of its first block, that
+// fragment's server and the map epoch.
+func victimFragment(t *testing.T, ctx context.Context, admin *connect.Conn) (want []byte, id fragment.ID, addr string, epoch uint64) {
+	t.Helper()
+	want = bytes.Repeat([]byte("victim's bytes. "), 2560)
+	if err := admin.FS.WriteFile(ctx, metawire.Root, "/victim", want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := admin.FS.Resolve(ctx, metawire.Root, "/victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptrs, err := admin.FS.BlockPointers(ctx, metawire.Root, a.Ino)
+	if err != nil || len(ptrs) == 0 {
+		t.Fatalf("block pointers: %v %v", ptrs, err)
+	}
+	p := ptrs[0]
+	for _, s := range admin.View.Map().Storage {
+		if s.Slot == p.Slots[0] {
+			addr = s.Addr
+		}
+	}
+	return want, p.Fragment(0), addr, admin.View.Map().Epoch
+}
+
+// oneChunk reads fragment id's info and bytes over c, which must be one
+// chunk (what forgeCRC32C keeps the checksum of).
+func oneChunk(t *testing.T, ctx context.Context, c *wire.Client, epoch uint64, id fragment.ID) (fragment.Info, []byte) {
+	t.Helper()
+	rep, err := c.Call(ctx, fragment.OpInfo, epoch, fragment.Marshal(&fragment.IDReq{ID: id}), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info fragment.Info
+	if err := fragment.Unmarshal(rep.Msg, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Length > uint64(info.ChunkSize) || len(info.CRCs) != 1 {
+		t.Fatalf("fragment of %d bytes, chunk %d: the test wants one chunk", info.Length, info.ChunkSize)
+	}
+	rep, err = c.Call(ctx, fragment.OpRead, epoch, fragment.Marshal(&fragment.ReadReq{ID: id, Len: uint32(info.Length)}), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info, append([]byte(nil), rep.Payload...)
 }
 
 // forgeCRC32C returns b with its start replaced by head and the four
