@@ -371,7 +371,7 @@ func filesWorker(ctx context.Context, cfg WorkerConfig, fs *client.FS) (func(str
 	src := newSource(64 * mib)
 	return func(phase string, done *atomic.Int64) (int64, int64, error) {
 		clock := newRunClock(cfg)
-		var files, nbytes atomic.Int64
+		var files atomic.Int64
 		err := parallel(ctx, 4, 1<<30, func(_, i int) error {
 			if clock.Over() {
 				return errDone
@@ -386,7 +386,6 @@ func filesWorker(ctx context.Context, cfg WorkerConfig, fs *client.FS) (func(str
 					return err
 				}
 				done.Add(mib)
-				nbytes.Add(mib)
 			}
 			files.Add(1)
 			return f.Close(ctx)
@@ -394,7 +393,7 @@ func filesWorker(ctx context.Context, cfg WorkerConfig, fs *client.FS) (func(str
 		if errors.Is(err, errDone) {
 			err = nil
 		}
-		return files.Load(), nbytes.Load(), err
+		return files.Load(), done.Load(), err // done: this phase's bytes
 	}, nil
 }
 
